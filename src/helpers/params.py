@@ -1,0 +1,127 @@
+"""Validation of notebook parameters.
+
+Each chapter has one cell tagged `parameters` holding literals only; the next cell calls `validate`
+with a spec per parameter. A bad value fails at once with a `ParameterError` naming the parameter,
+the value and what is allowed, and how to set it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+MODES = ("recorded", "auto", "live")
+
+
+class ParameterError(ValueError):
+    """A notebook parameter has a value the chapter cannot use."""
+
+
+def _fix_hint(name: str) -> str:
+    return (
+        f"set `{name}` in the target's parameters file (targets/<name>.yaml) "
+        f"or pass `-p {name} VALUE` to papermill"
+    )
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What one parameter may be: `check(value)` returns the normalised value or raises ValueError
+    with a description of what is allowed."""
+
+    describe: str
+    check: Callable[[Any], Any]
+
+
+def choice(*allowed: Any) -> Spec:
+    def check(v):
+        if v not in allowed:
+            raise ValueError
+        return v
+
+    return Spec("one of " + ", ".join(repr(a) for a in allowed), check)
+
+
+def number(lo: float | None = None, hi: float | None = None, integer: bool = False) -> Spec:
+    def check(v):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError
+        if integer and not float(v).is_integer():
+            raise ValueError
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            raise ValueError
+        return int(v) if integer else float(v)
+
+    kind = "an integer" if integer else "a number"
+    rng = []
+    if lo is not None:
+        rng.append(f">= {lo}")
+    if hi is not None:
+        rng.append(f"<= {hi}")
+    return Spec(kind + (" " + " and ".join(rng) if rng else ""), check)
+
+
+def number_list(lo: float | None = None, hi: float | None = None, integer: bool = False,
+                min_len: int = 1) -> Spec:
+    item = number(lo, hi, integer)
+
+    def check(v):
+        if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
+            raise ValueError
+        vals = [item.check(x) for x in v]
+        if len(vals) < min_len:
+            raise ValueError
+        return vals
+
+    return Spec(f"a list of at least {min_len} item(s), each {item.describe}", check)
+
+
+def string(allow_empty: bool = True) -> Spec:
+    def check(v):
+        if not isinstance(v, str) or (not allow_empty and not v.strip()):
+            raise ValueError
+        return v
+
+    return Spec("a string" + ("" if allow_empty else " (not empty)"), check)
+
+
+def boolean() -> Spec:
+    def check(v):
+        if not isinstance(v, bool):
+            raise ValueError
+        return v
+
+    return Spec("True or False", check)
+
+
+def validate(values: dict[str, Any], specs: dict[str, Spec]) -> dict[str, Any]:
+    """Check every parameter in `values` against `specs`; return the normalised values.
+
+    Raises ParameterError naming the first bad parameter, its value, and the allowed values."""
+    unknown = set(values) - set(specs)
+    if unknown:
+        raise ParameterError(f"no spec for parameter(s) {sorted(unknown)}; add one to the validate() call")
+    out = {}
+    for name, spec in specs.items():
+        if name not in values:
+            raise ParameterError(f"parameter '{name}' is missing from the parameters cell")
+        v = values[name]
+        try:
+            out[name] = spec.check(v)
+        except (ValueError, TypeError):
+            raise ParameterError(
+                f"parameter '{name}' = {v!r} is not allowed: expected {spec.describe}. Fix: {_fix_hint(name)}"
+            ) from None
+    return out
+
+
+def run_directory(run_dir: str, chapter: str) -> Path:
+    """The folder where a chapter writes its result tables: <run_dir>/results/<chapter>.
+
+    An empty `run_dir` (a chapter executed on its own) uses a fresh temporary folder."""
+    import tempfile
+
+    base = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="book-run-"))
+    out = base / "results" / chapter
+    out.mkdir(parents=True, exist_ok=True)
+    return out

@@ -1,0 +1,91 @@
+"""Every figure of the book, drawn one way: one style, lowercase unit-bearing axis labels, log axes
+for size sweeps, no titles (captions come from myst-nb figure metadata).
+
+Series labels say whose numbers they are ("recorded: original VM", "measured: this machine") so
+that the two are never confused.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
+
+#: colours by whose number it is: recorded (the original investigation), measured (this run),
+#: reference (public figures from other machines), model (a prediction)
+PALETTE = {
+    "recorded": "#b2182b",
+    "measured": "#2166ac",
+    "reference": "#4d9221",
+    "model": "#7b3294",
+    "other": "#666666",
+}
+CYCLE = ["#2166ac", "#b2182b", "#4d9221", "#7b3294", "#e08214", "#35978f", "#878787", "#c51b7d"]
+
+
+def style() -> None:
+    """Apply the book's look to matplotlib (idempotent)."""
+    plt.rcParams.update(
+        {
+            "figure.figsize": (6.4, 3.8),
+            "figure.dpi": 110,
+            "savefig.dpi": 110,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.prop_cycle": matplotlib.cycler(color=CYCLE),
+            "font.size": 10,
+            "legend.frameon": False,
+            "legend.fontsize": 9,
+        }
+    )
+
+
+def figure(ncols: int = 1, nrows: int = 1, width: float | None = None, height: float | None = None):
+    """A new figure in the book's style; returns (fig, axes)."""
+    style()
+    w = width or 6.4 * min(ncols, 2) ** 0.8
+    h = height or 3.8 * nrows
+    fig, axes = plt.subplots(nrows, ncols, figsize=(w, h), squeeze=False, layout="constrained")
+    plt.close(fig)  # shown through glue or an explicit display, never twice
+    return fig, (axes[0, 0] if nrows == ncols == 1 else axes)
+
+
+def _bytes_label(x: float, _pos=None) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if x >= scale:
+            v = x / scale
+            return f"{v:.0f} {unit}" if v >= 10 or v.is_integer() else f"{v:.1f} {unit}"
+    return f"{x:.0f} B"
+
+
+def size_axis(ax, axis: str = "x") -> None:
+    """A log2 axis of message sizes labelled in B/KiB/MiB/GiB."""
+    getattr(ax, f"set_{axis}scale")("log", base=2)
+    getattr(ax, f"{axis}axis").set_major_formatter(FuncFormatter(_bytes_label))
+
+
+def size_sweep(ax, sizes: Iterable[float], values: Iterable[float], label: str, kind: str = "measured",
+               lower=None, upper=None, marker: str = "o", **kw):
+    """One series of a size sweep (x: bytes, log2), with an optional spread band."""
+    sizes = list(sizes)
+    color = kw.pop("color", None)
+    line, = ax.plot(sizes, list(values), marker=marker, ms=3.5, label=label, color=color, **kw)
+    if lower is not None and upper is not None:
+        ax.fill_between(sizes, list(lower), list(upper), alpha=0.2, color=line.get_color(), lw=0)
+    size_axis(ax)
+    return line
+
+
+def concurrency_axis(ax) -> None:
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _p: f"{x:g}"))
+    ax.set_xlabel("concurrency (requests in flight)")
+
+
+def kind_color(kind: str) -> str:
+    return PALETTE.get(kind, PALETTE["other"])

@@ -1,0 +1,189 @@
+"""Recorded figures of the original investigation, loaded from data/ and checked against a schema.
+
+Every table under data/ is tidy (one observation a row) and every row names its source (an id in
+data/sources.yaml) and the phase of the investigation it belongs to. `load("recorded/serving.csv")`
+returns a validated DataFrame; a malformed file fails with a message naming the file, the row and
+the column.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from . import repo_root
+
+_TYPES = {"str": "string", "int": "Int64", "float": "Float64", "bool": "boolean"}
+_TRUE = {"true", "1", "yes"}
+_FALSE = {"false", "0", "no"}
+
+
+class DataError(ValueError):
+    """A data file does not match data/schema.yaml."""
+
+
+def data_dir() -> Path:
+    return repo_root() / "data"
+
+
+@lru_cache(maxsize=None)
+def schema() -> dict:
+    return yaml.safe_load((data_dir() / "schema.yaml").read_text())
+
+
+@lru_cache(maxsize=None)
+def sources() -> dict:
+    return yaml.safe_load((data_dir() / "sources.yaml").read_text())
+
+
+def _convert(name: str, col: str, kind: str, raw: pd.Series) -> pd.Series:
+    if kind == "str":
+        return raw.astype("string")
+    out = []
+    for i, v in raw.items():
+        if pd.isna(v) or str(v).strip() == "":
+            out.append(None)
+            continue
+        s = str(v).strip()
+        try:
+            if kind == "int":
+                f = float(s)
+                if f != int(f):
+                    raise ValueError
+                out.append(int(f))
+            elif kind == "float":
+                out.append(float(s))
+            elif kind == "bool":
+                if s.lower() in _TRUE:
+                    out.append(True)
+                elif s.lower() in _FALSE:
+                    out.append(False)
+                else:
+                    raise ValueError
+        except ValueError:
+            raise DataError(
+                f"data/{name}, row {i + 2}, column '{col}': {s!r} is not a {kind}; "
+                f"fix the value or the column's type in data/schema.yaml"
+            ) from None
+    return pd.Series(out, index=raw.index, dtype=_TYPES[kind])
+
+
+def validate(name: str, df: pd.DataFrame) -> pd.DataFrame:
+    """Type and check `df` (read as strings) against the schema entry `name`."""
+    sch = schema()
+    if name not in sch:
+        known = ", ".join(k for k in sch if not k.startswith("_"))
+        raise DataError(f"data/{name} has no schema entry in data/schema.yaml; known tables: {known}")
+    spec = sch[name]
+    cols = spec["columns"]
+    missing = [c for c in cols if c not in df.columns]
+    extra = [c for c in df.columns if c not in cols]
+    if missing or extra:
+        raise DataError(
+            f"data/{name}: columns do not match data/schema.yaml "
+            f"(missing: {missing or 'none'}; unexpected: {extra or 'none'})"
+        )
+    out = pd.DataFrame({c: _convert(name, c, cols[c], df[c]) for c in cols})
+    for c in spec.get("required", []):
+        bad = out.index[out[c].isna()]
+        if len(bad):
+            raise DataError(f"data/{name}, row {bad[0] + 2}: required column '{c}' is empty")
+    for c, allowed in spec.get("choices", {}).items():
+        bad = out.index[~out[c].isna() & ~out[c].isin(allowed)]
+        if len(bad):
+            raise DataError(
+                f"data/{name}, row {bad[0] + 2}, column '{c}': {out[c][bad[0]]!r} is not one of {allowed}"
+            )
+    for group in spec.get("one_of", []):
+        filled = out[group].notna().all(axis=1)
+        others = [g for g in spec["one_of"] if g is not group]
+        for g in others:
+            filled |= out[g].notna().all(axis=1)
+        bad = out.index[~filled]
+        if len(bad):
+            raise DataError(
+                f"data/{name}, row {bad[0] + 2}: needs one of {spec['one_of']} filled in"
+            )
+        break
+    for c in spec.get("unique", []):
+        dup = out[c][out[c].duplicated()]
+        if len(dup):
+            raise DataError(f"data/{name}: column '{c}' repeats {dup.iloc[0]!r}; it must be unique")
+    known_sources = sources()
+    bad = out.index[~out["source"].isin(list(known_sources))]
+    if len(bad):
+        raise DataError(
+            f"data/{name}, row {bad[0] + 2}: source {out['source'][bad[0]]!r} is not an id in "
+            f"data/sources.yaml ({', '.join(known_sources)})"
+        )
+    if "phase" in out.columns:
+        phases = sch["_phases"]
+        bad = out.index[~out["phase"].isin(phases)]
+        if len(bad):
+            raise DataError(
+                f"data/{name}, row {bad[0] + 2}: phase {out['phase'][bad[0]]!r} is not one of {phases}"
+            )
+    return out
+
+
+def load(name: str) -> pd.DataFrame:
+    """Load and validate the table data/<name> (for example "recorded/serving.csv")."""
+    path = data_dir() / name
+    if not path.exists():
+        known = ", ".join(k for k in schema() if not k.startswith("_"))
+        raise DataError(f"data/{name} does not exist; known tables: {known}")
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    return validate(name, df)
+
+
+def tables() -> list[str]:
+    """Names of every table in the schema."""
+    return [k for k in schema() if not k.startswith("_")]
+
+
+def value(df: pd.DataFrame, **where) -> float:
+    """The single `value` of the row matching `where` (column=value pairs); error if not exactly one."""
+    m = pd.Series(True, index=df.index)
+    for k, v in where.items():
+        m &= df[k] == v
+    rows = df[m]
+    if len(rows) != 1:
+        raise DataError(f"expected exactly one row where {where}, found {len(rows)}")
+    return rows.iloc[0]["value"]
+
+
+@dataclass(frozen=True)
+class Cited:
+    """A recorded figure with where it came from."""
+
+    value: object
+    unit: str
+    source: str
+
+    @property
+    def seed_file(self) -> str:
+        return sources()[self.source]["file"]
+
+
+def hardware() -> dict[str, Cited]:
+    """The original machine, item -> Cited value."""
+    df = load("recorded/hardware.csv")
+    return {r.item: Cited(r.value, r.unit if pd.notna(r.unit) else "", r.source) for r in df.itertuples()}
+
+
+def model_config(name: str = "glm5") -> dict:
+    """A model configuration from data/models/<name>.yaml."""
+    path = data_dir() / "models" / f"{name}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in (data_dir() / "models").glob("*.yaml"))
+        raise DataError(f"no model configuration data/models/{name}.yaml; known: {known}")
+    cfg = yaml.safe_load(path.read_text())
+    for key in ("name", "source", "architecture"):
+        if key not in cfg:
+            raise DataError(f"data/models/{name}.yaml lacks the key '{key}'")
+    if cfg["source"] not in sources():
+        raise DataError(f"data/models/{name}.yaml: source {cfg['source']!r} is not in data/sources.yaml")
+    return cfg
