@@ -1,0 +1,56 @@
+"""Putting computed values into the book's prose.
+
+`glue` is myst-nb's glue where myst-nb is installed. On a measurement host without the book
+toolchain (the GPU machine runs papermill and the kernel, not Sphinx) it writes the same output that
+myst-nb's glue writes (a display_data output whose metadata names the key, with the
+`application/papermill.record/` MIME prefix when not displayed), so a run executed there renders here
+exactly as one executed here.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+_PREFIX = "application/papermill.record/"
+
+
+class _Text(str):
+    """A string whose plain-text display is the string itself (no quotes), so that
+    {glue:}`key` and {glue:text}`key` put the bare text into prose."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def plain(variable: Any) -> Any:
+    """numpy / pandas scalars become Python scalars (their text form is then `11.0`, not
+    `np.float64(11.0)`, which glue's number formatting cannot read); strings display bare."""
+    if isinstance(variable, str):
+        return _Text(variable)
+    item = getattr(variable, "item", None)
+    if item is not None and getattr(variable, "ndim", None) == 0:
+        try:
+            return item()
+        except (TypeError, ValueError):
+            return variable
+    return variable
+
+
+def glue(name: str, variable: Any, display: bool = False) -> None:
+    """Store `variable` under `name` for {glue:text}`name:.1f` and {glue:figure} (same page) or
+    {glue:text}`path/to/page.ipynb::name:.1f` (another page). Strings: {glue:}`name`."""
+    variable = plain(variable)
+    try:
+        from myst_nb import glue as _glue
+    except ImportError:  # pragma: no cover - exercised on the GPU host
+        _glue = None
+    if _glue is not None:
+        _glue(name, variable, display=display)
+        return
+    from IPython.core.formatters import format_display_data
+    from IPython.display import display as ipy_display
+
+    mimebundle, metadata = format_display_data(variable)
+    prefix = "" if display else _PREFIX
+    metadata = dict(metadata or {})
+    metadata["scrapbook"] = {"name": name, "mime_prefix": prefix}
+    ipy_display({prefix + k: v for k, v in mimebundle.items()}, raw=True, metadata=metadata)
