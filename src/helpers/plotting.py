@@ -89,3 +89,37 @@ def concurrency_axis(ax) -> None:
 
 def kind_color(kind: str) -> str:
     return PALETTE.get(kind, PALETTE["other"])
+
+
+#: colours of the `nvidia-smi topo -p2p` legend codes in `p2p_matrix`
+P2P_COLORS = {"OK": "#4d9221", "CNS": "#e08214", "GNS": "#e08214", "TNS": "#e08214", "NS": "#b2182b",
+              "U": "#bababa", "X": "#ffffff"}
+
+
+def p2p_matrix(ax, codes, label: str | None = None) -> None:
+    """A GPU-pair P2P status matrix (rows, columns: GPU index) coloured by legend code, each cell
+    labelled with its code. `codes` is an N x N list of strings ("OK", "NS", ..., "X" on the
+    diagonal); `label` goes under the x axis (say whose matrix it is)."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    keys = list(P2P_COLORS)
+    n = len(codes)
+    unknown = {c for row in codes for c in row} - set(keys)
+    if unknown or any(len(row) != n for row in codes):
+        raise ValueError(f"p2p_matrix: expected an {n} x {n} matrix of codes from {keys}; "
+                         f"got rows of lengths {[len(r) for r in codes]} and codes {sorted(unknown) or 'ok'}")
+    grid = [[keys.index(c) for c in row] for row in codes]
+    ax.imshow(grid, cmap=ListedColormap([P2P_COLORS[k] for k in keys]), vmin=-0.5, vmax=len(keys) - 0.5)
+    for i, row in enumerate(codes):
+        for j, c in enumerate(row):
+            ax.text(j, i, c, ha="center", va="center", fontsize=7 if n > 4 else 9,
+                    color="white" if c in ("NS", "OK") else "black")
+    ax.set_xticks(range(n))
+    ax.set_yticks(range(n))
+    ax.grid(False)
+    ax.set_xlabel(f"peer GPU{' (' + label + ')' if label else ''}")
+    ax.set_ylabel("GPU")
+    present = [k for k in keys if k != "X" and any(k in row for row in codes)]
+    ax.legend(handles=[Patch(color=P2P_COLORS[k], label=k) for k in present], loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), fontsize=8)
