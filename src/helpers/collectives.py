@@ -1,0 +1,257 @@
+"""Collective sweeps (all-reduce, all-to-all) through torch.distributed, one process per device.
+
+`run_collectives` launches helpers.collective_worker with torchrun in a subprocess with a timeout: a
+worker that hangs is killed (its whole process group) and reported, and a failed run comes back as a
+result with its error instead of an exception, so one NCCL variant failing does not stop the others.
+
+The figures follow nccl-tests (doc/PERFORMANCE.md and src/common.cu): time is the mean over ranks of
+(block time / iterations); algbw = S / t with S the message size in bytes per rank; busbw = algbw x
+2(n-1)/n for all-reduce and algbw x (n-1)/n for all-to-all. GB/s is 10^9 B/s.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .copybench import parse_sizes
+
+OPS = ("all_reduce", "all_to_all")
+BACKENDS = ("gloo", "nccl")
+
+#: Always in the workers' environment: no NVLink SHARP multicast, no symmetric-memory multicast.
+BASE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "OMP_NUM_THREADS": "1"}
+
+#: The NCCL variants the investigation listed as next steps and never ran: name -> extra environment.
+NCCL_VARIANTS: dict[str, dict[str, str]] = {
+    "default": {},
+    "P2P_DISABLE=1": {"NCCL_P2P_DISABLE": "1"},
+    "P2P_LEVEL=LOC": {"NCCL_P2P_LEVEL": "LOC"},
+    "P2P_LEVEL=PIX": {"NCCL_P2P_LEVEL": "PIX"},
+    "P2P_LEVEL=PHB": {"NCCL_P2P_LEVEL": "PHB"},
+    "P2P_LEVEL=SYS": {"NCCL_P2P_LEVEL": "SYS"},
+    "SHM_USE_CUDA_MEMCPY=1": {"NCCL_SHM_USE_CUDA_MEMCPY": "1"},
+    "ALGO=Ring": {"NCCL_ALGO": "Ring"},
+    "ALGO=Tree": {"NCCL_ALGO": "Tree"},
+    "PROTO=LL": {"NCCL_PROTO": "LL"},
+    "PROTO=LL128": {"NCCL_PROTO": "LL128"},
+    "PROTO=Simple": {"NCCL_PROTO": "Simple"},
+}
+
+
+class CollectiveConfigError(ValueError):
+    """A collective sweep that cannot run as asked (bad sizes, too many ranks, no such backend)."""
+
+
+# ------------------------------------------------------------------------------------ arithmetic
+def bus_factor(op: str, world_size: int) -> float:
+    """nccl-tests' correction from algorithm to bus bandwidth for `op` on `world_size` ranks."""
+    if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
+        raise ValueError(f"world_size = {world_size!r} must be an integer >= 1")
+    n = int(world_size)
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_to_all", "all_gather", "reduce_scatter"):
+        return (n - 1) / n
+    if op in ("broadcast", "reduce"):
+        return 1.0
+    raise ValueError(f"no bus-bandwidth factor for op {op!r}; known: all_reduce, all_to_all, all_gather, "
+                     "reduce_scatter, broadcast, reduce")
+
+
+def algbw_GBps(size_bytes, time_us):
+    """Algorithm bandwidth S/t in GB/s (10^9 B/s)."""
+    return np.asarray(size_bytes, dtype=float) / (np.asarray(time_us, dtype=float) * 1e3)
+
+
+def busbw_GBps(op: str, size_bytes, time_us, world_size: int):
+    return algbw_GBps(size_bytes, time_us) * bus_factor(op, world_size)
+
+
+# ------------------------------------------------------------------------------------ launching
+@dataclass
+class RunResult:
+    variant: str
+    backend: str
+    world_size: int
+    status: str                     # ok | failed | timeout
+    returncode: int | None
+    wall_s: float
+    message: str
+    rows: list = field(default_factory=list)
+    log: str = ""                   # the launcher's and workers' combined output
+
+    def summary(self) -> dict:
+        return {"variant": self.variant, "backend": self.backend, "world_size": self.world_size,
+                "status": self.status, "returncode": self.returncode, "wall_s": round(self.wall_s, 2),
+                "points": len(self.rows), "message": self.message}
+
+
+def check_request(backend: str, world_size, ops: Sequence[str]) -> None:
+    """Raise CollectiveConfigError for a sweep that cannot run here, naming the input and the fix."""
+    import torch
+    import torch.distributed as dist
+
+    if backend not in BACKENDS:
+        raise CollectiveConfigError(f"backend = {backend!r} is not supported; choose one of {BACKENDS}")
+    if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
+        raise CollectiveConfigError(f"world_size = {world_size!r} must be an integer >= 1 (processes to launch)")
+    bad = [o for o in ops if o not in OPS]
+    if bad or not ops:
+        raise CollectiveConfigError(f"ops = {list(ops)!r}: choose one or more of {OPS}")
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise CollectiveConfigError("backend 'nccl' is unavailable: torch sees no CUDA GPU here; "
+                                        "use backend='gloo' to measure CPU processes")
+        if not dist.is_nccl_available():
+            raise CollectiveConfigError("backend 'nccl' is unavailable: this torch build has no NCCL; "
+                                        "install a CUDA build of torch or use backend='gloo'")
+        n = torch.cuda.device_count()
+        if world_size > n:
+            raise CollectiveConfigError(f"world_size = {world_size} is more ranks than the {n} GPU(s) here; "
+                                        f"NCCL needs one GPU per rank: use world_size <= {n}")
+    else:
+        if not dist.is_gloo_available():
+            raise CollectiveConfigError("backend 'gloo' is unavailable in this torch build; use 'nccl' on a GPU machine")
+        n = os.cpu_count() or 1
+        if world_size > n:
+            raise CollectiveConfigError(f"world_size = {world_size} is more ranks than the {n} CPU core(s) here; "
+                                        f"the processes would share cores and time the scheduler: use world_size <= {n}")
+
+
+def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = OPS, variant: str = "default",
+                    env: dict[str, str] | None = None, warmup: int = 5, iters: int = 20, repeats: int = 3,
+                    dtype: str = "float32", timeout_s: float = 120, hang_rank: int = -1,
+                    workdir: str | Path | None = None) -> RunResult:
+    """Launch one sweep with torchrun and collect its points. Bad requests raise CollectiveConfigError;
+    a run that fails or hangs returns a RunResult with status 'failed' or 'timeout' and the error text."""
+    check_request(backend, world_size, ops)
+    sizes = parse_sizes(sizes)
+    for k, v in (("warmup", warmup), ("iters", iters), ("repeats", repeats)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == "warmup" else 1):
+            raise CollectiveConfigError(f"{k} = {v!r} must be an integer >= {0 if k == 'warmup' else 1}")
+    if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
+        raise CollectiveConfigError(f"timeout_s = {timeout_s!r} must be a positive number of seconds")
+    wd = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="collectives-"))
+    wd.mkdir(parents=True, exist_ok=True)
+    out = wd / f"points-{backend}-{world_size}-{_slug(variant)}-{os.getpid()}-{time.time_ns()}.jsonl"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
+           "-m", "helpers.collective_worker", "--backend", backend, "--ops", ",".join(ops),
+           "--sizes", ",".join(str(s) for s in sizes), "--dtype", dtype, "--warmup", str(warmup),
+           "--iters", str(iters), "--repeats", str(repeats), "--variant", variant, "--out", str(out),
+           "--hang-rank", str(hang_rank)]
+    full_env = {**os.environ, **BASE_ENV, **(env or {})}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
+                            start_new_session=True)
+    try:
+        text, _ = proc.communicate(timeout=timeout_s)
+        status = "ok" if proc.returncode == 0 else "failed"
+        msg = "" if status == "ok" else _tail(text)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        text = _drain(proc)
+        status = "timeout"
+        msg = (f"no result within {timeout_s:g} s: torchrun and its workers were killed (a rank hung or "
+               f"the backend stalled); points finished before that are kept")
+    wall = time.perf_counter() - t0
+    rows = _read_points(out)
+    return RunResult(variant, backend, world_size, status, proc.returncode, wall, msg, rows, text or "")
+
+
+def _slug(s: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in s)
+
+
+def _tail(text: str | None, n: int = 1500) -> str:
+    text = (text or "").strip()
+    lines = [ln for ln in text.splitlines() if ln.strip() and not set(ln.strip()) <= {"*"}]
+    return "\n".join(lines)[-n:]
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """End the torchrun we started and every worker it started (they share its new session)."""
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            # the group may outlive its leader; make sure no worker is left
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _drain(proc: subprocess.Popen) -> str:
+    try:
+        text, _ = proc.communicate(timeout=5)
+        return text or ""
+    except Exception:
+        return ""
+
+
+def _read_points(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def tidy(results: Sequence[RunResult], device_label: str = "") -> pd.DataFrame:
+    """One row per op x size x variant (x backend x world size): time spread over repeats, algbw, busbw."""
+    rows = []
+    for r in results:
+        for p in r.rows:
+            t = np.asarray(p["times_us"], dtype=float)
+            med = float(np.median(t))
+            n = int(p["world_size"])
+            dev = device_label or p.get("device", "")
+            rows.append({
+                "op": p["op"], "backend": p["backend"], "variant": p["variant"], "world_size": n,
+                "harness": "eager", "placement": p["placement"], "dtype": p["dtype"], "count": p["count"],
+                "size_bytes": p["size_bytes"], "iters": p["iters"], "repeats": p["repeats"], "warmup": p["warmup"],
+                "time_us": med, "time_us_p10": float(np.percentile(t, 10)), "time_us_p90": float(np.percentile(t, 90)),
+                "time_us_min": float(t.min()), "time_us_max": float(t.max()),
+                "algbw_GBps": float(algbw_GBps(p["size_bytes"], med)),
+                "busbw_GBps": float(busbw_GBps(p["op"], p["size_bytes"], med, n)),
+                "device": dev, "kind": f"measured: this machine ({p['backend']}, {n} processes)",
+            })
+    cols = ["op", "backend", "variant", "world_size", "harness", "placement", "dtype", "count", "size_bytes",
+            "iters", "repeats", "warmup", "time_us", "time_us_p10", "time_us_p90", "time_us_min", "time_us_max",
+            "algbw_GBps", "busbw_GBps", "device", "kind"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def run_variants(variants: Sequence[str], world_size: int, sizes, ops: Sequence[str] = OPS,
+                 timeout_s: float = 120, progress: bool = False, **kw) -> list[RunResult]:
+    """One NCCL sweep per variant; a failing or hanging variant is reported and the rest still run."""
+    unknown = [v for v in variants if v not in NCCL_VARIANTS]
+    if unknown:
+        raise CollectiveConfigError(f"unknown NCCL variant(s) {unknown}; choose from {list(NCCL_VARIANTS)}")
+    it = variants
+    if progress:
+        from tqdm.auto import tqdm
+        it = tqdm(variants, desc="NCCL variants")
+    return [run_collectives("nccl", world_size, sizes, ops, variant=v, env=NCCL_VARIANTS[v],
+                            timeout_s=timeout_s, **kw) for v in it]

@@ -1,0 +1,342 @@
+"""The interconnect suite of the VM/P2P chapter: copy sweeps, collective sweeps, NCCL variants, fits.
+
+`run_suite(preset, out_dir)` measures whatever this machine has:
+- GPUs: every copy path and harness (helpers.copybench); NCCL collectives with one process per GPU, and
+  one sweep per NCCL variant where there are two GPUs or more.
+- one GPU: the peer path and the variants are skipped with the reason; NCCL on one rank shows the
+  library's own floor (no data crosses a link) and gloo between two CPU processes is measured too.
+- no GPU: CPU memcpy and gloo between CPU processes, labelled as such.
+
+`fit_table` gives the alpha-beta fits that the diagnosis chapter reads (`FIT_COLUMNS`, exactly);
+`recorded_fit` fits the original VM's copy sweep. The figure functions draw through helpers.plotting.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import alphabeta, collectives, copybench, plotting, recorded
+
+FIT_COLUMNS = ["scope", "path", "harness", "variant", "backend", "world_size", "device", "alpha_us",
+               "beta_GBps", "median_rel_err", "max_rel_err", "n_points", "min_bytes", "max_bytes", "kind"]
+
+RECORDED_PATH = "recorded_vm_gpu0_to_gpu1"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Sizes and repetition counts of one suite; `quick` is for CPU machines and CI, `full` for GPUs."""
+    copy_min: str
+    copy_max: str
+    copy_factor: int
+    copy_iters: int
+    copy_repeats: int
+    copy_warmup: int
+    copy_budget: int          # bytes one timed block may move
+    coll_min: str
+    coll_max: str
+    coll_factor: int
+    coll_iters: int
+    coll_repeats: int
+    coll_warmup: int
+
+
+PRESETS = {
+    "quick": Preset("64", "4MiB", 4, 50, 5, 3, 2**26, "64", "1MiB", 16, 10, 3, 2),
+    "full": Preset("4", "256MiB", 2, 200, 7, 10, 2**31, "8", "256MiB", 2, 20, 5, 5),
+}
+
+
+@dataclass
+class Machine:
+    gpus: int
+    gpu_name: str
+    cpus: int
+    p2p_pairs: int            # ordered GPU pairs with peer access
+
+    @property
+    def label(self) -> str:
+        return f"{self.gpus}x {self.gpu_name}" if self.gpus else f"CPU only, {self.cpus} cores"
+
+
+def machine() -> Machine:
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    pairs = sum(torch.cuda.can_device_access_peer(i, j) for i in range(n) for j in range(n) if i != j) if n else 0
+    return Machine(n, torch.cuda.get_device_name(0) if n else "", os.cpu_count() or 1, int(pairs))
+
+
+def message_sizes(preset: Preset, scope: str = "copy", multiple_of: int = 1) -> list[int]:
+    dec = copybench.decode_message_sizes()["size_bytes"].tolist()
+    if scope == "copy":
+        return copybench.sweep_sizes(preset.copy_min, preset.copy_max, preset.copy_factor, dec, multiple_of)
+    return copybench.sweep_sizes(preset.coll_min, preset.coll_max, preset.coll_factor, dec, multiple_of)
+
+
+@dataclass
+class CollectivePlan:
+    runs: list = field(default_factory=list)      # (backend, world_size, variant, note)
+    statements: list = field(default_factory=list)
+
+
+def plan_collectives(m: Machine, world_size: int = 0, variants="all") -> CollectivePlan:
+    """Which collective sweeps this machine can run, and a plain statement for what it cannot."""
+    p = CollectivePlan()
+    names = list(collectives.NCCL_VARIANTS) if variants == "all" else ([] if variants in ("none", "") else
+                                                                        [v.strip() for v in variants.split(",")])
+    unknown = [v for v in names if v not in collectives.NCCL_VARIANTS]
+    if unknown:
+        raise collectives.CollectiveConfigError(
+            f"nccl_variants: unknown variant(s) {unknown}; use 'all', 'none' or names from {list(collectives.NCCL_VARIANTS)}")
+    if m.gpus >= 2:
+        n = world_size or m.gpus
+        if n > m.gpus:
+            raise collectives.CollectiveConfigError(
+                f"world_size = {n} is more ranks than the {m.gpus} GPUs here; use world_size <= {m.gpus} (0 = all)")
+        for v in (names or ["default"]):
+            p.runs.append(("nccl", n, v, "one process per GPU"))
+        if "default" not in names and names:
+            p.runs.insert(0, ("nccl", n, "default", "one process per GPU"))
+    else:
+        if m.gpus == 1:
+            p.runs.append(("nccl", 1, "default", "one rank: the library floor, no data crosses a link"))
+            p.statements.append(
+                "This machine has one GPU, so no collective crosses a GPU-to-GPU link and the NCCL variants "
+                "(which change how data crosses links) have nothing to change: they are skipped. NCCL on one "
+                "rank is measured to show the library's own floor; the CPU processes below show a real exchange.")
+        else:
+            p.statements.append(
+                "This machine has no GPU: the collectives run with gloo between CPU processes (process to "
+                "process through shared memory and sockets), not between GPUs, and the NCCL variants are skipped.")
+        n = world_size or min(2, m.cpus)
+        if n >= 2:
+            p.runs.append(("gloo", n, "default", "CPU processes"))
+        else:
+            p.statements.append("Only one CPU core: a two-process gloo exchange would time the scheduler; skipped.")
+    return p
+
+
+def run_suite(preset: str | Preset = "quick", out_dir: str | Path | None = None, world_size: int = 0,
+              variants: str = "all", timeout_s: float = 180, progress: bool = False,
+              do_copies: bool = True, do_collectives: bool = True) -> dict:
+    """Measure everything this machine can; returns a dict of DataFrames and statements, and writes
+    copy_sweep.csv, collective_sweep.csv, fits.csv (and the skipped/run logs) into out_dir if given."""
+    pr = PRESETS[preset] if isinstance(preset, str) else preset
+    t0 = time.perf_counter()
+    m = machine()
+    dec = copybench.decode_message_sizes()
+    token_of = dict(zip(dec["size_bytes"], dec["tokens"]))
+    out: dict = {"machine": m, "statements": [], "timings_s": {}}
+    if do_copies:
+        cfg = copybench.CopyConfig(sizes=message_sizes(pr, "copy"), iters=pr.copy_iters, repeats=pr.copy_repeats,
+                                   warmup=pr.copy_warmup, budget_bytes=pr.copy_budget)
+        out["copy_sweep"], out["copy_skipped"] = copybench.run_copy_sweep(cfg, progress, token_of)
+    else:
+        out["copy_sweep"], out["copy_skipped"] = None, None
+    out["timings_s"]["copies"] = time.perf_counter() - t0
+    results = []
+    if do_collectives:
+        plan = plan_collectives(m, world_size, variants)
+        out["statements"] += plan.statements
+        wd = Path(out_dir) / "collective_points" if out_dir else None
+        it = plan.runs
+        if progress:
+            from tqdm.auto import tqdm
+            it = tqdm(plan.runs, desc="collectives")
+        for backend, n, variant, _note in it:
+            sizes = message_sizes(pr, "collective", multiple_of=4)
+            try:
+                results.append(collectives.run_collectives(
+                    backend, n, sizes, variant=variant, env=collectives.NCCL_VARIANTS.get(variant, {}),
+                    warmup=pr.coll_warmup, iters=pr.coll_iters, repeats=pr.coll_repeats, timeout_s=timeout_s,
+                    workdir=wd))
+            except collectives.CollectiveConfigError as e:
+                results.append(collectives.RunResult(variant, backend, n, "failed", None, 0.0, str(e)))
+    out["collective_results"] = results
+    out["collective_sweep"] = collectives.tidy(results)
+    out["collective_runs"] = pd.DataFrame([r.summary() for r in results],
+                                          columns=["variant", "backend", "world_size", "status", "returncode",
+                                                   "wall_s", "points", "message"])
+    out["timings_s"]["collectives"] = time.perf_counter() - t0 - out["timings_s"]["copies"]
+    out["fits"] = pd.concat([recorded_fit(), fit_table(out["copy_sweep"], out["collective_sweep"], m)],
+                            ignore_index=True)
+    out["timings_s"]["total"] = time.perf_counter() - t0
+    if out_dir:
+        save(out, out_dir)
+    return out
+
+
+def save(out: dict, out_dir) -> None:
+    from .results import save_table
+
+    d = Path(out_dir)
+    for name in ("copy_sweep", "copy_skipped", "collective_sweep", "collective_runs", "fits"):
+        if out.get(name) is not None:
+            save_table(d, name, out[name])
+
+
+# ------------------------------------------------------------------------------------------ fits
+def _fit_row(sizes, times, **meta) -> dict:
+    f = alphabeta.fit(sizes, times)
+    return {**meta, "alpha_us": f.alpha_us, "beta_GBps": f.beta_GBps, "median_rel_err": f.median_rel_err,
+            "max_rel_err": f.max_rel_err, "n_points": f.n_points, "min_bytes": int(f.min_bytes),
+            "max_bytes": int(f.max_bytes)}
+
+
+def recorded_copy_sweep() -> pd.DataFrame:
+    """The original VM's GPU0->GPU1 copy sweep, with message sizes derived from tokens x hidden x 2 B."""
+    rec = recorded.load("recorded/copy_sweep.csv")
+    rec = rec[rec["tokens"].notna() & rec["latency_us"].notna()].copy()
+    dec = copybench.decode_message_sizes()
+    rec["size_bytes"] = rec["tokens"].astype(int).map(dict(zip(dec["tokens"], dec["size_bytes"])))
+    rec["time_us"] = rec["latency_us"].astype(float)
+    rec["bandwidth_GBps"] = rec["bandwidth_GBps"].astype(float)
+    return rec[["path", "label", "tokens", "size_bytes", "time_us", "bandwidth_GBps", "source"]].reset_index(drop=True)
+
+
+def recorded_device() -> str:
+    hw = recorded.hardware()
+    return f"recorded: original VM ({hw['gpu_count'].value}x {hw['gpu_model'].value}, P2P {hw['p2p_read_all_pairs'].value})"
+
+
+def recorded_fit() -> pd.DataFrame:
+    rec = recorded_copy_sweep()
+    row = _fit_row(rec["size_bytes"], rec["time_us"], scope="copy", path=RECORDED_PATH, harness="eager",
+                   variant="n/a", backend="cuda", world_size=2, device=recorded_device(),
+                   kind="derived: fit to recorded")
+    return pd.DataFrame([row], columns=FIT_COLUMNS)
+
+
+def fit_table(copy_sweep: pd.DataFrame | None, collective_sweep: pd.DataFrame | None, m: Machine | None = None) -> pd.DataFrame:
+    """Alpha-beta fits per copy path x harness and per collective x variant x backend x world size."""
+    rows = []
+    if copy_sweep is not None and len(copy_sweep):
+        for (path, harness), g in copy_sweep.groupby(["path", "harness"], sort=False):
+            if harness not in ("eager", "graph") or g["size_bytes"].nunique() < 2:
+                continue
+            two = path in ("peer",) or (path == "host_bounce" and m is not None and m.gpus > 1)
+            rows.append(_fit_row(g["size_bytes"], g["time_us"], scope="copy", path=path, harness=harness,
+                                 variant="default", backend="cpu" if path == "cpu_memcpy" else "cuda",
+                                 world_size=2 if two else 1, device=g["device"].iloc[0], kind="measured"))
+    if collective_sweep is not None and len(collective_sweep):
+        keys = ["op", "harness", "variant", "backend", "world_size"]
+        for (op, harness, variant, backend, n), g in collective_sweep.groupby(keys, sort=False):
+            if g["size_bytes"].nunique() < 2:
+                continue
+            dev = g["device"].iloc[0]
+            rows.append(_fit_row(g["size_bytes"], g["time_us"], scope="collective", path=op, harness=harness,
+                                 variant=variant, backend=backend, world_size=int(n),
+                                 device=f"{n}x {dev}" if backend == "nccl" else f"{n} CPU processes",
+                                 kind="measured"))
+    return pd.DataFrame(rows, columns=FIT_COLUMNS)
+
+
+# ------------------------------------------------------------------------------------------ figures
+_HARNESS_STYLE = {"eager": "-", "graph": "--", "queued": ":"}
+
+
+def plot_copy(copy_sweep: pd.DataFrame | None, what: str = "time_us", show_recorded: bool = True):
+    """Copy time (or bandwidth) against size per path and harness, the original VM beside it."""
+    fig, ax = plotting.figure(width=7.2, height=4.2)
+    if copy_sweep is not None and len(copy_sweep):
+        for i, ((path, harness), g) in enumerate(copy_sweep.groupby(["path", "harness"], sort=False)):
+            g = g.sort_values("size_bytes")
+            lo = g[what.replace("time_us", "time_us_p10")] if what == "time_us" else None
+            hi = g[what.replace("time_us", "time_us_p90")] if what == "time_us" else None
+            lab = "cpu memcpy" if path == "cpu_memcpy" else path.replace("_", " ")
+            plotting.size_sweep(ax, g["size_bytes"], g[what], f"{lab}, {harness} (measured)", lower=lo, upper=hi,
+                                color=plotting.CYCLE[list(copybench.PATHS).index(path) % len(plotting.CYCLE)],
+                                ls=_HARNESS_STYLE.get(harness, "-"))
+    if show_recorded:
+        rec = recorded_copy_sweep()
+        col = "time_us" if what == "time_us" else "bandwidth_GBps"
+        plotting.size_sweep(ax, rec["size_bytes"], rec[col], "GPU0 to GPU1, eager (recorded: original VM)",
+                            color=plotting.PALETTE["recorded"], marker="s", lw=2.2)
+        if what == "time_us":
+            f = recorded_fit().iloc[0]
+            xs = np.geomspace(rec["size_bytes"].min(), rec["size_bytes"].max(), 30)
+            ax.plot(xs, f.alpha_us + xs / (f.beta_GBps * 1e3), color=plotting.PALETTE["model"], lw=1,
+                    ls=(0, (1, 1)), label="alpha-beta fit to the recorded sweep (derived)")
+    ax.set_yscale("log")
+    ax.set_xlabel("message size")
+    ax.set_ylabel("time per copy (us)" if what == "time_us" else "bandwidth (GB/s)")
+    ax.legend(fontsize=7, loc="upper left")
+    return fig
+
+
+def plot_harness(copy_sweep: pd.DataFrame | None):
+    """Per decode size: the recorded VM copy beside this machine's same-device eager and graph copy."""
+    rec = recorded_copy_sweep()
+    fig, ax = plotting.figure(width=7.0, height=3.8)
+    x = np.arange(len(rec))
+    bars = [("GPU0 to GPU1, eager (recorded: original VM)", rec["time_us"].to_numpy(), plotting.PALETTE["recorded"])]
+    if copy_sweep is not None and len(copy_sweep):
+        floor_path = "same_device" if (copy_sweep["path"] == "same_device").any() else "cpu_memcpy"
+        for h, c in (("eager", plotting.PALETTE["measured"]), ("graph", "#92c5de"), ("queued", "#d1e5f0")):
+            g = copy_sweep[(copy_sweep.path == floor_path) & (copy_sweep.harness == h)].set_index("size_bytes")
+            if len(g):
+                vals = [g["time_us"].get(s, np.nan) for s in rec["size_bytes"]]
+                name = "same GPU" if floor_path == "same_device" else "cpu memcpy"
+                bars.append((f"{name}, {h} (measured: this machine)", np.array(vals), c))
+    w = 0.8 / len(bars)
+    for i, (lab, vals, c) in enumerate(bars):
+        ax.bar(x + (i - (len(bars) - 1) / 2) * w, vals, w, label=lab, color=c)
+    ax.set_xticks(x, [f"{int(t)} tok\n{s / 1024:g} KiB" for t, s in zip(rec["tokens"], rec["size_bytes"])])
+    ax.set_yscale("log")
+    ax.set_ylabel("time per copy (us)")
+    ax.set_xlabel("message size (tokens x hidden x 2 B)")
+    ax.legend(fontsize=7, loc="upper left")
+    return fig
+
+
+def plot_collectives(sweep: pd.DataFrame | None, variants_only: bool = False, statement: str = ""):
+    """Collective time against size: one line per op/backend/world size, or per NCCL variant."""
+    fig, ax = plotting.figure(width=7.2, height=4.2)
+    if sweep is None or not len(sweep):
+        ax.text(0.5, 0.5, statement or "no collective measured on this machine", ha="center", va="center",
+                transform=ax.transAxes, wrap=True, fontsize=9)
+        ax.set_axis_off()
+        return fig
+    if variants_only:
+        sweep = sweep[(sweep.backend == "nccl") & (sweep.op == "all_reduce")]
+        keys = ["variant"]
+    else:
+        sweep = sweep[sweep.variant == "default"]
+        keys = ["op", "backend", "world_size"]
+    for k, g in sweep.groupby(keys, sort=False):
+        k = k if isinstance(k, tuple) else (k,)
+        g = g.sort_values("size_bytes")
+        if variants_only:
+            lab = f"NCCL_{k[0]}" if k[0] != "default" else "default"
+        else:
+            lab = f"{k[0].replace('_', '-')}, {k[1]}, {k[2]} {'GPUs' if k[1] == 'nccl' else 'processes'}"
+        plotting.size_sweep(ax, g["size_bytes"], g["time_us"], lab + " (measured)", lower=g["time_us_p10"],
+                            upper=g["time_us_p90"])
+    for s in copybench.decode_message_sizes()["size_bytes"]:
+        ax.axvline(s, color="#999999", lw=0.6, ls=":")
+    ax.set_yscale("log")
+    ax.set_xlabel("message size per rank (dotted: decode sizes)")
+    ax.set_ylabel("time per collective (us)")
+    ax.legend(fontsize=7, loc="upper left")
+    return fig
+
+
+def best_variant(sweep: pd.DataFrame, sizes) -> pd.DataFrame:
+    """Per decode size, the NCCL variant with the lowest all-reduce time (and the default's time)."""
+    s = sweep[(sweep.backend == "nccl") & (sweep.op == "all_reduce") & (sweep.world_size > 1)]
+    rows = []
+    for size in sizes:
+        g = s[s.size_bytes == size]
+        if not len(g):
+            continue
+        b = g.loc[g.time_us.idxmin()]
+        d = g[g.variant == "default"]
+        rows.append({"size_bytes": int(size), "best_variant": b.variant, "best_time_us": b.time_us,
+                     "default_time_us": float(d.time_us.iloc[0]) if len(d) else np.nan})
+    return pd.DataFrame(rows, columns=["size_bytes", "best_variant", "best_time_us", "default_time_us"])
