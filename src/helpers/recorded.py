@@ -41,7 +41,7 @@ def sources() -> dict:
 
 def _convert(name: str, col: str, kind: str, raw: pd.Series) -> pd.Series:
     if kind == "str":
-        return raw.astype("string")
+        return raw.astype("string").str.strip().replace("", pd.NA)
     out = []
     for i, v in raw.items():
         if pd.isna(v) or str(v).strip() == "":

@@ -1,0 +1,109 @@
+"""Every chapter: source hygiene, no typed seed figures, bad parameters refused, and execution with
+papermill under the `recorded` and `auto` targets followed by a strict book build."""
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from helpers import nbtools, repo_root, runbook
+
+ROOT = repo_root()
+CHAPTERS = runbook.chapters(ROOT)
+STEMS = [runbook.stem(d) for d in CHAPTERS]
+
+# Figures from the seeds that must come from data/, never be typed (same list as the stop hook).
+SEED_LITERALS = ["13.7", "210.9", "484.8", "32.59", "166.48", "19.67", "9.49", "3.47", "11.10", "1033", "0.90"]
+LITERAL = re.compile(r"(?<![\d.])(" + "|".join(re.escape(s) for s in SEED_LITERALS) + r")(?![\d])")
+
+
+@pytest.mark.parametrize("doc", CHAPTERS, ids=STEMS)
+def test_source_notebook_hygiene(doc):
+    assert nbtools.problems(ROOT / f"{doc}.ipynb") == []
+
+
+@pytest.mark.parametrize("doc", CHAPTERS, ids=STEMS)
+def test_no_seed_figure_typed_into_a_notebook(doc):
+    nb = json.loads((ROOT / f"{doc}.ipynb").read_text())
+    for cell in nb["cells"]:
+        m = LITERAL.search("".join(cell["source"]))
+        assert not m, f"{doc}: typed figure {m.group(1)} in a {cell['cell_type']} cell; load it from data/"
+
+
+def test_no_seed_figure_typed_into_src():
+    for py in (ROOT / "src").rglob("*.py"):
+        for i, line in enumerate(py.read_text().splitlines(), 1):
+            if line.lstrip().startswith("#"):
+                continue
+            m = LITERAL.search(line)
+            assert not m, f"{py}:{i}: typed figure {m.group(1)}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("doc", CHAPTERS, ids=STEMS)
+def test_bad_parameter_fails_at_once_naming_it(doc, tmp_path):
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    with pytest.raises(PapermillExecutionError) as ei:
+        papermill.execute_notebook(str(ROOT / f"{doc}.ipynb"), str(tmp_path / "out.ipynb"),
+                                   parameters={"mode": "bogus", "run_dir": str(tmp_path)},
+                                   progress_bar=False, kernel_name="python3", cwd=str(ROOT))
+    assert ei.value.ename == "ParameterError"
+    assert "parameter 'mode' = 'bogus'" in ei.value.evalue and "recorded" in ei.value.evalue
+
+
+def _run(target, tmp_path_factory, build):
+    runs = tmp_path_factory.mktemp(f"runs-{target}")
+    args = [sys.executable, "-m", "helpers.runbook", "--target", target, "--runs-dir", str(runs),
+            "--run-id", target]
+    if not build:
+        args.append("--no-build")
+    proc = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=1800)
+    manifest = json.loads((runs / target / "manifest.json").read_text())
+    return proc, manifest, runs / target
+
+
+@pytest.fixture(scope="module")
+def recorded_run(tmp_path_factory):
+    return _run("recorded", tmp_path_factory, build=False)
+
+
+@pytest.fixture(scope="module")
+def auto_run(tmp_path_factory):
+    return _run("auto", tmp_path_factory, build=True)
+
+
+def _check(run, stem):
+    proc, manifest, _ = run
+    rec = next(c for c in manifest["chapters"] if c["stem"] == stem)
+    err = rec.get("error") or {}
+    assert rec["status"] == "ok", f"{stem}: {err.get('ename')}: {err.get('evalue')}\n{err.get('traceback', '')[-3000:]}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", STEMS)
+def test_chapter_executes_under_recorded(recorded_run, stem):
+    _check(recorded_run, stem)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", STEMS)
+def test_chapter_executes_under_auto(auto_run, stem):
+    _check(auto_run, stem)
+
+
+@pytest.mark.slow
+def test_auto_run_builds_strictly_with_a_status_page(auto_run):
+    proc, manifest, run = auto_run
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    html = ROOT / "_build" / "html"
+    assert (html / "index.html").exists()
+    status = (html / "appendix" / "status.html").read_text()
+    assert manifest["run_id"] in status
+    for stem in STEMS:
+        assert (html / "notebooks" / f"{stem}.html").exists()
+    # one progress line per chapter, with its time
+    lines = [l for l in proc.stdout.splitlines() if re.match(r"\[\s*\d+/\d+\]", l)]
+    assert len(lines) == len(STEMS) and all(re.search(r"\d+\.\d s", l) for l in lines)

@@ -1,0 +1,45 @@
+import pytest
+
+from helpers import params
+
+
+def test_valid_values_are_normalised():
+    out = params.validate(
+        {"mode": "auto", "n": 3.0, "sizes": [1, 2], "flag": True, "path": ""},
+        {"mode": params.choice(*params.MODES), "n": params.number(1, 10, integer=True),
+         "sizes": params.number_list(lo=1, integer=True), "flag": params.boolean(), "path": params.string()},
+    )
+    assert out == {"mode": "auto", "n": 3, "sizes": [1, 2], "flag": True, "path": ""}
+
+
+@pytest.mark.parametrize("name,value,spec,expect", [
+    ("mode", "fast", params.choice("recorded", "auto"), "one of 'recorded', 'auto'"),
+    ("n", 0, params.number(1, 10, integer=True), "an integer >= 1 and <= 10"),
+    ("n", 2.5, params.number(1, 10, integer=True), "an integer"),
+    ("n", True, params.number(), "a number"),
+    ("sizes", "1,2", params.number_list(lo=1), "a list"),
+    ("sizes", [1, -4], params.number_list(lo=1), "a list"),
+    ("flag", "yes", params.boolean(), "True or False"),
+    ("url", "", params.string(allow_empty=False), "not empty"),
+])
+def test_bad_value_names_parameter_value_and_allowed(name, value, spec, expect):
+    with pytest.raises(params.ParameterError) as ei:
+        params.validate({name: value}, {name: spec})
+    msg = str(ei.value)
+    assert f"parameter '{name}' = {value!r}" in msg
+    assert expect in msg
+    assert "targets/" in msg  # says how to fix it
+
+
+def test_missing_and_unspecified_parameters():
+    with pytest.raises(params.ParameterError, match="missing"):
+        params.validate({}, {"mode": params.choice("auto")})
+    with pytest.raises(params.ParameterError, match="no spec"):
+        params.validate({"mode": "auto", "x": 1}, {"mode": params.choice("auto")})
+
+
+def test_run_directory(tmp_path):
+    out = params.run_directory(str(tmp_path), "06_vm_p2p")
+    assert out == tmp_path / "results" / "06_vm_p2p" and out.is_dir()
+    tmp = params.run_directory("", "x")
+    assert tmp.is_dir() and tmp.name == "x"

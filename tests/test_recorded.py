@@ -1,0 +1,78 @@
+import pandas as pd
+import pytest
+
+from helpers import recorded
+
+
+@pytest.mark.parametrize("name", recorded.tables())
+def test_every_table_loads_and_cites_a_known_source(name):
+    df = recorded.load(name)
+    assert len(df) > 0
+    assert df["source"].isin(list(recorded.sources())).all()
+
+
+def _raw(name):
+    return pd.read_csv(recorded.data_dir() / name, dtype=str, keep_default_na=False)
+
+
+def test_bad_number_names_file_row_and_column():
+    df = _raw("recorded/copy_sweep.csv")
+    df.loc[1, "latency_us"] = "fast"
+    with pytest.raises(recorded.DataError, match=r"copy_sweep.csv, row 3, column 'latency_us'"):
+        recorded.validate("recorded/copy_sweep.csv", df)
+
+
+def test_unknown_source_is_refused():
+    df = _raw("recorded/hardware.csv")
+    df.loc[0, "source"] = "blog-post"
+    with pytest.raises(recorded.DataError, match="source 'blog-post' is not an id"):
+        recorded.validate("recorded/hardware.csv", df)
+
+
+def test_missing_required_value_and_bad_choice():
+    df = _raw("recorded/backend_matrix.csv")
+    df.loc[0, "outcome"] = "maybe"
+    with pytest.raises(recorded.DataError, match="'maybe' is not one of"):
+        recorded.validate("recorded/backend_matrix.csv", df)
+    df = _raw("recorded/backend_matrix.csv")
+    df.loc[2, "backend"] = ""
+    with pytest.raises(recorded.DataError, match="required column 'backend' is empty"):
+        recorded.validate("recorded/backend_matrix.csv", df)
+
+
+def test_value_or_range_required():
+    df = _raw("recorded/serving.csv")
+    df.loc[0, "value"] = ""
+    with pytest.raises(recorded.DataError, match="needs one of"):
+        recorded.validate("recorded/serving.csv", df)
+
+
+def test_unknown_phase_and_columns():
+    df = _raw("recorded/timeline.csv")
+    df.loc[0, "phase"] = "lunch"
+    with pytest.raises(recorded.DataError, match="phase 'lunch'"):
+        recorded.validate("recorded/timeline.csv", df)
+    with pytest.raises(recorded.DataError, match="unexpected"):
+        recorded.validate("recorded/timeline.csv", df.assign(extra="x"))
+
+
+def test_unknown_table_and_model_are_named():
+    with pytest.raises(recorded.DataError, match="known tables"):
+        recorded.load("recorded/nothing.csv")
+    with pytest.raises(recorded.DataError, match="known: .*glm5"):
+        recorded.model_config("gpt-9")
+
+
+def test_recorded_copy_sweep_is_self_consistent_with_hidden_size():
+    """The seed's bandwidths equal tokens x hidden x 2 bytes / latency: the sizes are derived, not typed."""
+    cfg = recorded.model_config("glm5")
+    df = recorded.load("recorded/copy_sweep.csv").dropna(subset=["tokens"])
+    size = df["tokens"].astype(float) * cfg["architecture"]["hidden_size"] * 2
+    derived_bw = size / (df["latency_us"].astype(float) * 1e3)
+    assert ((derived_bw - df["bandwidth_GBps"].astype(float)).abs() / df["bandwidth_GBps"].astype(float) < 0.02).all()
+
+
+def test_hardware_items_are_cited():
+    hw = recorded.hardware()
+    assert hw["gpu_count"].value == "8"
+    assert hw["p2p_read_all_pairs"].seed_file.endswith(".txt")
