@@ -208,6 +208,24 @@ def _point_latest(runs_dir: Path, run_dir: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- execution
+class _stderr_to:
+    """Point this process's file descriptor 2 at `f` (restored on exit)."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self.saved = os.dup(2)
+        os.dup2(self.f.fileno(), 2)
+
+    def __exit__(self, *exc):
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        return False
+
+
 def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = None,
             echo=print) -> dict:
     """Execute every chapter of the plan into run_dir; return the manifest."""
@@ -243,10 +261,13 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
         rec["parameters"] = params
         out_nb = run_dir / "notebooks" / f"{step['stem']}.ipynb"
         rec["started"] = _now()
+        if echo is print:  # show the chapter while it runs; its result completes the line
+            print(label, end=" ", flush=True)
+            label = ""
         t0 = time.perf_counter()
-        print(f"{label} running ...", end="\r", flush=True, file=sys.stderr)
         try:
-            with open(run_dir / "logs" / f"{step['stem']}.log", "w") as log:
+            with open(run_dir / "logs" / f"{step['stem']}.log", "w") as log, _stderr_to(log):
+                # the kernel process inherits fd 2: its own warnings land in the chapter's log
                 papermill.execute_notebook(
                     str(step["notebook"]), str(out_nb), parameters=params, kernel_name="python3",
                     progress_bar=False, log_output=False, stdout_file=log, stderr_file=log,
@@ -273,7 +294,7 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
                             "traceback": traceback.format_exc()[-6000:]}
         rec["duration_s"] = round(time.perf_counter() - t0, 2)
         rec["finished"] = _now()
-        msg = f"{label} {rec['status']:<7} {rec['duration_s']:6.1f} s"
+        msg = f"{label}{' ' if label else ''}{rec['status']:<7} {rec['duration_s']:6.1f} s"
         if rec["error"]:
             msg += f"  {rec['error']['ename']}: {rec['error']['evalue'].splitlines()[0][:160] if rec['error']['evalue'] else ''}"
         echo(msg)
