@@ -20,7 +20,7 @@ TOP_KEYS = {"schema_version", "source", "measured_at", "hostname", "duration_s",
             "p2p", "virtualization", "cpu", "memory", "numa", "iommu", "software", "verdicts", "errors"}
 GPU_KEYS = {"index", "name", "uuid", "pci_bus_id", "compute_capability", "architecture", "memory_total_bytes",
             "pcie_gen_current", "pcie_gen_max", "pcie_width_current", "pcie_width_max", "power_limit_w",
-            "power_limit_default_w", "numa_node", "numa_node_source", "local_cpulist", "iommu_group"}
+            "power_limit_default_w", "numa_node", "numa_node_source", "gpu_numa_id", "local_cpulist", "iommu_group"}
 CHECKS = {"gpus", "gpu_architecture", "p2p_read", "gpu_numa_affinity", "pcie_link", "power_limit",
           "virtualization", "iommu_acs", "cuda_stack", "probe"}
 
@@ -187,6 +187,15 @@ def test_parse_acs():
         probe.parse_acs(bytes(64))
 
 
+def test_gpu_numa_node_sources():
+    assert probe.affinity_nodes([0b101, 1]) == [0, 2, 64]
+    assert probe.gpu_numa_node("1\n", [0]) == (1, "sysfs")  # the kernel's answer wins
+    assert probe.gpu_numa_node("-1", [1]) == (1, "nvml")  # one node in NVML's mask
+    assert probe.gpu_numa_node("-1", [0, 1]) == (None, None)  # every node: no affinity
+    assert probe.gpu_numa_node(None, None) == (None, None)
+    assert probe.gpu_numa_node("garbage", []) == (None, None)
+
+
 def test_parse_sm_and_link():
     assert probe.parse_sm("SM120") == (12, 0) and probe.parse_sm("sm_90") == (9, 0)
     assert probe.parse_sm("SM103") == (10, 3)
@@ -332,6 +341,19 @@ def test_original_vm_from_recorded_facts():
     assert v["virtualization"]["verdict"] == "warn"
     assert v["probe"]["verdict"] == "n/a"
     json.dumps(r)
+
+
+def test_verdicts_on_a_real_single_h200_probe():
+    """Output of `python -m helpers.probe` on the device machine (one H200 in a Firecracker VM, before
+    the NUMA affinity fallback to NVML was added), hostname and UUID scrubbed."""
+    r = json.loads((FIX / "h200_firecracker_probe.json").read_text())
+    v = by_check(probe.judge(r))
+    assert v["gpus"]["verdict"] == "warn" and "one GPU" in v["gpus"]["reason"]
+    assert v["gpu_architecture"]["verdict"] == "ok" and v["pcie_link"]["verdict"] == "ok"
+    assert v["p2p_read"]["verdict"] == "n/a" and v["cuda_stack"]["verdict"] == "ok"
+    assert v["virtualization"]["verdict"] == "warn"
+    stored = {c: x["verdict"] for c, x in by_check(r["verdicts"]).items()}
+    assert {c: x["verdict"] for c, x in v.items()} == stored  # judge() still says what the device run said
 
 
 def test_p2p_all_rejects_unknown_code():

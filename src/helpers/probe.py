@@ -21,7 +21,8 @@ JSON keys (SCHEMA_VERSION 1; other chapters read them, keep them stable)
   "0000:17:00.0"), ``compute_capability`` ("12.0"), ``architecture`` ("SM120"),
   ``memory_total_bytes``, ``pcie_gen_current``, ``pcie_gen_max``, ``pcie_width_current``,
   ``pcie_width_max``, ``power_limit_w`` (enforced), ``power_limit_default_w``, ``numa_node``
-  (int, None = unknown), ``numa_node_source`` ("nvml" | "sysfs" | None), ``local_cpulist``,
+  (the GPU's NUMA affinity, int, None = unknown), ``numa_node_source`` ("sysfs" | "nvml" | None),
+  ``gpu_numa_id`` (the GPU's own memory as a NUMA node, coherent systems only), ``local_cpulist``,
   ``iommu_group`` (str or None). Unknown values are None.
 - ``p2p_read``: N x N list of `nvidia-smi topo -p2p r` legend codes (``P2P_LEGEND``), "X" on the
   diagonal; ``p2p``: {"read", "write", "nvlink", "atomics"} -> N x N lists of the same codes.
@@ -79,6 +80,7 @@ P2P_LEGEND = {
 _P2P_STATUS = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "NS", 5: "NS", 6: "U"}
 #: nvmlGpuP2PCapsIndex_t (written out: pynvml's NVML_P2P_CAPS_INDEX_READ is the tuple (0,))
 P2P_CAPS = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}
+_AFFINITY_SCOPE_NODE = 0  # NVML_AFFINITY_SCOPE_NODE
 
 VERDICTS = ("ok", "warn", "problem", "n/a")
 NO_GPU_STATEMENT = "no NVIDIA GPU / driver on this machine"
@@ -223,6 +225,22 @@ def parse_acs(config: bytes) -> dict | None:
             return {name: bool(ctl >> bit & 1) for bit, name in enumerate(ACS_FLAGS)}
         off = (header >> 20) & 0xFFC
     return None
+
+
+def affinity_nodes(words: list[int]) -> list[int]:
+    """NUMA nodes set in an NVML affinity mask (a list of 64-bit words, node k = bit k)."""
+    return [64 * w + b for w, word in enumerate(words) for b in range(64) if int(word) >> b & 1]
+
+
+def gpu_numa_node(sysfs_numa_node: str | None, mask_nodes: list[int] | None) -> tuple[int | None, str | None]:
+    """A GPU's NUMA node and where it came from: the PCI device's sysfs `numa_node` where the kernel
+    knows it (-1 = unknown), else NVML's memory affinity when it names exactly one node (what
+    `nvidia-smi topo -m` shows as "NUMA Affinity"); (None, None) when neither says."""
+    if sysfs_numa_node and re.fullmatch(r"-?\d+", sysfs_numa_node.strip()) and int(sysfs_numa_node) >= 0:
+        return int(sysfs_numa_node), "sysfs"
+    if mask_nodes is not None and len(mask_nodes) == 1:
+        return mask_nodes[0], "nvml"
+    return None, None
 
 
 def p2p_all(n: int, code: str) -> list[list[str]]:
@@ -421,20 +439,18 @@ def _nvml(root: Path, steps: _Steps, want_p2p: bool = True) -> tuple[dict, list[
             g["power_limit_w"] = pl / 1000 if pl is not None else None
             pd_ = get(f"GPU {i} default power limit", pynvml.nvmlDeviceGetPowerManagementDefaultLimit, h)
             g["power_limit_default_w"] = pd_ / 1000 if pd_ is not None else None
-            node, src = None, None
-            if hasattr(pynvml, "nvmlDeviceGetNumaNodeId"):
-                try:
-                    node = pynvml.nvmlDeviceGetNumaNodeId(h)
-                    src = "nvml"
-                except Exception:  # noqa: BLE001 - older drivers / VMs: fall back to sysfs
-                    node = None
             dev = root / "sys/bus/pci/devices" / bus if bus else None
-            if (node is None or node < 0) and dev is not None:
-                s = _read_opt(dev / "numa_node")
-                node, src = (int(s), "sysfs") if s not in (None, "") else (None, None)
-            if node is not None and node < 0:
-                node = None
-            g["numa_node"], g["numa_node_source"] = node, (src if node is not None else None)
+            sysfs_node = _read_opt(dev / "numa_node") if dev is not None else None
+            mask = get(f"GPU {i} memory affinity", pynvml.nvmlDeviceGetMemoryAffinity, h, 4,
+                       _AFFINITY_SCOPE_NODE)
+            mask_nodes = affinity_nodes(list(mask)) if mask is not None else None
+            g["numa_node"], g["numa_node_source"] = gpu_numa_node(sysfs_node, mask_nodes)
+            g["gpu_numa_id"] = None
+            try:  # only coherent (Grace-style) systems have one; anything else means none
+                gid = pynvml.nvmlDeviceGetNumaNodeId(h)
+                g["gpu_numa_id"] = gid if gid >= 0 else None
+            except Exception:  # noqa: BLE001
+                pass
             g["local_cpulist"] = _read_opt(dev / "local_cpulist") if dev is not None else None
             grp = dev / "iommu_group" if dev is not None else None
             g["iommu_group"] = os.path.basename(os.readlink(grp)) if grp is not None and grp.is_symlink() else None
@@ -623,7 +639,7 @@ def from_recorded(hw: dict) -> dict:
         "architecture": f"SM{cc[0]}{cc[1]}" if cc else None,
         "memory_total_bytes": None, "pcie_gen_current": None, "pcie_gen_max": gen,
         "pcie_width_current": None, "pcie_width_max": width, "power_limit_w": None,
-        "power_limit_default_w": None, "numa_node": numa_node, "numa_node_source": None,
+        "power_limit_default_w": None, "numa_node": numa_node, "numa_node_source": None, "gpu_numa_id": None,
         "local_cpulist": None, "iommu_group": None,
     } for i in range(n)]
     code = val("p2p_read_all_pairs")
