@@ -21,7 +21,7 @@ TOP_KEYS = {"schema_version", "source", "measured_at", "hostname", "duration_s",
 GPU_KEYS = {"index", "name", "uuid", "pci_bus_id", "compute_capability", "architecture", "memory_total_bytes",
             "pcie_gen_current", "pcie_gen_max", "pcie_width_current", "pcie_width_max", "power_limit_w",
             "power_limit_default_w", "numa_node", "numa_node_source", "gpu_numa_id", "local_cpulist", "iommu_group"}
-CHECKS = {"gpus", "gpu_architecture", "p2p_read", "gpu_numa_affinity", "pcie_link", "power_limit",
+CHECK_NAMES = {"gpus", "gpu_architecture", "p2p_read", "gpu_numa_affinity", "pcie_link", "power_limit",
           "virtualization", "iommu_acs", "cuda_stack", "probe"}
 
 
@@ -53,7 +53,7 @@ def test_live_probe_structure_and_speed():
     assert TOP_KEYS <= set(r), f"missing keys {TOP_KEYS - set(r)}"
     assert r["schema_version"] == probe.SCHEMA_VERSION and r["source"] == "measured"
     json.dumps(r)  # JSON-able as it stands
-    assert set(by_check(r["verdicts"])) == CHECKS
+    assert set(by_check(r["verdicts"])) == CHECK_NAMES == set(probe.CHECKS)
     assert all(v["verdict"] in probe.VERDICTS and v["reason"] for v in r["verdicts"])
     assert r["cpu"]["logical_cpus"] >= 1 and r["cpu"]["model"]
     assert r["memory"]["total_bytes"] > 0
@@ -367,6 +367,9 @@ def test_p2p_matrix_figure():
     fig, ax = plotting.figure()
     plotting.p2p_matrix(ax, probe.p2p_all(3, "NS"), "recorded: original VM")
     assert len(ax.texts) == 9 and "recorded" in ax.get_xlabel()
+    fig, ax = plotting.figure()
+    plotting.p2p_matrix(ax, None, "no GPU pair on this machine")
+    assert ax.texts[0].get_text() == "no GPU pair on this machine" and not ax.axison
     with pytest.raises(ValueError, match="matrix of codes"):
         plotting.p2p_matrix(ax, [["X", "??"], ["OK", "X"]])
 

@@ -99,10 +99,15 @@ P2P_COLORS = {"OK": "#4d9221", "CNS": "#e08214", "GNS": "#e08214", "TNS": "#e082
 def p2p_matrix(ax, codes, label: str | None = None) -> None:
     """A GPU-pair P2P status matrix (rows, columns: GPU index) coloured by legend code, each cell
     labelled with its code. `codes` is an N x N list of strings ("OK", "NS", ..., "X" on the
-    diagonal); `label` goes under the x axis (say whose matrix it is)."""
+    diagonal); `label` goes under the x axis (say whose matrix it is). An empty or None `codes`
+    (no GPU pair) leaves the axes blank but for `label`, which should then say why."""
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
+    if not codes:  # nothing to draw: say why instead
+        ax.axis("off")
+        ax.text(0.5, 0.5, label or "no GPU pair", ha="center", va="center", transform=ax.transAxes)
+        return
     keys = list(P2P_COLORS)
     n = len(codes)
     unknown = {c for row in codes for c in row} - set(keys)

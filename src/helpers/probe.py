@@ -83,6 +83,28 @@ P2P_CAPS = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}
 _AFFINITY_SCOPE_NODE = 0  # NVML_AFFINITY_SCOPE_NODE
 
 VERDICTS = ("ok", "warn", "problem", "n/a")
+#: every check `judge` makes: (what it asks, why it matters for multi-GPU inference)
+CHECKS = {
+    "gpus": ("which NVIDIA GPUs NVML sees, and how many",
+             "tensor parallelism splits each layer over several identical GPUs"),
+    "gpu_architecture": ("the GPUs' compute capability",
+                         "decides which kernels exist; several fast paths are built for SM100/SM103 only"),
+    "p2p_read": ("whether each GPU may read its peers' memory directly (NVML's P2P status, the codes of "
+                 "`nvidia-smi topo -p2p r`)",
+                 "without it every all-reduce is staged through host memory"),
+    "gpu_numa_affinity": ("whether each GPU has a known NUMA node",
+                          "workers and their host buffers can then sit on the GPU's own socket"),
+    "pcie_link": ("whether each PCIe link trained at its full width (and generation)",
+                  "host-GPU bandwidth is the path of every host-staged copy"),
+    "power_limit": ("whether a GPU's power limit is below its default", "a capped GPU runs at lower clocks"),
+    "virtualization": ("VM or container: systemd-detect-virt, the cpuinfo hypervisor flag, DMI, kernel hints",
+                       "a hypervisor can hide P2P and NUMA affinity from the guest"),
+    "iommu_acs": ("IOMMU groups, and ACS redirect on the PCI bridges above the GPUs",
+                  "ACS redirect sends peer traffic up to the root complex"),
+    "cuda_stack": ("torch's CUDA version against the driver's, and NCCL's version",
+                   "a torch built for a newer CUDA than the driver's does not run"),
+    "probe": ("whether every probe step ran", "a failed step leaves its check unknown"),
+}
 NO_GPU_STATEMENT = "no NVIDIA GPU / driver on this machine"
 
 #: DMI product names / vendors that only virtual machines report
