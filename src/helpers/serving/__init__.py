@@ -1,0 +1,7 @@
+"""Live serving machinery: start a real inference server, check it answers, benchmark it.
+
+Modules: `server` (process lifecycle), `transformers_serve` and `sglang` (command builders), `client`
+(the load generator and bench_serving-style metrics), `classify` (ok / nan / crash / ... per
+attempt), `tiny_model` (random-weight models built at run time), `sweep` (resumable sweeps and
+attempt matrices).
+"""

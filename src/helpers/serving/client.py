@@ -1,0 +1,323 @@
+"""The load generator: concurrent streaming requests through `openai.AsyncOpenAI`, and the metrics
+of sglang's bench_serving computed from them.
+
+Definitions (as in `python -m sglang.bench_serving`):
+- TTFT: from sending a request to its first non-empty streamed chunk.
+- ITL: the gaps between successive non-empty chunks of a request (a chunk may hold several tokens).
+- TPOT of a request: (E2E latency - TTFT) / (output tokens - 1), for requests with more than one token.
+- E2E latency: from sending to the last chunk.
+- duration: from the start of the point to the completion of its last request.
+- output throughput: sum of output tokens / duration; total throughput: (input + output) / duration;
+  request throughput: completed requests / duration.
+- achieved concurrency: sum of E2E latencies / duration.
+Token counts come from the server's `usage` (the last chunk), never from counting chunks. Statistics:
+mean, median, p90, p99 (numpy percentiles) over completed requests; failures are counted apart.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+STATS = ("mean", "median", "p90", "p99")
+
+
+class BenchmarkError(ValueError):
+    """A benchmark cannot run with the given inputs."""
+
+
+class ServerUnreachable(ConnectionError):
+    """Nothing answers at the server URL."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Fixed-length random requests: `input_len` prompt tokens, `output_len` generated tokens."""
+
+    input_len: int
+    output_len: int
+
+    def __post_init__(self):
+        for k in ("input_len", "output_len"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise BenchmarkError(f"Workload.{k} = {v!r}: expected a positive integer number of tokens")
+
+    @property
+    def name(self) -> str:
+        return f"{self.input_len}/{self.output_len}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Workload":
+        """'256/256' -> Workload(256, 256)."""
+        try:
+            a, b = str(text).split("/")
+            return cls(int(a), int(b))
+        except (ValueError, TypeError):
+            raise BenchmarkError(
+                f"workload {text!r} is not 'INPUT/OUTPUT' token counts (e.g. '256/256' or '128/512')") from None
+
+
+@dataclass
+class RequestResult:
+    ok: bool
+    start_s: float = 0.0                 # seconds from the point's start
+    ttft_s: float = float("nan")
+    e2e_s: float = float("nan")
+    itl_s: list[float] = field(default_factory=list)
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    text: str = ""
+    error: str = ""
+
+
+def check_concurrencies(concurrencies: Sequence[int]) -> list[int]:
+    if isinstance(concurrencies, (str, bytes)) or not hasattr(concurrencies, "__iter__"):
+        raise BenchmarkError(f"concurrencies = {concurrencies!r}: expected a list of positive integers, e.g. [1, 4, 16]")
+    out = []
+    for c in concurrencies:
+        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1:
+            raise BenchmarkError(
+                f"concurrency {c!r} is not allowed: expected a positive integer (requests in flight), e.g. 1, 8, 64")
+        out.append(int(c))
+    if not out:
+        raise BenchmarkError("concurrencies is empty: give at least one positive integer, e.g. [1]")
+    return out
+
+
+def check_reachable(base_url: str, timeout_s: float = 5.0, path: str = "/v1/models") -> dict:
+    """GET <base_url><path>; raise ServerUnreachable naming the URL if nothing answers."""
+    import json
+
+    if not base_url.startswith(("http://", "https://")):
+        raise BenchmarkError(f"server URL {base_url!r}: expected http://HOST:PORT (e.g. http://127.0.0.1:8000)")
+    url = base_url.rstrip("/") + path
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            return json.loads(r.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        raise ServerUnreachable(f"{url} answered HTTP {e.code}; is this an OpenAI-compatible server?") from None
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
+        raise ServerUnreachable(
+            f"cannot reach the server at {base_url} ({getattr(e, 'reason', e)}); start it, or fix the URL "
+            "(the `server_url` parameter)") from None
+
+
+def served_model(base_url: str) -> str:
+    """The first model id the server lists at /v1/models."""
+    data = check_reachable(base_url).get("data") or []
+    if not data:
+        raise ServerUnreachable(f"{base_url}/v1/models lists no model; pass the model name explicitly")
+    return data[0]["id"]
+
+
+def make_prompts(n: int, input_len: int, tokenizer=None, seed: int = 0) -> list[str]:
+    """`n` random prompts of about `input_len` tokens.
+
+    With a tokenizer (as sglang's `random-ids`): random ids from its ordinary vocabulary, decoded to
+    text. Without: random common words, about one token each. The server's usage reports the real
+    prompt length either way."""
+    rng = random.Random(seed)
+    if tokenizer is not None:
+        special = set(getattr(tokenizer, "all_special_ids", []) or [])
+        ids = [i for i in range(len(tokenizer)) if i not in special]
+        out = []
+        for _ in range(n):
+            toks = [rng.choice(ids) for _ in range(input_len)]
+            for _ in range(4):  # decoding and re-encoding merges tokens: top up / trim to the length
+                text = tokenizer.decode(toks)
+                toks = tokenizer.encode(text, add_special_tokens=False)
+                if len(toks) == input_len:
+                    break
+                toks = toks[:input_len] + [rng.choice(ids) for _ in range(input_len - len(toks))]
+            out.append(tokenizer.decode(toks))
+        return out
+    words = ("time data model token server value layer batch cache query point range world light "
+             "water house paper music table river stone night green").split()
+    return [" ".join(rng.choice(words) for _ in range(input_len)) for _ in range(n)]
+
+
+async def _one(client, model: str, prompt: str, max_tokens: int, t_origin: float, timeout_s: float,
+               chat: bool) -> RequestResult:
+    res = RequestResult(ok=False)
+    t0 = time.perf_counter()
+    res.start_s = t0 - t_origin
+    last = None
+    parts = []
+    usage = None
+    try:
+        kw = dict(model=model, max_tokens=max_tokens, stream=True, stream_options={"include_usage": True},
+                  timeout=timeout_s)
+        if chat:
+            stream = await client.chat.completions.create(messages=[{"role": "user", "content": prompt}], **kw)
+        else:
+            stream = await client.completions.create(prompt=prompt, **kw)
+        async for chunk in stream:
+            now = time.perf_counter()
+            if chunk.usage is not None:
+                usage = chunk.usage
+            text = ""
+            if chunk.choices:
+                c = chunk.choices[0]
+                text = (c.delta.content or "") if chat else (c.text or "")
+            if text:
+                if last is None:
+                    res.ttft_s = now - t0
+                else:
+                    res.itl_s.append(now - last)
+                last = now
+                parts.append(text)
+        res.e2e_s = time.perf_counter() - t0
+        res.text = "".join(parts)
+        if usage is None:
+            res.error = "the stream carried no usage (token counts); the server must support stream_options.include_usage"
+            return res
+        res.prompt_tokens = int(usage.prompt_tokens or 0)
+        res.output_tokens = int(usage.completion_tokens or 0)
+        if last is None:
+            res.error = "no non-empty chunk was streamed"
+            return res
+        res.ok = True
+    except Exception as e:  # noqa: BLE001 - every failure is recorded, none stops the point
+        res.e2e_s = time.perf_counter() - t0
+        res.error = f"{type(e).__name__}: {e}"[:500]
+    return res
+
+
+async def run_requests(base_url: str, model: str, prompts: Sequence[str], max_tokens: int, concurrency: int,
+                       timeout_s: float = 600.0, chat: bool = False, api_key: str = "none") -> tuple[list[RequestResult], float]:
+    """Send every prompt with at most `concurrency` in flight; return (results, duration_s)."""
+    from openai import AsyncOpenAI
+
+    (concurrency,) = check_concurrencies([concurrency])
+    client = AsyncOpenAI(base_url=base_url.rstrip("/") + "/v1", api_key=api_key, max_retries=0, timeout=timeout_s)
+    sem = asyncio.Semaphore(concurrency)
+    t_origin = time.perf_counter()
+
+    async def gated(p):
+        async with sem:
+            return await _one(client, model, p, max_tokens, t_origin, timeout_s, chat)
+
+    try:
+        results = await asyncio.gather(*(gated(p) for p in prompts))
+    finally:
+        await client.close()
+    return list(results), time.perf_counter() - t_origin
+
+
+def _run(coro):
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    # inside a running loop (a Jupyter kernel): run in a fresh loop on a worker thread
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        return ex.submit(asyncio.run, coro).result()
+
+
+def _stats(prefix: str, values_s: Sequence[float]) -> dict:
+    v = np.asarray([x for x in values_s if np.isfinite(x)], dtype=float) * 1e3
+    if not len(v):
+        return {f"{s}_{prefix}_ms": float("nan") for s in STATS}
+    return {f"mean_{prefix}_ms": float(v.mean()), f"median_{prefix}_ms": float(np.median(v)),
+            f"p90_{prefix}_ms": float(np.percentile(v, 90)), f"p99_{prefix}_ms": float(np.percentile(v, 99))}
+
+
+def summarize(results: Sequence[RequestResult], duration_s: float) -> dict:
+    """bench_serving's metrics for one point (see the module docstring for the definitions)."""
+    ok = [r for r in results if r.ok]
+    out_tok = sum(r.output_tokens for r in ok)
+    in_tok = sum(r.prompt_tokens for r in ok)
+    tpot = [(r.e2e_s - r.ttft_s) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
+    itl = [x for r in ok for x in r.itl_s]
+    row = {
+        "completed": len(ok), "failed": len(results) - len(ok), "duration_s": duration_s,
+        "total_input_tokens": in_tok, "total_output_tokens": out_tok,
+        "request_throughput": len(ok) / duration_s if duration_s > 0 else float("nan"),
+        "output_throughput": out_tok / duration_s if duration_s > 0 else float("nan"),
+        "total_throughput": (in_tok + out_tok) / duration_s if duration_s > 0 else float("nan"),
+        "achieved_concurrency": sum(r.e2e_s for r in ok) / duration_s if duration_s > 0 else float("nan"),
+    }
+    row["per_stream_output_throughput"] = (
+        float(np.mean([(r.output_tokens) / r.e2e_s for r in ok if r.e2e_s > 0])) if ok else float("nan"))
+    row.update(_stats("ttft", [r.ttft_s for r in ok]))
+    row.update(_stats("itl", itl))
+    row.update(_stats("tpot", tpot))
+    row.update(_stats("e2e_latency", [r.e2e_s for r in ok]))
+    errors = sorted({r.error for r in results if not r.ok})
+    row["errors"] = " | ".join(errors)[:1000]
+    return row
+
+
+def requests_for(concurrency: int, per_concurrency: int = 5, minimum: int = 1) -> int:
+    """Requests for one point: `per_concurrency` x concurrency (sglang's steady-state rule), at least `minimum`."""
+    if per_concurrency < 1:
+        raise BenchmarkError(f"requests per concurrency = {per_concurrency}: expected >= 1 (sglang's docs advise 5)")
+    return max(minimum, per_concurrency * concurrency)
+
+
+def run_point(base_url: str, model: str, workload: Workload, concurrency: int, num_requests: int,
+              tokenizer=None, seed: int = 0, timeout_s: float = 600.0, chat: bool = False,
+              warmup: int = 1) -> dict:
+    """Benchmark one (workload, concurrency) point and return its metric row (bench_serving's fields)."""
+    (concurrency,) = check_concurrencies([concurrency])
+    if num_requests < 1:
+        raise BenchmarkError(f"num_requests = {num_requests}: expected at least 1")
+    prompts = make_prompts(num_requests + warmup, workload.input_len, tokenizer, seed)
+    if warmup:
+        _run(run_requests(base_url, model, prompts[:warmup], min(workload.output_len, 8), 1, timeout_s, chat))
+    results, duration = _run(run_requests(base_url, model, prompts[warmup:], workload.output_len, concurrency,
+                                          timeout_s, chat))
+    row = {"workload": workload.name, "input_len": workload.input_len, "output_len": workload.output_len,
+           "concurrency": concurrency, "num_requests": num_requests}
+    row.update(summarize(results, duration))
+    return row
+
+
+# -- sglang's own benchmark output -----------------------------------------------------------------
+_BENCH_FIELDS = {
+    "duration": "duration_s", "completed": "completed", "total_input_tokens": "total_input_tokens",
+    "total_output_tokens": "total_output_tokens", "request_throughput": "request_throughput",
+    "output_throughput": "output_throughput", "concurrency": "achieved_concurrency",
+    "max_concurrency": "concurrency", "random_input_len": "input_len", "random_output_len": "output_len",
+}
+
+
+def parse_bench_serving_jsonl(path) -> "pd.DataFrame":  # noqa: F821
+    """Rows of `python -m sglang.bench_serving --output-file X.jsonl` in this module's columns."""
+    import json
+
+    import pandas as pd
+
+    rows = []
+    for n, line in enumerate(open(path), 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError:
+            raise BenchmarkError(f"{path}, line {n}: not JSON; expected bench_serving's --output-file lines") from None
+        row = {new: d.get(old) for old, new in _BENCH_FIELDS.items()}
+        if row["duration_s"] and row["total_input_tokens"] is not None:
+            row["total_throughput"] = (row["total_input_tokens"] + row["total_output_tokens"]) / row["duration_s"]
+        for m in ("ttft", "tpot", "itl", "e2e_latency"):
+            for s in ("mean", "median", "p90", "p99"):
+                row[f"{s}_{m}_ms"] = d.get(f"{s}_{m}_ms")
+        if row["input_len"] and row["output_len"]:
+            row["workload"] = f"{row['input_len']}/{row['output_len']}"
+        row["failed"] = (d.get("num_prompts") or row["completed"] or 0) - (row["completed"] or 0) if d.get("num_prompts") else 0
+        row["tool"] = "sglang.bench_serving"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def result_dict(r: RequestResult) -> dict:
+    return asdict(r)

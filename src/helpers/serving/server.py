@@ -1,0 +1,285 @@
+"""Start, health-check and stop an inference server as a real child process.
+
+A server is described by a `ServerSpec` (argument list, extra environment, host, port, health path),
+never by a shell string. `Server` starts it in its own process group (so stopping it stops every
+process it spawned), copies its output line by line into a log file in the run directory, waits for
+the health URL with a time limit, and stops the whole group with SIGTERM and then SIGKILL.
+
+Nothing is left running: `with Server(...)` stops the group on any exception (a notebook interrupt is
+a KeyboardInterrupt), every live server is also stopped at interpreter exit (atexit), a finaliser
+stops one that is garbage-collected, and on Linux the server gets SIGTERM if the Python process that
+started it dies (PR_SET_PDEATHSIG).
+"""
+from __future__ import annotations
+
+import atexit
+import collections
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+
+class ServerError(RuntimeError):
+    """A server could not be started or did not become healthy."""
+
+    def __init__(self, message: str, log_excerpt: str = "", returncode: int | None = None):
+        super().__init__(message + (f"\n--- last lines of the server log ---\n{log_excerpt}" if log_excerpt else ""))
+        self.log_excerpt = log_excerpt
+        self.returncode = returncode
+
+
+class ServerExited(ServerError):
+    """The server process exited before it became healthy (or while in use)."""
+
+
+class StartupTimeout(ServerError):
+    """The server did not answer its health URL within the time limit."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on `host` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """How to start one server: `argv` is the program and its arguments (no shell)."""
+
+    argv: tuple[str, ...]
+    port: int
+    host: str = "127.0.0.1"
+    env: Mapping[str, str] = field(default_factory=dict)   # added to (and overriding) os.environ
+    health_path: str = "/health"
+    name: str = "server"
+    cwd: str | None = None
+
+    def __post_init__(self):
+        if isinstance(self.argv, (str, bytes)):
+            raise TypeError(
+                f"ServerSpec.argv = {self.argv!r} is a string; expected a list of arguments "
+                "(e.g. ['transformers', 'serve', MODEL, '--port', '8000']): servers are never started "
+                "through a shell string"
+            )
+        argv = tuple(str(a) for a in self.argv)
+        if not argv:
+            raise ValueError("ServerSpec.argv is empty; expected the program and its arguments")
+        object.__setattr__(self, "argv", argv)
+        if not (0 < int(self.port) < 65536):
+            raise ValueError(f"ServerSpec.port = {self.port!r}: expected a TCP port 1..65535")
+        if not self.health_path.startswith("/"):
+            raise ValueError(f"ServerSpec.health_path = {self.health_path!r}: expected a path starting with '/'")
+        bad = {k: v for k, v in self.env.items() if not isinstance(k, str) or not isinstance(v, str)}
+        if bad:
+            raise TypeError(f"ServerSpec.env must map strings to strings; bad entries: {bad}")
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def health_url(self) -> str:
+        return self.base_url + self.health_path
+
+
+_LIVE: "weakref.WeakSet[Server]" = weakref.WeakSet()
+
+
+def _stop_all_at_exit() -> None:
+    for srv in list(_LIVE):
+        try:
+            srv.stop()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+
+
+atexit.register(_stop_all_at_exit)
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of process group `pgid` still exists (zombies excluded where visible)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # killpg(0) also succeeds for zombies; look them up in /proc where it exists
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for p in proc.iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            stat = (p / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+class Server:
+    """One running server. Use as a context manager: `with Server(spec, log_path) as srv: ...`."""
+
+    def __init__(self, spec: ServerSpec, log_path: str | os.PathLike, startup_timeout_s: float = 120.0,
+                 stop_grace_s: float = 10.0, tail_lines: int = 400):
+        if startup_timeout_s <= 0:
+            raise ValueError(f"startup_timeout_s = {startup_timeout_s}: expected a positive number of seconds")
+        self.spec = spec
+        self.log_path = Path(log_path)
+        self.startup_timeout_s = float(startup_timeout_s)
+        self.stop_grace_s = float(stop_grace_s)
+        self.proc: subprocess.Popen | None = None
+        self.pgid: int | None = None
+        self.startup_s: float | None = None
+        self._tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+        self._pump: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> "Server":
+        if self.proc is not None:
+            raise RuntimeError(f"server {self.spec.name!r} was already started")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.spec.env}
+        try:
+            self.proc = subprocess.Popen(
+                list(self.spec.argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, cwd=self.spec.cwd, start_new_session=True, preexec_fn=_die_with_parent,
+            )
+        except FileNotFoundError as e:
+            raise ServerError(
+                f"cannot start server {self.spec.name!r}: program {self.spec.argv[0]!r} not found ({e}); "
+                "install it or give its full path in the spec's argv"
+            ) from None
+        self.pgid = self.proc.pid  # start_new_session: the child leads its own group
+        self._t0 = time.monotonic()
+        _LIVE.add(self)
+        weakref.finalize(self, Server._finalize, self.pgid, self.proc)
+        self._pump = threading.Thread(target=self._copy_log, name=f"log-{self.spec.name}", daemon=True)
+        self._pump.start()
+        return self
+
+    def _copy_log(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        with self.log_path.open("ab", buffering=0) as f:
+            for raw in iter(self.proc.stdout.readline, b""):
+                f.write(raw)
+                with self._lock:
+                    self._tail.append(raw.decode("utf-8", "replace").rstrip("\n"))
+
+    def wait_healthy(self, timeout_s: float | None = None) -> float:
+        """Poll the health URL until it answers 200; return seconds since start.
+
+        Raises ServerExited if the process exits first, StartupTimeout after `timeout_s`."""
+        if self.proc is None:
+            raise RuntimeError("start() the server before waiting for it")
+        limit = self.startup_timeout_s if timeout_s is None else float(timeout_s)
+        deadline = self._t0 + limit
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                self._join_log()
+                raise ServerExited(
+                    f"server {self.spec.name!r} exited with code {rc} before becoming healthy "
+                    f"(log: {self.log_path})", self.log_excerpt(), rc)
+            if self._healthy():
+                self.startup_s = time.monotonic() - self._t0
+                return self.startup_s
+            if time.monotonic() > deadline:
+                raise StartupTimeout(
+                    f"server {self.spec.name!r} did not answer {self.spec.health_url} within {limit:g} s "
+                    f"(log: {self.log_path}); raise the startup time limit if it is only slow",
+                    self.log_excerpt())
+            time.sleep(0.2)
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.spec.health_url, timeout=2) as r:
+                return r.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return False
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> int | None:
+        """Stop the whole process group: SIGTERM, wait up to the grace period, then SIGKILL."""
+        if self.proc is None:
+            return None
+        self._signal_group(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=self.stop_grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.monotonic() + self.stop_grace_s
+        while self.pgid is not None and group_alive(self.pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.pgid is not None and group_alive(self.pgid):
+            self._signal_group(signal.SIGKILL)
+        self.proc.wait()
+        self._join_log()
+        _LIVE.discard(self)
+        return self.proc.returncode
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _join_log(self) -> None:
+        if self._pump is not None:
+            self._pump.join(timeout=5)
+
+    @staticmethod
+    def _finalize(pgid: int, proc: subprocess.Popen) -> None:
+        if proc.poll() is None or group_alive(pgid):
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    # -- log --------------------------------------------------------------------------------------
+    def log_text(self) -> str:
+        with self._lock:
+            return "\n".join(self._tail)
+
+    def log_excerpt(self, n: int = 25) -> str:
+        with self._lock:
+            return "\n".join(list(self._tail)[-n:])
+
+    # -- context manager --------------------------------------------------------------------------
+    def __enter__(self) -> "Server":
+        self.start()
+        try:
+            self.wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
