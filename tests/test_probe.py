@@ -396,3 +396,41 @@ def test_cli_help_and_json():
     out = subprocess.run([sys.executable, "-m", "helpers.probe", "--fingerprint"], capture_output=True,
                          text=True, timeout=60)
     assert set(json.loads(out.stdout)) == set(probe.FINGERPRINT_KEYS)
+
+
+# --------------------------------------------------------------------------- the chapter's tables
+
+def test_p2p_summary():
+    assert probe.p2p_summary(None) == "no GPU pair" and probe.p2p_summary([["X"]]) == "no GPU pair"
+    m = probe.p2p_all(3, "OK")
+    m[0][1] = "CNS"
+    assert probe.p2p_summary(m) == "CNS on 1 of 6 ordered pairs, OK on 5 of 6 ordered pairs"
+
+
+def test_side_by_side_recorded_only_and_with_a_probe():
+    hw = recorded.hardware()
+    t = probe.side_by_side(hw, None)
+    assert list(t.columns) == ["item", probe.RECORDED_COL, probe.MEASURED_COL, "note"]
+    assert (t[probe.MEASURED_COL] == probe.NOT_PROBED).all()
+    rec = dict(zip(t["item"], t[probe.RECORDED_COL]))
+    assert rec["GPU count"] == str(hw["gpu_count"].value) and rec["CPU model"] == hw["cpu_model"].value
+    assert rec["P2P read"].startswith(hw["p2p_read_all_pairs"].value + " on ")
+
+    h200 = json.loads((FIX / "h200_firecracker_probe.json").read_text())
+    mea = dict(zip(*probe.side_by_side(hw, h200)[["item", probe.MEASURED_COL]].T.values))
+    assert mea["GPU model"] == "NVIDIA H200" and mea["GPU count"] == "1" and mea["GPU architecture"] == "SM90"
+    assert mea["GPU PCIe link"] == "Gen5 x16 now, Gen5 x16 max" and mea["P2P read"] == "no GPU pair"
+    assert "GiB" in mea["GPU memory"] and mea["hypervisor"] == "Firecracker"
+
+    live = dict(zip(*probe.side_by_side(hw, probe.probe())[["item", probe.MEASURED_COL]].T.values))
+    assert probe.NOT_PROBED not in live.values() and not any(v.startswith("unknown (") for v in live.values())
+
+
+def test_verdict_table():
+    rec = probe.from_recorded(recorded.hardware())
+    t = probe.verdict_table(rec, None)
+    assert list(t["check"]) == list(probe.CHECKS)
+    assert (t[f"{probe.MEASURED_COL}: verdict"] == "not probed").all()
+    assert t.set_index("check").loc["p2p_read", f"{probe.RECORDED_COL}: verdict"] == "problem"
+    t2 = probe.verdict_table(rec, probe.probe())
+    assert t2[f"{probe.MEASURED_COL}: verdict"].isin(probe.VERDICTS).all()

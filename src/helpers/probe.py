@@ -920,6 +920,125 @@ def worst(verdicts: list[dict]) -> str:
     return max((v["verdict"] for v in verdicts), key=order.__getitem__, default="n/a")
 
 
+# --------------------------------------------------------------------------- tables for the chapter
+
+NOT_PROBED = "not probed (mode recorded)"
+RECORDED_COL = "recorded: original VM"
+MEASURED_COL = "measured: this machine"
+
+
+def p2p_summary(m: list[list[str]] | None) -> str:
+    """One line for a P2P matrix: "OK on 12 of 12 ordered pairs" or "NS on 56 of 56 ordered pairs"."""
+    if not m or len(m) < 2:
+        return "no GPU pair"
+    pairs = _pairs(m)
+    counts = {c: pairs.count(c) for c in dict.fromkeys(sorted(pairs))}
+    return ", ".join(f"{c} on {k} of {len(pairs)} ordered pairs" for c, k in counts.items())
+
+
+def _gb(b: int | None) -> str | None:
+    return None if not b else f"{b / 1e9:.1f} GB ({b / 2**30:.1f} GiB)"
+
+
+def side_by_side(hw: dict, res: dict | None):
+    """A DataFrame comparing the original machine (recorded, `recorded.hardware()`) with a probe
+    result (`res`; None = not probed): item, the two columns, and a note on what each side is."""
+    import pandas as pd
+
+    def rec(item):
+        c = hw.get(item)
+        if c is None:
+            return "not recorded"
+        return f"{c.value} {c.unit}".strip()
+
+    rec_res = from_recorded(hw)
+    rows = []
+
+    def row(item, recorded_value, measure, note=""):
+        if res is None:
+            m = NOT_PROBED
+        else:
+            try:
+                m = measure(res)
+            except Exception as exc:  # noqa: BLE001 - one odd field must not hide the table
+                m = f"unknown ({type(exc).__name__})"
+            m = "unknown" if m in (None, "") else str(m)
+        rows.append({"item": item, RECORDED_COL: recorded_value, MEASURED_COL: m, "note": note})
+
+    gpus = (res or {}).get("gpus") or []
+    no_gpu = "no GPU"
+
+    def per_gpu(fn):
+        vals = [fn(g) for g in gpus]
+        if not vals:
+            return no_gpu
+        uniq = list(dict.fromkeys(vals))
+        return str(uniq[0]) if len(uniq) == 1 else "; ".join(f"GPU {g['index']}: {v}" for g, v in zip(gpus, vals))
+
+    row("GPU model", rec("gpu_model"),
+        lambda r: per_gpu(lambda g: g.get("name")) if gpus else (r["nvml"].get("statement") or NO_GPU_STATEMENT))
+    row("GPU count", rec("gpu_count"), lambda r: len(r.get("gpus") or []))
+    row("GPU architecture", rec("gpu_architecture"), lambda r: per_gpu(lambda g: g.get("architecture")),
+        "compute capability as SM<major><minor>")
+    row("GPU memory", rec("gpu_memory"), lambda r: per_gpu(lambda g: _gb(g.get("memory_total_bytes"))),
+        "recorded: as written (per GPU); measured: NVML's total per GPU")
+    row("GPU PCIe link", rec("gpu_link"),
+        lambda r: per_gpu(lambda g: f"Gen{g.get('pcie_gen_current')} x{g.get('pcie_width_current')} now, "
+                                    f"Gen{g.get('pcie_gen_max')} x{g.get('pcie_width_max')} max"),
+        "recorded: as installed in the host; measured: what the driver reports")
+    row("GPU power", rec("gpu_tdp"), lambda r: per_gpu(
+        lambda g: f"{g['power_limit_w']:.0f} W" if g.get("power_limit_w") else None),
+        "recorded: TDP; measured: enforced power limit (not the same quantity)")
+    row("GPU NUMA affinity", rec("gpu_numa_affinity"),
+        lambda r: per_gpu(lambda g: "unknown" if g.get("numa_node") is None else f"node {g['numa_node']}"),
+        "recorded: nvidia-smi topo -m; measured: sysfs numa_node, else NVML memory affinity")
+    row("P2P read", p2p_summary(rec_res["p2p_read"]), lambda r: p2p_summary(r.get("p2p_read")),
+        "recorded: one code for every pair, expanded to the matrix (derived); measured: NVML P2P status")
+    row("virtualization", rec("virtualization"),
+        lambda r: f"{r['virtualization'].get('kind')} (systemd-detect-virt --vm: "
+                  f"{r['virtualization'].get('vm') or 'absent'})",
+        "systemd-detect-virt")
+    row("hypervisor", rec("hypervisor"), lambda r: r["virtualization"].get("hypervisor") or "none detected")
+    row("DMI product name", rec("dmi_product"), lambda r: r["virtualization"].get("dmi_product_name") or "not readable")
+    row("IOMMU", f"dmesg IOMMU messages: {rec('iommu_messages_in_dmesg')}",
+        lambda r: f"{r['iommu'].get('group_count')} IOMMU group(s) in sysfs; ACS {r['iommu'].get('acs', {}).get('status')}",
+        "different evidence: recorded from dmesg, measured from /sys/kernel/iommu_groups")
+    row("CPU model", rec("cpu_model"), lambda r: r["cpu"].get("model"))
+    row("logical CPUs", rec("cpu_count"), lambda r: r["cpu"].get("logical_cpus"))
+    row("NUMA nodes", rec("numa_nodes"), lambda r: r["numa"].get("count"))
+    row("CPUs per NUMA node", rec("cpus_per_numa_node"),
+        lambda r: ", ".join(str(n["cpu_count"]) for n in r["numa"].get("nodes", [])))
+    row("host memory", rec("memory"), lambda r: _gb(r["memory"].get("total_bytes")),
+        "measured: MemTotal of /proc/meminfo")
+    row("swap", rec("swap"), lambda r: "none" if not r["memory"].get("swap_total_bytes")
+        else _gb(r["memory"]["swap_total_bytes"]))
+    row("NVIDIA driver", rec("driver"), lambda r: r["nvml"].get("driver_version") or "none")
+    row("CUDA", f"toolkit {rec('cuda_toolkit')}",
+        lambda r: f"driver supports {r['software'].get('cuda_driver') or 'n/a'}; torch built for "
+                  f"{r['software'].get('torch_cuda') or 'CPU only'}",
+        "not the same quantity: recorded the installed toolkit, measured the driver's and torch's CUDA")
+    row("torch", rec("torch"), lambda r: r["software"].get("torch") or "not installed")
+    row("sglang", rec("sglang"), lambda r: r["software"].get("sglang") or "not installed")
+    return pd.DataFrame(rows)
+
+
+def verdict_table(recorded_res: dict, measured_res: dict | None):
+    """A DataFrame of every check: what it asks, and the verdict and reason for each machine."""
+    import pandas as pd
+
+    rec = {v["check"]: v for v in recorded_res["verdicts"]}
+    mea = {v["check"]: v for v in measured_res["verdicts"]} if measured_res else {}
+    rows = []
+    for check, (question, why) in CHECKS.items():
+        r, m = rec.get(check, {}), mea.get(check, {})
+        rows.append({"check": check, "asks": question, "matters because": why,
+                     f"{RECORDED_COL}: verdict": r.get("verdict", "n/a"),
+                     f"{RECORDED_COL}: reason": r.get("reason", ""),
+                     f"{MEASURED_COL}: verdict": m.get("verdict", "not probed") if measured_res else "not probed",
+                     f"{MEASURED_COL}: reason": m.get("reason", "") if measured_res else NOT_PROBED})
+    return pd.DataFrame(rows)
+
+
 # --------------------------------------------------------------------------- fingerprint and CLI
 
 FINGERPRINT_KEYS = ("hostname", "cpu_model", "logical_cpus", "memory_gib", "gpu_count", "gpu_names",
