@@ -195,8 +195,11 @@ def _check_batch(batch) -> int:
     return int(batch)
 
 
-def step_terms(m: ma.ModelConfig, sc: Scenario, batch: int) -> dict:
+def step_terms(m: ma.ModelConfig, sc: Scenario, batch: int, prefill_tokens: int = 0) -> dict:
     """The budget's terms (microseconds) for one decode step of `batch` sequences.
+
+    `prefill_tokens`: prompt tokens processed in the same step (a mixed batch); they add to the
+    experts touched and to the collective message size, not to the KV reads or the kernel count.
 
     With pipeline parallelism (pp > 1) the batch is split into pp micro-batches; each stage holds
     layers/pp layers on tp GPUs; a step is pp stage-times (every micro-batch passes every stage) plus
@@ -208,8 +211,11 @@ def step_terms(m: ma.ModelConfig, sc: Scenario, batch: int) -> dict:
     if sc.algorithm not in ALGORITHMS:
         raise BudgetError(f"scenario '{sc.name}': algorithm {sc.algorithm!r} not one of {ALGORITHMS}")
     pp, tp = sc.pp, sc.tp
+    if isinstance(prefill_tokens, bool) or not isinstance(prefill_tokens, (int, np.integer)) or prefill_tokens < 0:
+        raise BudgetError(f"prefill_tokens = {prefill_tokens!r}: expected a non-negative integer")
     mb = math.ceil(b / pp)
-    w = ma.step_weight_bytes(m, mb)
+    mt = mb + math.ceil(prefill_tokens / pp)   # tokens through the layers per micro-batch
+    w = ma.step_weight_bytes(m, mt)
     per_gpu = float(sum(r.read_bytes / (tp if r.tp_placement == "sharded" else 1) for r in w.itertuples()))
     kv = ma.kv_read_bytes(m, mb, int(sc.context.value))
     stage_bytes = (per_gpu + kv) / pp
@@ -219,11 +225,12 @@ def step_terms(m: ma.ModelConfig, sc: Scenario, batch: int) -> dict:
     launch = kernels_per_step(m) / pp * per_kernel
     comm = 0.0
     for c in ma.collective_schedule(m):
-        comm += c.per_step / pp * collective_time_us(sc.link, c.kind, mb * c.bytes_per_token, tp,
+        tokens = mb if c.kind == "all_gather" else mt   # logits only for the decoding sequences
+        comm += c.per_step / pp * collective_time_us(sc.link, c.kind, tokens * c.bytes_per_token, tp,
                                                      sc.algorithm)
     send = 0.0
     if pp > 1:  # one point-to-point send of the micro-batch's activations out of every stage but the last
-        send = (pp - 1) / pp * sc.link.time_us(mb * m.hidden * 2) if not sc.link.collective else \
+        send = (pp - 1) / pp * sc.link.time_us(mt * m.hidden * 2) if not sc.link.collective else \
             (pp - 1) / pp * sc.link.alpha_us
     out = {"memory_us": pp * memory, "launch_us": pp * launch, "comm_us": pp * (comm + send),
            "bytes_per_gpu": pp * stage_bytes, "kernels": kernels_per_step(m),
@@ -232,15 +239,22 @@ def step_terms(m: ma.ModelConfig, sc: Scenario, batch: int) -> dict:
     return out
 
 
-def predict(m: ma.ModelConfig, sc: Scenario, batches: Sequence[int] = DEFAULT_BATCHES) -> pd.DataFrame:
-    """Predicted step time, its terms and shares, and tokens/s per stream and in aggregate."""
+def predict(m: ma.ModelConfig, sc: Scenario, batches: Sequence[int] = DEFAULT_BATCHES,
+            prefill_ratio: float = 0.0) -> pd.DataFrame:
+    """Predicted step time, its terms and shares, and tokens/s per stream and in aggregate.
+
+    `prefill_ratio`: prompt tokens per output token of the workload (input_len / output_len); each
+    step of batch b then carries round(b x ratio) prompt tokens (steady state). 0: pure decode."""
+    if not (isinstance(prefill_ratio, (int, float)) and prefill_ratio >= 0):
+        raise BudgetError(f"prefill_ratio = {prefill_ratio!r}: expected a number >= 0")
     rows = []
     for b in batches:
-        t = step_terms(m, sc, b)
+        t = step_terms(m, sc, b, int(round(_check_batch(b) * prefill_ratio)))
         total = t["total_us"]
         row = {"scenario": sc.name, "link": sc.link.name, "link_kind": sc.link.kind,
                "algorithm": "measured collective" if sc.link.collective else sc.algorithm,
-               "gpus": sc.gpus, "tp": sc.tp, "pp": sc.pp, "cuda_graphs": sc.cuda_graphs, "batch": b}
+               "gpus": sc.gpus, "tp": sc.tp, "pp": sc.pp, "cuda_graphs": sc.cuda_graphs,
+               "prefill_ratio": prefill_ratio, "batch": b}
         row.update({k: t[k] for k in TERMS})
         row["total_ms"] = total / 1e3
         for k in TERMS:
@@ -296,6 +310,14 @@ def assumed_launch() -> tuple[Quantity, Quantity]:
         r = get[item]
         out.append(Quantity(item.replace("_", " "), float(r.value), r.unit, r.kind, f"{r.source}: {r.note}"))
     return out[0], out[1]
+
+
+def workload_prefill_ratio() -> Quantity:
+    """Prompt tokens per output token of the recorded 256/256 sweep (derived)."""
+    df = recorded.load("recorded/serving.csv")
+    r = df[(df["experiment"] == "sweep_256_256") & df["input_len"].notna()].iloc[0]
+    return Quantity("prompt tokens per output token", int(r["input_len"]) / int(r["output_len"]), "ratio",
+                    "derived", "recorded sweep_256_256: input_len / output_len")
 
 
 def recorded_context() -> Quantity:
@@ -371,8 +393,9 @@ def _is_allreduce(row) -> bool:
 
 def select_run_link(fits: pd.DataFrame) -> Link | None:
     """The link a run measured: among rows with kind 'measured' (all rows if there is no kind
-    column), an all-reduce fit first (used as a collective), else a copy fit; ties broken by the
-    larger world size, then the smaller median relative error. None if nothing usable."""
+    column), an all-reduce fit first (used as a collective), else a copy fit; then NCCL before other
+    backends, the default variant first, the larger world size, the smaller median relative error.
+    None if nothing usable."""
     df = fits.copy()
     if "kind" in df.columns:
         df = df[df["kind"].astype(str).str.lower() == "measured"]
@@ -380,10 +403,13 @@ def select_run_link(fits: pd.DataFrame) -> Link | None:
             & (pd.to_numeric(df["beta_GBps"], errors="coerce") > 0)]
     if not len(df):
         return None
+    col = lambda c: df[c].astype(str).str.lower() if c in df.columns else pd.Series("", index=df.index)  # noqa: E731
     df = df.assign(_ar=[_is_allreduce(r) for _, r in df.iterrows()],
+                   _nccl=col("backend") == "nccl", _default=col("variant").isin(["default", "", "nan"]),
                    _ws=pd.to_numeric(df["world_size"], errors="coerce").fillna(0),
                    _err=pd.to_numeric(df.get("median_rel_err", 0), errors="coerce").fillna(1e9))
-    df = df.sort_values(["_ar", "_ws", "_err"], ascending=[False, False, True], kind="stable")
+    df = df.sort_values(["_ar", "_nccl", "_default", "_ws", "_err"],
+                        ascending=[False, False, False, False, True], kind="stable")
     r = df.iloc[0]
     desc = ", ".join(f"{c}={r[c]}" for c in ("path", "harness", "variant", "backend", "world_size", "device")
                      if c in r.index and pd.notna(r[c]))
@@ -393,13 +419,18 @@ def select_run_link(fits: pd.DataFrame) -> Link | None:
                 collective=bool(r["_ar"]), world_size=ws)
 
 
+VM_SCENARIO = "VM as deployed (TP8, graphs on)"
+BAREMETAL_SCENARIO = "what-if: P2P on (bare-metal all-reduce)"
+COMPARED = (VM_SCENARIO, BAREMETAL_SCENARIO)
+
+
 def baseline_scenario(m: ma.ModelConfig | None = None) -> Scenario:
     """The original deployment: TP8, CUDA graphs on, the recorded VM copy fit mapped by a ring."""
     m = m or ma.load_model("glm5")
     link, _ = vm_copy_link(m)
     g, e = assumed_launch()
     tp = int(recorded.load("recorded/launch_config.csv").query("name == '--tp-size'")["value"].iloc[0])
-    return Scenario("VM as deployed (TP8, graphs on)", mem_bandwidth(), link, g, e, recorded_context(),
+    return Scenario(VM_SCENARIO, mem_bandwidth(), link, g, e, recorded_context(),
                     tp=tp, note="recorded copy fit, ring mapping")
 
 
@@ -413,7 +444,7 @@ def scenarios(m: ma.ModelConfig, run_link: Link | None = None) -> list[Scenario]
         replace(base, name="VM, tree mapping", algorithm="tree", note="recorded copy fit, tree mapping"),
         replace(base, name="VM, one-shot mapping", algorithm="one_shot",
                 note="recorded copy fit, one-shot mapping"),
-        replace(base, name="what-if: P2P on (bare-metal all-reduce)", link=reference_allreduce_link(base.tp),
+        replace(base, name=BAREMETAL_SCENARIO, link=reference_allreduce_link(base.tp),
                 note="reference NCCL all-reduce on 8 GPUs with P2P"),
         replace(base, name="what-if: P2P copy latency, ring", link=reference_p2p_link(base.link),
                 note="reference P2P copy latency mapped by a ring"),
@@ -446,7 +477,11 @@ def predict_from_run(run_dir: str | Path, model: str = "glm5",
     m = ma.load_model(model)
     fits = read_fits(run_dir)
     link = select_run_link(fits) if fits is not None else None
-    tabs = [predict(m, sc, batches) for sc in scenarios(m, link)]
+    scs = scenarios(m, link)
+    tabs = [predict(m, sc, batches) for sc in scs]
+    # the two scenarios checked against observations, again with the workload's prompt tokens mixed in
+    ratio = workload_prefill_ratio().value
+    tabs += [predict(m, sc, batches, prefill_ratio=ratio) for sc in scs if sc.name in COMPARED]
     return pd.concat(tabs, ignore_index=True)
 
 
@@ -497,15 +532,19 @@ def primary_observations() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def compare(pred: pd.DataFrame, vm_scenario: str, bm_scenario: str, model: str = "glm5",
-            tolerance: float = 0.25) -> pd.DataFrame:
-    """Predicted vs observed at concurrency 1 (tokens/s per stream) and 64 (aggregate), both systems."""
+def compare(pred: pd.DataFrame, vm_scenario: str = VM_SCENARIO, bm_scenario: str = BAREMETAL_SCENARIO,
+            model: str = "glm5", prefill_ratio: float = 0.0, tolerance: float = 0.25) -> pd.DataFrame:
+    """Predicted vs observed at concurrency 1 (tokens/s per stream) and 64 (aggregate), both systems.
+
+    `prefill_ratio` selects the prediction rows (0: pure decode; the workload's ratio: mixed steps).
+    `missing_us_per_collective` is what each collective would have to add to close the gap (derived)."""
     obs = primary_observations()
     n_coll = ma.collectives_per_step(ma.load_model(model))
     out = []
     for r in obs.itertuples():
         scen = vm_scenario if r.system == "original VM" else bm_scenario
-        p = pred[(pred["scenario"] == scen) & (pred["batch"] == r.concurrency)]
+        p = pred[(pred["scenario"] == scen) & (pred["batch"] == r.concurrency)
+                 & np.isclose(pred["prefill_ratio"].astype(float), prefill_ratio)]
         if not len(p):
             raise BudgetError(f"the prediction table has no row for scenario {scen!r} at batch {r.concurrency}")
         p = p.iloc[0]

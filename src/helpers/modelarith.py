@@ -487,11 +487,13 @@ class Layout:
 
 
 def standard_layouts(gpus: int, heads: int) -> list[Layout]:
-    """Replicated, TPn, EPn (experts split, rest TP), and TP(n/2)+PP2 when n is even."""
+    """Replicated, TPn, TPn attention + EPn experts, data-parallel attention + EPn experts (all but
+    the routed experts replicated), and TP(n/2)+PP2 when n is even."""
     out = [Layout("replicated (whole model per GPU)", gpus, tp=1, replicated=True)]
     if heads % gpus == 0:
         out.append(Layout(f"TP{gpus}", gpus, tp=gpus))
         out.append(Layout(f"TP{gpus} attention + EP{gpus} experts", gpus, tp=gpus, ep=gpus))
+    out.append(Layout(f"DP attention + EP{gpus} experts", gpus, tp=1, ep=gpus))
     if gpus % 2 == 0 and heads % (gpus // 2) == 0 and gpus > 2:
         out.append(Layout(f"TP{gpus // 2}+PP2", gpus, tp=gpus // 2, pp=2))
     return out
@@ -546,3 +548,32 @@ def assumptions(m: ModelConfig) -> pd.DataFrame:
     for g in sorted(set(m.precision) | {"router"}):
         rows.append((f"format of {g}", m.fmt(g), "assumed" if m.fmt_assumed(g) else f"config ({m.source})"))
     return pd.DataFrame(rows, columns=["item", "value", "kind"])
+
+
+def local_gpus() -> list[dict]:
+    """This machine's GPUs as memory-fit rows (NVML); an empty list where there are none."""
+    try:
+        import pynvml
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver / library: no NVIDIA GPU here
+        return []
+    try:
+        n = pynvml.nvmlDeviceGetCount()
+        if not n:
+            return []
+        names, mems = [], []
+        for i in range(n):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(h)
+            names.append(name.decode() if isinstance(name, bytes) else str(name))
+            mems.append(int(pynvml.nvmlDeviceGetMemoryInfo(h).total))
+        return [{"system": f"this machine: {n}x {names[0]}", "count": n, "memory_bytes": min(mems),
+                 "kind": "measured"}]
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
