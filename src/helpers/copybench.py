@@ -329,6 +329,19 @@ def measure(path: str, size: int, harness: str, iters: int, repeats: int, warmup
     """Time one (path, size, harness) point; returns the per-copy statistics in microseconds."""
     import torch
 
+    if path == "cpu_memcpy":  # one thread: a memcpy, not torch's parallel copy fighting other processes
+        n_threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return _measure(path, size, harness, iters, repeats, warmup)
+        finally:
+            torch.set_num_threads(n_threads)
+    return _measure(path, size, harness, iters, repeats, warmup)
+
+
+def _measure(path: str, size: int, harness: str, iters: int, repeats: int, warmup: int) -> dict:
+    import torch
+
     issue, dev = _buffers(path, size)
     sync = (lambda: torch.cuda.synchronize()) if dev is not None else (lambda: None)
     if path == "peer":

@@ -1,0 +1,149 @@
+"""Collective sweeps: nccl-tests arithmetic, bad requests, and real torchrun/gloo processes
+(a 2-process sweep, a worker that hangs and is killed, a run that fails without stopping the next)."""
+import os
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from helpers import collectives, interconnect as ic
+from helpers.collectives import CollectiveConfigError
+
+
+# ---------------------------------------------------------------- arithmetic (nccl-tests PERFORMANCE.md)
+@pytest.mark.parametrize("n,ar,a2a", [(1, 0.0, 0.0), (2, 1.0, 0.5), (4, 1.5, 0.75), (8, 1.75, 0.875)])
+def test_bus_factors(n, ar, a2a):
+    assert collectives.bus_factor("all_reduce", n) == pytest.approx(ar)
+    assert collectives.bus_factor("all_to_all", n) == pytest.approx(a2a)
+
+
+def test_algbw_and_busbw():
+    # 1 GiB per rank in 10 ms: algbw = 2^30 / 1e-2 s = 107.37 GB/s; busbw on 8 ranks = x 7/4
+    algbw = collectives.algbw_GBps(2**30, 10_000)
+    assert algbw == pytest.approx(2**30 / 1e-2 / 1e9)
+    assert collectives.busbw_GBps("all_reduce", 2**30, 10_000, 8) == pytest.approx(algbw * 2 * 7 / 8)
+    assert collectives.busbw_GBps("all_to_all", 2**30, 10_000, 8) == pytest.approx(algbw * 7 / 8)
+
+
+def test_bus_factor_bad_input():
+    with pytest.raises(ValueError, match="world_size"):
+        collectives.bus_factor("all_reduce", 0)
+    with pytest.raises(ValueError, match="no bus-bandwidth factor"):
+        collectives.bus_factor("gossip", 2)
+
+
+def test_tidy_applies_the_arithmetic():
+    r = collectives.RunResult("default", "nccl", 4, "ok", 0, 1.0, "", rows=[{
+        "op": "all_reduce", "backend": "nccl", "variant": "default", "world_size": 4, "dtype": "float32",
+        "count": 256, "size_bytes": 1024, "iters": 20, "repeats": 3, "warmup": 5, "times_us": [10.0, 12.0, 11.0],
+        "placement": "in-place", "device": "GPU"}])
+    t = collectives.tidy([r]).iloc[0]
+    assert t.time_us == 11.0 and t.time_us_min == 10.0 and t.time_us_max == 12.0
+    assert t.algbw_GBps == pytest.approx(1024 / 11e3)
+    assert t.busbw_GBps == pytest.approx(1024 / 11e3 * 1.5)
+
+
+# ---------------------------------------------------------------- bad requests
+def test_unknown_backend():
+    with pytest.raises(CollectiveConfigError, match="backend = 'mpi'"):
+        collectives.run_collectives("mpi", 2, [64])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
+def test_nccl_without_a_gpu_is_unavailable():
+    with pytest.raises(CollectiveConfigError, match="'nccl' is unavailable"):
+        collectives.run_collectives("nccl", 2, [64])
+
+
+def test_more_ranks_than_devices():
+    n = os.cpu_count()
+    with pytest.raises(CollectiveConfigError, match="more ranks than"):
+        collectives.run_collectives("gloo", n + 1, [64])
+    if torch.cuda.is_available():
+        with pytest.raises(CollectiveConfigError, match="more ranks than"):
+            collectives.run_collectives("nccl", torch.cuda.device_count() + 1, [64])
+
+
+@pytest.mark.parametrize("sizes,msg", [([0], "not positive"), (["big"], "cannot be parsed"), ([], "empty")])
+def test_bad_sizes(sizes, msg):
+    with pytest.raises(ValueError, match=msg):
+        collectives.run_collectives("gloo", 2, sizes)
+
+
+def test_bad_ops_and_variants():
+    with pytest.raises(CollectiveConfigError, match="ops"):
+        collectives.run_collectives("gloo", 2, [64], ops=["broadcast_all"])
+    with pytest.raises(CollectiveConfigError, match="unknown NCCL variant"):
+        collectives.run_variants(["NCCL_GO_FAST"], 2, [64])
+
+
+def test_plans_by_machine():
+    cpu = ic.plan_collectives(ic.Machine(0, "", 2, 0))
+    assert cpu.runs == [("gloo", 2, "default", "CPU processes")] and "no GPU" in cpu.statements[0]
+    one = ic.plan_collectives(ic.Machine(1, "H200", 16, 0))
+    assert [r[:3] for r in one.runs] == [("nccl", 1, "default"), ("gloo", 2, "default")]
+    assert "one GPU" in one.statements[0] and "skipped" in one.statements[0]
+    eight = ic.plan_collectives(ic.Machine(8, "GPU", 64, 56))
+    assert {r[2] for r in eight.runs} == set(collectives.NCCL_VARIANTS) and all(r[1] == 8 for r in eight.runs)
+    some = ic.plan_collectives(ic.Machine(2, "GPU", 64, 2), variants="ALGO=Ring")
+    assert [r[2] for r in some.runs] == ["default", "ALGO=Ring"]
+    with pytest.raises(CollectiveConfigError, match="more ranks than the 2 GPUs"):
+        ic.plan_collectives(ic.Machine(2, "GPU", 64, 2), world_size=4)
+    with pytest.raises(CollectiveConfigError, match="unknown variant"):
+        ic.plan_collectives(ic.Machine(2, "GPU", 64, 2), variants="warp")
+
+
+def test_base_environment_always_disables_multicast():
+    assert collectives.BASE_ENV["NCCL_NVLS_ENABLE"] == "0"
+    assert collectives.BASE_ENV["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+
+
+# ---------------------------------------------------------------- real processes (torchrun + gloo)
+def _no_workers_left(marker: str) -> bool:
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return not any("helpers.collective_worker" in line and marker in line for line in ps.splitlines())
+
+
+@pytest.mark.timeout(120)
+def test_gloo_sweep_across_two_processes(tmp_path):
+    r = collectives.run_collectives("gloo", 2, [64, 12288], warmup=1, iters=5, repeats=2, timeout_s=90,
+                                    workdir=tmp_path)
+    assert r.status == "ok", r.message + r.log[-2000:]
+    t = collectives.tidy([r])
+    assert set(t.op) == set(collectives.OPS) and set(t.size_bytes) == {64, 12288}
+    assert (t.world_size == 2).all() and (t.time_us > 0).all()
+    ar = t[t.op == "all_reduce"]
+    assert ar.busbw_GBps.to_numpy() == pytest.approx(ar.algbw_GBps.to_numpy())   # 2(n-1)/n = 1 at n = 2
+    assert (t[t.op == "all_to_all"].placement == "out-of-place").all()
+
+
+@pytest.mark.timeout(120)
+def test_a_hung_worker_is_killed_and_reported(tmp_path):
+    r = collectives.run_collectives("gloo", 2, [64], warmup=1, iters=2, repeats=1, timeout_s=10, hang_rank=1,
+                                    workdir=tmp_path, variant="hang-test")
+    assert r.status == "timeout" and "killed" in r.message and r.wall_s < 40
+    assert r.rows == []
+    assert _no_workers_left("hang-test")
+
+
+@pytest.mark.timeout(180)
+def test_a_failed_run_is_reported_and_the_next_still_runs(tmp_path):
+    bad = collectives.run_collectives("gloo", 2, [64], iters=2, repeats=1, timeout_s=60, workdir=tmp_path,
+                                      env={"GLOO_SOCKET_IFNAME": "no-such-interface0"})
+    assert bad.status in ("failed", "timeout") and bad.message
+    good = collectives.run_collectives("gloo", 2, [64], iters=2, repeats=1, timeout_s=60, workdir=tmp_path)
+    assert good.status == "ok" and len(good.rows) == 2
+
+
+def test_fit_table_columns_and_recorded_row():
+    fits = ic.recorded_fit()
+    assert list(fits.columns) == ic.FIT_COLUMNS
+    row = fits.iloc[0]
+    assert row.path == ic.RECORDED_PATH and row.kind == "derived: fit to recorded" and row.n_points == 4
+    assert row.alpha_us > 0 and row.beta_GBps > 0
+    sweep = pd.DataFrame({"path": "cpu_memcpy", "harness": "eager", "device": "CPU", "size_bytes": [64, 4096, 2**20],
+                          "time_us": [1.0, 1.1, 20.0]})
+    t = ic.fit_table(sweep, None)
+    assert list(t.columns) == ic.FIT_COLUMNS and t.iloc[0].scope == "copy" and t.iloc[0].kind == "measured"
