@@ -372,6 +372,8 @@ def test_p2p_matrix_figure():
     assert ax.texts[0].get_text() == "no GPU pair on this machine" and not ax.axison
     with pytest.raises(ValueError, match="matrix of codes"):
         plotting.p2p_matrix(ax, [["X", "??"], ["OK", "X"]])
+    img = plotting.as_image(fig)
+    assert img.data.startswith(b"\x89PNG") and img._repr_png_()  # a PNG, with an image/png display
 
 
 # --------------------------------------------------------------------------- fingerprint and CLI

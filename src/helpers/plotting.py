@@ -128,3 +128,15 @@ def p2p_matrix(ax, codes, label: str | None = None) -> None:
     present = [k for k in keys if k != "X" and any(k in row for row in codes)]
     ax.legend(handles=[Patch(color=P2P_COLORS[k], label=k) for k in present], loc="upper left",
               bbox_to_anchor=(1.01, 1.0), fontsize=8)
+
+
+def as_image(fig, dpi: int | None = None):
+    """`fig` as an IPython PNG image, for glue: the book forces the Agg backend, so a bare Figure has
+    no image/png display of its own and myst-nb's {glue:figure} would show only its text form."""
+    import io
+
+    from IPython.display import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi or plt.rcParams["savefig.dpi"], bbox_inches="tight")
+    return Image(data=buf.getvalue(), format="png")
