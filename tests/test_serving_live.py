@@ -1,0 +1,161 @@
+"""Real processes, no mocks: the demo configurations are launched with `transformers serve` (or a plain
+HTTP server that never reports healthy) and each outcome class must be detected; servers are stopped as
+whole process groups, also after timeouts and exceptions."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from helpers.serving import classify, demo
+from helpers.serving.server import (Server, ServerError, ServerExited, ServerSpec, StartupTimeout, free_port,
+                                    group_alive)
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="session")
+def demo_models(tmp_path_factory):
+    return demo.models(tmp_path_factory.getbasetemp() / "serving-models")
+
+
+@pytest.fixture(scope="module")
+def matrix(demo_models, tmp_path_factory):
+    """Every demo configuration launched once, classified, stopped."""
+    logs = tmp_path_factory.mktemp("attempt-logs")
+    out = {}
+    for name in demo.DEMO_CONFIGS:
+        spec, model = demo.server_spec(name, demo_models)
+        a = classify.attempt(name, spec, model, logs, startup_timeout_s=4 if name == "never-healthy" else 90,
+                             decode_concurrency=2, decode_tokens=8)
+        out[name] = (a, spec)
+    return out
+
+
+@pytest.mark.parametrize("name,expected", [(n, c.expected) for n, c in demo.DEMO_CONFIGS.items()])
+def test_each_outcome_is_detected(matrix, name, expected):
+    a, _ = matrix[name]
+    assert a.outcome == expected, (a.detail, a.log_excerpt)
+
+
+def test_attempt_details(matrix):
+    ok, _ = matrix["healthy"]
+    assert ok.decode_completed == 2 and ok.decode_failed == 0 and ok.startup_s > 0
+    nan, _ = matrix["nan-weights"]
+    assert "probability tensor" in open(nan.log_path).read()
+    crash, _ = matrix["corrupt-weights"]
+    assert crash.log_excerpt and "exited with code" in crash.detail   # the log excerpt is kept
+    timeout, _ = matrix["never-healthy"]
+    assert 4 <= timeout.wall_s < 30
+
+
+def test_nothing_left_running_after_any_attempt(matrix):
+    for name, (a, spec) in matrix.items():
+        # nobody listens on the port any more, and the log file ends
+        import socket
+
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", spec.port)) != 0, name
+
+
+def _stubborn_server_code(port: int) -> str:
+    # answers /health, ignores SIGTERM, and has a child that also ignores it: only SIGKILL stops them
+    return textwrap.dedent(f"""
+        import http.server, signal, subprocess, sys
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        subprocess.Popen([sys.executable, "-c", "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+            def log_message(self, *a):
+                print("request", self.path, flush=True)
+        print("listening", flush=True)
+        http.server.HTTPServer(("127.0.0.1", {port}), H).serve_forever()
+    """)
+
+
+def test_stop_kills_the_whole_group_term_then_kill(tmp_path):
+    port = free_port()
+    spec = ServerSpec(argv=[sys.executable, "-c", _stubborn_server_code(port)], port=port, name="stubborn")
+    srv = Server(spec, tmp_path / "stubborn.log", startup_timeout_s=30, stop_grace_s=1)
+    with pytest.raises(RuntimeError, match="inside the block"):
+        with srv:
+            assert srv.running()
+            time.sleep(0.3)
+            assert group_alive(srv.pgid)
+            raise RuntimeError("an error inside the block")
+    assert not group_alive(srv.pgid)
+    assert srv.proc.returncode == -signal.SIGKILL
+    assert "listening" in (tmp_path / "stubborn.log").read_text()   # the log was streamed to the run dir
+
+
+def test_startup_timeout_leaves_nothing(tmp_path):
+    port = free_port()
+    spec = ServerSpec(argv=[sys.executable, "-c", "import time; time.sleep(600)"], port=port, name="silent")
+    srv = Server(spec, tmp_path / "silent.log", startup_timeout_s=1.5, stop_grace_s=1)
+    t0 = time.monotonic()
+    with pytest.raises(StartupTimeout, match="did not answer .* within 1.5 s"):
+        with srv:
+            pass
+    assert time.monotonic() - t0 < 10
+    assert not group_alive(srv.pgid)
+
+
+def test_exit_during_startup_keeps_log(tmp_path):
+    spec = ServerSpec(argv=[sys.executable, "-c", "print('boom: bad config'); raise SystemExit(3)"],
+                      port=free_port(), name="dies")
+    with pytest.raises(ServerExited) as e:
+        with Server(spec, tmp_path / "dies.log", startup_timeout_s=30):
+            pass
+    assert e.value.returncode == 3 and "boom: bad config" in e.value.log_excerpt
+
+
+def test_keyboard_interrupt_stops_server(tmp_path):
+    port = free_port()
+    spec = ServerSpec(argv=[sys.executable, "-c", _stubborn_server_code(port)], port=port, name="interrupted")
+    srv = Server(spec, tmp_path / "i.log", startup_timeout_s=30, stop_grace_s=0.5)
+    with pytest.raises(KeyboardInterrupt):
+        with srv:
+            raise KeyboardInterrupt   # what a notebook interrupt raises
+    assert not group_alive(srv.pgid)
+
+
+def test_parent_death_stops_server(tmp_path):
+    """A Python process that starts a server and is killed outright leaves no server behind."""
+    port = free_port()
+    code = textwrap.dedent(f"""
+        import sys, time
+        from helpers.serving.server import Server, ServerSpec
+        spec = ServerSpec(argv=[sys.executable, "-m", "http.server", "{port}", "--bind", "127.0.0.1"], port={port},
+                          health_path="/")
+        srv = Server(spec, {str(tmp_path / 'orphan.log')!r}, startup_timeout_s=30)
+        srv.start(); srv.wait_healthy()
+        print(srv.pgid, flush=True)
+        time.sleep(600)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    pgid = int(parent.stdout.readline())
+    assert group_alive(pgid)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not group_alive(pgid)
+
+
+def test_bad_specs_are_clear_errors(tmp_path):
+    with pytest.raises(TypeError, match="never started through a shell string"):
+        ServerSpec(argv="transformers serve model --port 8000", port=8000)
+    with pytest.raises(ValueError, match="port"):
+        ServerSpec(argv=["x"], port=0)
+    srv = Server(ServerSpec(argv=["/no/such/program"], port=free_port()), tmp_path / "x.log")
+    with pytest.raises(ServerError, match="not found"):
+        srv.start()
+    with pytest.raises(ValueError, match="startup_timeout_s"):
+        Server(ServerSpec(argv=["x"], port=1), tmp_path / "y.log", startup_timeout_s=0)
+    with pytest.raises(ValueError, match="unknown demo configuration 'bogus'"):
+        demo.server_spec("bogus", {})
