@@ -558,3 +558,56 @@ def compare(pred: pd.DataFrame, vm_scenario: str = VM_SCENARIO, bm_scenario: str
                     "missing_ms": obs_step_ms - float(p["total_ms"]),
                     "missing_us_per_collective": (obs_step_ms - float(p["total_ms"])) * 1e3 / n_coll})
     return pd.DataFrame(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# The investigation's open next steps, ranked by the gain the budget predicts
+
+#: keyword in the step's text -> (scenario that models it or None, how)
+NEXT_STEP_MODEL = (
+    ("NCCL tuning", None, "acts on the collectives' unexplained cost, which the budget has no term for"),
+    ("bare-metal", BAREMETAL_SCENARIO, "bare metal with P2P: the reference all-reduce"),
+    ("fewer GPUs", "what-if: 4 GPUs TP4 (VM)", "TP4 on four of the GPUs"),
+    ("IOMMU", BAREMETAL_SCENARIO, "passthrough that enables P2P: modelled as the reference all-reduce"),
+    ("NCCL_ALGO", "VM, tree mapping", "tree instead of ring over the same copy latency"),
+    ("Profile", None, "a measurement: it would supply the missing term, not a speed-up"),
+    ("TP4+PP2", "what-if: TP4+PP2 (VM)", "two pipeline stages of TP4"),
+    ("CUDA 13.1", None, "kernel speed, which the budget does not model"),
+)
+
+
+def rank_next_steps(pred: pd.DataFrame, fits_on_gpus: dict[str, bool] | None = None,
+                    base: str = VM_SCENARIO) -> pd.DataFrame:
+    """data/recorded/next_steps.csv with the predicted speed-up over `base` at batch 1 and at the
+    largest batch, ranked by the batch-1 gain (steps the budget cannot price last).
+
+    `fits_on_gpus`: scenario -> whether its weights fit; a scenario that does not fit gains nothing."""
+    steps = recorded.load("recorded/next_steps.csv")
+    fits_on_gpus = fits_on_gpus or {}
+    pure = pred[np.isclose(pred["prefill_ratio"].astype(float), 0.0)]
+    bmax = int(pure["batch"].max())
+
+    def tok(scen, b, col):
+        r = pure[(pure["scenario"] == scen) & (pure["batch"] == b)]
+        return float(r[col].iloc[0]) if len(r) else float("nan")
+
+    rows = []
+    for s in steps.itertuples():
+        match = [(k, sc, how) for k, sc, how in NEXT_STEP_MODEL if k.lower() in s.step.lower()]
+        k, sc, how = match[0] if match else ("", None, "no model for this step")
+        g1 = gmax = float("nan")
+        feasible = True
+        if sc is not None:
+            feasible = fits_on_gpus.get(sc, True)
+            g1 = tok(sc, 1, "tok_s_per_stream") / tok(base, 1, "tok_s_per_stream")
+            gmax = tok(sc, bmax, "tok_s_aggregate") / tok(base, bmax, "tok_s_aggregate")
+            if not feasible:
+                how += " (the weights do not fit: no gain)"
+                g1 = gmax = 0.0
+        rows.append({"order": s.order, "step": s.step, "category": s.category, "status": s.status,
+                     "modelled_as": sc or "not modelled", "how": how,
+                     "gain_batch1": g1, f"gain_batch{bmax}": gmax, "source": s.source})
+    df = pd.DataFrame(rows)
+    df = df.sort_values("gain_batch1", ascending=False, na_position="last", kind="stable")
+    df.insert(0, "rank", range(1, len(df) + 1))
+    return df.reset_index(drop=True)
