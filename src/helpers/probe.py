@@ -410,11 +410,11 @@ def _nvml(root: Path, steps: _Steps, want_p2p: bool = True) -> tuple[dict, list[
     p2p: dict[str, list] = {}
     try:
         def get(name, fn, *args):
-            """One NVML query; NotSupported -> None silently, other errors recorded."""
+            """One NVML query; NotSupported / FunctionNotFound -> None silently, other errors recorded."""
             try:
                 return fn(*args)
-            except pynvml.NVMLError_NotSupported:
-                return None
+            except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
+                return None  # this GPU or driver does not have it: unknown, not an error
             except Exception as exc:  # noqa: BLE001
                 steps.errors.append(f"nvml: {name}: {type(exc).__name__}: {exc}")
                 return None
