@@ -18,3 +18,12 @@ def test_strings_display_without_quotes():
 def test_bandwidth_units():
     # 1 GB in 1 second is 1 GB/s (10^9 B/s)
     assert alphabeta.bandwidth_GBps(1e9, 1e6) == 1.0
+
+
+def test_figures_become_png_images():
+    from helpers import plotting
+
+    fig, ax = plotting.figure()
+    ax.plot([1, 2], [3, 4])
+    img = book.plain(fig)
+    assert img._repr_png_()[:4] == b"\x89PNG"

@@ -22,10 +22,14 @@ class _Text(str):
 
 
 def plain(variable: Any) -> Any:
-    """numpy / pandas scalars become Python scalars (their text form is then `11.0`, not
+    """matplotlib Figures become PNG images; numpy / pandas scalars become Python scalars (their text form is then `11.0`, not
     `np.float64(11.0)`, which glue's number formatting cannot read); strings display bare."""
     if isinstance(variable, str):
         return _Text(variable)
+    if type(variable).__name__ == "Figure" and hasattr(variable, "savefig"):
+        from .plotting import as_image  # a bare Figure has no PNG display under Agg
+
+        return as_image(variable)
     item = getattr(variable, "item", None)
     if item is not None and getattr(variable, "ndim", None) == 0:
         try:
