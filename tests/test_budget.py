@@ -72,7 +72,7 @@ def test_step_terms_known_answer(tiny):
 
 def test_verdict_names_collectives_when_they_dominate(tiny):
     p = bd.predict(tiny, tiny_scenario(mem_bw=q("bw", 1000.0, "GB/s"), link=flat(1000.0)), [1, 4])
-    assert bd.verdict(p).count("collectives") == 2
+    assert bd.verdict(p).count("collectives") == 1 and "still" in bd.verdict(p)
 
 
 def test_bad_inputs(tiny):

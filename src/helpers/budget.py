@@ -278,8 +278,9 @@ def verdict(table: pd.DataFrame) -> str:
     a, b = dominant_term(lo), dominant_term(hi)
     s_lo = max(lo["share_" + k[:-3]] for k in TERMS)
     s_hi = max(hi["share_" + k[:-3]] for k in TERMS)
+    second = f"still at batch {int(hi['batch'])}" if a == b else f"{b} at batch {int(hi['batch'])}"
     return (f"{table['scenario'].iloc[0]}: {a} dominate at batch {int(lo['batch'])} "
-            f"({s_lo:.0%} of the step) and {b} at batch {int(hi['batch'])} ({s_hi:.0%}).")
+            f"({s_lo:.0%} of the step) and {second} ({s_hi:.0%}).")
 
 
 # --------------------------------------------------------------------------------------------------
