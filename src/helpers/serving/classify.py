@@ -30,7 +30,8 @@ NAN_PATTERNS = re.compile(
 UNSUPPORTED_PATTERNS = re.compile(
     r"unrecognized arguments|no such option|invalid choice|is not supported|not supported on|"
     r"unsupported (?:attention|option|configuration|backend|implementation)|only supported on|"
-    r"is not a valid (?:choice|experts implementation|attention)", re.I)
+    r"is not a valid (?:choice|experts implementation|attention)|"
+    r"\brequires (?:bfloat16|the `?kernels`? package|a GPU|CUDA|sm_?\d+)", re.I)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,8 @@ def classify_errors(errors: list[str], log_text: str) -> str | None:
         return None
     if any(NAN_PATTERNS.search(e) for e in errors) or NAN_PATTERNS.search(log_text):
         return "nan"
+    if any(UNSUPPORTED_PATTERNS.search(e) for e in errors) or UNSUPPORTED_PATTERNS.search(log_text):
+        return "unsupported"
     return "crash"
 
 

@@ -148,8 +148,10 @@ def _teach(model, tok, steps: int = 80) -> float:
     return float(loss.detach())
 
 
-def build(folder: str | os.PathLike, spec: TinyModelSpec | None = None) -> Path:
-    """Build (or reuse) a tiny random-weight MoE model with its tokenizer in `folder`; return the folder."""
+def build(folder: str | os.PathLike, spec: TinyModelSpec | None = None, device: str = "cpu") -> Path:
+    """Build (or reuse) a tiny random-weight MoE model with its tokenizer in `folder`; return the folder.
+
+    `device` is where the weights are initialised and taught ("cuda" is much faster for large specs)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -162,7 +164,8 @@ def build(folder: str | os.PathLike, spec: TinyModelSpec | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(spec.seed)
     tok = _tokenizer(spec.vocab_size)
-    model = AutoModelForCausalLM.from_config(_config(spec), dtype=getattr(torch, spec.dtype))
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(_config(spec), dtype=getattr(torch, spec.dtype))
     if spec.teach:
         _teach(model, tok)
     if spec.poison == "nan":

@@ -1,0 +1,136 @@
+"""What the serving chapters run live: which engine this machine can use, the model to serve, the
+server variants, and the sweeps (each server started, swept, and stopped before the next).
+
+Engines: "transformers" (`transformers serve`, CPU or one GPU, tiny random-weight models built at run
+time) and "sglang" (the investigation's server; needs sglang, GPUs and a real checkpoint).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from . import classify, client as cl, demo, sglang as sg, sweep, tiny_model, transformers_serve as ts
+from .server import Server, ServerSpec
+
+ENGINES = ("transformers", "sglang")
+#: server variants per engine: the tuning knobs each engine has (first = the baseline)
+VARIANTS = {
+    "transformers": ("batched", "unbatched"),     # continuous batching on / off
+    "sglang": ("cuda-graph", "no-cuda-graph"),     # the recorded configuration / CUDA graphs off
+}
+#: MoE runners per engine (transformers: experts implementations; sglang: --moe-runner-backend)
+RUNNERS = {
+    "transformers": ("eager", "grouped_mm", "batched_mm", "deepgemm", "sonicmoe"),
+    "sglang": sg.MOE_RUNNERS,
+}
+
+
+def gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def sglang_ready(model_path: str) -> tuple[bool, str]:
+    """Whether a live sglang run can happen here, and why not."""
+    v = sg.installed_versions()
+    if v["sglang"] is None:
+        return False, "sglang is not installed (it needs a CUDA build of torch; see the appendix on re-running)"
+    if gpu_count() == 0:
+        return False, "no NVIDIA GPU is visible"
+    if not model_path or not Path(model_path).exists():
+        return False, f"the model path {model_path!r} does not exist (set `model_path`)"
+    return True, f"sglang {v['sglang']}, flashinfer {v['flashinfer']}, {gpu_count()} GPU(s)"
+
+
+def model_cache() -> Path:
+    """Where built models live: $BOOK_MODEL_CACHE or a folder in the temporary directory (never the
+    run directory: a run is committed, models are rebuilt)."""
+    p = Path(os.environ.get("BOOK_MODEL_CACHE") or Path(tempfile.gettempdir()) / "glm5-book-models")
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def tiny_spec(hidden: int, layers: int, experts: int, moe_intermediate: int, heads: int, device: str,
+              vocab: int = 512) -> tiny_model.TinyModelSpec:
+    return tiny_model.TinyModelSpec(hidden_size=hidden, num_layers=layers, num_experts=experts,
+                                    moe_intermediate_size=moe_intermediate, num_heads=heads, vocab_size=vocab,
+                                    experts_per_token=min(2 if experts < 8 else 4, experts),
+                                    dtype="float32" if device == "cpu" else "bfloat16")
+
+
+def build_tiny(spec: tiny_model.TinyModelSpec, device: str = "cpu") -> Path:
+    import hashlib
+    import json
+
+    key = hashlib.sha1(json.dumps(spec.as_dict(), sort_keys=True).encode()).hexdigest()[:10]
+    return tiny_model.build(model_cache() / f"tiny-{key}", spec, device=device)
+
+
+def transformers_spec(model_dir: str | Path, variant: str, device: str, name: str | None = None) -> ServerSpec:
+    if variant not in VARIANTS["transformers"]:
+        raise ValueError(f"variant {variant!r} is not a transformers-serve variant; expected one of "
+                         f"{VARIANTS['transformers']}")
+    cfg = ts.TransformersServeConfig(model=str(model_dir), device=device, continuous_batching=variant == "batched")
+    return ts.spec(cfg, name=name or variant)
+
+
+def sglang_spec(base: sg.SGLangConfig, env: dict, flag_set: str, variant: str = "cuda-graph",
+                name: str | None = None, **changes) -> ServerSpec:
+    if variant not in VARIANTS["sglang"]:
+        raise ValueError(f"variant {variant!r} is not an sglang variant; expected one of {VARIANTS['sglang']}")
+    cfg = replace(base, cuda_graph=variant == "cuda-graph", **changes)
+    return sg.spec(cfg, flag_set, env=env, name=name or variant)
+
+
+def sweep_server(spec: ServerSpec, model: str, rows_path: Path, log_dir: Path, workloads: Sequence[cl.Workload],
+                 concurrencies: Sequence[int], labels: dict, per_concurrency: int, tokenizer=None,
+                 startup_timeout_s: float = 300, request_timeout_s: float = 600) -> pd.DataFrame:
+    """Start `spec`, sweep it (resuming from `rows_path`), stop it. Skips the launch when every point
+    is already there."""
+    keys = [*labels, "workload", "concurrency"]
+    done = sweep.done_points(rows_path, keys)
+    need = [(w, c) for w in workloads for c in concurrencies
+            if tuple(str(x) for x in (*labels.values(), w.name, c)) not in done]
+    if not need:
+        return sweep.rows_frame(rows_path, labels)
+    with Server(spec, Path(log_dir) / f"{spec.name}.log", startup_timeout_s=startup_timeout_s):
+        return sweep.sweep(rows_path, spec.base_url, model, workloads, concurrencies, labels=labels,
+                           per_concurrency=per_concurrency, tokenizer=tokenizer, timeout_s=request_timeout_s)
+
+
+def tokenizer_for(model_dir: str | Path | None):
+    if not model_dir or not Path(model_dir).is_dir():
+        return None
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(model_dir))
+    except Exception:  # noqa: BLE001 - prompts fall back to words; usage still counts tokens
+        return None
+
+
+def runner_model(model_dir: Path, runner: str) -> Path:
+    """A variant folder of `model_dir` that selects experts implementation `runner`."""
+    return demo.variant(model_dir, model_cache() / f"{Path(model_dir).name}-experts-{runner}",
+                        experts_implementation=runner)
+
+
+def attempt_runner(name: str, spec: ServerSpec, model: str, log_dir: Path, startup_timeout_s: float) -> dict:
+    """Launch once to classify a runner (ok / unsupported / crash / ...) before sweeping it."""
+    a = classify.attempt(name, spec, model, log_dir, startup_timeout_s=startup_timeout_s, decode_concurrency=2,
+                         decode_tokens=8, test=classify.SmokeTest(max_tokens=8))
+    return a.as_row()
+
+
+def clean(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
