@@ -246,10 +246,12 @@ def fit_table(copy_sweep: pd.DataFrame | None, collective_sweep: pd.DataFrame | 
 _HARNESS_STYLE = {"eager": "-", "graph": "--", "queued": ":"}
 
 
-def plot_copy(copy_sweep: pd.DataFrame | None, what: str = "time_us", show_recorded: bool = True):
+def plot_copy(copy_sweep: pd.DataFrame | None, what: str = "time_us", show_recorded: bool = True,
+              harnesses=("eager", "graph")):
     """Copy time (or bandwidth) against size per path and harness, the original VM beside it."""
     fig, ax = plotting.figure(width=7.2, height=4.2)
     if copy_sweep is not None and len(copy_sweep):
+        copy_sweep = copy_sweep[copy_sweep.harness.isin(harnesses)]
         for i, ((path, harness), g) in enumerate(copy_sweep.groupby(["path", "harness"], sort=False)):
             g = g.sort_values("size_bytes")
             lo = g[what.replace("time_us", "time_us_p10")] if what == "time_us" else None
@@ -289,6 +291,10 @@ def plot_harness(copy_sweep: pd.DataFrame | None):
                 vals = [g["time_us"].get(s, np.nan) for s in rec["size_bytes"]]
                 name = "same GPU" if floor_path == "same_device" else "cpu memcpy"
                 bars.append((f"{name}, {h} (measured: this machine)", np.array(vals), c))
+        hb = copy_sweep[(copy_sweep.path == "host_bounce") & (copy_sweep.harness == "eager")].set_index("size_bytes")
+        if len(hb):
+            bars.append(("GPU to pinned host to GPU, eager (measured: this machine)",
+                         np.array([hb["time_us"].get(s, np.nan) for s in rec["size_bytes"]]), "#4d9221"))
     w = 0.8 / len(bars)
     for i, (lab, vals, c) in enumerate(bars):
         ax.bar(x + (i - (len(bars) - 1) / 2) * w, vals, w, label=lab, color=c)
@@ -320,7 +326,8 @@ def plot_collectives(sweep: pd.DataFrame | None, variants_only: bool = False, st
         if variants_only:
             lab = f"NCCL_{k[0]}" if k[0] != "default" else "default"
         else:
-            lab = f"{k[0].replace('_', '-')}, {k[1]}, {k[2]} {'GPUs' if k[1] == 'nccl' else 'processes'}"
+            unit = ("GPU" if k[1] == "nccl" else "process") + ("" if k[2] == 1 else ("s" if k[1] == "nccl" else "es"))
+            lab = f"{k[0].replace('_', '-')}, {k[1]}, {k[2]} {unit}"
         plotting.size_sweep(ax, g["size_bytes"], g["time_us"], lab + " (measured)", lower=g["time_us_p10"],
                             upper=g["time_us_p90"])
     for s in copybench.decode_message_sizes()["size_bytes"]:
