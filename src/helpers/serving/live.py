@@ -134,3 +134,41 @@ def attempt_runner(name: str, spec: ServerSpec, model: str, log_dir: Path, start
 
 def clean(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def _workloads(v):
+    if not isinstance(v, list) or not v:
+        raise ValueError
+    try:
+        return [cl.Workload.parse(x) for x in v]
+    except cl.BenchmarkError:
+        raise ValueError from None
+
+
+def _names(v):
+    if not isinstance(v, list) or not v or not all(isinstance(x, str) and x for x in v):
+        raise ValueError
+    return list(v)
+
+
+def workloads_param():
+    """params.Spec for a list of 'INPUT/OUTPUT' workload strings."""
+    from .. import params
+
+    return params.Spec("a non-empty list of 'INPUT/OUTPUT' token counts, e.g. ['256/256', '128/512']", _workloads)
+
+
+def names_param(what: str):
+    from .. import params
+
+    return params.Spec(f"a non-empty list of {what} names (strings)", _names)
+
+
+def check_names(param: str, given: list[str], allowed: Sequence[str], engine: str) -> None:
+    from .. import params
+
+    bad = [v for v in given if v not in allowed]
+    if bad:
+        raise params.ParameterError(
+            f"parameter '{param}' = {given!r}: {bad} not known for engine {engine!r}; expected names from "
+            f"{list(allowed)}. Fix: set `{param}` in the target's parameters file or pass -p {param} ...")
