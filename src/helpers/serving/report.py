@@ -124,7 +124,7 @@ def plot_sweeps(rec: pd.DataFrame, live: pd.DataFrame | None, log_point: dict | 
 def headline_table(rec: pd.DataFrame, live: pd.DataFrame | None, where: str) -> pd.DataFrame:
     """Single-stream and saturated output throughput: recorded (original VM) and measured (this machine)."""
     rows = []
-    outp = rec[(rec.metric == "output_throughput") & rec.value.notna()]
+    outp = rec[(rec.metric == "output_throughput") & rec.value.notna() & rec.experiment.str.startswith("sweep_")]
     for wl in ("256/256", "128/512"):
         s = outp[outp.workload == wl]
         c1, c64 = s[s.concurrency == 1].value, s[s.concurrency == 64].value
