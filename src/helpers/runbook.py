@@ -387,6 +387,19 @@ def status_page(manifest: dict, titles: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _stage_notebook(src: Path, dst: Path) -> None:
+    """Copy an executed chapter for rendering: code folds away behind a toggle (the reader sees
+    the narrative, tables and figures first) except the parameters, which say how it was run."""
+    nb = json.loads(Path(src).read_text())
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+        if not {"parameters", "injected-parameters", "hide-input", "remove-input"} & set(tags):
+            tags.append("hide-input")
+    Path(dst).write_text(json.dumps(nb))
+
+
 def stage(run_dir: Path, root: Path, stage_dir: Path) -> Path:
     """Lay out a buildable book in stage_dir from the repository's pages and the run's notebooks."""
     manifest = read_manifest(run_dir)
@@ -411,7 +424,7 @@ def stage(run_dir: Path, root: Path, stage_dir: Path) -> Path:
             titles[stem(doc)] = _title(src_nb, stem(doc))
             executed = run_dir / "notebooks" / f"{stem(doc)}.ipynb"
             if rec and rec["status"] == "ok" and executed.exists():
-                shutil.copy(executed, stage_dir / f"{doc}.ipynb")
+                _stage_notebook(executed, stage_dir / f"{doc}.ipynb")
             else:
                 rec = rec or {"stem": stem(doc), "status": "skipped", "duration_s": 0.0,
                               "error": {"ename": "Skipped", "evalue": "not part of this run"}}
