@@ -10,7 +10,6 @@ The figures follow nccl-tests (doc/PERFORMANCE.md and src/common.cu): time is th
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -207,15 +206,9 @@ def _drain(proc: subprocess.Popen) -> str:
 
 
 def _read_points(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+    from .results import read_rows  # JSON lines; a torn last line is ignored
+
+    return read_rows(path)
 
 
 def tidy(results: Sequence[RunResult], device_label: str = "") -> pd.DataFrame:
