@@ -19,11 +19,11 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def save_table(folder: Path, name: str, df: pd.DataFrame) -> Path:
-    """Write `df` as <folder>/<name>.csv atomically and return the path."""
+def save_table(folder: Path, name: str, df: pd.DataFrame) -> None:
+    """Write `df` as <folder>/<name>.csv atomically. (Returns nothing, so that a chapter cell
+    ending with it shows nothing.)"""
     path = Path(folder) / f"{name}.csv"
     _atomic_write(path, df.to_csv(index=False))
-    return path
 
 
 def load_table(folder: Path, name: str) -> pd.DataFrame:
@@ -33,10 +33,9 @@ def load_table(folder: Path, name: str) -> pd.DataFrame:
     return pd.read_csv(path)
 
 
-def save_json(folder: Path, name: str, obj) -> Path:
+def save_json(folder: Path, name: str, obj) -> None:
     path = Path(folder) / f"{name}.json"
     _atomic_write(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
-    return path
 
 
 def load_json(folder: Path, name: str):
