@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Execute the book on a GPU host that has python3 with torch, NCCL and nvidia-ml-py but no package
-# registry: the missing pure-Python pieces (papermill, ipykernel, transformers' serving extras) travel
+# registry (set BOOK_COMMIT to the commit sent, since the copy there has no .git): the missing
+# pure-Python pieces (papermill, ipykernel, transformers' serving extras) travel
 # as wheels in .whl/ (see README, "GPU hosts"). Writes runs/<RUN_ID>/ and, where $OUT is set, a
 # tarball of it there. Usage: RUN_ID=h200-YYYYMMDD TARGET=h200 scripts/device-run.sh
 set -euo pipefail

@@ -168,6 +168,8 @@ def versions(root: Path) -> dict:
     if commit:
         dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no"))
         out["book_commit"] = commit + ("+dirty" if dirty else "")
+    elif os.environ.get("BOOK_COMMIT"):  # a copy without .git (a GPU host): the sender says which
+        out["book_commit"] = os.environ["BOOK_COMMIT"] + " (from BOOK_COMMIT)"
     return out
 
 
