@@ -124,3 +124,25 @@ def test_spec_binds_localhost(recorded_config):
     assert s.host == "127.0.0.1" and s.health_url.endswith("/health")
     assert _flag_value(list(s.argv), "--host") == "127.0.0.1"
     assert s.env == env
+
+
+def test_memory_fraction_and_graph_variants(recorded_config):
+    from helpers.serving import live
+
+    _, cfg, env, _ = recorded_config
+    recorded_fraction = _flag_value(sg.build_argv(cfg, "0.5.23"), "--mem-fraction-static")
+    argv = live.sglang_spec(cfg, env, "0.5.23", "no-cuda-graph+mem-fraction-0.8").argv
+    assert _flag_value(argv, "--mem-fraction-static") == "0.8"
+    assert _flag_value(argv, "--cuda-graph-backend-decode") == "disabled"
+    argv = live.sglang_spec(cfg, env, "early-2026", "mem-fraction-default").argv
+    assert "--mem-fraction-static" not in argv and "--disable-cuda-graph" not in argv
+    argv = live.sglang_spec(cfg, env, "early-2026", "cuda-graph").argv
+    assert _flag_value(argv, "--mem-fraction-static") == recorded_fraction  # the recorded configuration
+    for bad in ("mem-fraction-2", "mem-fraction-x", "turbo"):
+        with pytest.raises(ValueError, match="variant"):
+            live.sglang_spec(cfg, env, "0.5.23", bad)
+    live.check_names("variants", ["cuda-graph", "mem-fraction-default"], live.VARIANTS["sglang"], "sglang")
+    from helpers.params import ParameterError
+
+    with pytest.raises(ParameterError, match="turbo"):
+        live.check_names("variants", ["turbo"], live.VARIANTS["sglang"], "sglang")

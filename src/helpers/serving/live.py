@@ -22,8 +22,34 @@ ENGINES = ("transformers", "sglang")
 #: server variants per engine: the tuning knobs each engine has (first = the baseline)
 VARIANTS = {
     "transformers": ("batched", "unbatched"),     # continuous batching on / off
-    "sglang": ("cuda-graph", "no-cuda-graph"),     # the recorded configuration / CUDA graphs off
+    # the recorded configuration / CUDA graphs off; plus "mem-fraction-F" (F in (0, 1)) for
+    # --mem-fraction-static F and "mem-fraction-default" for sglang's own default, combinable with "+"
+    # (e.g. "no-cuda-graph+mem-fraction-default")
+    "sglang": ("cuda-graph", "no-cuda-graph"),
 }
+
+
+def sglang_variant(variant: str) -> dict:
+    """The SGLangConfig changes a variant name stands for; ValueError naming it if unknown."""
+    changes: dict = {}
+    for part in variant.split("+"):
+        if part in ("cuda-graph", "no-cuda-graph"):
+            changes["cuda_graph"] = part == "cuda-graph"
+        elif part == "mem-fraction-default":
+            changes["mem_fraction_static"] = None   # sglang's own default
+        elif part.startswith("mem-fraction-"):
+            try:
+                f = float(part[len("mem-fraction-"):])
+            except ValueError:
+                f = -1.0
+            if not 0 < f < 1:
+                raise ValueError(f"variant {variant!r}: {part!r} needs a fraction in (0, 1), e.g. mem-fraction-0.85")
+            changes["mem_fraction_static"] = f
+        else:
+            raise ValueError(f"variant {variant!r} is not an sglang variant; expected "
+                             f"{VARIANTS['sglang']} or 'mem-fraction-F', joined with '+'")
+    changes.setdefault("cuda_graph", True)
+    return changes
 #: MoE runners per engine (transformers: experts implementations; sglang: --moe-runner-backend)
 RUNNERS = {
     "transformers": ("eager", "grouped_mm", "batched_mm", "deepgemm", "sonicmoe"),
@@ -86,9 +112,7 @@ def transformers_spec(model_dir: str | Path, variant: str, device: str, name: st
 
 def sglang_spec(base: sg.SGLangConfig, env: dict, flag_set: str, variant: str = "cuda-graph",
                 name: str | None = None, **changes) -> ServerSpec:
-    if variant not in VARIANTS["sglang"]:
-        raise ValueError(f"variant {variant!r} is not an sglang variant; expected one of {VARIANTS['sglang']}")
-    cfg = replace(base, cuda_graph=variant == "cuda-graph", **changes)
+    cfg = replace(base, **{**sglang_variant(variant), **changes})
     return sg.spec(cfg, flag_set, env=env, name=name or variant)
 
 
@@ -167,7 +191,18 @@ def names_param(what: str):
 def check_names(param: str, given: list[str], allowed: Sequence[str], engine: str) -> None:
     from .. import params
 
-    bad = [v for v in given if v not in allowed]
+    def known(v):
+        if v in allowed:
+            return True
+        if engine == "sglang" and param == "variants":
+            try:
+                sglang_variant(v)
+                return True
+            except ValueError:
+                return False
+        return False
+
+    bad = [v for v in given if not known(v)]
     if bad:
         raise params.ParameterError(
             f"parameter '{param}' = {given!r}: {bad} not known for engine {engine!r}; expected names from "
