@@ -137,6 +137,40 @@ def test_a_failed_run_is_reported_and_the_next_still_runs(tmp_path):
     assert good.status == "ok" and len(good.rows) == 2
 
 
+# ---------------------------------------------------------------- nccl-tests' timing method (fidelity options)
+@pytest.mark.parametrize("kw,msg", [
+    ({"harness": "graph"}, "harness = 'graph' needs CUDA graphs"),
+    ({"harness": "replay"}, "harness = 'replay'"),
+    ({"timer": "wallclock"}, "timer = 'wallclock'"),
+    ({"placement": "sideways"}, "placement = 'sideways'"),
+    ({"rotate_bytes": -1}, "rotate_bytes = -1"),
+    ({"rotate_bytes": True}, "rotate_bytes = True"),
+])
+def test_bad_timing_method(kw, msg):
+    with pytest.raises(CollectiveConfigError, match=msg):
+        collectives.run_collectives("gloo", 2, [64], **kw)
+
+
+def test_harness_label_names_the_method():
+    assert collectives._harness_label({}) == "eager"
+    assert collectives._harness_label({"harness": "graph", "timer": "host", "rotate_bytes": 2**28}) == \
+        "graph+host_timer+rotate"
+    assert collectives._harness_label({"harness": "eager", "timer": "events", "rotate_bytes": 0}) == "eager"
+
+
+@pytest.mark.timeout(120)
+def test_host_timer_out_of_place_and_rotation_run_for_real(tmp_path):
+    # two gloo processes; the worker checks the out-of-place result (the sum lands in the second buffer)
+    r = collectives.run_collectives("gloo", 2, [64, 4096], ops=("all_reduce",), warmup=2, iters=4, repeats=2,
+                                    timeout_s=90, workdir=tmp_path, timer="host", placement="out-of-place",
+                                    rotate_bytes=8192)
+    assert r.status == "ok", r.message + r.log[-2000:]
+    t = collectives.tidy([r])
+    assert set(t.size_bytes) == {64, 4096} and (t.time_us > 0).all()
+    assert (t.placement == "out-of-place").all() and (t.harness == "eager+host_timer+rotate").all()
+    assert all(p["rotate_bytes"] == 8192 and p["timer"] == "host" for p in r.rows)
+
+
 def test_fit_table_columns_and_recorded_row():
     fits = ic.recorded_fit()
     assert list(fits.columns) == ic.FIT_COLUMNS
@@ -147,3 +181,15 @@ def test_fit_table_columns_and_recorded_row():
                           "time_us": [1.0, 1.1, 20.0]})
     t = ic.fit_table(sweep, None)
     assert list(t.columns) == ic.FIT_COLUMNS and t.iloc[0].scope == "copy" and t.iloc[0].kind == "measured"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.timeout(180)
+def test_graph_harness_and_out_of_place_on_one_gpu(tmp_path):
+    r = collectives.run_collectives("nccl", 1, [4096, 2**20], ops=("all_reduce",), warmup=2, iters=5, repeats=2,
+                                    timeout_s=150, workdir=tmp_path, harness="graph", timer="host",
+                                    placement="out-of-place", rotate_bytes=2**22)
+    assert r.status == "ok", r.message + r.log[-2000:]
+    t = collectives.tidy([r])
+    assert (t.harness == "graph+host_timer+rotate").all() and (t.time_us > 0).all()

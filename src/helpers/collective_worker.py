@@ -8,6 +8,18 @@ result. Rank 0 appends one JSON line per finished point to --out, so a killed ru
 
 all_reduce through torch.distributed is in place (the API has no separate output buffer), so it is
 compared with nccl-tests' in-place columns; all_to_all_single is out of place.
+
+Options that make the timing match nccl-tests' own (benchmarks/fidelity.py compares the two):
+  --harness graph      the `iters` collectives are captured in one CUDA graph and the graph is replayed
+                       (nccl-tests -G 1): torch's per-call dispatch cost is left out
+  --timer host         a host clock from the first launch to the end of a stream synchronize, as
+                       nccl-tests' BenchTime does, instead of CUDA events around the block
+  --placement out-of-place   all_reduce into a second buffer: a copy of the input, then the in-place
+                       all_reduce on it (torch.distributed has no out-of-place all_reduce; on one rank
+                       this moves what NCCL's out-of-place call moves, a copy of the message)
+  --rotate-bytes N     iteration i uses the buffers at offset size x (i mod N/size) inside an N-byte
+                       pool, as nccl-tests does with its max size, so a repeated call does not find its
+                       data in the L2 cache
 """
 from __future__ import annotations
 
@@ -28,6 +40,12 @@ def _parse(argv):
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--variant", default="default")
+    ap.add_argument("--harness", default="eager", choices=["eager", "graph"])
+    ap.add_argument("--timer", default="events", choices=["events", "host"])
+    ap.add_argument("--placement", default="in-place", choices=["in-place", "out-of-place"],
+                    help="all_reduce only; all_to_all is always out of place")
+    ap.add_argument("--rotate-bytes", type=int, default=0,
+                    help="pool size for rotating buffer offsets (nccl-tests style); 0 keeps one buffer")
     ap.add_argument("--out", required=True)
     ap.add_argument("--hang-rank", type=int, default=-1,
                     help="testing only: this rank sleeps forever before the first collective")
@@ -59,19 +77,23 @@ def main(argv=None) -> int:
     if a.hang_rank == rank:
         time.sleep(10**6)
 
-    def run(op, x, y):
+    def run(op, x, y, placement="in-place"):
         if op == "all_reduce":
-            dist.all_reduce(x)
+            if placement == "out-of-place":
+                y.copy_(x)
+                dist.all_reduce(y)
+            else:
+                dist.all_reduce(x)
         else:
             dist.all_to_all_single(y, x)
 
-    def check(op, count):
+    def check(op, count, placement="in-place"):
         x = torch.full((count,), float(rank + 1), dtype=dtype, device=device)
         y = torch.empty_like(x)
-        run(op, x, y)
+        run(op, x, y, placement)
         sync()
         if op == "all_reduce":
-            ok = bool(torch.all(x == world * (world + 1) / 2))
+            ok = bool(torch.all((y if placement == "out-of-place" else x) == world * (world + 1) / 2))
         else:  # block j of rank r's output comes from rank j
             want = torch.arange(1, world + 1, dtype=dtype, device=device).repeat_interleave(count // world)
             ok = bool(torch.equal(y, want))
@@ -87,28 +109,54 @@ def main(argv=None) -> int:
             if count == 0:
                 continue
             nbytes = count * esize
-            check(op, count)
-            x = torch.zeros(count, dtype=dtype, device=device)   # zeros: repeated sums stay finite
-            y = torch.empty_like(x)
-            for _ in range(a.warmup):
-                run(op, x, y)
+            placement = a.placement if op == "all_reduce" else "out-of-place"
+            check(op, count, placement)
+            # nccl-tests' offsets: iteration i at (i mod rotate/size) x size; only the first
+            # max(iters, warmup) offsets are ever used, so only those are allocated
+            steps = max(1, a.rotate_bytes // nbytes) if a.rotate_bytes > 0 else 1
+            steps = min(steps, max(a.iters, a.warmup, 1))
+            pool_x = torch.zeros(count * steps, dtype=dtype, device=device)   # zeros: repeated sums stay finite
+            pool_y = torch.zeros_like(pool_x)
+            views = [(pool_x[k * count:(k + 1) * count], pool_y[k * count:(k + 1) * count]) for k in range(steps)]
+
+            def block(n):
+                for i in range(n):
+                    x, y = views[i % steps]
+                    run(op, x, y, placement)
+
+            for i in range(a.warmup):
+                x, y = views[i % steps]
+                run(op, x, y, placement)
             sync()
+            graph = None
+            if a.harness == "graph":
+                side = torch.cuda.Stream(device)
+                side.wait_stream(torch.cuda.current_stream(device))
+                with torch.cuda.stream(side):
+                    block(1)
+                torch.cuda.current_stream(device).wait_stream(side)
+                sync()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    block(a.iters)
+                graph.replay()
+                sync()
             times = []
             for _ in range(a.repeats):
                 dist.barrier()
                 sync()
-                if gpu:
+                issue = graph.replay if graph is not None else (lambda: block(a.iters))
+                if gpu and a.timer == "events":
                     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     s.record()
-                    for _ in range(a.iters):
-                        run(op, x, y)
+                    issue()
                     e.record()
                     e.synchronize()
                     t_us = s.elapsed_time(e) * 1e3 / a.iters
-                else:
+                else:  # host clock from the first launch to the end of a synchronize (nccl-tests)
                     t0 = time.perf_counter()
-                    for _ in range(a.iters):
-                        run(op, x, y)
+                    issue()
+                    sync()
                     t_us = (time.perf_counter() - t0) * 1e6 / a.iters
                 tt = torch.tensor([t_us], dtype=torch.float64, device=device)
                 dist.all_reduce(tt)                        # mean over ranks, as nccl-tests reports
@@ -118,11 +166,12 @@ def main(argv=None) -> int:
                     "op": op, "backend": a.backend, "variant": a.variant, "world_size": world,
                     "dtype": a.dtype, "count": count, "size_bytes": nbytes, "iters": a.iters,
                     "repeats": a.repeats, "warmup": a.warmup, "times_us": times,
-                    "placement": "in-place" if op == "all_reduce" else "out-of-place",
+                    "placement": placement, "harness": a.harness, "timer": a.timer,
+                    "rotate_bytes": a.rotate_bytes,
                     "device": torch.cuda.get_device_name(device) if gpu else "cpu",
                 }) + "\n")
                 out.flush()
-            del x, y
+            del pool_x, pool_y, views, graph
     if out is not None:
         out.close()
     dist.barrier()

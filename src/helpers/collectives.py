@@ -27,6 +27,9 @@ from .copybench import parse_sizes
 
 OPS = ("all_reduce", "all_to_all")
 BACKENDS = ("gloo", "nccl")
+HARNESSES = ("eager", "graph")          # graph: the block captured in one CUDA graph (nccl-tests -G)
+TIMERS = ("events", "host")             # host: nccl-tests' clock (first launch to end of a synchronize)
+PLACEMENTS = ("in-place", "out-of-place")
 
 #: Always in the workers' environment: no NVLink SHARP multicast, no symmetric-memory multicast.
 BASE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "OMP_NUM_THREADS": "1"}
@@ -128,13 +131,36 @@ def check_request(backend: str, world_size, ops: Sequence[str]) -> None:
                                         f"the processes would share cores and time the scheduler: use world_size <= {n}")
 
 
+def check_method(backend: str, harness: str, timer: str, placement: str, rotate_bytes) -> None:
+    """Raise CollectiveConfigError for a timing method that does not exist or cannot run on `backend`."""
+    if harness not in HARNESSES:
+        raise CollectiveConfigError(f"harness = {harness!r} is not known; choose one of {HARNESSES}")
+    if harness == "graph" and backend != "nccl":
+        raise CollectiveConfigError(f"harness = 'graph' needs CUDA graphs, which backend {backend!r} cannot "
+                                    "capture; use backend='nccl' on a GPU or harness='eager'")
+    if timer not in TIMERS:
+        raise CollectiveConfigError(f"timer = {timer!r} is not known; choose one of {TIMERS}")
+    if placement not in PLACEMENTS:
+        raise CollectiveConfigError(f"placement = {placement!r} is not known; choose one of {PLACEMENTS}")
+    if isinstance(rotate_bytes, bool) or not isinstance(rotate_bytes, (int, np.integer)) or rotate_bytes < 0:
+        raise CollectiveConfigError(f"rotate_bytes = {rotate_bytes!r} must be an integer >= 0 (0: one buffer; "
+                                    "nccl-tests rotates within its max size, e.g. 268435456)")
+
+
 def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = OPS, variant: str = "default",
                     env: dict[str, str] | None = None, warmup: int = 5, iters: int = 20, repeats: int = 3,
                     dtype: str = "float32", timeout_s: float = 120, hang_rank: int = -1,
-                    workdir: str | Path | None = None) -> RunResult:
+                    workdir: str | Path | None = None, harness: str = "eager", timer: str = "events",
+                    placement: str = "in-place", rotate_bytes: int = 0) -> RunResult:
     """Launch one sweep with torchrun and collect its points. Bad requests raise CollectiveConfigError;
-    a run that fails or hangs returns a RunResult with status 'failed' or 'timeout' and the error text."""
+    a run that fails or hangs returns a RunResult with status 'failed' or 'timeout' and the error text.
+
+    The defaults are the eager harness timed with CUDA events, all_reduce in place, one buffer. For
+    nccl-tests' method use timer="host", rotate_bytes=<its max size> and harness="graph" for its -G 1;
+    placement="out-of-place" copies the input into a second buffer and reduces that (see
+    helpers.collective_worker)."""
     check_request(backend, world_size, ops)
+    check_method(backend, harness, timer, placement, rotate_bytes)
     sizes = parse_sizes(sizes)
     for k, v in (("warmup", warmup), ("iters", iters), ("repeats", repeats)):
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == "warmup" else 1):
@@ -148,7 +174,8 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
            "-m", "helpers.collective_worker", "--backend", backend, "--ops", ",".join(ops),
            "--sizes", ",".join(str(s) for s in sizes), "--dtype", dtype, "--warmup", str(warmup),
            "--iters", str(iters), "--repeats", str(repeats), "--variant", variant, "--out", str(out),
-           "--hang-rank", str(hang_rank)]
+           "--hang-rank", str(hang_rank), "--harness", harness, "--timer", timer, "--placement", placement,
+           "--rotate-bytes", str(int(rotate_bytes))]
     full_env = {**os.environ, **BASE_ENV, **(env or {})}
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
@@ -222,7 +249,7 @@ def tidy(results: Sequence[RunResult], device_label: str = "") -> pd.DataFrame:
             dev = device_label or p.get("device", "")
             rows.append({
                 "op": p["op"], "backend": p["backend"], "variant": p["variant"], "world_size": n,
-                "harness": "eager", "placement": p["placement"], "dtype": p["dtype"], "count": p["count"],
+                "harness": _harness_label(p), "placement": p["placement"], "dtype": p["dtype"], "count": p["count"],
                 "size_bytes": p["size_bytes"], "iters": p["iters"], "repeats": p["repeats"], "warmup": p["warmup"],
                 "time_us": med, "time_us_p10": float(np.percentile(t, 10)), "time_us_p90": float(np.percentile(t, 90)),
                 "time_us_min": float(t.min()), "time_us_max": float(t.max()),
@@ -234,6 +261,17 @@ def tidy(results: Sequence[RunResult], device_label: str = "") -> pd.DataFrame:
             "iters", "repeats", "warmup", "time_us", "time_us_p10", "time_us_p90", "time_us_min", "time_us_max",
             "algbw_GBps", "busbw_GBps", "device", "kind"]
     return pd.DataFrame(rows, columns=cols)
+
+
+def _harness_label(point: dict) -> str:
+    """'eager' / 'graph', with '+host_timer' where the block was timed by nccl-tests' host clock and
+    '+rotate' where buffers rotated; older points (no such fields) are eager with CUDA events."""
+    label = point.get("harness", "eager")
+    if point.get("timer", "events") == "host":
+        label += "+host_timer"
+    if point.get("rotate_bytes", 0):
+        label += "+rotate"
+    return label
 
 
 def run_variants(variants: Sequence[str], world_size: int, sizes, ops: Sequence[str] = OPS,

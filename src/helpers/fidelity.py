@@ -1,0 +1,171 @@
+"""Fidelity of the interconnect harness: our figures against nccl-tests and cuda-samples on one machine.
+
+Issue 4 asks that helpers.collectives and helpers.copybench measure as nccl-tests' all_reduce_perf and
+cuda-samples' p2pBandwidthLatencyTest do, so that on the same machine all-reduce times agree within
+`TOLERANCES["all_reduce_time"]` at every size and large-copy bandwidth within
+`TOLERANCES["copy_bandwidth"]`. benchmarks/fidelity.py runs both tools and our harness on a GPU host;
+this module parses the tools' printed output and builds the comparison table (`COLUMNS`).
+
+How the tools count (read from their sources):
+- all_reduce_perf: per size, one untimed call, then `iters` (20) calls timed by a host clock from the
+  first launch to the end of a stream synchronize; time = elapsed / iters, averaged over ranks; both
+  out-of-place and in-place; buffers rotate through the max size; with -G N the iters calls are
+  captured in one CUDA graph launched N times. algbw = S / t, busbw = algbw x 2(n-1)/n.
+- p2pBandwidthLatencyTest: bandwidth = 5 copies of 40,000,000 ints queued behind a spin kernel,
+  timed by CUDA events; on the diagonal (same GPU) the bytes are counted twice (read and write).
+  Latency = 100 copies of 16 bytes queued the same way: GPU time / 100; the CPU figure is the host
+  time to enqueue them / 100.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Iterable
+
+import pandas as pd
+
+TOLERANCES = {"all_reduce_time": 0.10, "copy_bandwidth": 0.05}
+
+COLUMNS = ["quantity", "tool", "tool_setting", "size_bytes", "unit", "tool_value", "ours_value", "ours_method",
+           "same_method", "ratio", "tolerance", "within_tolerance", "kind"]
+
+P2P_LARGE_BYTES = 40_000_000 * 4    # p2pBandwidthLatencyTest's default numElems ints
+P2P_SMALL_BYTES = 4 * 4             # its latency copy: one int4
+
+_NCCL_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+" + r"\s+".join([r"(\S+)"] * 8) + r"\s*$")
+
+
+class ToolOutputError(ValueError):
+    """Tool output that does not have the expected shape; the message names the tool and what was missing."""
+
+
+def parse_nccl_tests(text: str) -> pd.DataFrame:
+    """The result table of an nccl-tests binary's stdout: one row per size with out-of-place and
+    in-place time (us), algbw and busbw (GB/s) and #wrong. Raises ToolOutputError if there is none."""
+    rows = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        m = _NCCL_ROW.match(line)
+        if not m:
+            continue
+        g = m.groups()
+        try:
+            vals = [float(x) for x in g[5:]]
+        except ValueError:
+            continue
+        rows.append({"size_bytes": int(g[0]), "count": int(g[1]), "type": g[2], "redop": g[3],
+                     "oop_time_us": vals[0], "oop_algbw_GBps": vals[1], "oop_busbw_GBps": vals[2],
+                     "oop_wrong": vals[3], "ip_time_us": vals[4], "ip_algbw_GBps": vals[5],
+                     "ip_busbw_GBps": vals[6], "ip_wrong": vals[7]})
+    if not rows:
+        raise ToolOutputError("nccl-tests output has no result rows (lines of size, count, type, redop, root "
+                              "and two time/algbw/busbw/#wrong groups); did the binary fail? Its output "
+                              f"began: {text[:300]!r}")
+    return pd.DataFrame(rows)
+
+
+def nccl_tests_version(text: str) -> str:
+    """The NCCL version line that NCCL_DEBUG=VERSION prints ('' if absent)."""
+    m = re.search(r"NCCL version (\S+)", text)
+    return m.group(1) if m else ""
+
+
+_P2P_TITLES = {
+    "bw_uni_p2p_off": "Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)",
+    "bw_uni_p2p_on": "Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)",
+    "bw_bi_p2p_off": "Bidirectional P2P=Disabled Bandwidth Matrix (GB/s)",
+    "bw_bi_p2p_on": "Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)",
+    "lat_p2p_off": "P2P=Disabled Latency Matrix (us)",
+    "lat_p2p_on": "P2P=Enabled Latency (P2P Writes) Matrix (us)",
+}
+
+
+def _matrix_after(lines: list[str], start: int, header: str) -> tuple[list[list[float]], int]:
+    """The numeric rows following the first line at or after `start` that begins with `header`."""
+    i = start
+    while i < len(lines) and not lines[i].strip().startswith(header):
+        i += 1
+    if i == len(lines):
+        return [], i
+    rows, i = [], i + 1
+    while i < len(lines):
+        parts = lines[i].split()
+        if not parts or not re.fullmatch(r"\d+", parts[0]):
+            break
+        rows.append([float(x) for x in parts[1:]])
+        i += 1
+    return rows, i
+
+
+def parse_p2p(text: str) -> dict[str, list[list[float]]]:
+    """p2pBandwidthLatencyTest's matrices by name (`_P2P_TITLES`); latency blocks give '<name>_gpu' and
+    '<name>_cpu'. Raises ToolOutputError when the unidirectional bandwidth or the latency is missing."""
+    lines = text.splitlines()
+    out: dict[str, list[list[float]]] = {}
+    for key, title in _P2P_TITLES.items():
+        try:
+            at = next(i for i, ln in enumerate(lines) if ln.strip() == title)
+        except StopIteration:
+            continue
+        if key.startswith("lat"):
+            gpu, nxt = _matrix_after(lines, at + 1, "GPU")
+            cpu, _ = _matrix_after(lines, nxt, "CPU")
+            out[key + "_gpu"], out[key + "_cpu"] = gpu, cpu
+        else:
+            out[key], _ = _matrix_after(lines, at + 1, "D\\D")
+    for need in ("bw_uni_p2p_off", "lat_p2p_off_gpu"):
+        if not out.get(need):
+            raise ToolOutputError(f"p2pBandwidthLatencyTest output has no {need!r} matrix (section "
+                                  f"{_P2P_TITLES[need.replace('_gpu', '')]!r}); did the binary fail? "
+                                  f"Its output began: {text[:300]!r}")
+    return out
+
+
+def row(quantity: str, tool: str, tool_setting: str, size_bytes: int, unit: str, tool_value: float,
+        ours_value: float, ours_method: str, same_method: bool, tolerance: float | None, device: str) -> dict:
+    """One comparison row: ratio = ours / tool; within_tolerance only where a tolerance applies."""
+    ratio = ours_value / tool_value if tool_value and not math.isnan(tool_value) else float("nan")
+    within = None
+    if tolerance is not None and not math.isnan(ratio):
+        within = bool(abs(ratio - 1) <= tolerance)
+    return {"quantity": quantity, "tool": tool, "tool_setting": tool_setting, "size_bytes": int(size_bytes),
+            "unit": unit, "tool_value": tool_value, "ours_value": ours_value, "ours_method": ours_method,
+            "same_method": bool(same_method), "ratio": ratio,
+            "tolerance": float("nan") if tolerance is None else tolerance, "within_tolerance": within,
+            "kind": f"measured: {device}, tool and ours on the same machine in one session"}
+
+
+def compare_all_reduce(tool: pd.DataFrame, ours: pd.DataFrame, tool_setting: str, ours_harness: str,
+                       ours_method: str, same_method: bool, device: str,
+                       placements: Iterable[str] = ("in-place", "out-of-place")) -> list[dict]:
+    """Rows for every size both tables have: nccl-tests' time against our median time per call.
+    `ours` is helpers.collectives.tidy output filtered to one harness label."""
+    o = ours[(ours.op == "all_reduce") & (ours.harness == ours_harness)]
+    out = []
+    for placement in placements:
+        col = "ip_time_us" if placement == "in-place" else "oop_time_us"
+        mine = o[o.placement == placement].set_index("size_bytes").time_us
+        for _, r in tool.iterrows():
+            s = int(r.size_bytes)
+            if s in mine.index:
+                out.append(row("all_reduce time per call", "nccl-tests all_reduce_perf",
+                               f"{tool_setting}, {placement}", s, "us", float(r[col]), float(mine[s]),
+                               f"{ours_method}, {placement}", same_method, TOLERANCES["all_reduce_time"], device))
+    return out
+
+
+def verdict(table: pd.DataFrame) -> pd.DataFrame:
+    """Per quantity and tool setting, over the rows measured by the same method: how many rows, how
+    many within tolerance, the worst ratio and whether the tolerance holds at every size."""
+    t = table[table.same_method.astype(bool) & table.tolerance.notna()].copy()
+    if t.empty:
+        return pd.DataFrame(columns=["quantity", "tool_setting", "tolerance", "rows", "within", "worst_ratio",
+                                     "holds"])
+    t["within_tolerance"] = t.within_tolerance.astype(str).str.lower().eq("true")
+    t["dev"] = (t.ratio - 1).abs()
+    g = t.groupby(["quantity", "tool_setting"], sort=False)
+    out = g.agg(tolerance=("tolerance", "first"), rows=("ratio", "size"), within=("within_tolerance", "sum"),
+                worst_ratio=("ratio", lambda r: float(r.loc[(r - 1).abs().idxmax()]))).reset_index()
+    out["holds"] = out.within == out.rows
+    return out

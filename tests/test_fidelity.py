@@ -1,0 +1,129 @@
+"""helpers.fidelity: parsing nccl-tests' and p2pBandwidthLatencyTest's printed output (in the formats
+their sources print), the comparison rows and the verdict per tolerance."""
+import math
+
+import pandas as pd
+import pytest
+
+from helpers import collectives, fidelity
+from helpers.fidelity import ToolOutputError
+
+
+def _nccl_line(size, t_oop, t_ip, wrong=0):
+    # nccl-tests' Reporter: "%12li  %12li  %8s  %6s  %6i" then twice "  %7s  %6.2f  %6.2f  %5li"
+    alg_o, alg_i = size / t_oop / 1e3, size / t_ip / 1e3
+    return ("%12li  %12li  %8s  %6s  %6i" % (size, size // 4, "float", "sum", -1)
+            + "  %7s  %6.2f  %6.2f  %5li" % ("%7.2f" % t_oop, alg_o, 0.0, wrong)
+            + "  %7s  %6.2f  %6.2f  %5li" % ("%7.2f" % t_ip, alg_i, 0.0, wrong))
+
+
+NCCL_OUT = "\n".join([
+    "# nThread 1 nGpus 1 minBytes 8 maxBytes 268435456 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 "
+    "validation: 1 graph: 0",
+    "#",
+    "NCCL version 2.27.7+cuda13.0",
+    "#                                                              out-of-place                       in-place",
+    "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)",
+    _nccl_line(8, 4.10, 0.52),
+    _nccl_line(1024, 4.20, 0.50),
+    _nccl_line(268435456, 160.0, 0.55),
+    "# Out of bounds values : 0 OK",
+    "# Avg bus bandwidth    : 0 ",
+])
+
+P2P_OUT = """[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]
+Device: 0, NVIDIA H200, pciBusID: 1b, pciDeviceID: 0, pciDomainID:0
+P2P Connectivity Matrix
+     D\\D     0
+     0\t     1
+Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)
+   D\\D     0 
+     0 2000.50 
+Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)
+   D\\D     0 
+     0 2010.00 
+Bidirectional P2P=Disabled Bandwidth Matrix (GB/s)
+   D\\D     0 
+     0 2100.00 
+Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)
+   D\\D     0 
+     0 2100.00 
+P2P=Disabled Latency Matrix (us)
+   GPU     0 
+     0   2.50 
+
+   CPU     0 
+     0   1.75 
+P2P=Enabled Latency (P2P Writes) Matrix (us)
+   GPU     0 
+     0   2.40 
+
+   CPU     0 
+     0   1.70 
+
+NOTE: The CUDA Samples are not meant for performance measurements. Results may vary when GPU Boost is enabled.
+"""
+
+
+def test_parse_nccl_tests_reads_both_placements():
+    t = fidelity.parse_nccl_tests(NCCL_OUT)
+    assert list(t.size_bytes) == [8, 1024, 268435456]
+    assert t.oop_time_us.tolist() == [4.10, 4.20, 160.0] and t.ip_time_us.tolist() == [0.52, 0.50, 0.55]
+    assert (t.oop_wrong == 0).all() and fidelity.nccl_tests_version(NCCL_OUT) == "2.27.7+cuda13.0"
+
+
+def test_parse_nccl_tests_without_rows_names_the_tool():
+    with pytest.raises(ToolOutputError, match="nccl-tests output has no result rows"):
+        fidelity.parse_nccl_tests("host: Test NCCL failure common.cu:900 'unhandled cuda error'\n")
+
+
+def test_parse_p2p_diagonals():
+    m = fidelity.parse_p2p(P2P_OUT)
+    assert m["bw_uni_p2p_off"] == [[2000.50]] and m["bw_bi_p2p_on"] == [[2100.0]]
+    assert m["lat_p2p_off_gpu"] == [[2.50]] and m["lat_p2p_off_cpu"] == [[1.75]]
+    assert m["lat_p2p_on_gpu"] == [[2.40]]
+
+
+def test_parse_p2p_missing_section_is_an_error():
+    with pytest.raises(ToolOutputError, match="bw_uni_p2p_off"):
+        fidelity.parse_p2p("Cuda failure p2p.cu:610: 'no CUDA-capable device is detected'\n")
+
+
+def test_row_ratio_and_tolerance():
+    r = fidelity.row("q", "tool", "s", 8, "us", 10.0, 10.9, "ours", True, 0.10, "GPU")
+    assert r["ratio"] == pytest.approx(1.09) and r["within_tolerance"] is True
+    r = fidelity.row("q", "tool", "s", 8, "us", 10.0, 11.2, "ours", True, 0.10, "GPU")
+    assert r["within_tolerance"] is False
+    r = fidelity.row("q", "tool", "s", 8, "us", 10.0, 30.0, "ours", False, None, "GPU")
+    assert r["within_tolerance"] is None and math.isnan(r["tolerance"])
+
+
+def _ours(times: dict, harness="eager+host_timer+rotate", placement="in-place"):
+    rows = [{"op": "all_reduce", "backend": "nccl", "variant": "default", "world_size": 1, "dtype": "float32",
+             "count": s // 4, "size_bytes": s, "iters": 20, "repeats": 1, "warmup": 5, "times_us": [t],
+             "placement": placement, "device": "GPU", "harness": harness.split("+")[0],
+             "timer": "host" if "host_timer" in harness else "events",
+             "rotate_bytes": 2**28 if "rotate" in harness else 0} for s, t in times.items()]
+    return collectives.tidy([collectives.RunResult("default", "nccl", 1, "ok", 0, 1.0, "", rows=rows)])
+
+
+def test_compare_and_verdict_fail_when_one_size_is_off():
+    nt = fidelity.parse_nccl_tests(NCCL_OUT)
+    ours = pd.concat([_ours({8: 0.53, 1024: 0.51, 268435456: 0.80}),
+                      _ours({8: 4.2, 1024: 4.3, 268435456: 161.0}, placement="out-of-place")])
+    rows = fidelity.compare_all_reduce(nt, ours, "-g 1", "eager+host_timer+rotate", "ours", True, "GPU")
+    t = pd.DataFrame(rows, columns=fidelity.COLUMNS)
+    assert len(t) == 6 and set(t.tool_setting) == {"-g 1, in-place", "-g 1, out-of-place"}
+    v = fidelity.verdict(t).set_index("tool_setting")
+    assert not v.loc["-g 1, in-place", "holds"] and v.loc["-g 1, in-place", "within"] == 2
+    assert v.loc["-g 1, in-place", "worst_ratio"] == pytest.approx(0.80 / 0.55)
+    assert v.loc["-g 1, out-of-place", "holds"]
+
+
+def test_verdict_ignores_rows_of_another_method_and_reads_a_saved_csv(tmp_path):
+    good = fidelity.row("bw", "p2p", "diag", 160_000_000, "GB/s", 2000.0, 1990.0, "queued", True, 0.05, "GPU")
+    other = fidelity.row("bw", "p2p", "diag", 160_000_000, "GB/s", 2000.0, 1000.0, "eager", False, 0.05, "GPU")
+    pd.DataFrame([good, other], columns=fidelity.COLUMNS).to_csv(tmp_path / "f.csv", index=False)
+    v = fidelity.verdict(pd.read_csv(tmp_path / "f.csv"))
+    assert len(v) == 1 and bool(v.iloc[0].holds) and v.iloc[0].rows == 1
