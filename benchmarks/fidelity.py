@@ -7,7 +7,8 @@ benchmarks/fidelity/build.sh (their sources must be under --ext: nccl-tests/src/
 all_reduce.cu, timer.cc, timer.h, nccl1_compat.h} and cuda-samples/p2pBandwidthLatencyTest/
 p2pBandwidthLatencyTest.cu; they are never committed), runs them, runs our harness on the same sizes
 (NCCL all-reduce with one rank through helpers.collectives; same-device copies through
-helpers.copybench), and writes to OUTDIR:
+helpers.copybench; ncclAllReduce called directly through torch.cuda.nccl, which isolates the
+timing method from torch.distributed's own per-call cost), and writes to OUTDIR:
 
   fidelity.csv                       the comparison (helpers.fidelity.COLUMNS)
   nccl_tests_all_reduce.txt          all_reduce_perf -b 8 -e 256M -f 2 -g 1, stdout
@@ -102,6 +103,15 @@ def main(argv=None) -> int:
         if r.status != "ok":
             print(r.log[-3000:])
         results.append(r)
+    # ---- ours: ncclAllReduce called directly (torch.cuda.nccl), the same timing options
+    for h, tm, pl, rot in runs[1:]:
+        t0 = time.perf_counter()
+        try:
+            r = collectives.measure_direct(SIZES, placement=pl, harness=h, timer=tm, rotate_bytes=rot)
+            print(f"ours direct {h}/{tm}/{pl}: {len(r.rows)} points in {time.perf_counter() - t0:.1f} s", flush=True)
+            results.append(r)
+        except Exception as e:  # reported, the rest goes on
+            print(f"ours direct {h}/{tm}/{pl}: {type(e).__name__}: {e}", flush=True)
     coll = collectives.tidy(results, device_label=device)
     coll.to_csv(out / "ours_collectives.csv", index=False)
     torch_nccl = fidelity.nccl_tests_version("\n".join(r.log for r in results))
@@ -125,17 +135,25 @@ def main(argv=None) -> int:
     rows = []
     labels = {"eager": "torch.distributed eager, CUDA events, one buffer (our default)",
               "eager+host_timer+rotate": "torch.distributed eager, host timer, rotating buffers",
-              "graph+host_timer+rotate": "torch.distributed in one CUDA graph, host timer, rotating buffers"}
+              "graph+host_timer+rotate": "torch.distributed in one CUDA graph, host timer, rotating buffers",
+              "direct eager": "ncclAllReduce direct (torch.cuda.nccl), eager, host timer, rotating buffers",
+              "direct graph": "ncclAllReduce direct (torch.cuda.nccl) in one CUDA graph, host timer, rotating buffers"}
+    direct = coll[coll.backend == "nccl-direct"]
+    coll = coll[coll.backend != "nccl-direct"]
     if tool_txt["nccl_tests_all_reduce"]:
         nt = fidelity.parse_nccl_tests(tool_txt["nccl_tests_all_reduce"])
         rows += fidelity.compare_all_reduce(nt, coll, "-g 1", "eager+host_timer+rotate",
                                             labels["eager+host_timer+rotate"], True, device)
         rows += fidelity.compare_all_reduce(nt, coll, "-g 1", "eager", labels["eager"], False, device,
                                             placements=("in-place",))
+        rows += fidelity.compare_all_reduce(nt, direct, "-g 1", "eager+host_timer+rotate",
+                                            labels["direct eager"], True, device)
     if tool_txt["nccl_tests_all_reduce_graph"]:
         ng = fidelity.parse_nccl_tests(tool_txt["nccl_tests_all_reduce_graph"])
         rows += fidelity.compare_all_reduce(ng, coll, "-g 1 -G 1", "graph+host_timer+rotate",
                                             labels["graph+host_timer+rotate"], True, device)
+        rows += fidelity.compare_all_reduce(ng, direct, "-g 1 -G 1", "graph+host_timer+rotate",
+                                            labels["direct graph"], True, device)
     if tool_txt["p2pBandwidthLatencyTest"] and len(cp):
         m = fidelity.parse_p2p(tool_txt["p2pBandwidthLatencyTest"])
         big = cp[cp.size_bytes == fidelity.P2P_LARGE_BYTES].set_index("harness")

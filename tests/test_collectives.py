@@ -193,3 +193,21 @@ def test_graph_harness_and_out_of_place_on_one_gpu(tmp_path):
     assert r.status == "ok", r.message + r.log[-2000:]
     t = collectives.tidy([r])
     assert (t.harness == "graph+host_timer+rotate").all() and (t.time_us > 0).all()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
+def test_direct_nccl_without_a_gpu_is_a_clear_error():
+    with pytest.raises(CollectiveConfigError, match="measure_direct needs a CUDA GPU"):
+        collectives.measure_direct([64])
+    with pytest.raises(CollectiveConfigError, match="timer = 'sundial'"):
+        collectives.measure_direct([64], timer="sundial")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_direct_nccl_graph_out_of_place_on_one_gpu():
+    r = collectives.measure_direct([4096, 2**20], placement="out-of-place", harness="graph", rotate_bytes=2**22,
+                                   iters=5, repeats=2)
+    t = collectives.tidy([r])
+    assert (t.backend == "nccl-direct").all() and (t.harness == "graph+host_timer+rotate").all()
+    assert (t.time_us > 0).all()

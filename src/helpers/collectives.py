@@ -263,6 +263,100 @@ def tidy(results: Sequence[RunResult], device_label: str = "") -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
+def measure_direct(sizes, placement: str = "in-place", harness: str = "eager", timer: str = "host",
+                   rotate_bytes: int = 0, warmup: int = 5, iters: int = 20, repeats: int = 5,
+                   dtype: str = "float32") -> RunResult:
+    """ncclAllReduce called directly (torch.cuda.nccl, one process, GPU 0), as nccl-tests -g 1 calls it:
+    no torch.distributed process group, no side stream, a real out-of-place call. Same timing options
+    as the torchrun worker. Returns a RunResult whose rows `tidy` reads (backend 'nccl-direct').
+    This isolates the timing method from torch.distributed's own per-call cost."""
+    import torch
+
+    check_method("nccl", harness, timer, placement, rotate_bytes)
+    if not torch.cuda.is_available():
+        raise CollectiveConfigError("measure_direct needs a CUDA GPU: torch sees none here; "
+                                    "use run_collectives('gloo', ...) on a CPU machine")
+    import torch.cuda.nccl as tnccl
+
+    sizes = parse_sizes(sizes)
+    dev = torch.device("cuda", 0)
+    dt = getattr(torch, dtype)
+    es = torch.empty((), dtype=dt).element_size()
+    t_start, rows = time.perf_counter(), []
+    with torch.cuda.device(dev):
+        for size in sizes:
+            count = size // es
+            if count == 0:
+                continue
+            nbytes = count * es
+            steps = max(1, rotate_bytes // nbytes) if rotate_bytes > 0 else 1
+            steps = min(steps, max(iters, warmup, 1))
+            px = torch.zeros(count * steps, dtype=dt, device=dev)
+            py = torch.zeros_like(px)
+            views = [(px[k * count:(k + 1) * count], py[k * count:(k + 1) * count]) for k in range(steps)]
+
+            def call(i):
+                x, y = views[i % steps]
+                if placement == "out-of-place":
+                    tnccl.all_reduce([x], [y])
+                else:
+                    tnccl.all_reduce([x])
+
+            chk_x = torch.full((count,), 3.0, dtype=dt, device=dev)
+            chk_y = torch.zeros_like(chk_x)
+            tnccl.all_reduce([chk_x], [chk_y] if placement == "out-of-place" else None)
+            torch.cuda.synchronize(dev)
+            got = chk_y if placement == "out-of-place" else chk_x
+            if not bool(torch.all(got == 3.0)):
+                raise RuntimeError(f"direct ncclAllReduce gave a wrong result (count {count}, {placement})")
+            for i in range(warmup):
+                call(i)
+            torch.cuda.synchronize(dev)
+            graph = None
+            if harness == "graph":
+                side = torch.cuda.Stream(dev)
+                side.wait_stream(torch.cuda.current_stream(dev))
+                with torch.cuda.stream(side):
+                    call(0)
+                torch.cuda.current_stream(dev).wait_stream(side)
+                torch.cuda.synchronize(dev)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    for i in range(iters):
+                        call(i)
+                graph.replay()
+                torch.cuda.synchronize(dev)
+
+            def block():
+                if graph is not None:
+                    graph.replay()
+                else:
+                    for i in range(iters):
+                        call(i)
+
+            times = []
+            for _ in range(repeats):
+                torch.cuda.synchronize(dev)
+                if timer == "events":
+                    s0, e0 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    s0.record()
+                    block()
+                    e0.record()
+                    e0.synchronize()
+                    times.append(s0.elapsed_time(e0) * 1e3 / iters)
+                else:
+                    t0 = time.perf_counter()
+                    block()
+                    torch.cuda.synchronize(dev)
+                    times.append((time.perf_counter() - t0) * 1e6 / iters)
+            rows.append({"op": "all_reduce", "backend": "nccl-direct", "variant": "default", "world_size": 1,
+                         "dtype": dtype, "count": count, "size_bytes": nbytes, "iters": iters, "repeats": repeats,
+                         "warmup": warmup, "times_us": times, "placement": placement, "harness": harness,
+                         "timer": timer, "rotate_bytes": rotate_bytes, "device": torch.cuda.get_device_name(dev)})
+            del px, py, views, graph
+    return RunResult("default", "nccl-direct", 1, "ok", 0, time.perf_counter() - t_start, "", rows)
+
+
 def _harness_label(point: dict) -> str:
     """'eager' / 'graph', with '+host_timer' where the block was timed by nccl-tests' host clock and
     '+rotate' where buffers rotated; older points (no such fields) are eager with CUDA events."""

@@ -156,15 +156,16 @@ def compare_all_reduce(tool: pd.DataFrame, ours: pd.DataFrame, tool_setting: str
 
 
 def verdict(table: pd.DataFrame) -> pd.DataFrame:
-    """Per quantity and tool setting, over the rows measured by the same method: how many rows, how
-    many within tolerance, the worst ratio and whether the tolerance holds at every size."""
+    """Per quantity, tool setting and our method, over the rows whose timing method is nccl-tests' or
+    p2pBandwidthLatencyTest's (`same_method`): how many rows, how many within tolerance, the worst
+    ratio (ours / tool) and whether the tolerance holds at every size."""
     t = table[table.same_method.astype(bool) & table.tolerance.notna()].copy()
     if t.empty:
-        return pd.DataFrame(columns=["quantity", "tool_setting", "tolerance", "rows", "within", "worst_ratio",
-                                     "holds"])
+        return pd.DataFrame(columns=["quantity", "tool_setting", "ours_method", "tolerance", "rows", "within",
+                                     "worst_ratio", "holds"])
     t["within_tolerance"] = t.within_tolerance.astype(str).str.lower().eq("true")
     t["dev"] = (t.ratio - 1).abs()
-    g = t.groupby(["quantity", "tool_setting"], sort=False)
+    g = t.groupby(["quantity", "tool_setting", "ours_method"], sort=False)
     out = g.agg(tolerance=("tolerance", "first"), rows=("ratio", "size"), within=("within_tolerance", "sum"),
                 worst_ratio=("ratio", lambda r: float(r.loc[(r - 1).abs().idxmax()]))).reset_index()
     out["holds"] = out.within == out.rows
