@@ -119,6 +119,20 @@ def test_compare_and_verdict_fail_when_one_size_is_off():
     assert not v.loc["-g 1, in-place", "holds"] and v.loc["-g 1, in-place", "within"] == 2
     assert v.loc["-g 1, in-place", "worst_ratio"] == pytest.approx(0.80 / 0.55)
     assert v.loc["-g 1, out-of-place", "holds"]
+    assert v.loc["-g 1, in-place", "within_from_bytes"] != v.loc["-g 1, in-place", "within_from_bytes"]  # NaN
+    assert v.loc["-g 1, out-of-place", "within_from_bytes"] == 8
+    fig = fidelity.plot_ratios(t)
+    assert len(fig.axes) == 2 and fig.axes[0].get_lines()
+
+
+def test_committed_file_loads_or_is_absent(tmp_path):
+    t = fidelity.load_committed()
+    if t is not None:   # the measured file is committed: it has the columns and a verdict
+        assert list(t.columns[:len(fidelity.COLUMNS)]) == fidelity.COLUMNS and len(fidelity.verdict(t))
+    assert fidelity.load_committed(str(tmp_path / "absent.csv")) is None
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(ToolOutputError, match="lacks columns"):
+        fidelity.load_committed(str(tmp_path / "bad.csv"))
 
 
 def test_verdict_ignores_rows_of_another_method_and_reads_a_saved_csv(tmp_path):

@@ -169,4 +169,64 @@ def verdict(table: pd.DataFrame) -> pd.DataFrame:
     out = g.agg(tolerance=("tolerance", "first"), rows=("ratio", "size"), within=("within_tolerance", "sum"),
                 worst_ratio=("ratio", lambda r: float(r.loc[(r - 1).abs().idxmax()]))).reset_index()
     out["holds"] = out.within == out.rows
+    # the smallest size from which every larger size is within tolerance (NaN if not even the largest)
+    def _from(g):
+        g = g.sort_values("size_bytes")
+        bad = g[~g.within_tolerance]
+        rest = g if bad.empty else g[g.size_bytes > bad.size_bytes.max()]
+        return float(rest.size_bytes.min()) if len(rest) else float("nan")
+    out["within_from_bytes"] = [_from(t[(t.quantity == q) & (t.tool_setting == ts) & (t.ours_method == m)])
+                                for q, ts, m in zip(out.quantity, out.tool_setting, out.ours_method)]
     return out
+
+
+RESULT_FILE = "benchmarks/results/fidelity-h200-20261129.csv"
+
+
+def load_committed(path: str | None = None) -> pd.DataFrame | None:
+    """The committed comparison (measured on one H200 by benchmarks/fidelity.py), or None if absent."""
+    from . import repo_root
+
+    f = repo_root() / (path or RESULT_FILE)
+    if not f.exists():
+        return None
+    t = pd.read_csv(f)
+    missing = [c for c in COLUMNS if c not in t.columns]
+    if missing:
+        raise ToolOutputError(f"{f} lacks columns {missing}; expected helpers.fidelity.COLUMNS "
+                              "(re-run benchmarks/fidelity.py on a GPU host)")
+    return t
+
+
+def short_method(m: str) -> str:
+    """A short legend label for an ours_method string."""
+    if "copybench" in m:
+        return m.split(" (")[0]
+    who = "direct ncclAllReduce" if "direct" in m else "torch.distributed"
+    how = "graph" if "graph" in m else "eager"
+    return f"{who}, {how}"
+
+
+def plot_ratios(table: pd.DataFrame):
+    """Ours / tool against message size for the all-reduce rows timed by nccl-tests' method, one panel
+    per nccl-tests mode (eager, -G 1), with the tolerance band shaded."""
+    from . import plotting
+
+    t = table[table.quantity.str.startswith("all_reduce") & table.same_method.astype(bool)]
+    fig, axes = plotting.figure(ncols=2, width=11, height=3.8)
+    tol = TOLERANCES["all_reduce_time"]
+    for ax, graph in zip(axes[0], (False, True)):
+        sub = t[t.tool_setting.str.contains("-G") == graph]
+        for (ts, m), g in sub.groupby(["tool_setting", "ours_method"], sort=False):
+            g = g.sort_values("size_bytes")
+            place = ts.split(", ")[-1]
+            plotting.size_sweep(ax, g.size_bytes, g.ratio, f"{short_method(m)}, {place}",
+                                ls="-" if place == "in-place" else "--")
+        ax.axhspan(1 - tol, 1 + tol, color="0.85", zorder=0)
+        ax.set_yscale("log")
+        ax.set_xlabel("message size")
+        ax.set_ylabel("ours / nccl-tests, time per call")
+        ax.text(0.02, 0.95, "nccl-tests -G 1" if graph else "nccl-tests eager", transform=ax.transAxes,
+                va="top")
+    axes[0][1].legend(fontsize=8, loc="upper right")
+    return fig
