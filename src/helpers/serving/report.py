@@ -93,7 +93,7 @@ def plot_sweeps(rec: pd.DataFrame, live: pd.DataFrame | None, log_point: dict | 
         if g.empty:
             continue
         y = g.value.astype(float) / (g.concurrency.astype(float) if per_stream_axis else 1.0)
-        ax.plot(g.concurrency.astype(float), y, marker=markers.get(wl, "D"), ls=":" if len(g) > 1 else "none",
+        ax.plot(g.concurrency.astype(float), y, marker=markers.get(wl, "D"), ls="none",
                 color=plotting.kind_color("recorded"), alpha=0.85, ms=5,
                 label=f"recorded: {exp.replace('_', ' ')} ({wl})")
     ranges = outp[outp.value.isna() & outp.value_low.notna()]
