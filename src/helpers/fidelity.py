@@ -228,5 +228,6 @@ def plot_ratios(table: pd.DataFrame):
         ax.set_ylabel("ours / nccl-tests, time per call")
         ax.text(0.02, 0.95, "nccl-tests -G 1" if graph else "nccl-tests eager", transform=ax.transAxes,
                 va="top")
-    axes[0][1].legend(fontsize=8, loc="upper right")
+    if axes[0][1].get_legend_handles_labels()[0]:
+        axes[0][1].legend(fontsize=8, loc="upper right")
     return fig
