@@ -551,29 +551,12 @@ def assumptions(m: ModelConfig) -> pd.DataFrame:
 
 
 def local_gpus() -> list[dict]:
-    """This machine's GPUs as memory-fit rows (NVML); an empty list where there are none."""
-    try:
-        import pynvml
-    except ImportError:
+    """This machine's GPUs as memory-fit rows (from the environment probe's NVML reading); an empty
+    list where there are none."""
+    from .probe import probe
+
+    gpus = [g for g in probe(import_torch=False, p2p=False)["gpus"] if g.get("memory_total_bytes")]
+    if not gpus:
         return []
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # no driver / library: no NVIDIA GPU here
-        return []
-    try:
-        n = pynvml.nvmlDeviceGetCount()
-        if not n:
-            return []
-        names, mems = [], []
-        for i in range(n):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(h)
-            names.append(name.decode() if isinstance(name, bytes) else str(name))
-            mems.append(int(pynvml.nvmlDeviceGetMemoryInfo(h).total))
-        return [{"system": f"this machine: {n}x {names[0]}", "count": n, "memory_bytes": min(mems),
-                 "kind": "measured"}]
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+    return [{"system": f"this machine: {len(gpus)}x {gpus[0]['name']}", "count": len(gpus),
+             "memory_bytes": min(int(g["memory_total_bytes"]) for g in gpus), "kind": "measured"}]
