@@ -39,17 +39,19 @@ MAX_BYTES = 256 * 2**20
 SIZES = [8 * 2**k for k in range(26)]      # 8 B .. 256 MiB, x2: all_reduce_perf -b 8 -e 256M -f 2
 
 
-def sh(cmd: list[str], log: Path, timeout: float) -> tuple[int, str]:
+def sh(cmd: list[str], log: Path, timeout: float, env: dict | None = None) -> tuple[int, str]:
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **ENV})
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                           env={**os.environ, **ENV, **(env or {})})
         text, rc = p.stdout + (("\n[stderr]\n" + p.stderr) if p.stderr.strip() else ""), p.returncode
     except subprocess.TimeoutExpired as e:
         text, rc = f"{(e.stdout or b'')!s}\n[timeout after {timeout} s]", 124
     except OSError as e:
         text, rc = f"[could not start {cmd[0]}: {e}]", 127
     log.write_text(text)
-    print(f"$ {' '.join(cmd)}  -> rc {rc} in {time.perf_counter() - t0:.1f} s", flush=True)
+    envs = " ".join(f"{k}={v}" for k, v in (env or {}).items())
+    print(f"$ {envs + ' ' if envs else ''}{' '.join(cmd)}  -> rc {rc} in {time.perf_counter() - t0:.1f} s", flush=True)
     return rc, text
 
 
@@ -59,6 +61,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--build", default="/tmp/fidelity-build")
     ap.add_argument("--skip-build", action="store_true")
+    ap.add_argument("--gpus", type=int, default=0, help="GPUs (ranks) to compare on; 0 = every visible GPU")
+    ap.add_argument("--variants", default="default,P2P_DISABLE=1",
+                    help="NCCL variants (helpers.collectives.NCCL_VARIANTS) compared with several GPUs: each "
+                         "runs nccl-tests and our torch.distributed sweep under that environment")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -67,7 +73,19 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("fidelity: torch sees no CUDA GPU here; run this on a GPU host", file=sys.stderr)
         return 2
-    device = f"1x {torch.cuda.get_device_name(0)}"
+    have = torch.cuda.device_count()
+    n = a.gpus or have
+    if not 1 <= n <= have:
+        print(f"fidelity: --gpus {a.gpus} but torch sees {have} GPU(s); use 0 (all) or 1..{have}", file=sys.stderr)
+        return 2
+    variants = [v.strip() for v in a.variants.split(",") if v.strip()] if n > 1 else ["default"]
+    bad = [v for v in variants if v not in collectives.NCCL_VARIANTS]
+    if bad:
+        print(f"fidelity: unknown --variants {bad}; choose from {list(collectives.NCCL_VARIANTS)}", file=sys.stderr)
+        return 2
+    if "default" not in variants:
+        variants.insert(0, "default")
+    device = f"{n}x {torch.cuda.get_device_name(0)}"
     t_all = time.perf_counter()
     build = Path(a.build)
     ar_bin, p2p_bin = build / "nccl-tests" / "all_reduce_perf", build / "p2p" / "p2pBandwidthLatencyTest"
@@ -76,38 +94,48 @@ def main(argv=None) -> int:
                       out / "build.log", 400)
         print(text[-3000:])
 
-    # ---- the tools
+    # ---- the tools: all_reduce_perf on n GPUs in one process (-g n), per variant, eager and -G 1
     tool_txt = {}
-    for name, cmd in (("nccl_tests_all_reduce", [str(ar_bin), "-b", "8", "-e", "256M", "-f", "2", "-g", "1"]),
-                      ("nccl_tests_all_reduce_graph",
-                       [str(ar_bin), "-b", "8", "-e", "256M", "-f", "2", "-g", "1", "-G", "1"]),
-                      ("p2pBandwidthLatencyTest", [str(p2p_bin)])):
-        rc, text = sh(cmd, out / f"{name}.txt", 180)
-        print(text[-2500:], flush=True)
-        tool_txt[name] = text if rc == 0 else ""
+    visible = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(n))}
+    for v in variants:
+        for graph in (False, True):
+            name = _tool_name(v, graph)
+            cmd = [str(ar_bin), "-b", "8", "-e", "256M", "-f", "2", "-g", str(n)] + (["-G", "1"] if graph else [])
+            rc, text = sh(cmd, out / f"{name}.txt", 180, {**collectives.NCCL_VARIANTS[v], **visible})
+            print(text[-2500:], flush=True)
+            tool_txt[name] = text if rc == 0 else ""
+    rc, text = sh([str(p2p_bin)], out / "p2pBandwidthLatencyTest.txt", 180, visible)
+    print(text[-4000:], flush=True)
+    tool_txt["p2pBandwidthLatencyTest"] = text if rc == 0 else ""
 
-    # ---- ours: collectives (one rank), the existing method and nccl-tests' method
-    runs = [  # (harness, timer, placement, rotate)
-        ("eager", "events", "in-place", 0),
-        ("eager", "host", "in-place", MAX_BYTES), ("eager", "host", "out-of-place", MAX_BYTES),
-        ("graph", "host", "in-place", MAX_BYTES), ("graph", "host", "out-of-place", MAX_BYTES),
+    # ---- ours: collectives through torch.distributed (torchrun, one process per GPU)
+    runs = [  # (variant, harness, timer, placement, rotate)
+        ("default", "eager", "events", "in-place", 0),
+        ("default", "eager", "host", "in-place", MAX_BYTES), ("default", "eager", "host", "out-of-place", MAX_BYTES),
+        ("default", "graph", "host", "in-place", MAX_BYTES), ("default", "graph", "host", "out-of-place", MAX_BYTES),
     ]
+    for v in variants[1:]:
+        runs += [(v, "eager", "host", "in-place", MAX_BYTES), (v, "graph", "host", "in-place", MAX_BYTES)]
     results = []
-    for h, tm, pl, rot in runs:
+    for v, h, tm, pl, rot in runs:
         t0 = time.perf_counter()
-        r = collectives.run_collectives("nccl", 1, SIZES, ops=("all_reduce",), warmup=5, iters=20, repeats=5,
-                                        timeout_s=180, harness=h, timer=tm, placement=pl, rotate_bytes=rot,
-                                        env={"NCCL_DEBUG": "VERSION"}, workdir="/tmp/fidelity-points")
-        print(f"ours {h}/{tm}/{pl}/rotate={rot}: {r.status} {len(r.rows)} points in "
+        r = collectives.run_collectives("nccl", n, SIZES, ops=("all_reduce",), warmup=5, iters=20, repeats=5,
+                                        timeout_s=240, harness=h, timer=tm, placement=pl, rotate_bytes=rot,
+                                        variant=v, env={"NCCL_DEBUG": "VERSION", **collectives.NCCL_VARIANTS[v]},
+                                        workdir="/tmp/fidelity-points")
+        print(f"ours {v} {h}/{tm}/{pl}/rotate={rot}: {r.status} {len(r.rows)} points in "
               f"{time.perf_counter() - t0:.1f} s {r.message[-800:]}", flush=True)
         if r.status != "ok":
             print(r.log[-3000:])
         results.append(r)
-    # ---- ours: ncclAllReduce called directly (torch.cuda.nccl), the same timing options
-    for h, tm, pl, rot in runs[1:]:
+    # ---- ours: ncclAllReduce called directly (torch.cuda.nccl, one process, -g n's shape)
+    direct_runs = [("eager", "host", pl, MAX_BYTES) for pl in ("in-place", "out-of-place")]
+    if n == 1:
+        direct_runs += [("graph", "host", pl, MAX_BYTES) for pl in ("in-place", "out-of-place")]
+    for h, tm, pl, rot in direct_runs:
         t0 = time.perf_counter()
         try:
-            r = collectives.measure_direct(SIZES, placement=pl, harness=h, timer=tm, rotate_bytes=rot)
+            r = collectives.measure_direct(SIZES, placement=pl, harness=h, timer=tm, rotate_bytes=rot, gpus=n)
             print(f"ours direct {h}/{tm}/{pl}: {len(r.rows)} points in {time.perf_counter() - t0:.1f} s", flush=True)
             results.append(r)
         except Exception as e:  # reported, the rest goes on
@@ -117,76 +145,84 @@ def main(argv=None) -> int:
     torch_nccl = fidelity.nccl_tests_version("\n".join(r.log for r in results))
 
     # ---- ours: copies, at p2pBandwidthLatencyTest's sizes and repeat counts
+    paths = ["same_device"] + (["peer", "host_bounce"] if n > 1 else [])
     copies = []
-    for size, iters in ((fidelity.P2P_LARGE_BYTES, 5), (fidelity.P2P_SMALL_BYTES, 100)):
-        for h in copybench.HARNESSES:
-            try:
-                st = copybench.measure("same_device", size, h, iters=iters, repeats=7, warmup=3)
-            except Exception as e:  # reported, the rest goes on
-                print(f"copy {h} {size}: {type(e).__name__}: {e}")
-                continue
-            bw = size / (st["time_us"] * 1e3)
-            copies.append({"path": "same_device", "harness": h, "size_bytes": size, "iters": iters, "repeats": 7,
-                           **st, "bandwidth_GBps": bw, "p2ptest_GBps": 2 * bw, "device": device})
+    for path in paths:
+        for size, iters in ((fidelity.P2P_LARGE_BYTES, 5), (fidelity.P2P_SMALL_BYTES, 100)):
+            for h in copybench.HARNESSES:
+                try:
+                    st = copybench.measure(path, size, h, iters=iters, repeats=7, warmup=3)
+                except Exception as e:  # reported, the rest goes on
+                    print(f"copy {path} {h} {size}: {type(e).__name__}: {e}")
+                    continue
+                bw = size / (st["time_us"] * 1e3)
+                copies.append({"path": path, "harness": h, "size_bytes": size, "iters": iters, "repeats": 7,
+                               **st, "bandwidth_GBps": bw, "p2ptest_GBps": 2 * bw if path == "same_device" else bw,
+                               "device": device})
     cp = pd.DataFrame(copies)
     cp.to_csv(out / "ours_copies.csv", index=False)
 
     # ---- comparison
     rows = []
-    labels = {"eager": "torch.distributed eager, CUDA events, one buffer (our default)",
-              "eager+host_timer+rotate": "torch.distributed eager, host timer, rotating buffers",
-              "graph+host_timer+rotate": "torch.distributed in one CUDA graph, host timer, rotating buffers",
-              "direct eager": "ncclAllReduce direct (torch.cuda.nccl), eager, host timer, rotating buffers",
-              "direct graph": "ncclAllReduce direct (torch.cuda.nccl) in one CUDA graph, host timer, rotating buffers"}
     direct = coll[coll.backend == "nccl-direct"]
     coll = coll[coll.backend != "nccl-direct"]
-    if tool_txt["nccl_tests_all_reduce"]:
-        nt = fidelity.parse_nccl_tests(tool_txt["nccl_tests_all_reduce"])
-        rows += fidelity.compare_all_reduce(nt, coll, "-g 1", "eager+host_timer+rotate",
-                                            labels["eager+host_timer+rotate"], True, device)
-        rows += fidelity.compare_all_reduce(nt, coll, "-g 1", "eager", labels["eager"], False, device,
-                                            placements=("in-place",))
-        rows += fidelity.compare_all_reduce(nt, direct, "-g 1", "eager+host_timer+rotate",
-                                            labels["direct eager"], True, device)
-    if tool_txt["nccl_tests_all_reduce_graph"]:
-        ng = fidelity.parse_nccl_tests(tool_txt["nccl_tests_all_reduce_graph"])
-        rows += fidelity.compare_all_reduce(ng, coll, "-g 1 -G 1", "graph+host_timer+rotate",
-                                            labels["graph+host_timer+rotate"], True, device)
-        rows += fidelity.compare_all_reduce(ng, direct, "-g 1 -G 1", "graph+host_timer+rotate",
-                                            labels["direct graph"], True, device)
+    g = f"-g {n}"
+    for v in variants:
+        vs = "" if v == "default" else f", {v}"
+        mine = coll[coll.variant == v]
+        # torch.distributed has no out-of-place all-reduce: ours is a copy then the in-place call. On one
+        # rank NCCL's out-of-place call is itself a copy, so the two match in method; across ranks ours
+        # does the copy on top, so that comparison is shown but not counted as the same method.
+        oop_same = n == 1
+        txt = tool_txt[_tool_name(v, False)]
+        if txt:
+            nt = fidelity.parse_nccl_tests(txt)
+            rows += fidelity.compare_all_reduce(nt, mine, g + vs, "eager+host_timer+rotate",
+                                                LABELS["eager+host_timer+rotate"], True, device,
+                                                placements=("in-place",))
+            rows += fidelity.compare_all_reduce(nt, mine, g + vs, "eager+host_timer+rotate",
+                                                LABELS["eager+host_timer+rotate"] + OOP_NOTE[oop_same], oop_same,
+                                                device, placements=("out-of-place",))
+            if v == "default":
+                rows += fidelity.compare_all_reduce(nt, mine, g, "eager", LABELS["eager"], False, device,
+                                                    placements=("in-place",))
+                rows += fidelity.compare_all_reduce(nt, direct, g, "eager+host_timer+rotate",
+                                                    LABELS["direct eager"], True, device)
+        txt = tool_txt[_tool_name(v, True)]
+        if txt:
+            ng = fidelity.parse_nccl_tests(txt)
+            rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", "graph+host_timer+rotate",
+                                                LABELS["graph+host_timer+rotate"], True, device,
+                                                placements=("in-place",))
+            rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", "graph+host_timer+rotate",
+                                                LABELS["graph+host_timer+rotate"] + OOP_NOTE[oop_same], oop_same,
+                                                device, placements=("out-of-place",))
+            if v == "default":
+                rows += fidelity.compare_all_reduce(ng, direct, f"{g} -G 1", "graph+host_timer+rotate",
+                                                    LABELS["direct graph"], True, device)
     if tool_txt["p2pBandwidthLatencyTest"] and len(cp):
-        m = fidelity.parse_p2p(tool_txt["p2pBandwidthLatencyTest"])
-        big = cp[cp.size_bytes == fidelity.P2P_LARGE_BYTES].set_index("harness")
-        small = cp[cp.size_bytes == fidelity.P2P_SMALL_BYTES].set_index("harness")
-        hl = {"queued": "copybench queued (spin kernel holds the stream, CUDA events)",
-              "graph": "copybench graph (copies in one CUDA graph, CUDA events)",
-              "eager": "copybench eager (Python-issued, host clock)"}
-        for h in big.index:
-            rows.append(fidelity.row("same-device copy bandwidth, read+write counted", "p2pBandwidthLatencyTest",
-                                     "unidirectional, P2P=Disabled, diagonal", fidelity.P2P_LARGE_BYTES, "GB/s",
-                                     m["bw_uni_p2p_off"][0][0], float(big.loc[h, "p2ptest_GBps"]), hl[h],
-                                     h == "queued", fidelity.TOLERANCES["copy_bandwidth"], device))
-        for h in small.index:
-            rows.append(fidelity.row("same-device 16 B copy, GPU time per copy", "p2pBandwidthLatencyTest",
-                                     "latency, P2P=Disabled, GPU, diagonal", fidelity.P2P_SMALL_BYTES, "us",
-                                     m["lat_p2p_off_gpu"][0][0], float(small.loc[h, "time_us"]), hl[h],
-                                     h == "queued", None, device))
-        if "eager" in small.index and m.get("lat_p2p_off_cpu"):
-            rows.append(fidelity.row("same-device 16 B copy, host time per copy", "p2pBandwidthLatencyTest",
-                                     "latency, P2P=Disabled, CPU, diagonal", fidelity.P2P_SMALL_BYTES, "us",
-                                     m["lat_p2p_off_cpu"][0][0], float(small.loc["eager", "time_us"]),
-                                     hl["eager"] + "; includes the copy and a final synchronize", False, None,
-                                     device))
+        rows += fidelity.copy_rows(fidelity.parse_p2p(tool_txt["p2pBandwidthLatencyTest"]), cp, device)
     table = pd.DataFrame(rows, columns=fidelity.COLUMNS)
-    table["nccl_version"] = fidelity.nccl_tests_version(tool_txt.get("nccl_tests_all_reduce", "")) or ""
+    table["nccl_version"] = fidelity.nccl_tests_version(tool_txt.get(_tool_name("default", False), "")) or ""
     table["torch_nccl_version"] = torch_nccl
     table["torch_version"] = torch.__version__
     table.to_csv(out / "fidelity.csv", index=False)
     pd.set_option("display.width", 250)
     print(table.drop(columns=["kind", "ours_method"]).to_string(index=False))
     print(fidelity.verdict(table).to_string(index=False))
-    print(f"fidelity: {len(table)} rows in {time.perf_counter() - t_all:.1f} s")
+    print(f"fidelity: {len(table)} rows on {device} in {time.perf_counter() - t_all:.1f} s")
     return 0
+
+
+LABELS = {"eager": "torch.distributed eager, CUDA events, one buffer (our default)",
+          "eager+host_timer+rotate": "torch.distributed eager, host timer, rotating buffers",
+          "graph+host_timer+rotate": "torch.distributed in one CUDA graph, host timer, rotating buffers",
+          "direct eager": "ncclAllReduce direct (torch.cuda.nccl), eager, host timer, rotating buffers",
+          "direct graph": "ncclAllReduce direct (torch.cuda.nccl) in one CUDA graph, host timer, rotating buffers"}
+OOP_NOTE = {True: "", False: "; out of place = a copy, then the in-place all-reduce"}
+def _tool_name(variant: str, graph: bool) -> str:
+    base = "nccl_tests_all_reduce" + ("_graph" if graph else "")
+    return base if variant == "default" else f"{base}_{collectives._slug(variant)}"
 
 
 if __name__ == "__main__":

@@ -211,3 +211,24 @@ def test_direct_nccl_graph_out_of_place_on_one_gpu():
     t = collectives.tidy([r])
     assert (t.backend == "nccl-direct").all() and (t.harness == "graph+host_timer+rotate").all()
     assert (t.time_us > 0).all()
+
+
+def test_direct_nccl_bad_gpu_count_and_graph_across_gpus_are_clear_errors():
+    with pytest.raises(CollectiveConfigError, match="gpus = 0"):
+        collectives.measure_direct([64], gpus=0)
+    with pytest.raises(CollectiveConfigError, match="harness='graph' needs gpus=1"):
+        collectives.measure_direct([64], harness="graph", gpus=2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_direct_nccl_and_torchrun_across_two_gpus(tmp_path):
+    r = collectives.measure_direct([4096, 2**20], placement="out-of-place", gpus=2, rotate_bytes=2**22,
+                                   iters=5, repeats=2)
+    t = collectives.tidy([r])
+    assert (t.world_size == 2).all() and (t.time_us > 0).all()
+    r2 = collectives.run_collectives("nccl", 2, [4096, 2**20], warmup=2, iters=5, repeats=2, timeout_s=150,
+                                     workdir=tmp_path, harness="graph", timer="host", rotate_bytes=2**22)
+    assert r2.status == "ok", r2.message + r2.log[-2000:]
+    t2 = collectives.tidy([r2])
+    assert set(t2.op) == {"all_reduce", "all_to_all"} and (t2.world_size == 2).all()

@@ -102,3 +102,25 @@ def test_gpu_same_device_graph_is_faster_than_eager_for_small_copies():
     sweep, _ = copybench.run_copy_sweep(cfg)
     t = sweep.set_index("harness").time_us
     assert t["graph"] < t["eager"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_two_gpus_peer_and_bounce_move_the_data_and_skip_graph_with_the_reason():
+    cfg = CopyConfig(sizes=[12288, 2**24], paths=["peer", "host_bounce"], iters=20, repeats=3)
+    sweep, skipped = copybench.run_copy_sweep(cfg)
+    got = set(zip(sweep.path, sweep.harness))
+    assert {("host_bounce", "eager"), ("host_bounce", "queued")} <= got
+    if torch.cuda.can_device_access_peer(0, 1):
+        assert {("peer", "eager"), ("peer", "queued")} <= got
+    reasons = dict(zip(zip(skipped.path, skipped.harness), skipped.reason))
+    assert "one-device CUDA graph" in reasons[("host_bounce", "graph")]
+    # the bounce crosses two PCIe links in series: a 16 MiB bounce takes longer than a 16 MiB H2D would alone
+    t = sweep[(sweep.path == "host_bounce") & (sweep.harness == "queued")].set_index("size_bytes").time_us
+    assert t[2**24] > 2**24 / 64e3       # 64 GB/s: above one PCIe 5 x16 direction
+    # the data really arrives on GPU 1
+    for path in ("host_bounce", "peer"):
+        issue, _ = copybench._buffers(path, 4096)
+        issue()
+        torch.cuda.synchronize(0), torch.cuda.synchronize(1)
+        assert issue.dst.device.index == 1 and bool((issue.dst == 1).all()), path

@@ -141,3 +141,61 @@ def test_verdict_ignores_rows_of_another_method_and_reads_a_saved_csv(tmp_path):
     pd.DataFrame([good, other], columns=fidelity.COLUMNS).to_csv(tmp_path / "f.csv", index=False)
     v = fidelity.verdict(pd.read_csv(tmp_path / "f.csv"))
     assert len(v) == 1 and bool(v.iloc[0].holds) and v.iloc[0].rows == 1
+
+
+P2P_OUT_2 = """Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)
+   D\\D     0      1 
+     0 3940.00  40.10 
+     1  40.20 3941.00 
+Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)
+   D\\D     0      1 
+     0 3950.00 390.00 
+     1 391.00 3952.00 
+P2P=Disabled Latency Matrix (us)
+   GPU     0      1 
+     0   2.50  14.00 
+     1  14.10   2.40 
+
+   CPU     0      1 
+     0   1.75   4.10 
+     1   4.00   1.70 
+P2P=Enabled Latency (P2P Writes) Matrix (us)
+   GPU     0      1 
+     0   2.40   0.90 
+     1   0.91   2.30 
+
+   CPU     0      1 
+     0   1.70   1.60 
+     1   1.60   1.70 
+"""
+
+
+def test_copy_rows_two_gpus_compare_peer_as_the_same_method_and_the_bounce_as_another():
+    m = fidelity.parse_p2p(P2P_OUT_2)
+    big, small = fidelity.P2P_LARGE_BYTES, fidelity.P2P_SMALL_BYTES
+    cp = pd.DataFrame([
+        {"path": "same_device", "harness": "queued", "size_bytes": big, "time_us": 1.0, "p2ptest_GBps": 3900.0},
+        {"path": "same_device", "harness": "queued", "size_bytes": small, "time_us": 2.6, "p2ptest_GBps": 0.0},
+        {"path": "peer", "harness": "queued", "size_bytes": big, "time_us": 1.0, "p2ptest_GBps": 380.0},
+        {"path": "peer", "harness": "eager", "size_bytes": big, "time_us": 1.0, "p2ptest_GBps": 300.0},
+        {"path": "peer", "harness": "queued", "size_bytes": small, "time_us": 1.2, "p2ptest_GBps": 0.0},
+        {"path": "host_bounce", "harness": "queued", "size_bytes": big, "time_us": 1.0, "p2ptest_GBps": 27.0},
+    ])
+    t = pd.DataFrame(fidelity.copy_rows(m, cp, "2x GPU"), columns=fidelity.COLUMNS)
+    peer = t[t.quantity == "GPU 0 -> GPU 1 peer copy bandwidth"].set_index("ours_method")
+    q = peer.loc[fidelity.COPY_HARNESS_LABELS["queued"]]
+    assert q.tool_value == 390.0 and q.ratio == pytest.approx(380 / 390) and bool(q.same_method) and q.within_tolerance
+    e = peer.loc[fidelity.COPY_HARNESS_LABELS["eager"]]
+    assert not e.same_method and not e.within_tolerance             # 300 vs 390: outside 5 %
+    bounce = t[t.quantity.str.contains("through host memory bandwidth")].iloc[0]
+    assert bounce.tool_value == 40.10 and not bounce.same_method      # the driver's staging is another method
+    lat = t[t.quantity == "GPU 0 -> GPU 1 peer copy, 16 B, GPU time per copy"].iloc[0]
+    assert lat.tool_value == 0.90 and math.isnan(lat.tolerance)
+    diag = t[t.quantity == "same-device copy bandwidth, read+write counted"].iloc[0]
+    assert diag.tool_value == 3940.0
+    v = fidelity.verdict(t)
+    assert set(v.quantity) == {"same-device copy bandwidth, read+write counted", "GPU 0 -> GPU 1 peer copy bandwidth"}
+    # one GPU: only the diagonal is compared
+    one = fidelity.copy_rows(fidelity.parse_p2p(P2P_OUT), cp, "1x GPU")
+    assert {r["quantity"] for r in one} <= {"same-device copy bandwidth, read+write counted",
+                                            "same-device copy, 16 B, GPU time per copy"}

@@ -265,24 +265,40 @@ def tidy(results: Sequence[RunResult], device_label: str = "") -> pd.DataFrame:
 
 def measure_direct(sizes, placement: str = "in-place", harness: str = "eager", timer: str = "host",
                    rotate_bytes: int = 0, warmup: int = 5, iters: int = 20, repeats: int = 5,
-                   dtype: str = "float32") -> RunResult:
-    """ncclAllReduce called directly (torch.cuda.nccl, one process, GPU 0), as nccl-tests -g 1 calls it:
-    no torch.distributed process group, no side stream, a real out-of-place call. Same timing options
-    as the torchrun worker. Returns a RunResult whose rows `tidy` reads (backend 'nccl-direct').
-    This isolates the timing method from torch.distributed's own per-call cost."""
+                   dtype: str = "float32", gpus: int = 1) -> RunResult:
+    """ncclAllReduce called directly (torch.cuda.nccl, one process driving GPUs 0..gpus-1 in one NCCL
+    group call), as nccl-tests -g <gpus> calls it: no torch.distributed process group, no side stream, a
+    real out-of-place call. Same timing options as the torchrun worker; the host timer waits for every
+    GPU. The graph harness needs gpus=1 (one capture cannot hold several devices' streams). Returns a
+    RunResult whose rows `tidy` reads (backend 'nccl-direct'). This isolates the timing method from
+    torch.distributed's own per-call cost."""
     import torch
 
     check_method("nccl", harness, timer, placement, rotate_bytes)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise CollectiveConfigError(f"gpus = {gpus!r} must be an integer >= 1")
+    if harness == "graph" and gpus > 1:
+        raise CollectiveConfigError("measure_direct: harness='graph' needs gpus=1 (one CUDA graph capture holds "
+                                    "one device's stream); use harness='eager' or the torchrun worker")
     if not torch.cuda.is_available():
         raise CollectiveConfigError("measure_direct needs a CUDA GPU: torch sees none here; "
                                     "use run_collectives('gloo', ...) on a CPU machine")
+    if gpus > torch.cuda.device_count():
+        raise CollectiveConfigError(f"gpus = {gpus} is more than the {torch.cuda.device_count()} GPU(s) torch "
+                                    "sees here; use gpus <= that")
     import torch.cuda.nccl as tnccl
 
     sizes = parse_sizes(sizes)
-    dev = torch.device("cuda", 0)
+    devs = [torch.device("cuda", i) for i in range(gpus)]
+    dev = devs[0]
     dt = getattr(torch, dtype)
     es = torch.empty((), dtype=dt).element_size()
     t_start, rows = time.perf_counter(), []
+
+    def sync_all():
+        for d in devs:
+            torch.cuda.synchronize(d)
+
     with torch.cuda.device(dev):
         for size in sizes:
             count = size // es
@@ -291,27 +307,29 @@ def measure_direct(sizes, placement: str = "in-place", harness: str = "eager", t
             nbytes = count * es
             steps = max(1, rotate_bytes // nbytes) if rotate_bytes > 0 else 1
             steps = min(steps, max(iters, warmup, 1))
-            px = torch.zeros(count * steps, dtype=dt, device=dev)
-            py = torch.zeros_like(px)
-            views = [(px[k * count:(k + 1) * count], py[k * count:(k + 1) * count]) for k in range(steps)]
+            px = [torch.zeros(count * steps, dtype=dt, device=d) for d in devs]
+            py = [torch.zeros_like(x) for x in px]
+            views = [([x[k * count:(k + 1) * count] for x in px], [y[k * count:(k + 1) * count] for y in py])
+                     for k in range(steps)]
 
             def call(i):
-                x, y = views[i % steps]
+                xs, ys = views[i % steps]
                 if placement == "out-of-place":
-                    tnccl.all_reduce([x], [y])
+                    tnccl.all_reduce(xs, ys)
                 else:
-                    tnccl.all_reduce([x])
+                    tnccl.all_reduce(xs)
 
-            chk_x = torch.full((count,), 3.0, dtype=dt, device=dev)
-            chk_y = torch.zeros_like(chk_x)
-            tnccl.all_reduce([chk_x], [chk_y] if placement == "out-of-place" else None)
-            torch.cuda.synchronize(dev)
+            chk_x = [torch.full((count,), 3.0, dtype=dt, device=d) for d in devs]
+            chk_y = [torch.zeros_like(x) for x in chk_x]
+            tnccl.all_reduce(chk_x, chk_y if placement == "out-of-place" else None)
+            sync_all()
             got = chk_y if placement == "out-of-place" else chk_x
-            if not bool(torch.all(got == 3.0)):
-                raise RuntimeError(f"direct ncclAllReduce gave a wrong result (count {count}, {placement})")
+            if not all(bool(torch.all(g == 3.0 * gpus)) for g in got):
+                raise RuntimeError(f"direct ncclAllReduce gave a wrong result (count {count}, {placement}, "
+                                   f"{gpus} GPU(s))")
             for i in range(warmup):
                 call(i)
-            torch.cuda.synchronize(dev)
+            sync_all()
             graph = None
             if harness == "graph":
                 side = torch.cuda.Stream(dev)
@@ -336,25 +354,26 @@ def measure_direct(sizes, placement: str = "in-place", harness: str = "eager", t
 
             times = []
             for _ in range(repeats):
-                torch.cuda.synchronize(dev)
-                if timer == "events":
+                sync_all()
+                if timer == "events" and gpus == 1:
                     s0, e0 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     s0.record()
                     block()
                     e0.record()
                     e0.synchronize()
                     times.append(s0.elapsed_time(e0) * 1e3 / iters)
-                else:
+                else:  # several GPUs: the host clock, which waits for all of them (nccl-tests' BenchTime)
                     t0 = time.perf_counter()
                     block()
-                    torch.cuda.synchronize(dev)
+                    sync_all()
                     times.append((time.perf_counter() - t0) * 1e6 / iters)
-            rows.append({"op": "all_reduce", "backend": "nccl-direct", "variant": "default", "world_size": 1,
+            rows.append({"op": "all_reduce", "backend": "nccl-direct", "variant": "default", "world_size": gpus,
                          "dtype": dtype, "count": count, "size_bytes": nbytes, "iters": iters, "repeats": repeats,
                          "warmup": warmup, "times_us": times, "placement": placement, "harness": harness,
-                         "timer": timer, "rotate_bytes": rotate_bytes, "device": torch.cuda.get_device_name(dev)})
+                         "timer": "host" if gpus > 1 else timer, "rotate_bytes": rotate_bytes,
+                         "device": torch.cuda.get_device_name(dev)})
             del px, py, views, graph
-    return RunResult("default", "nccl-direct", 1, "ok", 0, time.perf_counter() - t_start, "", rows)
+    return RunResult("default", "nccl-direct", gpus, "ok", 0, time.perf_counter() - t_start, "", rows)
 
 
 def _harness_label(point: dict) -> str:

@@ -11,7 +11,8 @@ Harnesses (`HARNESSES`), so that the cost of issuing a copy is kept apart from t
   eager   copies issued one at a time from Python (`dst.copy_(src)`), host clock around N of them and a
           final synchronize: how the investigation measured, launch overhead included
   graph   N copies captured in one CUDA graph and replayed, CUDA events around the replay: launch
-          overhead removed
+          overhead removed (one-GPU paths only: a copy that ends on a second GPU is skipped with the
+          reason, `GRAPH_CROSS_DEVICE`)
   queued  the cuda-samples p2pBandwidthLatencyTest method: a spin kernel holds the stream while N copies
           are queued, CUDA events around the copies only
 
@@ -33,6 +34,10 @@ import pandas as pd
 
 PATHS = ("same_device", "peer", "host_bounce", "h2d", "d2h", "cpu_memcpy")
 HARNESSES = ("eager", "graph", "queued")
+CROSS_DEVICE_PATHS = ("peer", "host_bounce")   # with two GPUs these end on GPU 1
+GRAPH_CROSS_DEVICE = ("a copy that ends on another GPU runs partly on that GPU's stream (torch orders the two "
+                      "devices' streams with events), which a one-device CUDA graph capture cannot hold; the "
+                      "queued harness removes the launch overhead for this path instead")
 MAX_BYTES_LIMIT = 2**32          # 4 GiB: a sanity bound on one message
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30}
 
@@ -230,8 +235,12 @@ def _buffers(path: str, size: int):
         return (lambda: dst.copy_(src, non_blocking=True)), d0
     if path == "peer":
         d1 = torch.device("cuda", 1)
-        src, dst = torch.ones(size, dtype=u8, device=d0), torch.empty(size, dtype=u8, device=d1)
-        return (lambda: dst.copy_(src, non_blocking=True)), d0
+        src, dst = torch.ones(size, dtype=u8, device=d0), torch.zeros(size, dtype=u8, device=d1)
+
+        def issue():
+            dst.copy_(src, non_blocking=True)
+        issue.dst = dst
+        return issue, d0
     if path == "h2d":
         src, dst = torch.ones(size, dtype=u8).pin_memory(), torch.empty(size, dtype=u8, device=d0)
         return (lambda: dst.copy_(src, non_blocking=True)), d0
@@ -242,11 +251,26 @@ def _buffers(path: str, size: int):
         d1 = torch.device("cuda", 1 if torch.cuda.device_count() > 1 else 0)
         src = torch.ones(size, dtype=u8, device=d0)
         mid = torch.empty(size, dtype=u8).pin_memory()
-        dst = torch.empty(size, dtype=u8, device=d1)
+        dst = torch.zeros(size, dtype=u8, device=d1)
+        if d1 == d0:
+            def issue():
+                mid.copy_(src, non_blocking=True)  # same stream: the second copy waits for the first
+                dst.copy_(mid, non_blocking=True)
+            return issue, d0
+        # Two GPUs: torch issues the host-to-GPU-1 copy on GPU 1's stream, so order the two halves with
+        # events (GPU 1 waits for the copy out of GPU 0; GPU 0's stream then waits for the copy into
+        # GPU 1), making one bounce a serial chain that ends on GPU 0's stream, where the timers sit.
+        down, up = torch.cuda.Event(), torch.cuda.Event()
 
         def issue():
-            mid.copy_(src, non_blocking=True)      # same stream: the second copy waits for the first
-            dst.copy_(mid, non_blocking=True)
+            s0, s1 = torch.cuda.current_stream(d0), torch.cuda.current_stream(d1)
+            mid.copy_(src, non_blocking=True)      # GPU 0 -> pinned host, on GPU 0's stream
+            down.record(s0)
+            s1.wait_event(down)
+            dst.copy_(mid, non_blocking=True)      # pinned host -> GPU 1, on GPU 1's stream
+            up.record(s1)
+            s0.wait_event(up)
+        issue.dst = dst                            # for checking that the data arrives
         return issue, d0
     raise ValueError(f"unknown path {path!r}; choose from {PATHS}")
 
@@ -344,8 +368,10 @@ def _measure(path: str, size: int, harness: str, iters: int, repeats: int, warmu
 
     issue, dev = _buffers(path, size)
     sync = (lambda: torch.cuda.synchronize()) if dev is not None else (lambda: None)
-    if path == "peer":
+    if path in CROSS_DEVICE_PATHS and torch.cuda.device_count() > 1:
         sync = lambda: (torch.cuda.synchronize(0), torch.cuda.synchronize(1))  # noqa: E731
+        if harness == "graph":
+            raise PathUnavailable(GRAPH_CROSS_DEVICE)
     for _ in range(warmup):
         issue()
     sync()
@@ -378,6 +404,9 @@ def run_copy_sweep(cfg: CopyConfig, progress: bool = False, token_of: dict[int, 
             if harn_ok[h]:
                 skipped.append({"path": p, "harness": h, "size_bytes": None, "reason": harn_ok[h]})
                 continue
+            if h == "graph" and p in CROSS_DEVICE_PATHS and device == "cuda" and _gpu_count() > 1:
+                skipped.append({"path": p, "harness": h, "size_bytes": None, "reason": GRAPH_CROSS_DEVICE})
+                continue
             sizes = cfg.sizes
             it = sizes
             if progress:
@@ -406,6 +435,12 @@ def run_copy_sweep(cfg: CopyConfig, progress: bool = False, token_of: dict[int, 
     sweep = pd.DataFrame(rows, columns=cols)
     sweep["tokens"] = sweep["tokens"].astype("Int64")
     return sweep, pd.DataFrame(skipped, columns=["path", "harness", "size_bytes", "reason"])
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def _reset_cuda_error_state() -> None:

@@ -155,6 +155,51 @@ def compare_all_reduce(tool: pd.DataFrame, ours: pd.DataFrame, tool_setting: str
     return out
 
 
+COPY_HARNESS_LABELS = {"queued": "copybench queued (spin kernel holds the stream, CUDA events)",
+                       "graph": "copybench graph (copies in one CUDA graph, CUDA events)",
+                       "eager": "copybench eager (Python-issued, host clock)"}
+
+
+def copy_rows(m: dict, cp: pd.DataFrame, device: str) -> list[dict]:
+    """Our copies against p2pBandwidthLatencyTest's matrices: the diagonal (same GPU) and, with two GPUs,
+    GPU 0 -> GPU 1 with P2P enabled (our peer path, the same method) and disabled (the driver stages the
+    copy through host memory; ours is the explicit bounce, so a different method)."""
+    rows = []
+    big, small = P2P_LARGE_BYTES, P2P_SMALL_BYTES
+    tol = TOLERANCES["copy_bandwidth"]
+    specs = [  # (our path, tool matrix, i, j, tool setting, quantity prefix, same method for queued)
+        ("same_device", "off", 0, 0, "P2P=Disabled, diagonal", "same-device copy", True),
+        ("peer", "on", 0, 1, "P2P=Enabled (writes), GPU 0 -> GPU 1", "GPU 0 -> GPU 1 peer copy", True),
+        ("host_bounce", "off", 0, 1, "P2P=Disabled (driver stages through host), GPU 0 -> GPU 1",
+         "GPU 0 -> GPU 1 through host memory", False),
+    ]
+    for path, p2p, i, j, setting, what, same in specs:
+        bw_m, lat_m = m.get(f"bw_uni_p2p_{p2p}") or [], m.get(f"lat_p2p_{p2p}_gpu") or []
+        mine = cp[cp.path == path]
+        if mine.empty or len(bw_m) <= i or len(bw_m[i]) <= j:
+            continue
+        b = mine[mine.size_bytes == big].set_index("harness")
+        sm = mine[mine.size_bytes == small].set_index("harness")
+        counted = ", read+write counted" if path == "same_device" else ""
+        for h in b.index:
+            rows.append(row(f"{what} bandwidth{counted}", "p2pBandwidthLatencyTest", f"unidirectional, {setting}",
+                            big, "GB/s", bw_m[i][j], float(b.loc[h, "p2ptest_GBps"]), COPY_HARNESS_LABELS[h],
+                            same and h == "queued", tol, device))
+        if len(lat_m) > i and len(lat_m[i]) > j:
+            for h in sm.index:
+                rows.append(row(f"{what}, 16 B, GPU time per copy", "p2pBandwidthLatencyTest",
+                                f"latency, {setting}, GPU", small, "us", lat_m[i][j], float(sm.loc[h, "time_us"]),
+                                COPY_HARNESS_LABELS[h], same and h == "queued", None, device))
+        cpu_m = m.get(f"lat_p2p_{p2p}_cpu") or []
+        if path == "same_device" and "eager" in sm.index and cpu_m:
+            rows.append(row("same-device copy, 16 B, host time per copy", "p2pBandwidthLatencyTest",
+                            "latency, P2P=Disabled, CPU, diagonal", small, "us", cpu_m[0][0],
+                            float(sm.loc["eager", "time_us"]),
+                            COPY_HARNESS_LABELS["eager"] + "; includes the copy and a final synchronize", False,
+                            None, device))
+    return rows
+
+
 def verdict(table: pd.DataFrame) -> pd.DataFrame:
     """Per quantity, tool setting and our method, over the rows whose timing method is nccl-tests' or
     p2pBandwidthLatencyTest's (`same_method`): how many rows, how many within tolerance, the worst
