@@ -20,6 +20,7 @@ A tool that fails to build or run is reported and the rest still runs.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -58,14 +59,29 @@ def sh(cmd: list[str], log: Path, timeout: float, env: dict | None = None) -> tu
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ext", default=str(ROOT / ".ext"))
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="directory for the raw outputs and fidelity.csv")
+    ap.add_argument("--compare", metavar="OUTDIR",
+                    help="only rebuild OUTDIR/fidelity.csv from the raw files a measuring run left there "
+                         "(no GPU needed)")
     ap.add_argument("--build", default="/tmp/fidelity-build")
     ap.add_argument("--skip-build", action="store_true")
+    ap.add_argument("--tool-repeats", type=int, default=3,
+                    help="runs of each nccl-tests command: the comparison uses their median and reports "
+                         "each run against it (the tool's own noise)")
     ap.add_argument("--gpus", type=int, default=0, help="GPUs (ranks) to compare on; 0 = every visible GPU")
     ap.add_argument("--variants", default="default,P2P_DISABLE=1",
                     help="NCCL variants (helpers.collectives.NCCL_VARIANTS) compared with several GPUs: each "
                          "runs nccl-tests and our torch.distributed sweep under that environment")
     a = ap.parse_args(argv)
+    if a.compare:
+        if not (Path(a.compare) / "meta.json").exists():
+            ap.error(f"--compare {a.compare}: no meta.json there; give the --out directory of a measuring run")
+        table = compare(Path(a.compare))
+        pd.set_option("display.width", 250)
+        print(fidelity.verdict(table).to_string(index=False))
+        return 0
+    if not a.out:
+        ap.error("--out is required (or --compare OUTDIR)")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     import torch
@@ -97,13 +113,22 @@ def main(argv=None) -> int:
     # ---- the tools: all_reduce_perf on n GPUs in one process (-g n), per variant, eager and -G 1
     tool_txt = {}
     visible = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(n))}
+    # Two launch shapes: -g n (one thread drives every GPU, nccl-tests' usual single-node form) and, with
+    # several GPUs, -t n -g 1 (one thread per GPU, which launches the way our one-process-per-GPU
+    # torchrun workers do).
+    shapes = [f"-g {n}"] + ([f"-t {n} -g 1"] if n > 1 else [])
     for v in variants:
-        for graph in (False, True):
-            name = _tool_name(v, graph)
-            cmd = [str(ar_bin), "-b", "8", "-e", "256M", "-f", "2", "-g", str(n)] + (["-G", "1"] if graph else [])
-            rc, text = sh(cmd, out / f"{name}.txt", 180, {**collectives.NCCL_VARIANTS[v], **visible})
-            print(text[-2500:], flush=True)
-            tool_txt[name] = text if rc == 0 else ""
+        for shape in shapes:
+            for graph in (False, True):
+                name = _tool_name(v, graph, shape)
+                cmd = ([str(ar_bin), "-b", "8", "-e", "256M", "-f", "2"] + shape.split()
+                       + (["-G", "1"] if graph else []))
+                for k in range(a.tool_repeats):   # repeats: the tool's own run-to-run spread
+                    rc, text = sh(cmd, out / f"{name}{'' if k == 0 else f'.r{k + 1}'}.txt", 180,
+                                  {**collectives.NCCL_VARIANTS[v], **visible})
+                    if k == 0:
+                        print(text[-2500:], flush=True)
+                tool_txt[name] = text if rc == 0 else ""
     rc, text = sh([str(p2p_bin)], out / "p2pBandwidthLatencyTest.txt", 180, visible)
     print(text[-4000:], flush=True)
     tool_txt["p2pBandwidthLatencyTest"] = text if rc == 0 else ""
@@ -120,7 +145,7 @@ def main(argv=None) -> int:
     for v, h, tm, pl, rot in runs:
         t0 = time.perf_counter()
         r = collectives.run_collectives("nccl", n, SIZES, ops=("all_reduce",), warmup=5, iters=20, repeats=5,
-                                        timeout_s=240, harness=h, timer=tm, placement=pl, rotate_bytes=rot,
+                                        timeout_s=120, harness=h, timer=tm, placement=pl, rotate_bytes=rot,
                                         variant=v, env={"NCCL_DEBUG": "VERSION", **collectives.NCCL_VARIANTS[v]},
                                         workdir="/tmp/fidelity-points")
         print(f"ours {v} {h}/{tm}/{pl}/rotate={rot}: {r.status} {len(r.rows)} points in "
@@ -162,21 +187,54 @@ def main(argv=None) -> int:
     cp = pd.DataFrame(copies)
     cp.to_csv(out / "ours_copies.csv", index=False)
 
-    # ---- comparison
+    # ---- comparison, from the files just written (re-run it alone with --compare OUTDIR)
+    meta = {"gpus": n, "variants": variants, "shapes": shapes, "device": device, "torch_version": torch.__version__,
+            "torch_nccl_version": torch_nccl}
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    table = compare(out)
+    pd.set_option("display.width", 250)
+    print(table.drop(columns=["kind", "ours_method"]).to_string(index=False))
+    print(fidelity.verdict(table).to_string(index=False))
+    print(f"fidelity: {len(table)} rows on {device} in {time.perf_counter() - t_all:.1f} s")
+    return 0
+
+
+def compare(out: Path) -> pd.DataFrame:
+    """Build fidelity.csv in `out` from the raw files a measuring run left there (meta.json, the tools'
+    stdout, ours_collectives.csv, ours_copies.csv); a tool whose output is missing or unreadable is
+    reported and left out."""
+    meta = json.loads((out / "meta.json").read_text())
+    n, variants, shapes, device = meta["gpus"], meta["variants"], meta["shapes"], meta["device"]
+    tool_txt = {f.stem: f.read_text() for f in out.glob("*.txt")}
+    coll = pd.read_csv(out / "ours_collectives.csv")
+    cp = pd.read_csv(out / "ours_copies.csv") if (out / "ours_copies.csv").stat().st_size > 1 else pd.DataFrame()
+
+    def parsed(name, setting):
+        """The median over the command's runs (name.txt, name.r2.txt, ...), and each run against it."""
+        runs = []
+        for key in [name] + sorted(k for k in tool_txt if k.startswith(name + ".r")):
+            try:
+                runs.append(fidelity.parse_nccl_tests(tool_txt.get(key, "")))
+            except fidelity.ToolOutputError as e:
+                print(f"compare: {key}: {e}", file=sys.stderr)
+        if not runs:
+            return None
+        if len(runs) > 1:
+            rows.extend(fidelity.tool_self_rows(runs, setting, device, placements=("in-place",)))
+        return fidelity.median_of_runs(runs)
+
     rows = []
     direct = coll[coll.backend == "nccl-direct"]
     coll = coll[coll.backend != "nccl-direct"]
-    g = f"-g {n}"
-    for v in variants:
+    for v, g in [(v, g) for v in variants for g in shapes]:
         vs = "" if v == "default" else f", {v}"
         mine = coll[coll.variant == v]
         # torch.distributed has no out-of-place all-reduce: ours is a copy then the in-place call. On one
         # rank NCCL's out-of-place call is itself a copy, so the two match in method; across ranks ours
         # does the copy on top, so that comparison is shown but not counted as the same method.
         oop_same = n == 1
-        txt = tool_txt[_tool_name(v, False)]
-        if txt:
-            nt = fidelity.parse_nccl_tests(txt)
+        nt = parsed(_tool_name(v, False, g), g + vs)
+        if nt is not None:
             rows += fidelity.compare_all_reduce(nt, mine, g + vs, "eager+host_timer+rotate",
                                                 LABELS["eager+host_timer+rotate"], True, device,
                                                 placements=("in-place",))
@@ -186,32 +244,31 @@ def main(argv=None) -> int:
             if v == "default":
                 rows += fidelity.compare_all_reduce(nt, mine, g, "eager", LABELS["eager"], False, device,
                                                     placements=("in-place",))
+            if v == "default" and g.startswith("-g"):   # the direct calls drive every GPU from one thread
                 rows += fidelity.compare_all_reduce(nt, direct, g, "eager+host_timer+rotate",
                                                     LABELS["direct eager"], True, device)
-        txt = tool_txt[_tool_name(v, True)]
-        if txt:
-            ng = fidelity.parse_nccl_tests(txt)
+        ng = parsed(_tool_name(v, True, g), f"{g} -G 1{vs}")
+        if ng is not None:
             rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", "graph+host_timer+rotate",
                                                 LABELS["graph+host_timer+rotate"], True, device,
                                                 placements=("in-place",))
             rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", "graph+host_timer+rotate",
                                                 LABELS["graph+host_timer+rotate"] + OOP_NOTE[oop_same], oop_same,
                                                 device, placements=("out-of-place",))
-            if v == "default":
+            if v == "default" and g.startswith("-g"):
                 rows += fidelity.compare_all_reduce(ng, direct, f"{g} -G 1", "graph+host_timer+rotate",
                                                     LABELS["direct graph"], True, device)
-    if tool_txt["p2pBandwidthLatencyTest"] and len(cp):
-        rows += fidelity.copy_rows(fidelity.parse_p2p(tool_txt["p2pBandwidthLatencyTest"]), cp, device)
+    if tool_txt.get("p2pBandwidthLatencyTest") and len(cp):
+        try:
+            rows += fidelity.copy_rows(fidelity.parse_p2p(tool_txt["p2pBandwidthLatencyTest"]), cp, device)
+        except fidelity.ToolOutputError as e:
+            print(f"compare: p2pBandwidthLatencyTest: {e}", file=sys.stderr)
     table = pd.DataFrame(rows, columns=fidelity.COLUMNS)
-    table["nccl_version"] = fidelity.nccl_tests_version(tool_txt.get(_tool_name("default", False), "")) or ""
-    table["torch_nccl_version"] = torch_nccl
-    table["torch_version"] = torch.__version__
+    table["nccl_version"] = fidelity.nccl_tests_version(tool_txt.get(_tool_name("default", False, shapes[0]), ""))
+    table["torch_nccl_version"] = meta.get("torch_nccl_version", "")
+    table["torch_version"] = meta.get("torch_version", "")
     table.to_csv(out / "fidelity.csv", index=False)
-    pd.set_option("display.width", 250)
-    print(table.drop(columns=["kind", "ours_method"]).to_string(index=False))
-    print(fidelity.verdict(table).to_string(index=False))
-    print(f"fidelity: {len(table)} rows on {device} in {time.perf_counter() - t_all:.1f} s")
-    return 0
+    return table
 
 
 LABELS = {"eager": "torch.distributed eager, CUDA events, one buffer (our default)",
@@ -220,8 +277,8 @@ LABELS = {"eager": "torch.distributed eager, CUDA events, one buffer (our defaul
           "direct eager": "ncclAllReduce direct (torch.cuda.nccl), eager, host timer, rotating buffers",
           "direct graph": "ncclAllReduce direct (torch.cuda.nccl) in one CUDA graph, host timer, rotating buffers"}
 OOP_NOTE = {True: "", False: "; out of place = a copy, then the in-place all-reduce"}
-def _tool_name(variant: str, graph: bool) -> str:
-    base = "nccl_tests_all_reduce" + ("_graph" if graph else "")
+def _tool_name(variant: str, graph: bool, shape: str) -> str:
+    base = "nccl_tests_all_reduce" + ("" if shape.startswith("-g") else "_threads") + ("_graph" if graph else "")
     return base if variant == "default" else f"{base}_{collectives._slug(variant)}"
 
 

@@ -29,6 +29,12 @@ P2P_SRC="$EXT/cuda-samples/p2pBandwidthLatencyTest/p2pBandwidthLatencyTest.cu"
 [ -f "$P2P_SRC" ] || { echo "missing $P2P_SRC (cuda-samples source)" >&2; exit 2; }
 echo "nvcc: $NVCC ($("$NVCC" --version | tail -1)); NCCL: $NCCL_HOME"
 cp "$EXT"/nccl-tests/src/* "$BUILD/nccl-tests/src/"
+# With -t N (one thread per GPU) every thread shares the main thread's Reporter, whose "am I the main
+# thread" flag is set once, so all N threads print each result row and the rows interleave. Make the
+# check per thread (is_main_thread is thread_local and set in threadInit); printing only, no timing.
+sed -i 's/return isMainThreadFlag;/return isMainThreadFlag \&\& is_main_thread;/' "$BUILD/nccl-tests/src/common.cu"
+grep -q 'return isMainThreadFlag && is_main_thread;' "$BUILD/nccl-tests/src/common.cu" \
+  || echo "note: nccl-tests' Reporter differs from the version this script patches; -t N output may repeat rows" >&2
 cp "$here"/shim/verifiable/* "$BUILD/nccl-tests/verifiable/"
 GEN="-gencode=arch=compute_90,code=sm_90"
 FLAGS="-O3 -std=c++17 $GEN -I$NCCL_HOME/include"

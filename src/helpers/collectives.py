@@ -177,6 +177,12 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
            "--hang-rank", str(hang_rank), "--harness", harness, "--timer", timer, "--placement", placement,
            "--rotate-bytes", str(int(rotate_bytes))]
     full_env = {**os.environ, **BASE_ENV, **(env or {})}
+    # the workers import helpers.collective_worker: make sure they find this package even where it is
+    # used from a source tree that is on the parent's sys.path only (benchmarks/fidelity.py, a notebook)
+    pkg_root = str(Path(__file__).resolve().parents[1])
+    paths = [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if pkg_root not in paths:
+        full_env["PYTHONPATH"] = os.pathsep.join([pkg_root] + paths)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
                             start_new_session=True)

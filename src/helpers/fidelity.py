@@ -200,6 +200,35 @@ def copy_rows(m: dict, cp: pd.DataFrame, device: str) -> list[dict]:
     return rows
 
 
+def median_of_runs(runs: list[pd.DataFrame]) -> pd.DataFrame:
+    """Several parse_nccl_tests tables of the same command: per size, the median of each time column."""
+    if not runs:
+        raise ToolOutputError("median_of_runs needs at least one parsed nccl-tests table")
+    allr = pd.concat([r.assign(run=k) for k, r in enumerate(runs)], ignore_index=True)
+    cols = ["oop_time_us", "ip_time_us", "oop_wrong", "ip_wrong"]
+    med = allr.groupby("size_bytes", sort=True)[cols].median().reset_index()
+    first = runs[0].drop(columns=cols + [c for c in runs[0].columns if c.endswith("GBps")])
+    return first.merge(med, on="size_bytes")
+
+
+def tool_self_rows(runs: list[pd.DataFrame], tool_setting: str, device: str,
+                   placements: Iterable[str] = ("in-place", "out-of-place")) -> list[dict]:
+    """nccl-tests against itself: each run's time per call over the median of all runs of the same
+    command, per size. Whether the tool holds the all-reduce tolerance against its own repeats is the
+    noise floor for comparing anything with it."""
+    med = median_of_runs(runs).set_index("size_bytes")
+    out = []
+    for k, r in enumerate(runs):
+        for placement in placements:
+            col = "ip_time_us" if placement == "in-place" else "oop_time_us"
+            for _, x in r.iterrows():
+                out.append(row("all_reduce time per call, nccl-tests against its own runs", "nccl-tests all_reduce_perf",
+                               f"{tool_setting}, {placement}", int(x.size_bytes), "us", float(med.loc[x.size_bytes, col]),
+                               float(x[col]), f"nccl-tests run {k + 1} of {len(runs)} (tool: median of the runs)", True,
+                               TOLERANCES["all_reduce_time"], device))
+    return out
+
+
 def verdict(table: pd.DataFrame) -> pd.DataFrame:
     """Per quantity, tool setting and our method, over the rows whose timing method is nccl-tests' or
     p2pBandwidthLatencyTest's (`same_method`): how many rows, how many within tolerance, the worst
@@ -225,22 +254,34 @@ def verdict(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-RESULT_FILE = "benchmarks/results/fidelity-h200-20261129.csv"
+RESULT_FILES = ("benchmarks/results/fidelity-h200-20261129.csv",            # one H200
+                "benchmarks/results/fidelity-h200x2-20261129/fidelity.csv")    # two H200s, NVLink
+
+
+def setup_of(kind: str) -> str:
+    """'2x NVIDIA H200' from a row's kind ('measured: 2x NVIDIA H200, tool and ours ...')."""
+    m = re.match(r"measured: ([^,]+)", str(kind))
+    return m.group(1) if m else "unknown"
 
 
 def load_committed(path: str | None = None) -> pd.DataFrame | None:
-    """The committed comparison (measured on one H200 by benchmarks/fidelity.py), or None if absent."""
+    """The committed comparisons (measured by benchmarks/fidelity.py on the lent H200 machines), with a
+    `setup` column ('1x NVIDIA H200', '2x NVIDIA H200'); `path` loads one file. None if none is there."""
     from . import repo_root
 
-    f = repo_root() / (path or RESULT_FILE)
-    if not f.exists():
-        return None
-    t = pd.read_csv(f)
-    missing = [c for c in COLUMNS if c not in t.columns]
-    if missing:
-        raise ToolOutputError(f"{f} lacks columns {missing}; expected helpers.fidelity.COLUMNS "
-                              "(re-run benchmarks/fidelity.py on a GPU host)")
-    return t
+    frames = []
+    for rel in ([path] if path else RESULT_FILES):
+        f = repo_root() / rel
+        if not f.exists():
+            continue
+        t = pd.read_csv(f)
+        missing = [c for c in COLUMNS if c not in t.columns]
+        if missing:
+            raise ToolOutputError(f"{f} lacks columns {missing}; expected helpers.fidelity.COLUMNS "
+                                  "(re-run benchmarks/fidelity.py on a GPU host)")
+        t["setup"] = t.kind.map(setup_of)
+        frames.append(t)
+    return pd.concat(frames, ignore_index=True) if frames else None
 
 
 def short_method(m: str) -> str:
@@ -254,25 +295,35 @@ def short_method(m: str) -> str:
 
 def plot_ratios(table: pd.DataFrame):
     """Ours / tool against message size for the all-reduce rows timed by nccl-tests' method, one panel
-    per nccl-tests mode (eager, -G 1), with the tolerance band shaded."""
+    per nccl-tests mode (eager, -G 1), with the tolerance band shaded and, where the tool ran more than
+    once, each of its runs against their median in grey (the tool's own noise)."""
     from . import plotting
 
-    t = table[table.quantity.str.startswith("all_reduce") & table.same_method.astype(bool)]
-    fig, axes = plotting.figure(ncols=2, width=11, height=3.8)
+    t = table[table.quantity.str.startswith("all_reduce") & table.same_method.astype(bool)
+              & table.tool_setting.str.contains("in-place")]
+    fig, axes = plotting.figure(ncols=2, width=11, height=4.2)
     tol = TOLERANCES["all_reduce_time"]
     for ax, graph in zip(axes[0], (False, True)):
         sub = t[t.tool_setting.str.contains("-G") == graph]
-        for (ts, m), g in sub.groupby(["tool_setting", "ours_method"], sort=False):
+        noise = sub[sub.quantity.str.contains("against its own runs")]
+        for _, g in noise.groupby(["tool_setting", "ours_method"], sort=False):
             g = g.sort_values("size_bytes")
-            place = ts.split(", ")[-1]
-            plotting.size_sweep(ax, g.size_bytes, g.ratio, f"{short_method(m)}, {place}",
-                                ls="-" if place == "in-place" else "--")
+            ax.plot(g.size_bytes, g.ratio, color="0.6", lw=0.8, zorder=1)
+        if len(noise):
+            ax.plot([], [], color="0.6", lw=0.8, label="nccl-tests run / median of its runs")
+        mine = sub[~sub.quantity.str.contains("against its own runs")]
+        for (ts, m), g in mine.groupby(["tool_setting", "ours_method"], sort=False):
+            g = g.sort_values("size_bytes")
+            shape = ts.split(", ")[0].replace(" -G 1", "")
+            rest = ts.split(", ")[1:-1]
+            label = f"{short_method(m)} vs {shape}" + (f" ({', '.join(rest)})" if rest else "")
+            plotting.size_sweep(ax, g.size_bytes, g.ratio, label, ls="--" if rest else "-")
         ax.axhspan(1 - tol, 1 + tol, color="0.85", zorder=0)
         ax.set_yscale("log")
         ax.set_xlabel("message size")
         ax.set_ylabel("ours / nccl-tests, time per call")
-        ax.text(0.02, 0.95, "nccl-tests -G 1" if graph else "nccl-tests eager", transform=ax.transAxes,
-                va="top")
-    if axes[0][1].get_legend_handles_labels()[0]:
-        axes[0][1].legend(fontsize=8, loc="upper right")
+        ax.text(0.02, 0.95, "nccl-tests -G 1 (one CUDA graph)" if graph else "nccl-tests eager",
+                transform=ax.transAxes, va="top")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="upper right")
     return fig
