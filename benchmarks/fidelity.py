@@ -37,6 +37,7 @@ from helpers import collectives, copybench, fidelity  # noqa: E402
 ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
        "NCCL_DEBUG": "VERSION"}
 MAX_BYTES = 256 * 2**20
+FAILED_MARK = "[fidelity: the tool exited with status"
 SIZES = [8 * 2**k for k in range(26)]      # 8 B .. 256 MiB, x2: all_reduce_perf -b 8 -e 256M -f 2
 
 
@@ -50,6 +51,8 @@ def sh(cmd: list[str], log: Path, timeout: float, env: dict | None = None) -> tu
         text, rc = f"{(e.stdout or b'')!s}\n[timeout after {timeout} s]", 124
     except OSError as e:
         text, rc = f"[could not start {cmd[0]}: {e}]", 127
+    if rc != 0:  # compare() leaves out a tool output that ends this way
+        text += f"\n{FAILED_MARK} {rc}]\n"
     log.write_text(text)
     envs = " ".join(f"{k}={v}" for k, v in (env or {}).items())
     print(f"$ {envs + ' ' if envs else ''}{' '.join(cmd)}  -> rc {rc} in {time.perf_counter() - t0:.1f} s", flush=True)
@@ -110,8 +113,7 @@ def main(argv=None) -> int:
                       out / "build.log", 400)
         print(text[-3000:])
 
-    # ---- the tools: all_reduce_perf on n GPUs in one process (-g n), per variant, eager and -G 1
-    tool_txt = {}
+    # ---- the tools: all_reduce_perf per variant and launch shape, eager and -G 1; compare() reads the files
     visible = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(n))}
     # Two launch shapes: -g n (one thread drives every GPU, nccl-tests' usual single-node form) and, with
     # several GPUs, -t n -g 1 (one thread per GPU, which launches the way our one-process-per-GPU
@@ -128,10 +130,8 @@ def main(argv=None) -> int:
                                   {**collectives.NCCL_VARIANTS[v], **visible})
                     if k == 0:
                         print(text[-2500:], flush=True)
-                tool_txt[name] = text if rc == 0 else ""
     rc, text = sh([str(p2p_bin)], out / "p2pBandwidthLatencyTest.txt", 180, visible)
     print(text[-4000:], flush=True)
-    tool_txt["p2pBandwidthLatencyTest"] = text if rc == 0 else ""
 
     # ---- ours: collectives through torch.distributed (torchrun, one process per GPU)
     runs = [  # (variant, harness, timer, placement, rotate)
@@ -205,7 +205,13 @@ def compare(out: Path) -> pd.DataFrame:
     reported and left out."""
     meta = json.loads((out / "meta.json").read_text())
     n, variants, shapes, device = meta["gpus"], meta["variants"], meta["shapes"], meta["device"]
-    tool_txt = {f.stem: f.read_text() for f in out.glob("*.txt")}
+    tool_txt = {}
+    for f in out.glob("*.txt"):
+        text = f.read_text()
+        if FAILED_MARK in text:
+            print(f"compare: {f.name}: the tool failed there; left out", file=sys.stderr)
+            continue
+        tool_txt[f.stem] = text
     coll = pd.read_csv(out / "ours_collectives.csv")
     cp = pd.read_csv(out / "ours_copies.csv") if (out / "ours_copies.csv").stat().st_size > 1 else pd.DataFrame()
 

@@ -15,43 +15,34 @@ def _raw(name):
     return pd.read_csv(recorded.data_dir() / name, dtype=str, keep_default_na=False)
 
 
+def _refused(name, row, column, value, match):
+    """Set one cell of a committed table to `value` and check that validation refuses it with `match`."""
+    df = _raw(name)
+    df.loc[row, column] = value
+    with pytest.raises(recorded.DataError, match=match):
+        recorded.validate(name, df)
+    return df
+
+
 def test_bad_number_names_file_row_and_column():
-    df = _raw("recorded/copy_sweep.csv")
-    df.loc[1, "latency_us"] = "fast"
-    with pytest.raises(recorded.DataError, match=r"copy_sweep.csv, row 3, column 'latency_us'"):
-        recorded.validate("recorded/copy_sweep.csv", df)
+    _refused("recorded/copy_sweep.csv", 1, "latency_us", "fast", r"copy_sweep.csv, row 3, column 'latency_us'")
 
 
 def test_unknown_source_is_refused():
-    df = _raw("recorded/hardware.csv")
-    df.loc[0, "source"] = "blog-post"
-    with pytest.raises(recorded.DataError, match="source 'blog-post' is not an id"):
-        recorded.validate("recorded/hardware.csv", df)
+    _refused("recorded/hardware.csv", 0, "source", "blog-post", "source 'blog-post' is not an id")
 
 
 def test_missing_required_value_and_bad_choice():
-    df = _raw("recorded/backend_matrix.csv")
-    df.loc[0, "outcome"] = "maybe"
-    with pytest.raises(recorded.DataError, match="'maybe' is not one of"):
-        recorded.validate("recorded/backend_matrix.csv", df)
-    df = _raw("recorded/backend_matrix.csv")
-    df.loc[2, "backend"] = ""
-    with pytest.raises(recorded.DataError, match="required column 'backend' is empty"):
-        recorded.validate("recorded/backend_matrix.csv", df)
+    _refused("recorded/backend_matrix.csv", 0, "outcome", "maybe", "'maybe' is not one of")
+    _refused("recorded/backend_matrix.csv", 2, "backend", "", "required column 'backend' is empty")
 
 
 def test_value_or_range_required():
-    df = _raw("recorded/serving.csv")
-    df.loc[0, "value"] = ""
-    with pytest.raises(recorded.DataError, match="needs one of"):
-        recorded.validate("recorded/serving.csv", df)
+    _refused("recorded/serving.csv", 0, "value", "", "needs one of")
 
 
 def test_unknown_phase_and_columns():
-    df = _raw("recorded/timeline.csv")
-    df.loc[0, "phase"] = "lunch"
-    with pytest.raises(recorded.DataError, match="phase 'lunch'"):
-        recorded.validate("recorded/timeline.csv", df)
+    df = _refused("recorded/timeline.csv", 0, "phase", "lunch", "phase 'lunch'")
     with pytest.raises(recorded.DataError, match="unexpected"):
         recorded.validate("recorded/timeline.csv", df.assign(extra="x"))
 

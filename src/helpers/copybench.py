@@ -368,10 +368,10 @@ def _measure(path: str, size: int, harness: str, iters: int, repeats: int, warmu
 
     issue, dev = _buffers(path, size)
     sync = (lambda: torch.cuda.synchronize()) if dev is not None else (lambda: None)
-    if path in CROSS_DEVICE_PATHS and torch.cuda.device_count() > 1:
+    if _graph_cross_device(path, harness):
+        raise PathUnavailable(GRAPH_CROSS_DEVICE)
+    if path in CROSS_DEVICE_PATHS and _gpu_count() > 1:
         sync = lambda: (torch.cuda.synchronize(0), torch.cuda.synchronize(1))  # noqa: E731
-        if harness == "graph":
-            raise PathUnavailable(GRAPH_CROSS_DEVICE)
     for _ in range(warmup):
         issue()
     sync()
@@ -404,7 +404,7 @@ def run_copy_sweep(cfg: CopyConfig, progress: bool = False, token_of: dict[int, 
             if harn_ok[h]:
                 skipped.append({"path": p, "harness": h, "size_bytes": None, "reason": harn_ok[h]})
                 continue
-            if h == "graph" and p in CROSS_DEVICE_PATHS and device == "cuda" and _gpu_count() > 1:
+            if device == "cuda" and _graph_cross_device(p, h):
                 skipped.append({"path": p, "harness": h, "size_bytes": None, "reason": GRAPH_CROSS_DEVICE})
                 continue
             sizes = cfg.sizes
@@ -441,6 +441,11 @@ def _gpu_count() -> int:
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _graph_cross_device(path: str, harness: str) -> bool:
+    """True where the graph harness is asked for a copy that ends on a second GPU (GRAPH_CROSS_DEVICE)."""
+    return harness == "graph" and path in CROSS_DEVICE_PATHS and _gpu_count() > 1
 
 
 def _reset_cuda_error_state() -> None:
