@@ -41,12 +41,60 @@ FAILED_MARK = "[fidelity: the tool exited with status"
 SIZES = [8 * 2**k for k in range(26)]      # 8 B .. 256 MiB, x2: all_reduce_perf -b 8 -e 256M -f 2
 
 
-def sh(cmd: list[str], log: Path, timeout: float, env: dict | None = None) -> tuple[int, str]:
+def run_processes(cmd: list[str], n: int, timeout: float, env: dict) -> tuple[int, str]:
+    """Run `cmd` (nccl-tests built against benchmarks/fidelity/mpishim) as n processes on this host that
+    meet through one shared memory file, as `mpirun -np n` would start them. Returns the worst exit
+    status and rank 0's output (every rank's where one failed); a rank that outlives `timeout` is killed
+    with all the others."""
+    import signal
+    import tempfile
+
+    shm_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    fd, shm = tempfile.mkstemp(prefix="nccltests-shim-", dir=shm_dir)
+    os.close(fd)
+    outs = [tempfile.TemporaryFile(mode="w+") for _ in range(n)]
+    procs = []
+    try:
+        for r in range(n):
+            procs.append(subprocess.Popen(cmd, stdout=outs[r], stderr=subprocess.STDOUT, text=True,
+                                          start_new_session=True,
+                                          env={**env, "NCCLTESTS_SHIM_RANK": str(r), "NCCLTESTS_SHIM_SIZE": str(n),
+                                               "NCCLTESTS_SHIM_FILE": shm}))
+        deadline, rcs = time.monotonic() + timeout, []
+        for p in procs:
+            try:
+                rcs.append(p.wait(timeout=max(0.1, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                rcs.append(124)
+        if 124 in rcs:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+        texts = []
+        for f in outs:
+            f.seek(0)
+            texts.append(f.read())
+        rc = max(rcs, key=lambda x: x != 0)
+        if rc == 0:
+            return 0, texts[0]
+        return rc, "\n".join(f"[rank {r}, exit {c}]\n{t}" for r, (c, t) in enumerate(zip(rcs, texts))) + (
+            f"\n[timeout after {timeout} s]" if 124 in rcs else "")
+    finally:
+        for f in outs:
+            f.close()
+        os.unlink(shm)
+
+
+def sh(cmd: list[str], log: Path, timeout: float, env: dict | None = None, procs: int = 1) -> tuple[int, str]:
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                           env={**os.environ, **ENV, **(env or {})})
-        text, rc = p.stdout + (("\n[stderr]\n" + p.stderr) if p.stderr.strip() else ""), p.returncode
+        if procs > 1:
+            rc, text = run_processes(cmd, procs, timeout, {**os.environ, **ENV, **(env or {})})
+        else:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                               env={**os.environ, **ENV, **(env or {})})
+            text, rc = p.stdout + (("\n[stderr]\n" + p.stderr) if p.stderr.strip() else ""), p.returncode
     except subprocess.TimeoutExpired as e:
         text, rc = f"{(e.stdout or b'')!s}\n[timeout after {timeout} s]", 124
     except OSError as e:
@@ -55,7 +103,9 @@ def sh(cmd: list[str], log: Path, timeout: float, env: dict | None = None) -> tu
         text += f"\n{FAILED_MARK} {rc}]\n"
     log.write_text(text)
     envs = " ".join(f"{k}={v}" for k, v in (env or {}).items())
-    print(f"$ {envs + ' ' if envs else ''}{' '.join(cmd)}  -> rc {rc} in {time.perf_counter() - t0:.1f} s", flush=True)
+    launch = f"[{procs} processes] " if procs > 1 else ""
+    print(f"$ {launch}{envs + ' ' if envs else ''}{' '.join(cmd)}  -> rc {rc} in {time.perf_counter() - t0:.1f} s",
+          flush=True)
     return rc, text
 
 
@@ -72,7 +122,7 @@ def main(argv=None) -> int:
                     help="runs of each nccl-tests command: the comparison uses their median and reports "
                          "each run against it (the tool's own noise)")
     ap.add_argument("--gpus", type=int, default=0, help="GPUs (ranks) to compare on; 0 = every visible GPU")
-    ap.add_argument("--variants", default="default,P2P_DISABLE=1",
+    ap.add_argument("--variants", default="default,P2P_DISABLE=1,GRAPH_MIXING_SUPPORT=0",
                     help="NCCL variants (helpers.collectives.NCCL_VARIANTS) compared with several GPUs: each "
                          "runs nccl-tests and our torch.distributed sweep under that environment")
     a = ap.parse_args(argv)
@@ -108,6 +158,7 @@ def main(argv=None) -> int:
     t_all = time.perf_counter()
     build = Path(a.build)
     ar_bin, p2p_bin = build / "nccl-tests" / "all_reduce_perf", build / "p2p" / "p2pBandwidthLatencyTest"
+    ar_mpi_bin = build / "nccl-tests" / "all_reduce_perf_mpi"
     if not a.skip_build:
         rc, text = sh(["bash", str(ROOT / "benchmarks" / "fidelity" / "build.sh"), a.ext, str(build)],
                       out / "build.log", 400)
@@ -115,40 +166,56 @@ def main(argv=None) -> int:
 
     # ---- the tools: all_reduce_perf per variant and launch shape, eager and -G 1; compare() reads the files
     visible = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(n))}
-    # Two launch shapes: -g n (one thread drives every GPU, nccl-tests' usual single-node form) and, with
-    # several GPUs, -t n -g 1 (one thread per GPU, which launches the way our one-process-per-GPU
-    # torchrun workers do).
-    shapes = [f"-g {n}"] + ([f"-t {n} -g 1"] if n > 1 else [])
+    # Three launch shapes with several GPUs: -g n (one thread drives every GPU, nccl-tests' usual
+    # single-node form), -t n -g 1 (one thread per GPU in one process) and -np n -g 1 (one process per
+    # GPU, `mpirun -np n`'s shape, through benchmarks/fidelity/mpishim): the last is how our torchrun
+    # workers launch, so it is the like-for-like comparison.
+    shapes = [f"-g {n}"] + ([f"-t {n} -g 1", f"-np {n} -g 1"] if n > 1 else [])
     for v in variants:
         for shape in shapes:
             for graph in (False, True):
                 name = _tool_name(v, graph, shape)
-                cmd = ([str(ar_bin), "-b", "8", "-e", "256M", "-f", "2"] + shape.split()
-                       + (["-G", "1"] if graph else []))
+                procs = int(shape.split()[1]) if shape.startswith("-np") else 1
+                cmd = ([str(ar_mpi_bin if procs > 1 else ar_bin), "-b", "8", "-e", "256M", "-f", "2"]
+                       + (shape.split()[2:] if procs > 1 else shape.split()) + (["-G", "1"] if graph else []))
                 for k in range(a.tool_repeats):   # repeats: the tool's own run-to-run spread
                     rc, text = sh(cmd, out / f"{name}{'' if k == 0 else f'.r{k + 1}'}.txt", 180,
-                                  {**collectives.NCCL_VARIANTS[v], **visible})
+                                  {**collectives.NCCL_VARIANTS[v], **visible}, procs=procs)
                     if k == 0:
                         print(text[-2500:], flush=True)
     rc, text = sh([str(p2p_bin)], out / "p2pBandwidthLatencyTest.txt", 180, visible)
     print(text[-4000:], flush=True)
 
     # ---- ours: collectives through torch.distributed (torchrun, one process per GPU)
-    runs = [  # (variant, harness, timer, placement, rotate)
-        ("default", "eager", "events", "in-place", 0),
-        ("default", "eager", "host", "in-place", MAX_BYTES), ("default", "eager", "host", "out-of-place", MAX_BYTES),
-        ("default", "graph", "host", "in-place", MAX_BYTES), ("default", "graph", "host", "out-of-place", MAX_BYTES),
+    TD = "torch.distributed"
+    runs = [  # (variant, harness, timer, placement, rotate, start, api)
+        ("default", "eager", "events", "in-place", 0, "barrier", TD),
+        ("default", "eager", "host", "in-place", MAX_BYTES, "barrier", TD),
+        ("default", "eager", "host", "out-of-place", MAX_BYTES, "barrier", TD),
+        ("default", "graph", "host", "in-place", MAX_BYTES, "barrier", TD),
+        ("default", "graph", "host", "out-of-place", MAX_BYTES, "barrier", TD),
     ]
+    # With several ranks: the graph harness with every rank launched at one shared deadline (--rank-start
+    # aligned: no start skew), through torch.distributed and through ncclAllReduce itself in each process
+    # (--api nccl), which is what nccl-tests calls: the second isolates the timing method from what
+    # torch.distributed's process group adds per call.
+    aligned = ([("graph", "host", "in-place", MAX_BYTES, "aligned", TD),
+                ("graph", "host", "in-place", MAX_BYTES, "aligned", "nccl")] if n > 1 else [])
+    runs += [("default",) + x for x in aligned]
+    if n > 1:
+        runs += [("default", "eager", "host", "in-place", MAX_BYTES, "aligned", "nccl")]
     for v in variants[1:]:
-        runs += [(v, "eager", "host", "in-place", MAX_BYTES), (v, "graph", "host", "in-place", MAX_BYTES)]
+        runs += [(v, "eager", "host", "in-place", MAX_BYTES, "barrier", TD),
+                 (v, "graph", "host", "in-place", MAX_BYTES, "barrier", TD)]
+        runs += [(v,) + x for x in aligned]
     results = []
-    for v, h, tm, pl, rot in runs:
+    for v, h, tm, pl, rot, start, api in runs:
         t0 = time.perf_counter()
         r = collectives.run_collectives("nccl", n, SIZES, ops=("all_reduce",), warmup=5, iters=20, repeats=5,
                                         timeout_s=120, harness=h, timer=tm, placement=pl, rotate_bytes=rot,
                                         variant=v, env={"NCCL_DEBUG": "VERSION", **collectives.NCCL_VARIANTS[v]},
-                                        workdir="/tmp/fidelity-points")
-        print(f"ours {v} {h}/{tm}/{pl}/rotate={rot}: {r.status} {len(r.rows)} points in "
+                                        workdir="/tmp/fidelity-points", start=start, api=api)
+        print(f"ours {v} {h}/{tm}/{pl}/rotate={rot}/{start}/{api}: {r.status} {len(r.rows)} points in "
               f"{time.perf_counter() - t0:.1f} s {r.message[-800:]}", flush=True)
         if r.status != "ok":
             print(r.log[-3000:])
@@ -183,7 +250,7 @@ def main(argv=None) -> int:
                 bw = size / (st["time_us"] * 1e3)
                 copies.append({"path": path, "harness": h, "size_bytes": size, "iters": iters, "repeats": 7,
                                **st, "bandwidth_GBps": bw, "p2ptest_GBps": 2 * bw if path == "same_device" else bw,
-                               "device": device})
+                               "issued_by": copybench.issued_by(path, h), "device": device})
     cp = pd.DataFrame(copies)
     cp.to_csv(out / "ours_copies.csv", index=False)
 
@@ -250,6 +317,9 @@ def compare(out: Path) -> pd.DataFrame:
             if v == "default":
                 rows += fidelity.compare_all_reduce(nt, mine, g, "eager", LABELS["eager"], False, device,
                                                     placements=("in-place",))
+                h = "eager+host_timer+rotate+aligned+ncclAllReduce"
+                rows += fidelity.compare_all_reduce(nt, mine, g + vs, h, LABELS[h], True, device,
+                                                    placements=("in-place",))
             if v == "default" and g.startswith("-g"):   # the direct calls drive every GPU from one thread
                 rows += fidelity.compare_all_reduce(nt, direct, g, "eager+host_timer+rotate",
                                                     LABELS["direct eager"], True, device)
@@ -261,6 +331,9 @@ def compare(out: Path) -> pd.DataFrame:
             rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", "graph+host_timer+rotate",
                                                 LABELS["graph+host_timer+rotate"] + OOP_NOTE[oop_same], oop_same,
                                                 device, placements=("out-of-place",))
+            for h in ("graph+host_timer+rotate+aligned", "graph+host_timer+rotate+aligned+ncclAllReduce"):
+                rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", h, LABELS[h], True, device,
+                                                    placements=("in-place",))
             if v == "default" and g.startswith("-g"):
                 rows += fidelity.compare_all_reduce(ng, direct, f"{g} -G 1", "graph+host_timer+rotate",
                                                     LABELS["direct graph"], True, device)
@@ -280,11 +353,19 @@ def compare(out: Path) -> pd.DataFrame:
 LABELS = {"eager": "torch.distributed eager, CUDA events, one buffer (our default)",
           "eager+host_timer+rotate": "torch.distributed eager, host timer, rotating buffers",
           "graph+host_timer+rotate": "torch.distributed in one CUDA graph, host timer, rotating buffers",
+          "graph+host_timer+rotate+aligned": "torch.distributed in one CUDA graph, host timer, rotating buffers, "
+                                             "ranks launched at one deadline",
+          "graph+host_timer+rotate+aligned+ncclAllReduce": "ncclAllReduce per process (torch.cuda.nccl) in one CUDA "
+                                                           "graph, host timer, rotating buffers, ranks launched at "
+                                                           "one deadline",
+          "eager+host_timer+rotate+aligned+ncclAllReduce": "ncclAllReduce per process (torch.cuda.nccl), eager, host "
+                                                           "timer, rotating buffers, ranks launched at one deadline",
           "direct eager": "ncclAllReduce direct (torch.cuda.nccl), eager, host timer, rotating buffers",
           "direct graph": "ncclAllReduce direct (torch.cuda.nccl) in one CUDA graph, host timer, rotating buffers"}
 OOP_NOTE = {True: "", False: "; out of place = a copy, then the in-place all-reduce"}
 def _tool_name(variant: str, graph: bool, shape: str) -> str:
-    base = "nccl_tests_all_reduce" + ("" if shape.startswith("-g") else "_threads") + ("_graph" if graph else "")
+    kind = "" if shape.startswith("-g") else "_procs" if shape.startswith("-np") else "_threads"
+    base = "nccl_tests_all_reduce" + kind + ("_graph" if graph else "")
     return base if variant == "default" else f"{base}_{collectives._slug(variant)}"
 
 

@@ -155,3 +155,15 @@ def test_compare_and_ranking(tmp_path):
     assert list(rk["rank"]) == list(range(1, len(rk) + 1))
     assert (rk.loc[rk.modelled_as == "what-if: 4 GPUs TP4 (VM)", "gain_batch1"] == 0).all()
     assert rk.gain_batch1.dropna().is_monotonic_decreasing
+
+
+def test_run_link_prefers_the_graph_harness_fit(tmp_path):
+    # a run with the default all-reduce timed both ways: the decode step runs in CUDA graphs, so the
+    # graph fit (no per-call host cost) is the link, whatever the two fits' errors
+    text = FITS.format(gloo=80.0, nccl=44.0) + \
+        "collective,all_reduce,graph+host_timer+aligned,default,nccl,2,2x GPU,9.0,30.0,0.3,0.5,8,64,4194304,measured\n"
+    d = tmp_path / "run" / "results" / "06_vm_p2p"
+    d.mkdir(parents=True)
+    (d / "fits.csv").write_text(text)
+    link = bd.select_run_link(bd.read_fits(tmp_path / "run"))
+    assert link.alpha_us == 9.0 and "harness=graph+host_timer+aligned" in link.source

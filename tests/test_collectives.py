@@ -81,14 +81,21 @@ def test_bad_ops_and_variants():
 
 def test_plans_by_machine():
     cpu = ic.plan_collectives(ic.Machine(0, "", 2, 0))
-    assert cpu.runs == [("gloo", 2, "default", "CPU processes")] and "no GPU" in cpu.statements[0]
+    assert cpu.runs == [("gloo", 2, "default", "CPU processes", {})] and "no GPU" in cpu.statements[0]
     one = ic.plan_collectives(ic.Machine(1, "H200", 16, 0))
     assert [r[:3] for r in one.runs] == [("nccl", 1, "default"), ("gloo", 2, "default")]
     assert "one GPU" in one.statements[0] and "skipped" in one.statements[0]
     eight = ic.plan_collectives(ic.Machine(8, "GPU", 64, 56))
     assert {r[2] for r in eight.runs} == set(collectives.NCCL_VARIANTS) and all(r[1] == 8 for r in eight.runs)
+    # the default once eager (the investigation's way), then every variant by the variant method
+    assert eight.runs[0][2:] == ("default", "one process per GPU, eager", {})
+    assert [r[2] for r in eight.runs[1:]] == list(collectives.NCCL_VARIANTS)
+    assert all(r[4] == ic.VARIANT_METHOD for r in eight.runs[1:])
     some = ic.plan_collectives(ic.Machine(2, "GPU", 64, 2), variants="ALGO=Ring")
-    assert [r[2] for r in some.runs] == ["default", "ALGO=Ring"]
+    assert [(r[2], r[4].get("harness", "eager")) for r in some.runs] == \
+        [("default", "eager"), ("default", "graph"), ("ALGO=Ring", "graph")]
+    none = ic.plan_collectives(ic.Machine(2, "GPU", 64, 2), variants="none")
+    assert [(r[2], r[4]) for r in none.runs] == [("default", {})]
     with pytest.raises(CollectiveConfigError, match="more ranks than the 2 GPUs"):
         ic.plan_collectives(ic.Machine(2, "GPU", 64, 2), world_size=4)
     with pytest.raises(CollectiveConfigError, match="unknown variant"):
@@ -145,6 +152,9 @@ def test_a_failed_run_is_reported_and_the_next_still_runs(tmp_path):
     ({"placement": "sideways"}, "placement = 'sideways'"),
     ({"rotate_bytes": -1}, "rotate_bytes = -1"),
     ({"rotate_bytes": True}, "rotate_bytes = True"),
+    ({"start": "whenever"}, "start = 'whenever'"),
+    ({"api": "mpi"}, "api = 'mpi'"),
+    ({"api": "nccl"}, "api = 'nccl' calls ncclAllReduce directly"),
 ])
 def test_bad_timing_method(kw, msg):
     with pytest.raises(CollectiveConfigError, match=msg):
@@ -156,6 +166,26 @@ def test_harness_label_names_the_method():
     assert collectives._harness_label({"harness": "graph", "timer": "host", "rotate_bytes": 2**28}) == \
         "graph+host_timer+rotate"
     assert collectives._harness_label({"harness": "eager", "timer": "events", "rotate_bytes": 0}) == "eager"
+    assert collectives._harness_label({"harness": "graph", "timer": "host", "start": "aligned"}) == \
+        "graph+host_timer+aligned"
+    assert collectives._harness_label({"harness": "graph", "timer": "host", "api": "nccl"}) == \
+        "graph+host_timer+ncclAllReduce"
+
+
+@pytest.mark.timeout(120)
+def test_aligned_start_runs_and_records_the_launch_skew(tmp_path):
+    # two gloo processes on this host: both record their launch instant on the shared monotonic clock
+    r = collectives.run_collectives("gloo", 2, [64, 4096], ops=("all_reduce",), warmup=1, iters=4, repeats=3,
+                                    timeout_s=90, workdir=tmp_path, timer="host", start="aligned")
+    assert r.status == "ok", r.message + r.log[-2000:]
+    for p in r.rows:
+        assert p["start"] == "aligned" and len(p["start_skew_us"]) == 3
+        assert all(0 <= s < 1e6 for s in p["start_skew_us"])     # under a second apart: one deadline
+    t = collectives.tidy([r])
+    assert (t.harness == "eager+host_timer+aligned").all() and (t.start_skew_us >= 0).all()
+    b = collectives.run_collectives("gloo", 2, [64], ops=("all_reduce",), warmup=1, iters=4, repeats=2,
+                                    timeout_s=90, workdir=tmp_path)
+    assert b.status == "ok" and b.rows[0]["start"] == "barrier" and len(b.rows[0]["start_skew_us"]) == 2
 
 
 @pytest.mark.timeout(120)
@@ -232,3 +262,30 @@ def test_direct_nccl_and_torchrun_across_two_gpus(tmp_path):
     assert r2.status == "ok", r2.message + r2.log[-2000:]
     t2 = collectives.tidy([r2])
     assert set(t2.op) == {"all_reduce", "all_to_all"} and (t2.world_size == 2).all()
+    # ncclAllReduce itself, one communicator per process, in a CUDA graph; the worker checks the sum
+    r3 = collectives.run_collectives("nccl", 2, [4096, 2**20], ops=("all_reduce",), warmup=2, iters=5, repeats=2,
+                                     timeout_s=150, workdir=tmp_path, harness="graph", timer="host",
+                                     placement="out-of-place", start="aligned", api="nccl")
+    assert r3.status == "ok", r3.message + r3.log[-2000:]
+    assert (collectives.tidy([r3]).harness == "graph+host_timer+aligned+ncclAllReduce").all()
+
+
+def test_best_variant_ranks_the_variant_method_rows_and_says_when_a_win_is_clear():
+    def row(variant, harness, t, p10, p90, size=12288):
+        return {"op": "all_reduce", "backend": "nccl", "variant": variant, "world_size": 2, "harness": harness,
+                "size_bytes": size, "time_us": t, "time_us_p10": p10, "time_us_p90": p90}
+    g = ic.VARIANT_HARNESS_LABEL
+    sweep = pd.DataFrame([
+        row("default", "eager", 40.0, 30.0, 60.0), row("PROTO=LL", "eager", 20.0, 19.0, 21.0),   # eager: ignored
+        row("default", g, 10.0, 9.8, 10.2), row("PROTO=LL", g, 8.0, 7.9, 8.1), row("ALGO=Ring", g, 9.9, 9.0, 11.0),
+        row("default", g, 30.0, 29.0, 31.0, size=49152), row("ALGO=Ring", g, 29.5, 29.0, 31.0, size=49152),
+    ])
+    assert set(ic.variant_rows(sweep).harness) == {g}
+    best = ic.best_variant(sweep, [12288, 49152, 196608]).set_index("size_bytes")
+    assert list(best.index) == [12288, 49152]                      # no row at 196608: left out
+    assert best.loc[12288, "best_variant"] == "PROTO=LL" and best.loc[12288, "clear_win"]
+    assert best.loc[12288, "default_time_us"] == 10.0
+    assert best.loc[49152, "best_variant"] == "ALGO=Ring" and not best.loc[49152, "clear_win"]   # inside the spread
+    # a run made before the variant method existed: the eager rows are used
+    old = sweep[sweep.harness == "eager"]
+    assert ic.best_variant(old, [12288]).iloc[0].best_variant == "PROTO=LL"

@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from helpers import collectives, fidelity
+from helpers import collectives, copybench, fidelity
 from helpers.fidelity import ToolOutputError
 
 
@@ -194,8 +194,26 @@ def test_copy_rows_two_gpus_compare_peer_as_the_same_method_and_the_bounce_as_an
     diag = t[t.quantity == "same-device copy bandwidth, read+write counted"].iloc[0]
     assert diag.tool_value == 3940.0
     v = fidelity.verdict(t)
-    assert set(v.quantity) == {"same-device copy bandwidth, read+write counted", "GPU 0 -> GPU 1 peer copy bandwidth"}
+    assert set(v.quantity) == {"same-device copy bandwidth, read+write counted", "GPU 0 -> GPU 1 peer copy bandwidth",
+                               "GPU 0 -> GPU 1 peer copy bandwidth, p2pBandwidthLatencyTest against its own other direction"}
+    # the tool's two directions of one symmetric link, against each other; ours against the other direction
+    own = t[t.quantity.str.contains("against its own other direction")].iloc[0]
+    assert own.ours_value == 390.0 and own.tool_value == m["bw_uni_p2p_on"][1][0] and bool(own.same_method)
+    other = t[t.tool_setting.str.contains("the other direction")].iloc[0]
+    assert other.tool_value == m["bw_uni_p2p_on"][1][0] and other.ours_value == 380.0 and not other.same_method
     # one GPU: only the diagonal is compared
     one = fidelity.copy_rows(fidelity.parse_p2p(P2P_OUT), cp, "1x GPU")
     assert {r["quantity"] for r in one} <= {"same-device copy bandwidth, read+write counted",
                                             "same-device copy, 16 B, GPU time per copy"}
+
+
+def test_copy_rows_name_how_a_peer_copy_was_issued_where_the_run_recorded_it():
+    m = fidelity.parse_p2p(P2P_OUT_2)
+    big = fidelity.P2P_LARGE_BYTES
+    cp = pd.DataFrame([
+        {"path": "peer", "harness": h, "size_bytes": big, "time_us": 1.0, "p2ptest_GBps": 380.0,
+         "issued_by": copybench.issued_by("peer", h)} for h in ("eager", "queued")])
+    t = pd.DataFrame(fidelity.copy_rows(m, cp, "2x GPU"), columns=fidelity.COLUMNS)
+    methods = set(t.ours_method)
+    assert fidelity.COPY_HARNESS_LABELS["queued"] + "; cudaMemcpyPeerAsync" in methods
+    assert fidelity.COPY_HARNESS_LABELS["eager"] + "; torch copy_" in methods

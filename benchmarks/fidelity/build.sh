@@ -45,12 +45,21 @@ C=${COMPILE_ONLY:+-c}
 "$NVCC" $FLAGS -c verifiable/verifiable.cu -o verifiable.o & p3=$!
 g++ -O3 -std=c++17 -c src/timer.cc -o timer.o & p4=$!
 "$NVCC" -O3 -std=c++17 $GEN -I"$here/shim" -c "$P2P_SRC" -o "$BUILD/p2p/p2p.o" & p5=$!
-for p in $p1 $p2 $p3 $p4 $p5; do wait $p; done
+# One process per GPU, the shape of `mpirun -np N all_reduce_perf -g 1`, without an MPI installation: the
+# same sources with -DMPI_SUPPORT against mpishim/ (the MPI calls nccl-tests makes, for one host; they run
+# outside its timed regions except the barrier that starts each timed block, a spin on shared memory).
+MPI="-DMPI_SUPPORT -I$here/mpishim"
+"$NVCC" $FLAGS $MPI -c src/common.cu -o common_mpi.o & p6=$!
+"$NVCC" $FLAGS $MPI -c src/all_reduce.cu -o all_reduce_mpi.o & p7=$!
+g++ -O3 -std=c++17 -I"$here/mpishim" -c "$here/mpishim/mpishim.cc" -o mpishim.o & p8=$!
+for p in $p1 $p2 $p3 $p4 $p5 $p6 $p7 $p8; do wait $p; done
 if [ -z "${COMPILE_ONLY:-}" ]; then
   LIBDIR="$NCCL_HOME/lib"
   [ -e "$LIBDIR/libnccl.so" ] || ln -sf "$LIBDIR/libnccl.so.2" "$BUILD/nccl-tests/libnccl.so"
   "$NVCC" $GEN common.o all_reduce.o verifiable.o timer.o -o all_reduce_perf \
     -L"$BUILD/nccl-tests" -L"$LIBDIR" -lnccl -lpthread -Xlinker -rpath="$LIBDIR"
+  "$NVCC" $GEN common_mpi.o all_reduce_mpi.o verifiable.o timer.o mpishim.o -o all_reduce_perf_mpi \
+    -L"$BUILD/nccl-tests" -L"$LIBDIR" -lnccl -lpthread -Xlinker -rpath="$LIBDIR"
   "$NVCC" $GEN "$BUILD/p2p/p2p.o" -o "$BUILD/p2p/p2pBandwidthLatencyTest"
-  echo "built $BUILD/nccl-tests/all_reduce_perf and $BUILD/p2p/p2pBandwidthLatencyTest"
+  echo "built $BUILD/nccl-tests/all_reduce_perf, all_reduce_perf_mpi and $BUILD/p2p/p2pBandwidthLatencyTest"
 fi

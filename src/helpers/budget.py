@@ -395,8 +395,9 @@ def _is_allreduce(row) -> bool:
 def select_run_link(fits: pd.DataFrame) -> Link | None:
     """The link a run measured: among rows with kind 'measured' (all rows if there is no kind
     column), an all-reduce fit first (used as a collective), else a copy fit; then NCCL before other
-    backends, the default variant first, the larger world size, the smaller median relative error.
-    None if nothing usable."""
+    backends, the default variant first, a CUDA-graph harness before an eager one (the decode step runs
+    its all-reduces inside CUDA graphs, and the budget counts launches in a term of their own), the
+    larger world size, the smaller median relative error. None if nothing usable."""
     df = fits.copy()
     if "kind" in df.columns:
         df = df[df["kind"].astype(str).str.lower() == "measured"]
@@ -407,10 +408,11 @@ def select_run_link(fits: pd.DataFrame) -> Link | None:
     col = lambda c: df[c].astype(str).str.lower() if c in df.columns else pd.Series("", index=df.index)  # noqa: E731
     df = df.assign(_ar=[_is_allreduce(r) for _, r in df.iterrows()],
                    _nccl=col("backend") == "nccl", _default=col("variant").isin(["default", "", "nan"]),
+                   _graph=col("harness").str.startswith("graph"),
                    _ws=pd.to_numeric(df["world_size"], errors="coerce").fillna(0),
                    _err=pd.to_numeric(df.get("median_rel_err", 0), errors="coerce").fillna(1e9))
-    df = df.sort_values(["_ar", "_nccl", "_default", "_ws", "_err"],
-                        ascending=[False, False, False, False, True], kind="stable")
+    df = df.sort_values(["_ar", "_nccl", "_default", "_graph", "_ws", "_err"],
+                        ascending=[False, False, False, False, False, True], kind="stable")
     r = df.iloc[0]
     desc = ", ".join(f"{c}={r[c]}" for c in ("path", "harness", "variant", "backend", "world_size", "device")
                      if c in r.index and pd.notna(r[c]))

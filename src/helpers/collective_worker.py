@@ -20,6 +20,18 @@ Options that make the timing match nccl-tests' own (benchmarks/fidelity.py compa
   --rotate-bytes N     iteration i uses the buffers at offset size x (i mod N/size) inside an N-byte
                        pool, as nccl-tests does with its max size, so a repeated call does not find its
                        data in the L2 cache
+  --rank-start aligned after the barrier, every rank waits for one deadline on the host's monotonic clock
+                       (rank 0 picks it, START_LEAD_NS ahead, and broadcasts it) and launches then, instead
+                       of launching as soon as its own barrier call returns. torch.distributed's barrier
+                       releases ranks tens of us apart; a rank that starts early times its wait for the
+                       others, which nccl-tests' in-process thread barrier mostly avoids. One host only.
+
+  --api nccl           all_reduce through ncclAllReduce itself (torch.cuda.nccl, a communicator of its
+                       own per process, on the current stream), as nccl-tests calls it, instead of through
+                       torch.distributed's process group: isolates what the process group adds per call
+
+Every point also records `start_skew_us`: per repeat, the spread of the ranks' launch instants on the
+host's monotonic clock (max - min), where all ranks share one host (else null).
 """
 from __future__ import annotations
 
@@ -28,6 +40,14 @@ import json
 import os
 import sys
 import time
+
+START_LEAD_NS = 2_000_000   # the aligned start's deadline lies 2 ms after rank 0 picks it: the broadcast
+                            # that carries it takes ~0.1 ms, so every rank has it before it passes
+
+
+def _now_ns() -> int:
+    """The host's monotonic clock: one clock for every process on a host (CLOCK_MONOTONIC)."""
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
 def _parse(argv):
@@ -46,6 +66,10 @@ def _parse(argv):
                     help="all_reduce only; all_to_all is always out of place")
     ap.add_argument("--rotate-bytes", type=int, default=0,
                     help="pool size for rotating buffer offsets (nccl-tests style); 0 keeps one buffer")
+    ap.add_argument("--api", default="torch.distributed", choices=["torch.distributed", "nccl"],
+                    help="all_reduce through torch.distributed (default) or ncclAllReduce directly")
+    ap.add_argument("--rank-start", dest="start", default="barrier", choices=["barrier", "aligned"],
+                    help="how ranks start a timed block: as their barrier returns, or at one shared deadline")
     ap.add_argument("--out", required=True)
     ap.add_argument("--hang-rank", type=int, default=-1,
                     help="testing only: this rank sleeps forever before the first collective")
@@ -54,6 +78,8 @@ def _parse(argv):
 
 def main(argv=None) -> int:
     a = _parse(argv if argv is not None else sys.argv[1:])
+    # diagnosing aids, from the environment: COLLECTIVE_WORKER_STACKS_AFTER_S=<s> dumps every thread's
+    # stack after s seconds; COLLECTIVE_WORKER_GRAPH_DOT=<path> writes rank 0's first captured graph
     stacks_after = float(os.environ.get("COLLECTIVE_WORKER_STACKS_AFTER_S", "0") or 0)
     if stacks_after > 0:  # diagnosing a hang: every thread's stack goes to stderr after this many seconds
         import faulthandler
@@ -71,6 +97,14 @@ def main(argv=None) -> int:
     else:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
+    import socket
+
+    hosts = [None] * world
+    dist.all_gather_object(hosts, socket.gethostname())
+    one_host = len(set(hosts)) == 1
+    if a.start == "aligned" and not one_host:
+        raise SystemExit(f"--rank-start aligned needs every rank on one host (they share its monotonic clock); the "
+                         f"ranks are on {len(set(hosts))} hosts: use --rank-start barrier")
     dtype = getattr(torch, a.dtype)
     esize = torch.empty((), dtype=dtype).element_size()
     gpu = device.type == "cuda"
@@ -81,9 +115,20 @@ def main(argv=None) -> int:
 
     if a.hang_rank == rank:
         time.sleep(10**6)
+    comm = None
+    if a.api == "nccl":
+        if a.backend != "nccl" or set(a.ops.split(",")) != {"all_reduce"}:
+            raise SystemExit("--api nccl needs --backend nccl and --ops all_reduce")
+        import torch.cuda.nccl as tnccl
+
+        uid = [tnccl.unique_id() if rank == 0 else None]
+        dist.broadcast_object_list(uid, src=0)
+        comm = tnccl.init_rank(world, uid[0], rank)
 
     def run(op, x, y, placement="in-place"):
-        if op == "all_reduce":
+        if comm is not None:                   # ncclAllReduce on the current stream, in or out of place
+            tnccl.all_reduce([x], [y] if placement == "out-of-place" else None, comms=[comm])
+        elif op == "all_reduce":
             if placement == "out-of-place":
                 y.copy_(x)
                 dist.all_reduce(y)
@@ -142,15 +187,29 @@ def main(argv=None) -> int:
                 torch.cuda.current_stream(device).wait_stream(side)
                 sync()
                 graph = torch.cuda.CUDAGraph()
+                dot = os.environ.get("COLLECTIVE_WORKER_GRAPH_DOT", "") if rank == 0 else ""
+                if dot:  # diagnosing: the captured graph's nodes and edges, as Graphviz, for the first size
+                    graph.enable_debug_mode()
                 with torch.cuda.graph(graph):
                     block(a.iters)
+                if dot and not os.path.exists(dot):
+                    graph.debug_dump(dot)
                 graph.replay()
                 sync()
-            times = []
+            times, skews, late = [], [], 0
             for _ in range(a.repeats):
                 dist.barrier()
                 sync()
+                if a.start == "aligned":
+                    dl = torch.tensor([_now_ns() + START_LEAD_NS if rank == 0 else 0], dtype=torch.int64,
+                                      device=device)
+                    dist.broadcast(dl, 0)
+                    deadline = int(dl.item())
+                    late += _now_ns() > deadline
+                    while _now_ns() < deadline:
+                        pass
                 issue = graph.replay if graph is not None else (lambda: block(a.iters))
+                launched_ns = _now_ns()
                 if gpu and a.timer == "events":
                     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     s.record()
@@ -166,13 +225,18 @@ def main(argv=None) -> int:
                 tt = torch.tensor([t_us], dtype=torch.float64, device=device)
                 dist.all_reduce(tt)                        # mean over ranks, as nccl-tests reports
                 times.append(float(tt.item()) / world)
+                if one_host and world > 1:                 # how far apart the ranks launched
+                    lt = torch.tensor([launched_ns, -launched_ns], dtype=torch.int64, device=device)
+                    dist.all_reduce(lt, op=dist.ReduceOp.MAX)
+                    skews.append((int(lt[0]) + int(lt[1])) / 1e3)
             if out is not None:
                 out.write(json.dumps({
                     "op": op, "backend": a.backend, "variant": a.variant, "world_size": world,
                     "dtype": a.dtype, "count": count, "size_bytes": nbytes, "iters": a.iters,
                     "repeats": a.repeats, "warmup": a.warmup, "times_us": times,
                     "placement": placement, "harness": a.harness, "timer": a.timer,
-                    "rotate_bytes": a.rotate_bytes,
+                    "rotate_bytes": a.rotate_bytes, "start": a.start, "api": a.api,
+                    "start_skew_us": skews if skews else None, "late_starts": late,
                     "device": torch.cuda.get_device_name(device) if gpu else "cpu",
                 }) + "\n")
                 out.flush()

@@ -30,6 +30,8 @@ BACKENDS = ("gloo", "nccl")
 HARNESSES = ("eager", "graph")          # graph: the block captured in one CUDA graph (nccl-tests -G)
 TIMERS = ("events", "host")             # host: nccl-tests' clock (first launch to end of a synchronize)
 PLACEMENTS = ("in-place", "out-of-place")
+STARTS = ("barrier", "aligned")         # aligned: every rank launches at one deadline on the host clock
+APIS = ("torch.distributed", "nccl")    # nccl: ncclAllReduce itself (torch.cuda.nccl), one communicator per process
 
 #: Always in the workers' environment: no NVLink SHARP multicast, no symmetric-memory multicast.
 BASE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "OMP_NUM_THREADS": "1"}
@@ -48,6 +50,17 @@ NCCL_VARIANTS: dict[str, dict[str, str]] = {
     "PROTO=LL": {"NCCL_PROTO": "LL"},
     "PROTO=LL128": {"NCCL_PROTO": "LL128"},
     "PROTO=Simple": {"NCCL_PROTO": "Simple"},
+    "GRAPH_MIXING_SUPPORT=0": {"NCCL_GRAPH_MIXING_SUPPORT": "0"},
+}
+
+#: Variants that are not from the investigation's list, and what a reader must know before using them.
+VARIANT_NOTES: dict[str, str] = {
+    "GRAPH_MIXING_SUPPORT=0": (
+        "not in the investigation's list; added after this project measured it on two H200s. NCCL then "
+        "stops serializing every CUDA-graph-captured collective against the communicator's other work "
+        "(the variant sweep shows what that costs here). It is only safe where a graph launch and a "
+        "non-captured NCCL call on the same communicator are never in flight together (NCCL "
+        "documentation), so a server that mixes eager and graph collectives must check that first"),
 }
 
 
@@ -92,10 +105,11 @@ class RunResult:
     message: str
     rows: list = field(default_factory=list)
     log: str = ""                   # the launcher's and workers' combined output
+    harness: str = "eager"          # the timing method, labelled as in tidy's harness column
 
     def summary(self) -> dict:
         return {"variant": self.variant, "backend": self.backend, "world_size": self.world_size,
-                "status": self.status, "returncode": self.returncode, "wall_s": round(self.wall_s, 2),
+                "harness": self.harness, "status": self.status, "returncode": self.returncode, "wall_s": round(self.wall_s, 2),
                 "points": len(self.rows), "message": self.message}
 
 
@@ -131,8 +145,11 @@ def check_request(backend: str, world_size, ops: Sequence[str]) -> None:
                                         f"the processes would share cores and time the scheduler: use world_size <= {n}")
 
 
-def check_method(backend: str, harness: str, timer: str, placement: str, rotate_bytes) -> None:
+def check_method(backend: str, harness: str, timer: str, placement: str, rotate_bytes, start: str = "barrier") -> None:
     """Raise CollectiveConfigError for a timing method that does not exist or cannot run on `backend`."""
+    if start not in STARTS:
+        raise CollectiveConfigError(f"start = {start!r} is not known; choose one of {STARTS} (aligned: the "
+                                    "ranks launch at one shared deadline, one host only)")
     if harness not in HARNESSES:
         raise CollectiveConfigError(f"harness = {harness!r} is not known; choose one of {HARNESSES}")
     if harness == "graph" and backend != "nccl":
@@ -151,16 +168,23 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
                     env: dict[str, str] | None = None, warmup: int = 5, iters: int = 20, repeats: int = 3,
                     dtype: str = "float32", timeout_s: float = 120, hang_rank: int = -1,
                     workdir: str | Path | None = None, harness: str = "eager", timer: str = "events",
-                    placement: str = "in-place", rotate_bytes: int = 0) -> RunResult:
+                    placement: str = "in-place", rotate_bytes: int = 0, start: str = "barrier",
+                    api: str = "torch.distributed") -> RunResult:
     """Launch one sweep with torchrun and collect its points. Bad requests raise CollectiveConfigError;
     a run that fails or hangs returns a RunResult with status 'failed' or 'timeout' and the error text.
 
     The defaults are the eager harness timed with CUDA events, all_reduce in place, one buffer. For
     nccl-tests' method use timer="host", rotate_bytes=<its max size> and harness="graph" for its -G 1;
-    placement="out-of-place" copies the input into a second buffer and reduces that (see
+    placement="out-of-place" copies the input into a second buffer and reduces that; start="aligned"
+    launches every rank at one deadline on the host clock instead of as its barrier returns (see
     helpers.collective_worker)."""
     check_request(backend, world_size, ops)
-    check_method(backend, harness, timer, placement, rotate_bytes)
+    check_method(backend, harness, timer, placement, rotate_bytes, start)
+    if api not in APIS:
+        raise CollectiveConfigError(f"api = {api!r} is not known; choose one of {APIS}")
+    if api == "nccl" and (backend != "nccl" or tuple(ops) != ("all_reduce",)):
+        raise CollectiveConfigError("api = 'nccl' calls ncclAllReduce directly: it needs backend='nccl' and "
+                                    "ops=('all_reduce',)")
     sizes = parse_sizes(sizes)
     for k, v in (("warmup", warmup), ("iters", iters), ("repeats", repeats)):
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == "warmup" else 1):
@@ -175,7 +199,8 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
            "--sizes", ",".join(str(s) for s in sizes), "--dtype", dtype, "--warmup", str(warmup),
            "--iters", str(iters), "--repeats", str(repeats), "--variant", variant, "--out", str(out),
            "--hang-rank", str(hang_rank), "--harness", harness, "--timer", timer, "--placement", placement,
-           "--rotate-bytes", str(int(rotate_bytes))]
+           "--rotate-bytes", str(int(rotate_bytes)), "--rank-start", start,  # not --start: torchrun would take it for --start-method
+           "--api", api]
     full_env = {**os.environ, **BASE_ENV, **(env or {})}
     # the workers import helpers.collective_worker: make sure they find this package even where it is
     # used from a source tree that is on the parent's sys.path only (benchmarks/fidelity.py, a notebook)
@@ -198,7 +223,9 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
                f"the backend stalled); points finished before that are kept")
     wall = time.perf_counter() - t0
     rows = _read_points(out)
-    return RunResult(variant, backend, world_size, status, proc.returncode, wall, msg, rows, text or "")
+    label = _harness_label({"harness": harness, "timer": timer, "rotate_bytes": rotate_bytes, "start": start,
+                            "api": api})
+    return RunResult(variant, backend, world_size, status, proc.returncode, wall, msg, rows, text or "", label)
 
 
 def _slug(s: str) -> str:
@@ -251,6 +278,7 @@ def tidy(results: Sequence[RunResult], device_label: str = "") -> pd.DataFrame:
         for p in r.rows:
             t = np.asarray(p["times_us"], dtype=float)
             med = float(np.median(t))
+            skew = p.get("start_skew_us")
             n = int(p["world_size"])
             dev = device_label or p.get("device", "")
             rows.append({
@@ -261,11 +289,12 @@ def tidy(results: Sequence[RunResult], device_label: str = "") -> pd.DataFrame:
                 "time_us_min": float(t.min()), "time_us_max": float(t.max()),
                 "algbw_GBps": float(algbw_GBps(p["size_bytes"], med)),
                 "busbw_GBps": float(busbw_GBps(p["op"], p["size_bytes"], med, n)),
+                "start_skew_us": float(np.median(skew)) if skew else np.nan,
                 "device": dev, "kind": f"measured: this machine ({p['backend']}, {n} processes)",
             })
     cols = ["op", "backend", "variant", "world_size", "harness", "placement", "dtype", "count", "size_bytes",
             "iters", "repeats", "warmup", "time_us", "time_us_p10", "time_us_p90", "time_us_min", "time_us_max",
-            "algbw_GBps", "busbw_GBps", "device", "kind"]
+            "algbw_GBps", "busbw_GBps", "start_skew_us", "device", "kind"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -379,17 +408,23 @@ def measure_direct(sizes, placement: str = "in-place", harness: str = "eager", t
                          "timer": "host" if gpus > 1 else timer, "rotate_bytes": rotate_bytes,
                          "device": torch.cuda.get_device_name(dev)})
             del px, py, views, graph
-    return RunResult("default", "nccl-direct", gpus, "ok", 0, time.perf_counter() - t_start, "", rows)
+    label = _harness_label({"harness": harness, "timer": "host" if gpus > 1 else timer, "rotate_bytes": rotate_bytes})
+    return RunResult("default", "nccl-direct", gpus, "ok", 0, time.perf_counter() - t_start, "", rows, "", label)
 
 
 def _harness_label(point: dict) -> str:
     """'eager' / 'graph', with '+host_timer' where the block was timed by nccl-tests' host clock and
-    '+rotate' where buffers rotated; older points (no such fields) are eager with CUDA events."""
+    '+rotate' where buffers rotated, '+aligned' where ranks launched at one deadline, '+ncclAllReduce'
+    where the worker called NCCL directly instead of torch.distributed; older points (no such fields) are eager with CUDA events."""
     label = point.get("harness", "eager")
     if point.get("timer", "events") == "host":
         label += "+host_timer"
     if point.get("rotate_bytes", 0):
         label += "+rotate"
+    if point.get("start", "barrier") == "aligned":
+        label += "+aligned"
+    if point.get("api", "torch.distributed") == "nccl":
+        label += "+ncclAllReduce"
     return label
 
 

@@ -16,6 +16,16 @@ Harnesses (`HARNESSES`), so that the cost of issuing a copy is kept apart from t
   queued  the cuda-samples p2pBandwidthLatencyTest method: a spin kernel holds the stream while N copies
           are queued, CUDA events around the copies only
 
+The peer path issues its copy two ways. Eager uses torch (`dst.copy_(src)`), as the investigation did:
+torch fences a copy between GPUs with events in both directions (GPU 1's stream waits for the copy and
+GPU 0's stream waits for GPU 1's previous work), and those fences are part of what eager code pays.
+Queued issues `cudaMemcpyPeerAsync` through the CUDA runtime that torch loaded, on a non-blocking
+stream of GPU 0 with peer access enabled both ways, exactly as p2pBandwidthLatencyTest does: no fence,
+so it times the link. The queued harness always runs on a non-blocking stream, as the tool's does; on
+two H200s a peer copy queued on the legacy default stream cost 12.3 us at 16 B against 2.3 us on a
+non-blocking one (the driver orders it against the other GPU's default stream too).
+The graph harness does not run for copies that end on another GPU (`GRAPH_CROSS_DEVICE`).
+
 Each point runs `warmup` untimed copies, then `repeats` timed blocks of `iters` copies; the time of
 one copy is block time / iters, and the spread is over blocks (median, p10, p90, min, max).
 Bandwidth is size / median time in GB/s (10^9 B/s); a same-device copy reads and writes the size once
@@ -35,9 +45,11 @@ import pandas as pd
 PATHS = ("same_device", "peer", "host_bounce", "h2d", "d2h", "cpu_memcpy")
 HARNESSES = ("eager", "graph", "queued")
 CROSS_DEVICE_PATHS = ("peer", "host_bounce")   # with two GPUs these end on GPU 1
-GRAPH_CROSS_DEVICE = ("a copy that ends on another GPU runs partly on that GPU's stream (torch orders the two "
-                      "devices' streams with events), which a one-device CUDA graph capture cannot hold; the "
-                      "queued harness removes the launch overhead for this path instead")
+GRAPH_CROSS_DEVICE = ("a copy that ends on another GPU does not go into a one-device CUDA graph here: torch's "
+                      "copy orders the two GPUs' streams with events, which the capture cannot hold, and a raw "
+                      "cudaMemcpyAsync to the other GPU, captured, crashed the process at replay on the lent "
+                      "H200s (driver 580, CUDA 13); the queued harness removes the launch overhead instead")
+RAW_PEER_CALLS = {"queued": "cudaMemcpyPeerAsync"}   # how the peer path is issued where torch is not used
 MAX_BYTES_LIMIT = 2**32          # 4 GiB: a sanity bound on one message
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30}
 
@@ -221,7 +233,77 @@ def harness_availability(device: str) -> dict[str, str | None]:
 
 
 # ----------------------------------------------------------------------------------------- buffers
-def _buffers(path: str, size: int):
+_CUDART = None
+
+
+def cudart():
+    """The CUDA runtime library that torch loaded, through ctypes, for cudaMemcpyPeerAsync (which torch
+    does not expose without its cross-device fences). Raises PathUnavailable if it cannot be found."""
+    global _CUDART
+    if _CUDART is not None:
+        return _CUDART
+    import ctypes
+
+    import torch
+
+    torch.cuda.init()
+    try:
+        with open("/proc/self/maps") as f:
+            found = sorted({ln.split()[-1] for ln in f if "libcudart.so" in ln and ln.split()[-1].startswith("/")})
+    except OSError:
+        found = []
+    lib = None
+    for name in found + ["libcudart.so.13", "libcudart.so.12", "libcudart.so"]:
+        try:
+            lib = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    if lib is None:
+        raise PathUnavailable("the CUDA runtime library (libcudart) that torch uses could not be loaded, so "
+                              "cudaMemcpyPeerAsync cannot be called; the eager harness (torch's copy) still runs")
+    c = ctypes
+    lib.cudaMemcpyPeerAsync.restype = c.c_int
+    lib.cudaMemcpyPeerAsync.argtypes = [c.c_void_p, c.c_int, c.c_void_p, c.c_int, c.c_size_t, c.c_void_p]
+    lib.cudaMemcpyAsync.restype = c.c_int
+    lib.cudaMemcpyAsync.argtypes = [c.c_void_p, c.c_void_p, c.c_size_t, c.c_int, c.c_void_p]
+    _CUDART = lib
+    return lib
+
+
+_CUDA_MEMCPY_DEFAULT = 4           # cudaMemcpyDefault: the direction follows from the (unified) addresses
+
+
+def _peer_memcpy(dst, src, size: int, call: str):
+    """issue() that queues one copy src -> dst (tensors on two GPUs) on GPU src's current stream (under
+    a capture, the capture stream) with `call`: 'cudaMemcpyPeerAsync' (p2pBandwidthLatencyTest's call)
+    or 'cudaMemcpyAsync' (kind default; capturable). Peer access must already be enabled."""
+    import torch
+
+    lib = cudart()
+    d_dev, s_dev = dst.device.index, src.device.index
+    d_ptr, s_ptr = dst.data_ptr(), src.data_ptr()
+    if call == "cudaMemcpyPeerAsync":
+        f = lib.cudaMemcpyPeerAsync
+        args = lambda st: (d_ptr, d_dev, s_ptr, s_dev, size, st)  # noqa: E731
+    else:
+        f = lib.cudaMemcpyAsync
+        args = lambda st: (d_ptr, s_ptr, size, _CUDA_MEMCPY_DEFAULT, st)  # noqa: E731
+
+    def issue():
+        rc = f(*args(torch.cuda.current_stream(s_dev).cuda_stream))
+        if rc != 0:
+            raise RuntimeError(f"{call} returned CUDA error {rc} (copy GPU {s_dev} -> GPU {d_dev}, {size} B)")
+    return issue
+
+
+def issued_by(path: str, harness: str) -> str:
+    """How one copy of `path` is issued under `harness`: the CUDA call (the peer path's queued and graph
+    harnesses, RAW_PEER_CALLS) or 'torch copy_'."""
+    return RAW_PEER_CALLS.get(harness, "torch copy_") if path == "peer" else "torch copy_"
+
+
+def _buffers(path: str, size: int, harness: str = "eager"):
     """(issue, stream_device) where issue() performs one copy of `size` bytes on `path`."""
     import torch
 
@@ -236,9 +318,17 @@ def _buffers(path: str, size: int):
     if path == "peer":
         d1 = torch.device("cuda", 1)
         src, dst = torch.ones(size, dtype=u8, device=d0), torch.zeros(size, dtype=u8, device=d1)
-
-        def issue():
-            dst.copy_(src, non_blocking=True)
+        call = issued_by(path, harness)
+        if call != "torch copy_":
+            # torch enables peer access for the direction of its first copy: copy both ways once, so that
+            # access is on in both directions, as p2pBandwidthLatencyTest sets it
+            dst[:1].copy_(src[:1]), src[:1].copy_(dst[:1])
+            torch.cuda.synchronize(d0), torch.cuda.synchronize(d1)
+            src.fill_(1)
+            issue = _peer_memcpy(dst, src, size, call)
+        else:
+            def issue():
+                dst.copy_(src, non_blocking=True)
         issue.dst = dst
         return issue, d0
     if path == "h2d":
@@ -327,7 +417,7 @@ def _time_queued(issue: Callable, dev, iters: int, repeats: int) -> list[float]:
     with events recorded after the spin. The spin is sized to outlast the queueing (checked on the host)."""
     import torch
 
-    with torch.cuda.device(dev):
+    with torch.cuda.device(dev), torch.cuda.stream(torch.cuda.Stream()):   # non-blocking, as the tool's
         cycles_per_us = 2500                              # above any current GPU clock: the hold errs long
         out = []
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -366,7 +456,7 @@ def measure(path: str, size: int, harness: str, iters: int, repeats: int, warmup
 def _measure(path: str, size: int, harness: str, iters: int, repeats: int, warmup: int) -> dict:
     import torch
 
-    issue, dev = _buffers(path, size)
+    issue, dev = _buffers(path, size, harness)
     sync = (lambda: torch.cuda.synchronize()) if dev is not None else (lambda: None)
     if _graph_cross_device(path, harness):
         raise PathUnavailable(GRAPH_CROSS_DEVICE)
@@ -425,13 +515,13 @@ def run_copy_sweep(cfg: CopyConfig, progress: bool = False, token_of: dict[int, 
                     "path": p, "harness": h, "variant": "default", "device": dev_label,
                     "size_bytes": s, "tokens": token_of.get(s), "iters": n, "repeats": cfg.repeats,
                     "warmup": cfg.warmup, **st, "bandwidth_GBps": bw,
-                    "p2ptest_GBps": 2 * bw if p == "same_device" else bw,
+                    "p2ptest_GBps": 2 * bw if p == "same_device" else bw, "issued_by": issued_by(p, h),
                     "label": "cpu memcpy" if p == "cpu_memcpy" else p.replace("_", " "),
                     "kind": f"measured: this machine ({dev_label})",
                 })
     cols = ["path", "harness", "variant", "device", "size_bytes", "tokens", "iters", "repeats", "warmup",
             "time_us", "time_us_p10", "time_us_p90", "time_us_min", "time_us_max", "bandwidth_GBps",
-            "p2ptest_GBps", "label", "kind"]
+            "p2ptest_GBps", "issued_by", "label", "kind"]
     sweep = pd.DataFrame(rows, columns=cols)
     sweep["tokens"] = sweep["tokens"].astype("Int64")
     return sweep, pd.DataFrame(skipped, columns=["path", "harness", "size_bytes", "reason"])

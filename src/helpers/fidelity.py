@@ -181,15 +181,32 @@ def copy_rows(m: dict, cp: pd.DataFrame, device: str) -> list[dict]:
         b = mine[mine.size_bytes == big].set_index("harness")
         sm = mine[mine.size_bytes == small].set_index("harness")
         counted = ", read+write counted" if path == "same_device" else ""
+        def label(h):  # how a peer copy was issued, where the run recorded it (issued_by)
+            how = b.loc[h, "issued_by"] if "issued_by" in b.columns and h in b.index else None
+            return COPY_HARNESS_LABELS[h] + (f"; {how}" if path == "peer" and isinstance(how, str) else "")
         for h in b.index:
             rows.append(row(f"{what} bandwidth{counted}", "p2pBandwidthLatencyTest", f"unidirectional, {setting}",
-                            big, "GB/s", bw_m[i][j], float(b.loc[h, "p2ptest_GBps"]), COPY_HARNESS_LABELS[h],
+                            big, "GB/s", bw_m[i][j], float(b.loc[h, "p2ptest_GBps"]), label(h),
                             same and h == "queued", tol, device))
         if len(lat_m) > i and len(lat_m[i]) > j:
             for h in sm.index:
                 rows.append(row(f"{what}, 16 B, GPU time per copy", "p2pBandwidthLatencyTest",
                                 f"latency, {setting}, GPU", small, "us", lat_m[i][j], float(sm.loc[h, "time_us"]),
-                                COPY_HARNESS_LABELS[h], same and h == "queued", None, device))
+                                label(h), same and h == "queued", None, device))
+        if path == "peer" and len(bw_m) > j and len(bw_m[j]) > i:
+            # The link is symmetric, but the tool times GPU 0 -> GPU 1 first, straight after enabling peer
+            # access and with no warm-up copy, and GPU 1 -> GPU 0 later: its two directions are set against
+            # each other (its own spread), and ours against its other direction (shown, not counted).
+            rows.append(row(f"{what} bandwidth, p2pBandwidthLatencyTest against its own other direction",
+                            "p2pBandwidthLatencyTest", f"unidirectional, {setting} vs GPU {j} -> GPU {i}", big,
+                            "GB/s", bw_m[j][i], bw_m[i][j],
+                            f"p2pBandwidthLatencyTest GPU {i} -> GPU {j} (tool: its GPU {j} -> GPU {i})", True, tol,
+                            device))
+            if "queued" in b.index:
+                rows.append(row(f"{what} bandwidth", "p2pBandwidthLatencyTest",
+                                f"unidirectional, P2P=Enabled (writes), GPU {j} -> GPU {i} (the other direction)",
+                                big, "GB/s", bw_m[j][i], float(b.loc["queued", "p2ptest_GBps"]),
+                                label("queued") + f"; GPU {i} -> GPU {j}", False, tol, device))
         cpu_m = m.get(f"lat_p2p_{p2p}_cpu") or []
         if path == "same_device" and "eager" in sm.index and cpu_m:
             rows.append(row("same-device copy, 16 B, host time per copy", "p2pBandwidthLatencyTest",
@@ -288,9 +305,10 @@ def short_method(m: str) -> str:
     """A short legend label for an ours_method string."""
     if "copybench" in m:
         return m.split(" (")[0]
-    who = "direct ncclAllReduce" if "direct" in m else "torch.distributed"
+    who = ("ncclAllReduce per process" if "ncclAllReduce per process" in m else
+           "direct ncclAllReduce" if "direct" in m else "torch.distributed")
     how = "graph" if "graph" in m else "eager"
-    return f"{who}, {how}"
+    return f"{who}, {how}" + (", aligned start" if "aligned" in m else "")
 
 
 def plot_ratios(table: pd.DataFrame):

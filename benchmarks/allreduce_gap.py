@@ -1,0 +1,158 @@
+"""Where a small all-reduce's time goes when torch.distributed and nccl-tests disagree (issue 4, fidelity).
+
+    python3 benchmarks/allreduce_gap.py --build BUILD --out OUTDIR      # on a host with >= 2 GPUs
+
+BUILD is benchmarks/fidelity/build.sh's output (all_reduce_perf and all_reduce_perf_mpi). On two H200s
+our graph harness (torch.distributed all_reduce captured in one CUDA graph, host timer) came out ~3 us
+per call slower than nccl-tests `-t 2 -g 1 -G 1` below 1 MiB. Three suspects, each measured here on the
+same sizes (--min to --max bytes, x2) for each block length (--iters: collectives per CUDA graph):
+
+  start skew      ours with the ranks launched as their barrier returns (`barrier`) and at one shared
+                  deadline (`aligned`); each point records the measured launch skew between ranks.
+                  Skew s adds about s / (2 n) us per call to a rank-averaged block of n calls.
+  graph mixing    NCCL_GRAPH_MIXING_SUPPORT=0 for ours and the tool: NCCL then stops serializing each
+                  captured collective against the communicator's other work.
+  launch shape    nccl-tests with one thread per GPU in one process (-t N -g 1) and with one process
+                  per GPU (-np N: built against benchmarks/fidelity/mpishim), which is ours.
+
+Both sides rotate buffers within --max bytes and time in place; the tool runs --tool-repeats times and
+its median is used. Writes OUTDIR/allreduce_gap.csv (one row per size, block length, method and NCCL
+setting: median time, p10, p90, and for ours the launch skew) and the tool's raw outputs; prints the
+median per-call gap to the one-process-per-GPU tool at sizes below 64 KiB.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from helpers import collectives, copybench, fidelity  # noqa: E402
+
+ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+SETTINGS = {"default": {}, "GRAPH_MIXING_SUPPORT=0": {"NCCL_GRAPH_MIXING_SUPPORT": "0"}}
+
+
+def _launcher():
+    spec = importlib.util.spec_from_file_location("fidelity_script", ROOT / "benchmarks" / "fidelity.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", required=True, help="benchmarks/fidelity/build.sh's build directory")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--iters", default="20,200", help="block lengths (collectives per CUDA graph)")
+    ap.add_argument("--min", default="8")
+    ap.add_argument("--max", default="1MiB")
+    ap.add_argument("--repeats", type=int, default=7, help="timed blocks per point (ours)")
+    ap.add_argument("--tool-repeats", type=int, default=3)
+    a = ap.parse_args(argv)
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n < 2:
+        print(f"allreduce_gap: needs two GPUs or more; torch sees {n}", file=sys.stderr)
+        return 2
+    bins = {"threads": Path(a.build) / "nccl-tests" / "all_reduce_perf",
+            "procs": Path(a.build) / "nccl-tests" / "all_reduce_perf_mpi"}
+    missing = [str(b) for b in bins.values() if not b.is_file()]
+    if missing:
+        print(f"allreduce_gap: {missing} missing; build them with benchmarks/fidelity/build.sh", file=sys.stderr)
+        return 2
+    try:
+        iters_list = [int(x) for x in a.iters.split(",") if x.strip()]
+        sizes = copybench.sweep_sizes(a.min, a.max, 2, multiple_of=4)
+    except (ValueError, copybench.SizeError) as e:
+        print(f"allreduce_gap: {e}", file=sys.stderr)
+        return 2
+    if not iters_list or min(iters_list) < 1:
+        print(f"allreduce_gap: --iters {a.iters!r} must list block lengths >= 1, e.g. 20,200", file=sys.stderr)
+        return 2
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    run_processes = _launcher().run_processes
+    rot = max(sizes)
+    rows, t_all = [], time.perf_counter()
+
+    def add(it, method, setting, size, times, skew=None):
+        t = np.asarray(times, float)
+        rows.append({"iters": it, "method": method, "nccl_setting": setting, "size_bytes": int(size),
+                     "time_us": float(np.median(t)), "time_us_p10": float(np.percentile(t, 10)),
+                     "time_us_p90": float(np.percentile(t, 90)),
+                     "start_skew_us": float(np.median(skew)) if skew else np.nan})
+
+    for it in iters_list:
+        ours = [("barrier", "default"), ("aligned", "default"), ("aligned", "GRAPH_MIXING_SUPPORT=0")]
+        for start, setting in ours:
+            t0 = time.perf_counter()
+            r = collectives.run_collectives("nccl", n, sizes, ops=("all_reduce",), warmup=5, iters=it,
+                                            repeats=a.repeats, timeout_s=300, harness="graph", timer="host",
+                                            rotate_bytes=rot, start=start, env=SETTINGS[setting],
+                                            workdir=out / "points")
+            print(f"ours {start} {setting} iters={it}: {r.status}, {len(r.rows)} points in "
+                  f"{time.perf_counter() - t0:.1f} s {r.message[-600:]}", flush=True)
+            for p in r.rows:
+                add(it, f"ours, {start} start", setting, p["size_bytes"], p["times_us"], p.get("start_skew_us"))
+        for shape, setting in [(s, x) for s in bins for x in SETTINGS]:
+            args = ["-b", str(min(sizes)), "-e", str(rot), "-f", "2", "-g", "1", "-G", "1", "-n", str(it), "-w", "5"]
+            runs = []
+            for k in range(a.tool_repeats):
+                env = {**os.environ, **ENV, **SETTINGS[setting]}
+                if shape == "threads":
+                    p = subprocess.run([str(bins[shape]), "-t", str(n)] + args, capture_output=True, text=True,
+                                       timeout=300, env=env)
+                    rc, text = p.returncode, p.stdout + p.stderr
+                else:
+                    rc, text = run_processes([str(bins[shape])] + args, n, 300, env)
+                name = f"nccl_tests_{shape}_{collectives._slug(setting)}_n{it}_r{k + 1}.txt"
+                (out / name).write_text(text)
+                print(f"nccl-tests {shape} {setting} -n {it} run {k + 1}: rc {rc}", flush=True)
+                try:
+                    runs.append(fidelity.parse_nccl_tests(text).set_index("size_bytes")["ip_time_us"])
+                except fidelity.ToolOutputError as e:
+                    print(f"  {e}", flush=True)
+            if runs:
+                label = f"nccl-tests -t {n} -g 1" if shape == "threads" else f"nccl-tests -np {n} -g 1"
+                for size, v in pd.concat(runs, axis=1).iterrows():
+                    add(it, label, setting, size, v.to_numpy(float))
+    df = pd.DataFrame(rows)
+    df["gpus"] = n
+    df["device"] = f"{n}x {torch.cuda.get_device_name(0)}"
+    df["kind"] = "measured"
+    df.to_csv(out / "allreduce_gap.csv", index=False)
+    pd.set_option("display.width", 200)
+    print(summary(df).to_string(index=False))
+    print(f"allreduce_gap: {len(df)} rows in {time.perf_counter() - t_all:.1f} s")
+    return 0
+
+
+def summary(df: pd.DataFrame, below: int = 65536) -> pd.DataFrame:
+    """Per block length, method and NCCL setting, over sizes below `below`: the median time per call,
+    the median gap and ratio to nccl-tests with one process per GPU under the same NCCL setting, and
+    the median launch skew between ranks (ours)."""
+    small = df[df.size_bytes < below]
+    ref = small[small.method.str.startswith("nccl-tests -np")].set_index(["iters", "nccl_setting", "size_bytes"]).time_us
+    out = []
+    for (it, m, st), g in small.groupby(["iters", "method", "nccl_setting"], sort=False):
+        r = ref.reindex(list(zip(g.iters, g.nccl_setting, g.size_bytes))).to_numpy()
+        out.append({"iters": it, "method": m, "nccl_setting": st, "time_us": float(g.time_us.median()),
+                    "gap_us": float(np.nanmedian(g.time_us.to_numpy() - r)) if np.isfinite(r).any() else np.nan,
+                    "ratio": float(np.nanmedian(g.time_us.to_numpy() / r)) if np.isfinite(r).any() else np.nan,
+                    "start_skew_us": float(np.nanmedian(g.start_skew_us)) if g.start_skew_us.notna().any() else np.nan})
+    return pd.DataFrame(out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

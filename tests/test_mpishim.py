@@ -1,0 +1,54 @@
+"""benchmarks/fidelity/mpishim: the MPI calls nccl-tests makes, for one process per GPU on one host
+without MPI, and the launcher in benchmarks/fidelity.py that starts the processes (real processes,
+compiled here with g++)."""
+import importlib.util
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIM = ROOT / "benchmarks" / "fidelity" / "mpishim"
+
+
+def _fidelity_script():
+    spec = importlib.util.spec_from_file_location("fidelity_script", ROOT / "benchmarks" / "fidelity.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def shimcheck(tmp_path_factory):
+    if not shutil.which("g++"):
+        pytest.skip("needs g++ to build the shim's check program")
+    exe = tmp_path_factory.mktemp("shim") / "shimcheck"
+    subprocess.run(["g++", "-O2", "-std=c++17", f"-I{SHIM}", str(SHIM / "shimcheck.cc"), str(SHIM / "mpishim.cc"),
+                    "-o", str(exe)], check=True)
+    return exe
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_every_call_across_processes(shimcheck, n):
+    rc, text = _fidelity_script().run_processes([str(shimcheck)], n, 60, {})
+    assert rc == 0, text
+    want = (f"rank 0 size {n} sum {n * (n + 1) / 2:g} min {100 - (n - 1)} max {n - 1} hash_last {1000 + n - 1} "
+            f"id unique-id split {n}")
+    assert text.startswith(want), text                       # rank 0's output only
+    assert text.split()[-n:] == [f"line-{r}" for r in range(n)]
+
+
+def test_a_rank_that_hangs_is_killed_and_every_rank_reported(tmp_path):
+    hang = "import os, time; time.sleep(60 if os.environ['NCCLTESTS_SHIM_RANK'] == '1' else 0); print('done')"
+    t0 = time.monotonic()
+    rc, text = _fidelity_script().run_processes([sys.executable, "-c", hang], 2, 3, {})
+    assert rc == 124 and time.monotonic() - t0 < 20
+    assert "[rank 0, exit 0]" in text and "[rank 1, exit 124]" in text and "timeout after 3" in text
+
+
+def test_without_the_launcher_the_shim_says_how_to_start_it(shimcheck):
+    p = subprocess.run([str(shimcheck)], capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0 and "NCCLTESTS_SHIM_RANK" in p.stderr
