@@ -138,20 +138,8 @@ def main(argv=None) -> int:
     return 0
 
 
-def summary(df: pd.DataFrame, below: int = 65536) -> pd.DataFrame:
-    """Per block length, method and NCCL setting, over sizes below `below`: the median time per call,
-    the median gap and ratio to nccl-tests with one process per GPU under the same NCCL setting, and
-    the median launch skew between ranks (ours)."""
-    small = df[df.size_bytes < below]
-    ref = small[small.method.str.startswith("nccl-tests -np")].set_index(["iters", "nccl_setting", "size_bytes"]).time_us
-    out = []
-    for (it, m, st), g in small.groupby(["iters", "method", "nccl_setting"], sort=False):
-        r = ref.reindex(list(zip(g.iters, g.nccl_setting, g.size_bytes))).to_numpy()
-        out.append({"iters": it, "method": m, "nccl_setting": st, "time_us": float(g.time_us.median()),
-                    "gap_us": float(np.nanmedian(g.time_us.to_numpy() - r)) if np.isfinite(r).any() else np.nan,
-                    "ratio": float(np.nanmedian(g.time_us.to_numpy() / r)) if np.isfinite(r).any() else np.nan,
-                    "start_skew_us": float(np.nanmedian(g.start_skew_us)) if g.start_skew_us.notna().any() else np.nan})
-    return pd.DataFrame(out)
+def summary(df: pd.DataFrame) -> pd.DataFrame:
+    return fidelity.gap_summary(df)
 
 
 if __name__ == "__main__":

@@ -217,3 +217,24 @@ def test_copy_rows_name_how_a_peer_copy_was_issued_where_the_run_recorded_it():
     methods = set(t.ours_method)
     assert fidelity.COPY_HARNESS_LABELS["queued"] + "; cudaMemcpyPeerAsync" in methods
     assert fidelity.COPY_HARNESS_LABELS["eager"] + "; torch copy_" in methods
+
+
+def test_gap_summary_sets_each_method_against_the_one_process_per_gpu_tool():
+    rows = []
+    for size in (8, 1024, 2**20):
+        for method, setting, t, skew in [("nccl-tests -np 2 -g 1", "default", 6.0, None),
+                                         ("ours, aligned start", "default", 9.0, 0.2),
+                                         ("nccl-tests -np 2 -g 1", "GRAPH_MIXING_SUPPORT=0", 8.0, None),
+                                         ("ours, aligned start", "GRAPH_MIXING_SUPPORT=0", 6.0, 1.0)]:
+            rows.append({"iters": 20, "method": method, "nccl_setting": setting, "size_bytes": size,
+                         "time_us": t * (10 if size == 2**20 else 1), "time_us_p10": t, "time_us_p90": t,
+                         "start_skew_us": skew})
+    s = fidelity.gap_summary(pd.DataFrame(rows)).set_index(["method", "nccl_setting"])
+    ours = s.loc[("ours, aligned start", "default")]
+    assert ours.gap_us == pytest.approx(3.0) and ours.ratio == pytest.approx(1.5) and ours.start_skew_us == 0.2
+    # compared under the same NCCL setting: the tool's own mixing-off time is the reference there
+    assert s.loc[("ours, aligned start", "GRAPH_MIXING_SUPPORT=0")].ratio == pytest.approx(0.75)
+    assert s.loc[("nccl-tests -np 2 -g 1", "default")].gap_us == 0.0
+    with pytest.raises(ToolOutputError, match="lacks columns"):
+        fidelity.gap_summary(pd.DataFrame({"iters": [20]}))
+    assert fidelity.load_gap() is not None                    # the committed measurement is in the checkout

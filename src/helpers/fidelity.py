@@ -22,6 +22,7 @@ import math
 import re
 from typing import Iterable
 
+import numpy as np
 import pandas as pd
 
 TOLERANCES = {"all_reduce_time": 0.10, "copy_bandwidth": 0.05}
@@ -272,7 +273,43 @@ def verdict(table: pd.DataFrame) -> pd.DataFrame:
 
 
 RESULT_FILES = ("benchmarks/results/fidelity-h200-20261129.csv",            # one H200
-                "benchmarks/results/fidelity-h200x2-20261129/fidelity.csv")    # two H200s, NVLink
+                "benchmarks/results/fidelity-h200x2-20261129b/fidelity.csv")   # two H200s, NVLink
+#: benchmarks/allreduce_gap.py on two H200s: start skew, graph length, NCCL graph mixing, launch shape
+GAP_FILE = "benchmarks/results/allreduce-gap-h200x2-20261129/allreduce_gap.csv"
+GAP_COLUMNS = ["iters", "method", "nccl_setting", "size_bytes", "time_us", "time_us_p10", "time_us_p90",
+               "start_skew_us"]
+
+
+def gap_summary(df: pd.DataFrame, below: int = 65536) -> pd.DataFrame:
+    """Per block length (collectives per CUDA graph), method and NCCL setting, over the sizes below
+    `below`: the median time per call, the median gap and ratio to nccl-tests with one process per GPU
+    (method starting 'nccl-tests -np') under the same NCCL setting, and the median launch skew between
+    ranks (ours only)."""
+    missing = [c for c in GAP_COLUMNS if c not in df.columns]
+    if missing:
+        raise ToolOutputError(f"all-reduce gap table lacks columns {missing}; expected {GAP_COLUMNS} "
+                              "(benchmarks/allreduce_gap.py writes them)")
+    small = df[df.size_bytes < below]
+    ref = (small[small.method.str.startswith("nccl-tests -np")]
+           .set_index(["iters", "nccl_setting", "size_bytes"]).time_us)
+    out = []
+    for (it, m, st), g in small.groupby(["iters", "method", "nccl_setting"], sort=False):
+        r = ref.reindex(list(zip(g.iters, g.nccl_setting, g.size_bytes))).to_numpy(dtype=float)
+        have = np.isfinite(r).any()
+        out.append({"iters": int(it), "method": m, "nccl_setting": st, "time_us": float(g.time_us.median()),
+                    "gap_us": float(np.nanmedian(g.time_us.to_numpy() - r)) if have else np.nan,
+                    "ratio": float(np.nanmedian(g.time_us.to_numpy() / r)) if have else np.nan,
+                    "start_skew_us": float(g.start_skew_us.median()) if g.start_skew_us.notna().any() else np.nan})
+    return pd.DataFrame(out, columns=["iters", "method", "nccl_setting", "time_us", "gap_us", "ratio",
+                                      "start_skew_us"])
+
+
+def load_gap(path: str | None = None) -> pd.DataFrame | None:
+    """The committed all-reduce gap measurement (GAP_FILE), or None where it is not in this checkout."""
+    from . import repo_root
+
+    f = repo_root() / (path or GAP_FILE)
+    return pd.read_csv(f) if f.exists() else None
 
 
 def setup_of(kind: str) -> str:
@@ -308,18 +345,23 @@ def short_method(m: str) -> str:
     who = ("ncclAllReduce per process" if "ncclAllReduce per process" in m else
            "direct ncclAllReduce" if "direct" in m else "torch.distributed")
     how = "graph" if "graph" in m else "eager"
-    return f"{who}, {how}" + (", aligned start" if "aligned" in m else "")
+    return f"{who}, {how}" + (", aligned start" if "aligned" in m or "one deadline" in m else "")
 
 
 def plot_ratios(table: pd.DataFrame):
     """Ours / tool against message size for the all-reduce rows timed by nccl-tests' method, one panel
     per nccl-tests mode (eager, -G 1), with the tolerance band shaded and, where the tool ran more than
     once, each of its runs against their median in grey (the tool's own noise)."""
+    import matplotlib
+    import matplotlib.ticker  # noqa: F401  (matplotlib.ticker below)
+
     from . import plotting
 
     t = table[table.quantity.str.startswith("all_reduce") & table.same_method.astype(bool)
               & table.tool_setting.str.contains("in-place")]
-    fig, axes = plotting.figure(ncols=2, width=11, height=4.2)
+    if t.tool_setting.str.startswith("-np").any():   # the like-for-like launch shape, where it ran
+        t = t[t.tool_setting.str.startswith("-np")]
+    fig, axes = plotting.figure(ncols=2, width=11, height=5.6)
     tol = TOLERANCES["all_reduce_time"]
     for ax, graph in zip(axes[0], (False, True)):
         sub = t[t.tool_setting.str.contains("-G") == graph]
@@ -338,10 +380,14 @@ def plot_ratios(table: pd.DataFrame):
             plotting.size_sweep(ax, g.size_bytes, g.ratio, label, ls="--" if rest else "-")
         ax.axhspan(1 - tol, 1 + tol, color="0.85", zorder=0)
         ax.set_yscale("log")
+        lo, hi = ax.get_ylim()
+        ticks = [x for x in (0.25, 0.5, 0.7, 1, 1.5, 2, 3, 5, 10, 20) if lo <= x <= hi]
+        ax.set_yticks(ticks, [f"{x:g}" for x in ticks])
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("message size")
         ax.set_ylabel("ours / nccl-tests, time per call")
         ax.text(0.02, 0.95, "nccl-tests -G 1 (one CUDA graph)" if graph else "nccl-tests eager",
                 transform=ax.transAxes, va="top")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="upper right")
+        if ax.get_legend_handles_labels()[0]:   # below the panel: the curves fill the plot area
+            ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
     return fig
