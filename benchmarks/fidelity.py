@@ -187,35 +187,28 @@ def main(argv=None) -> int:
     print(text[-4000:], flush=True)
 
     # ---- ours: collectives through torch.distributed (torchrun, one process per GPU)
-    TD = "torch.distributed"
-    runs = [  # (variant, harness, timer, placement, rotate, start, api)
-        ("default", "eager", "events", "in-place", 0, "barrier", TD),
-        ("default", "eager", "host", "in-place", MAX_BYTES, "barrier", TD),
-        ("default", "eager", "host", "out-of-place", MAX_BYTES, "barrier", TD),
-        ("default", "graph", "host", "in-place", MAX_BYTES, "barrier", TD),
-        ("default", "graph", "host", "out-of-place", MAX_BYTES, "barrier", TD),
+    runs = [  # (variant, harness, timer, placement, rotate, start)
+        ("default", "eager", "events", "in-place", 0, "barrier"),
+        ("default", "eager", "host", "in-place", MAX_BYTES, "barrier"),
+        ("default", "eager", "host", "out-of-place", MAX_BYTES, "barrier"),
+        ("default", "graph", "host", "in-place", MAX_BYTES, "barrier"),
+        ("default", "graph", "host", "out-of-place", MAX_BYTES, "barrier"),
     ]
-    # With several ranks: the graph harness with every rank launched at one shared deadline (--rank-start
-    # aligned: no start skew), through torch.distributed and through ncclAllReduce itself in each process
-    # (--api nccl), which is what nccl-tests calls: the second isolates the timing method from what
-    # torch.distributed's process group adds per call.
-    aligned = ([("graph", "host", "in-place", MAX_BYTES, "aligned", TD),
-                ("graph", "host", "in-place", MAX_BYTES, "aligned", "nccl")] if n > 1 else [])
+    # With several ranks: the graph harness once more with every rank launched at one shared deadline
+    # (helpers.collective_worker --rank-start aligned): what is left of the gap once start skew is gone
+    aligned = [("graph", "host", "in-place", MAX_BYTES, "aligned")] if n > 1 else []
     runs += [("default",) + x for x in aligned]
-    if n > 1:
-        runs += [("default", "eager", "host", "in-place", MAX_BYTES, "aligned", "nccl")]
     for v in variants[1:]:
-        runs += [(v, "eager", "host", "in-place", MAX_BYTES, "barrier", TD),
-                 (v, "graph", "host", "in-place", MAX_BYTES, "barrier", TD)]
+        runs += [(v, "eager", "host", "in-place", MAX_BYTES, "barrier"), (v, "graph", "host", "in-place", MAX_BYTES, "barrier")]
         runs += [(v,) + x for x in aligned]
     results = []
-    for v, h, tm, pl, rot, start, api in runs:
+    for v, h, tm, pl, rot, start in runs:
         t0 = time.perf_counter()
         r = collectives.run_collectives("nccl", n, SIZES, ops=("all_reduce",), warmup=5, iters=20, repeats=5,
                                         timeout_s=120, harness=h, timer=tm, placement=pl, rotate_bytes=rot,
                                         variant=v, env={"NCCL_DEBUG": "VERSION", **collectives.NCCL_VARIANTS[v]},
-                                        workdir="/tmp/fidelity-points", start=start, api=api)
-        print(f"ours {v} {h}/{tm}/{pl}/rotate={rot}/{start}/{api}: {r.status} {len(r.rows)} points in "
+                                        workdir="/tmp/fidelity-points", start=start)
+        print(f"ours {v} {h}/{tm}/{pl}/rotate={rot}/{start}: {r.status} {len(r.rows)} points in "
               f"{time.perf_counter() - t0:.1f} s {r.message[-800:]}", flush=True)
         if r.status != "ok":
             print(r.log[-3000:])
@@ -317,9 +310,6 @@ def compare(out: Path) -> pd.DataFrame:
             if v == "default":
                 rows += fidelity.compare_all_reduce(nt, mine, g, "eager", LABELS["eager"], False, device,
                                                     placements=("in-place",))
-                h = "eager+host_timer+rotate+aligned+ncclAllReduce"
-                rows += fidelity.compare_all_reduce(nt, mine, g + vs, h, LABELS[h], True, device,
-                                                    placements=("in-place",))
             if v == "default" and g.startswith("-g"):   # the direct calls drive every GPU from one thread
                 rows += fidelity.compare_all_reduce(nt, direct, g, "eager+host_timer+rotate",
                                                     LABELS["direct eager"], True, device)
@@ -331,9 +321,9 @@ def compare(out: Path) -> pd.DataFrame:
             rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", "graph+host_timer+rotate",
                                                 LABELS["graph+host_timer+rotate"] + OOP_NOTE[oop_same], oop_same,
                                                 device, placements=("out-of-place",))
-            for h in ("graph+host_timer+rotate+aligned", "graph+host_timer+rotate+aligned+ncclAllReduce"):
-                rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", h, LABELS[h], True, device,
-                                                    placements=("in-place",))
+            h = "graph+host_timer+rotate+aligned"
+            rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", h, LABELS[h], True, device,
+                                                placements=("in-place",))
             if v == "default" and g.startswith("-g"):
                 rows += fidelity.compare_all_reduce(ng, direct, f"{g} -G 1", "graph+host_timer+rotate",
                                                     LABELS["direct graph"], True, device)
@@ -355,11 +345,6 @@ LABELS = {"eager": "torch.distributed eager, CUDA events, one buffer (our defaul
           "graph+host_timer+rotate": "torch.distributed in one CUDA graph, host timer, rotating buffers",
           "graph+host_timer+rotate+aligned": "torch.distributed in one CUDA graph, host timer, rotating buffers, "
                                              "ranks launched at one deadline",
-          "graph+host_timer+rotate+aligned+ncclAllReduce": "ncclAllReduce per process (torch.cuda.nccl) in one CUDA "
-                                                           "graph, host timer, rotating buffers, ranks launched at "
-                                                           "one deadline",
-          "eager+host_timer+rotate+aligned+ncclAllReduce": "ncclAllReduce per process (torch.cuda.nccl), eager, host "
-                                                           "timer, rotating buffers, ranks launched at one deadline",
           "direct eager": "ncclAllReduce direct (torch.cuda.nccl), eager, host timer, rotating buffers",
           "direct graph": "ncclAllReduce direct (torch.cuda.nccl) in one CUDA graph, host timer, rotating buffers"}
 OOP_NOTE = {True: "", False: "; out of place = a copy, then the in-place all-reduce"}

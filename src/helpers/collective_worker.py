@@ -26,9 +26,6 @@ Options that make the timing match nccl-tests' own (benchmarks/fidelity.py compa
                        releases ranks tens of us apart; a rank that starts early times its wait for the
                        others, which nccl-tests' in-process thread barrier mostly avoids. One host only.
 
-  --api nccl           all_reduce through ncclAllReduce itself (torch.cuda.nccl, a communicator of its
-                       own per process, on the current stream), as nccl-tests calls it, instead of through
-                       torch.distributed's process group: isolates what the process group adds per call
 
 Every point also records `start_skew_us`: per repeat, the spread of the ranks' launch instants on the
 host's monotonic clock (max - min), where all ranks share one host (else null).
@@ -66,8 +63,6 @@ def _parse(argv):
                     help="all_reduce only; all_to_all is always out of place")
     ap.add_argument("--rotate-bytes", type=int, default=0,
                     help="pool size for rotating buffer offsets (nccl-tests style); 0 keeps one buffer")
-    ap.add_argument("--api", default="torch.distributed", choices=["torch.distributed", "nccl"],
-                    help="all_reduce through torch.distributed (default) or ncclAllReduce directly")
     ap.add_argument("--rank-start", dest="start", default="barrier", choices=["barrier", "aligned"],
                     help="how ranks start a timed block: as their barrier returns, or at one shared deadline")
     ap.add_argument("--out", required=True)
@@ -115,20 +110,9 @@ def main(argv=None) -> int:
 
     if a.hang_rank == rank:
         time.sleep(10**6)
-    comm = None
-    if a.api == "nccl":
-        if a.backend != "nccl" or set(a.ops.split(",")) != {"all_reduce"}:
-            raise SystemExit("--api nccl needs --backend nccl and --ops all_reduce")
-        import torch.cuda.nccl as tnccl
-
-        uid = [tnccl.unique_id() if rank == 0 else None]
-        dist.broadcast_object_list(uid, src=0)
-        comm = tnccl.init_rank(world, uid[0], rank)
 
     def run(op, x, y, placement="in-place"):
-        if comm is not None:                   # ncclAllReduce on the current stream, in or out of place
-            tnccl.all_reduce([x], [y] if placement == "out-of-place" else None, comms=[comm])
-        elif op == "all_reduce":
+        if op == "all_reduce":
             if placement == "out-of-place":
                 y.copy_(x)
                 dist.all_reduce(y)
@@ -235,7 +219,7 @@ def main(argv=None) -> int:
                     "dtype": a.dtype, "count": count, "size_bytes": nbytes, "iters": a.iters,
                     "repeats": a.repeats, "warmup": a.warmup, "times_us": times,
                     "placement": placement, "harness": a.harness, "timer": a.timer,
-                    "rotate_bytes": a.rotate_bytes, "start": a.start, "api": a.api,
+                    "rotate_bytes": a.rotate_bytes, "start": a.start,
                     "start_skew_us": skews if skews else None, "late_starts": late,
                     "device": torch.cuda.get_device_name(device) if gpu else "cpu",
                 }) + "\n")

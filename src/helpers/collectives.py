@@ -11,6 +11,7 @@ The figures follow nccl-tests (doc/PERFORMANCE.md and src/common.cu): time is th
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,7 +32,6 @@ HARNESSES = ("eager", "graph")          # graph: the block captured in one CUDA 
 TIMERS = ("events", "host")             # host: nccl-tests' clock (first launch to end of a synchronize)
 PLACEMENTS = ("in-place", "out-of-place")
 STARTS = ("barrier", "aligned")         # aligned: every rank launches at one deadline on the host clock
-APIS = ("torch.distributed", "nccl")    # nccl: ncclAllReduce itself (torch.cuda.nccl), one communicator per process
 
 #: Always in the workers' environment: no NVLink SHARP multicast, no symmetric-memory multicast.
 BASE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "OMP_NUM_THREADS": "1"}
@@ -168,8 +168,7 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
                     env: dict[str, str] | None = None, warmup: int = 5, iters: int = 20, repeats: int = 3,
                     dtype: str = "float32", timeout_s: float = 120, hang_rank: int = -1,
                     workdir: str | Path | None = None, harness: str = "eager", timer: str = "events",
-                    placement: str = "in-place", rotate_bytes: int = 0, start: str = "barrier",
-                    api: str = "torch.distributed") -> RunResult:
+                    placement: str = "in-place", rotate_bytes: int = 0, start: str = "barrier") -> RunResult:
     """Launch one sweep with torchrun and collect its points. Bad requests raise CollectiveConfigError;
     a run that fails or hangs returns a RunResult with status 'failed' or 'timeout' and the error text.
 
@@ -180,11 +179,6 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
     helpers.collective_worker)."""
     check_request(backend, world_size, ops)
     check_method(backend, harness, timer, placement, rotate_bytes, start)
-    if api not in APIS:
-        raise CollectiveConfigError(f"api = {api!r} is not known; choose one of {APIS}")
-    if api == "nccl" and (backend != "nccl" or tuple(ops) != ("all_reduce",)):
-        raise CollectiveConfigError("api = 'nccl' calls ncclAllReduce directly: it needs backend='nccl' and "
-                                    "ops=('all_reduce',)")
     sizes = parse_sizes(sizes)
     for k, v in (("warmup", warmup), ("iters", iters), ("repeats", repeats)):
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == "warmup" else 1):
@@ -199,8 +193,7 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
            "--sizes", ",".join(str(s) for s in sizes), "--dtype", dtype, "--warmup", str(warmup),
            "--iters", str(iters), "--repeats", str(repeats), "--variant", variant, "--out", str(out),
            "--hang-rank", str(hang_rank), "--harness", harness, "--timer", timer, "--placement", placement,
-           "--rotate-bytes", str(int(rotate_bytes)), "--rank-start", start,  # not --start: torchrun would take it for --start-method
-           "--api", api]
+           "--rotate-bytes", str(int(rotate_bytes)), "--rank-start", start]  # not --start: torchrun would take it for --start-method
     full_env = {**os.environ, **BASE_ENV, **(env or {})}
     # the workers import helpers.collective_worker: make sure they find this package even where it is
     # used from a source tree that is on the parent's sys.path only (benchmarks/fidelity.py, a notebook)
@@ -223,8 +216,7 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
                f"the backend stalled); points finished before that are kept")
     wall = time.perf_counter() - t0
     rows = _read_points(out)
-    label = _harness_label({"harness": harness, "timer": timer, "rotate_bytes": rotate_bytes, "start": start,
-                            "api": api})
+    label = _harness_label({"harness": harness, "timer": timer, "rotate_bytes": rotate_bytes, "start": start})
     return RunResult(variant, backend, world_size, status, proc.returncode, wall, msg, rows, text or "", label)
 
 
@@ -233,8 +225,15 @@ def _slug(s: str) -> str:
 
 
 def _tail(text: str | None, n: int = 1500) -> str:
+    """The part of a failed launch's output that says why: the first failing rank's own lines (torch
+    prefixes a worker's uncaught error with '[rankN]:'), else the end of the output. torchrun's own
+    summary, which follows and names no cause, is left out where a rank's lines exist."""
     text = (text or "").strip()
     lines = [ln for ln in text.splitlines() if ln.strip() and not set(ln.strip()) <= {"*"}]
+    ranked = [ln for ln in lines if re.match(r"\[rank\d+\]:", ln)]
+    if ranked:
+        first = ranked[0].split(":", 1)[0]
+        return "\n".join(ln for ln in ranked if ln.startswith(first + ":"))[-n:]
     return "\n".join(lines)[-n:]
 
 
@@ -414,8 +413,7 @@ def measure_direct(sizes, placement: str = "in-place", harness: str = "eager", t
 
 def _harness_label(point: dict) -> str:
     """'eager' / 'graph', with '+host_timer' where the block was timed by nccl-tests' host clock and
-    '+rotate' where buffers rotated, '+aligned' where ranks launched at one deadline, '+ncclAllReduce'
-    where the worker called NCCL directly instead of torch.distributed; older points (no such fields) are eager with CUDA events."""
+    '+rotate' where buffers rotated, '+aligned' where ranks launched at one deadline; older points (no such fields) are eager with CUDA events."""
     label = point.get("harness", "eager")
     if point.get("timer", "events") == "host":
         label += "+host_timer"
@@ -423,8 +421,6 @@ def _harness_label(point: dict) -> str:
         label += "+rotate"
     if point.get("start", "barrier") == "aligned":
         label += "+aligned"
-    if point.get("api", "torch.distributed") == "nccl":
-        label += "+ncclAllReduce"
     return label
 
 

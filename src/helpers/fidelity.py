@@ -342,8 +342,7 @@ def short_method(m: str) -> str:
     """A short legend label for an ours_method string."""
     if "copybench" in m:
         return m.split(" (")[0]
-    who = ("ncclAllReduce per process" if "ncclAllReduce per process" in m else
-           "direct ncclAllReduce" if "direct" in m else "torch.distributed")
+    who = "direct ncclAllReduce" if "direct" in m else "torch.distributed"
     how = "graph" if "graph" in m else "eager"
     return f"{who}, {how}" + (", aligned start" if "aligned" in m or "one deadline" in m else "")
 
