@@ -2,19 +2,22 @@
 
     python3 benchmarks/fidelity.py --ext .ext --out OUTDIR            # on a GPU host
 
-Builds nccl-tests' all_reduce_perf and cuda-samples' p2pBandwidthLatencyTest for sm_90 with
+Builds nccl-tests' all_reduce_perf (also as all_reduce_perf_mpi, one process per GPU through
+benchmarks/fidelity/mpishim) and cuda-samples' p2pBandwidthLatencyTest for sm_90 with
 benchmarks/fidelity/build.sh (their sources must be under --ext: nccl-tests/src/{common.cu, common.h,
 all_reduce.cu, timer.cc, timer.h, nccl1_compat.h} and cuda-samples/p2pBandwidthLatencyTest/
-p2pBandwidthLatencyTest.cu; they are never committed), runs them, runs our harness on the same sizes
-(NCCL all-reduce with one rank through helpers.collectives; same-device copies through
-helpers.copybench; ncclAllReduce called directly through torch.cuda.nccl, which isolates the
-timing method from torch.distributed's own per-call cost), and writes to OUTDIR:
+p2pBandwidthLatencyTest.cu; they are never committed). Runs them --tool-repeats times per command, in
+every launch shape this host has (-g N; with several GPUs also -t N -g 1 and -np N -g 1), eager and -G 1,
+per NCCL variant in --variants; then our harness on the same sizes: all-reduce through
+helpers.collectives (torchrun, one process per GPU; eager and CUDA-graph harnesses, barrier and
+aligned starts), ncclAllReduce called directly through torch.cuda.nccl from one process (the -g N
+shape), and copies through helpers.copybench at p2pBandwidthLatencyTest's sizes. Writes to OUTDIR:
 
   fidelity.csv                       the comparison (helpers.fidelity.COLUMNS)
-  nccl_tests_all_reduce.txt          all_reduce_perf -b 8 -e 256M -f 2 -g 1, stdout
-  nccl_tests_all_reduce_graph.txt    the same with -G 1 (CUDA graph)
+  nccl_tests_all_reduce[_threads|_procs][_graph][_<variant>][.rK].txt   each tool run's output
   p2pBandwidthLatencyTest.txt        p2pBandwidthLatencyTest, stdout
   ours_collectives.csv, ours_copies.csv   our raw points
+  meta.json, build.log               what ran where; `--compare OUTDIR` rebuilds fidelity.csv from these
 A tool that fails to build or run is reported and the rest still runs.
 """
 from __future__ import annotations

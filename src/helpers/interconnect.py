@@ -330,16 +330,18 @@ def plot_collectives(sweep: pd.DataFrame | None, variants_only: bool = False, st
     else:
         sweep = sweep[(sweep.variant == "default") & ~(sweep.harness == VARIANT_HARNESS_LABEL)]
         keys = ["op", "backend", "world_size"]
-    for k, g in sweep.groupby(keys, sort=False):
+    for i, (k, g) in enumerate(sweep.groupby(keys, sort=False)):
         k = k if isinstance(k, tuple) else (k,)
         g = g.sort_values("size_bytes")
+        # more series than colours: the second round of colours is dashed, so no two lines look alike
+        style = {"color": plotting.CYCLE[i % len(plotting.CYCLE)], "ls": "-" if i < len(plotting.CYCLE) else "--"}
         if variants_only:
             lab = f"NCCL_{k[0]}" if k[0] != "default" else "default"
         else:
             unit = ("GPU" if k[1] == "nccl" else "process") + ("" if k[2] == 1 else ("s" if k[1] == "nccl" else "es"))
             lab = f"{k[0].replace('_', '-')}, {k[1]}, {k[2]} {unit}"
         plotting.size_sweep(ax, g["size_bytes"], g["time_us"], lab + " (measured)", lower=g["time_us_p10"],
-                            upper=g["time_us_p90"])
+                            upper=g["time_us_p90"], **style)
     for s in copybench.decode_message_sizes()["size_bytes"]:
         ax.axvline(s, color="#999999", lw=0.6, ls=":")
     ax.set_yscale("log")
