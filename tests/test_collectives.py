@@ -86,14 +86,15 @@ def test_plans_by_machine():
     assert [r[:3] for r in one.runs] == [("nccl", 1, "default"), ("gloo", 2, "default")]
     assert "one GPU" in one.statements[0] and "skipped" in one.statements[0]
     eight = ic.plan_collectives(ic.Machine(8, "GPU", 64, 56))
-    assert {r[2] for r in eight.runs} == set(collectives.NCCL_VARIANTS) and all(r[1] == 8 for r in eight.runs)
+    assert {r[2] for r in eight.runs} == set(collectives.NCCL_VARIANTS) | {ic.REPEAT_VARIANT}
+    assert all(r[1] == 8 for r in eight.runs)
     # the default once eager (the investigation's way), then every variant by the variant method
     assert eight.runs[0][2:] == ("default", "one process per GPU, eager", {})
-    assert [r[2] for r in eight.runs[1:]] == list(collectives.NCCL_VARIANTS)
+    assert [r[2] for r in eight.runs[1:]] == list(collectives.NCCL_VARIANTS) + [ic.REPEAT_VARIANT]
     assert all(r[4] == ic.VARIANT_METHOD for r in eight.runs[1:])
     some = ic.plan_collectives(ic.Machine(2, "GPU", 64, 2), variants="ALGO=Ring")
     assert [(r[2], r[4].get("harness", "eager")) for r in some.runs] == \
-        [("default", "eager"), ("default", "graph"), ("ALGO=Ring", "graph")]
+        [("default", "eager"), ("default", "graph"), ("ALGO=Ring", "graph"), (ic.REPEAT_VARIANT, "graph")]
     none = ic.plan_collectives(ic.Machine(2, "GPU", 64, 2), variants="none")
     assert [(r[2], r[4]) for r in none.runs] == [("default", {})]
     with pytest.raises(CollectiveConfigError, match="more ranks than the 2 GPUs"):
@@ -276,6 +277,13 @@ def test_best_variant_ranks_the_variant_method_rows_and_says_when_a_win_is_clear
     assert best.loc[12288, "best_variant"] == "PROTO=LL" and best.loc[12288, "clear_win"]
     assert best.loc[12288, "default_time_us"] == 10.0
     assert best.loc[49152, "best_variant"] == "ALGO=Ring" and not best.loc[49152, "clear_win"]   # inside the spread
+    assert np.isnan(best.loc[12288, "launch_spread_us"])          # the default ran once
+    # the default launched again 2.5 us away: PROTO=LL's 2 us saving no longer counts as clear
+    again = pd.concat([sweep, pd.DataFrame([row(ic.REPEAT_VARIANT, g, 7.5, 7.4, 7.6)])], ignore_index=True)
+    b2 = ic.best_variant(again, [12288]).iloc[0]
+    assert b2.best_variant == "PROTO=LL" and b2.launch_spread_us == 2.5 and not b2.clear_win
+    # the ranking without a variant: the next best takes its place
+    assert ic.best_variant(sweep, [12288], exclude=["PROTO=LL"]).iloc[0].best_variant == "ALGO=Ring"
     # a run made before the variant method existed: the eager rows are used
     old = sweep[sweep.harness == "eager"]
     assert ic.best_variant(old, [12288]).iloc[0].best_variant == "PROTO=LL"

@@ -56,7 +56,7 @@ NCCL_VARIANTS: dict[str, dict[str, str]] = {
 #: Variants that are not from the investigation's list, and what a reader must know before using them.
 VARIANT_NOTES: dict[str, str] = {
     "GRAPH_MIXING_SUPPORT=0": (
-        "not in the investigation's list; added after this project measured it on two H200s. NCCL then "
+        "not in the investigation's list: this project added it after measuring it on two H200s. NCCL then "
         "stops serializing every CUDA-graph-captured collective against the communicator's other work "
         "(the variant sweep shows what that costs here). It is only safe where a graph launch and a "
         "non-captured NCCL call on the same communicator are never in flight together (NCCL "
