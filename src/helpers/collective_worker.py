@@ -73,8 +73,8 @@ def _parse(argv):
 
 def main(argv=None) -> int:
     a = _parse(argv if argv is not None else sys.argv[1:])
-    # diagnosing aids, from the environment: COLLECTIVE_WORKER_STACKS_AFTER_S=<s> dumps every thread's
-    # stack after s seconds; COLLECTIVE_WORKER_GRAPH_DOT=<path> writes rank 0's first captured graph
+    # diagnosing a hang, from the environment: COLLECTIVE_WORKER_STACKS_AFTER_S=<s> dumps every thread's
+    # stack after s seconds
     stacks_after = float(os.environ.get("COLLECTIVE_WORKER_STACKS_AFTER_S", "0") or 0)
     if stacks_after > 0:  # diagnosing a hang: every thread's stack goes to stderr after this many seconds
         import faulthandler
@@ -171,13 +171,8 @@ def main(argv=None) -> int:
                 torch.cuda.current_stream(device).wait_stream(side)
                 sync()
                 graph = torch.cuda.CUDAGraph()
-                dot = os.environ.get("COLLECTIVE_WORKER_GRAPH_DOT", "") if rank == 0 else ""
-                if dot:  # diagnosing: the captured graph's nodes and edges, as Graphviz, for the first size
-                    graph.enable_debug_mode()
                 with torch.cuda.graph(graph):
                     block(a.iters)
-                if dot and not os.path.exists(dot):
-                    graph.debug_dump(dot)
                 graph.replay()
                 sync()
             times, skews, late = [], [], 0
