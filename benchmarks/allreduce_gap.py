@@ -23,7 +23,6 @@ median per-call gap to the one-process-per-GPU tool at sizes below 64 KiB.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import subprocess
 import sys
@@ -38,15 +37,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from helpers import collectives, copybench, fidelity  # noqa: E402
 
-ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-SETTINGS = {"default": {}, "GRAPH_MIXING_SUPPORT=0": {"NCCL_GRAPH_MIXING_SUPPORT": "0"}}
-
-
-def _launcher():
-    spec = importlib.util.spec_from_file_location("fidelity_script", ROOT / "benchmarks" / "fidelity.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+SETTINGS = ("default", "GRAPH_MIXING_SUPPORT=0")    # names in helpers.collectives.NCCL_VARIANTS
 
 
 def main(argv=None) -> int:
@@ -82,7 +73,6 @@ def main(argv=None) -> int:
         return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    run_processes = _launcher().run_processes
     rot = max(sizes)
     rows, t_all = [], time.perf_counter()
 
@@ -99,7 +89,8 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             r = collectives.run_collectives("nccl", n, sizes, ops=("all_reduce",), warmup=5, iters=it,
                                             repeats=a.repeats, timeout_s=300, harness="graph", timer="host",
-                                            rotate_bytes=rot, start=start, env=SETTINGS[setting],
+                                            rotate_bytes=rot, start=start,
+                                            env=collectives.NCCL_VARIANTS[setting],
                                             workdir=out / "points")
             print(f"ours {start} {setting} iters={it}: {r.status}, {len(r.rows)} points in "
                   f"{time.perf_counter() - t0:.1f} s {r.message[-600:]}", flush=True)
@@ -109,13 +100,13 @@ def main(argv=None) -> int:
             args = ["-b", str(min(sizes)), "-e", str(rot), "-f", "2", "-g", "1", "-G", "1", "-n", str(it), "-w", "5"]
             runs = []
             for k in range(a.tool_repeats):
-                env = {**os.environ, **ENV, **SETTINGS[setting]}
+                env = {**os.environ, **fidelity.TOOL_ENV, **collectives.NCCL_VARIANTS[setting]}
                 if shape == "threads":
                     p = subprocess.run([str(bins[shape]), "-t", str(n)] + args, capture_output=True, text=True,
                                        timeout=300, env=env)
                     rc, text = p.returncode, p.stdout + p.stderr
                 else:
-                    rc, text = run_processes([str(bins[shape])] + args, n, 300, env)
+                    rc, text = fidelity.run_processes([str(bins[shape])] + args, n, 300, env)
                 name = f"nccl_tests_{shape}_{collectives._slug(setting)}_n{it}_r{k + 1}.txt"
                 (out / name).write_text(text)
                 print(f"nccl-tests {shape} {setting} -n {it} run {k + 1}: rc {rc}", flush=True)
@@ -133,13 +124,9 @@ def main(argv=None) -> int:
     df["kind"] = "measured"
     df.to_csv(out / "allreduce_gap.csv", index=False)
     pd.set_option("display.width", 200)
-    print(summary(df).to_string(index=False))
+    print(fidelity.gap_summary(df).to_string(index=False))
     print(f"allreduce_gap: {len(df)} rows in {time.perf_counter() - t_all:.1f} s")
     return 0
-
-
-def summary(df: pd.DataFrame) -> pd.DataFrame:
-    return fidelity.gap_summary(df)
 
 
 if __name__ == "__main__":

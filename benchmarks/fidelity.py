@@ -37,63 +37,17 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from helpers import collectives, copybench, fidelity  # noqa: E402
 
-ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
-       "NCCL_DEBUG": "VERSION"}
+ENV = {**fidelity.TOOL_ENV, "NCCL_DEBUG": "VERSION"}
 MAX_BYTES = 256 * 2**20
 FAILED_MARK = "[fidelity: the tool exited with status"
 SIZES = [8 * 2**k for k in range(26)]      # 8 B .. 256 MiB, x2: all_reduce_perf -b 8 -e 256M -f 2
-
-
-def run_processes(cmd: list[str], n: int, timeout: float, env: dict) -> tuple[int, str]:
-    """Run `cmd` (nccl-tests built against benchmarks/fidelity/mpishim) as n processes on this host that
-    meet through one shared memory file, as `mpirun -np n` would start them. Returns the worst exit
-    status and rank 0's output (every rank's where one failed); a rank that outlives `timeout` is killed
-    with all the others."""
-    import signal
-    import tempfile
-
-    shm_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    fd, shm = tempfile.mkstemp(prefix="nccltests-shim-", dir=shm_dir)
-    os.close(fd)
-    outs = [tempfile.TemporaryFile(mode="w+") for _ in range(n)]
-    procs = []
-    try:
-        for r in range(n):
-            procs.append(subprocess.Popen(cmd, stdout=outs[r], stderr=subprocess.STDOUT, text=True,
-                                          start_new_session=True,
-                                          env={**env, "NCCLTESTS_SHIM_RANK": str(r), "NCCLTESTS_SHIM_SIZE": str(n),
-                                               "NCCLTESTS_SHIM_FILE": shm}))
-        deadline, rcs = time.monotonic() + timeout, []
-        for p in procs:
-            try:
-                rcs.append(p.wait(timeout=max(0.1, deadline - time.monotonic())))
-            except subprocess.TimeoutExpired:
-                rcs.append(124)
-        if 124 in rcs:
-            for p in procs:
-                if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait()
-        texts = []
-        for f in outs:
-            f.seek(0)
-            texts.append(f.read())
-        rc = max(rcs, key=lambda x: x != 0)
-        if rc == 0:
-            return 0, texts[0]
-        return rc, "\n".join(f"[rank {r}, exit {c}]\n{t}" for r, (c, t) in enumerate(zip(rcs, texts))) + (
-            f"\n[timeout after {timeout} s]" if 124 in rcs else "")
-    finally:
-        for f in outs:
-            f.close()
-        os.unlink(shm)
 
 
 def sh(cmd: list[str], log: Path, timeout: float, env: dict | None = None, procs: int = 1) -> tuple[int, str]:
     t0 = time.perf_counter()
     try:
         if procs > 1:
-            rc, text = run_processes(cmd, procs, timeout, {**os.environ, **ENV, **(env or {})})
+            rc, text = fidelity.run_processes(cmd, procs, timeout, {**os.environ, **ENV, **(env or {})})
         else:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                                env={**os.environ, **ENV, **(env or {})})

@@ -1,7 +1,6 @@
 """benchmarks/fidelity/mpishim: the MPI calls nccl-tests makes, for one process per GPU on one host
-without MPI, and the launcher in benchmarks/fidelity.py that starts the processes (real processes,
+without MPI, and helpers.fidelity.run_processes, which starts the processes (real processes,
 compiled here with g++)."""
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -10,15 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from helpers.fidelity import run_processes
+
 ROOT = Path(__file__).resolve().parents[1]
 SHIM = ROOT / "benchmarks" / "fidelity" / "mpishim"
-
-
-def _fidelity_script():
-    spec = importlib.util.spec_from_file_location("fidelity_script", ROOT / "benchmarks" / "fidelity.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +27,7 @@ def shimcheck(tmp_path_factory):
 
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_every_call_across_processes(shimcheck, n):
-    rc, text = _fidelity_script().run_processes([str(shimcheck)], n, 60, {})
+    rc, text = run_processes([str(shimcheck)], n, 60, {})
     assert rc == 0, text
     want = (f"rank 0 size {n} sum {n * (n + 1) / 2:g} min {100 - (n - 1)} max {n - 1} hash_last {1000 + n - 1} "
             f"id unique-id split {n}")
@@ -44,7 +38,7 @@ def test_every_call_across_processes(shimcheck, n):
 def test_a_rank_that_hangs_is_killed_and_every_rank_reported(tmp_path):
     hang = "import os, time; time.sleep(60 if os.environ['NCCLTESTS_SHIM_RANK'] == '1' else 0); print('done')"
     t0 = time.monotonic()
-    rc, text = _fidelity_script().run_processes([sys.executable, "-c", hang], 2, 3, {})
+    rc, text = run_processes([sys.executable, "-c", hang], 2, 3, {})
     assert rc == 124 and time.monotonic() - t0 < 20
     assert "[rank 0, exit 0]" in text and "[rank 1, exit 124]" in text and "timeout after 3" in text
 

@@ -26,9 +26,9 @@ Options that make the timing match nccl-tests' own (benchmarks/fidelity.py compa
                        releases ranks tens of us apart; a rank that starts early times its wait for the
                        others, which nccl-tests' in-process thread barrier mostly avoids. One host only.
 
-
 Every point also records `start_skew_us`: per repeat, the spread of the ranks' launch instants on the
 host's monotonic clock (max - min), where all ranks share one host (else null).
+COLLECTIVE_WORKER_STACKS_AFTER_S=<s> in the environment dumps every thread's stack after s seconds.
 """
 from __future__ import annotations
 
@@ -73,8 +73,6 @@ def _parse(argv):
 
 def main(argv=None) -> int:
     a = _parse(argv if argv is not None else sys.argv[1:])
-    # diagnosing a hang, from the environment: COLLECTIVE_WORKER_STACKS_AFTER_S=<s> dumps every thread's
-    # stack after s seconds
     stacks_after = float(os.environ.get("COLLECTIVE_WORKER_STACKS_AFTER_S", "0") or 0)
     if stacks_after > 0:  # diagnosing a hang: every thread's stack goes to stderr after this many seconds
         import faulthandler

@@ -265,41 +265,30 @@ def cudart():
     c = ctypes
     lib.cudaMemcpyPeerAsync.restype = c.c_int
     lib.cudaMemcpyPeerAsync.argtypes = [c.c_void_p, c.c_int, c.c_void_p, c.c_int, c.c_size_t, c.c_void_p]
-    lib.cudaMemcpyAsync.restype = c.c_int
-    lib.cudaMemcpyAsync.argtypes = [c.c_void_p, c.c_void_p, c.c_size_t, c.c_int, c.c_void_p]
     _CUDART = lib
     return lib
 
 
-_CUDA_MEMCPY_DEFAULT = 4           # cudaMemcpyDefault: the direction follows from the (unified) addresses
-
-
-def _peer_memcpy(dst, src, size: int, call: str):
-    """issue() that queues one copy src -> dst (tensors on two GPUs) on GPU src's current stream (under
-    a capture, the capture stream) with `call`: 'cudaMemcpyPeerAsync' (p2pBandwidthLatencyTest's call)
-    or 'cudaMemcpyAsync' (kind default; capturable). Peer access must already be enabled."""
+def _peer_memcpy(dst, src, size: int):
+    """issue() that queues cudaMemcpyPeerAsync(dst, src), p2pBandwidthLatencyTest's call, on GPU src's
+    current stream. dst and src are tensors on two GPUs; peer access must already be enabled."""
     import torch
 
-    lib = cudart()
+    f = cudart().cudaMemcpyPeerAsync
     d_dev, s_dev = dst.device.index, src.device.index
     d_ptr, s_ptr = dst.data_ptr(), src.data_ptr()
-    if call == "cudaMemcpyPeerAsync":
-        f = lib.cudaMemcpyPeerAsync
-        args = lambda st: (d_ptr, d_dev, s_ptr, s_dev, size, st)  # noqa: E731
-    else:
-        f = lib.cudaMemcpyAsync
-        args = lambda st: (d_ptr, s_ptr, size, _CUDA_MEMCPY_DEFAULT, st)  # noqa: E731
 
     def issue():
-        rc = f(*args(torch.cuda.current_stream(s_dev).cuda_stream))
+        rc = f(d_ptr, d_dev, s_ptr, s_dev, size, torch.cuda.current_stream(s_dev).cuda_stream)
         if rc != 0:
-            raise RuntimeError(f"{call} returned CUDA error {rc} (copy GPU {s_dev} -> GPU {d_dev}, {size} B)")
+            raise RuntimeError(f"cudaMemcpyPeerAsync returned CUDA error {rc} (copy GPU {s_dev} -> GPU {d_dev}, "
+                               f"{size} B)")
     return issue
 
 
 def issued_by(path: str, harness: str) -> str:
-    """How one copy of `path` is issued under `harness`: the CUDA call (the peer path's queued and graph
-    harnesses, RAW_PEER_CALLS) or 'torch copy_'."""
+    """How one copy of `path` is issued under `harness`: the CUDA call (the peer path's queued harness,
+    RAW_PEER_CALLS) or 'torch copy_'."""
     return RAW_PEER_CALLS.get(harness, "torch copy_") if path == "peer" else "torch copy_"
 
 
@@ -325,7 +314,7 @@ def _buffers(path: str, size: int, harness: str = "eager"):
             dst[:1].copy_(src[:1]), src[:1].copy_(dst[:1])
             torch.cuda.synchronize(d0), torch.cuda.synchronize(d1)
             src.fill_(1)
-            issue = _peer_memcpy(dst, src, size, call)
+            issue = _peer_memcpy(dst, src, size)
         else:
             def issue():
                 dst.copy_(src, non_blocking=True)

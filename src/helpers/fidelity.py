@@ -19,7 +19,12 @@ How the tools count (read from their sources):
 from __future__ import annotations
 
 import math
+import os
 import re
+import signal
+import subprocess
+import tempfile
+import time
 from typing import Iterable
 
 import numpy as np
@@ -38,6 +43,53 @@ _NCCL_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+" + r"\s+
 
 class ToolOutputError(ValueError):
     """Tool output that does not have the expected shape; the message names the tool and what was missing."""
+
+
+#: Every reference-tool run's environment: no NVLink SHARP multicast (helpers.collectives.BASE_ENV's
+#: settings, and NVSHMEM's own switch).
+TOOL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def run_processes(cmd: list[str], n: int, timeout: float, env: dict) -> tuple[int, str]:
+    """Run `cmd` (nccl-tests built against benchmarks/fidelity/mpishim) as n processes on this host that
+    meet through one shared memory file, as `mpirun -np n` would start them. Returns the worst exit
+    status and rank 0's output (every rank's where one failed); a rank that outlives `timeout` is killed
+    with all the others."""
+    shm_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    fd, shm = tempfile.mkstemp(prefix="nccltests-shim-", dir=shm_dir)
+    os.close(fd)
+    outs = [tempfile.TemporaryFile(mode="w+") for _ in range(n)]
+    procs = []
+    try:
+        for r in range(n):
+            procs.append(subprocess.Popen(cmd, stdout=outs[r], stderr=subprocess.STDOUT, text=True,
+                                          start_new_session=True,
+                                          env={**env, "NCCLTESTS_SHIM_RANK": str(r), "NCCLTESTS_SHIM_SIZE": str(n),
+                                               "NCCLTESTS_SHIM_FILE": shm}))
+        deadline, rcs = time.monotonic() + timeout, []
+        for p in procs:
+            try:
+                rcs.append(p.wait(timeout=max(0.1, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                rcs.append(124)
+        if 124 in rcs:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+        texts = []
+        for f in outs:
+            f.seek(0)
+            texts.append(f.read())
+        rc = max(rcs, key=lambda x: x != 0)
+        if rc == 0:
+            return 0, texts[0]
+        return rc, "\n".join(f"[rank {r}, exit {c}]\n{t}" for r, (c, t) in enumerate(zip(rcs, texts))) + (
+            f"\n[timeout after {timeout} s]" if 124 in rcs else "")
+    finally:
+        for f in outs:
+            f.close()
+        os.unlink(shm)
 
 
 def parse_nccl_tests(text: str) -> pd.DataFrame:

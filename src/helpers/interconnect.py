@@ -31,7 +31,7 @@ RECORDED_PATH = "recorded_vm_gpu0_to_gpu1"
 #: deadline. With the eager harness a per-call host cost of tens of us, which moves between launches,
 #: decided which variant "won" at decode sizes; this method leaves only what NCCL and the link do.
 VARIANT_METHOD = {"harness": "graph", "timer": "host", "start": "aligned"}
-VARIANT_HARNESS_LABEL = "graph+host_timer+aligned"
+VARIANT_HARNESS_LABEL = collectives._harness_label(VARIANT_METHOD)   # "graph+host_timer+aligned"
 #: The default launched once more after every variant, by VARIANT_METHOD: how far one setting moves
 #: between two launches, which a variant's win must exceed before it counts.
 REPEAT_VARIANT = "default, second launch"

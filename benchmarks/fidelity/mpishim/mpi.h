@@ -1,7 +1,7 @@
 /* A stand-in for the MPI subset nccl-tests uses (src/common.cu, common.h), for N processes on ONE host:
  * nccl-tests built with -DMPI_SUPPORT against this header runs one process per GPU, the launch shape of
  * `mpirun -np N all_reduce_perf -g 1`, without an MPI installation. The processes meet in a shared
- * memory file; barriers spin on it. Launch them with benchmarks/fidelity.py (run_processes), which sets
+ * memory file; barriers spin on it. Launch them with helpers.fidelity.run_processes, which sets
  * NCCLTESTS_SHIM_RANK, NCCLTESTS_SHIM_SIZE and NCCLTESTS_SHIM_FILE. Ours (benchmarks/fidelity/). */
 #ifndef NCCLTESTS_MPI_SHIM_H
 #define NCCLTESTS_MPI_SHIM_H

@@ -1,5 +1,5 @@
 // Exercises every call of mpishim the way nccl-tests makes it; tests/test_mpishim.py runs it as several
-// processes through benchmarks/fidelity.py's launcher and checks what each rank prints. Ours.
+// processes through helpers.fidelity.run_processes and checks what each rank prints. Ours.
 #include "mpi.h"
 #include <stdint.h>
 #include <stdio.h>
