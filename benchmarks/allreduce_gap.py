@@ -14,6 +14,8 @@ same sizes (--min to --max bytes, x2) for each block length (--iters: collective
                   captured collective against the communicator's other work.
   launch shape    nccl-tests with one thread per GPU in one process (-t N -g 1) and with one process
                   per GPU (-np N: built against benchmarks/fidelity/mpishim), which is ours.
+  the call        ours issuing ncclAllReduce itself on a communicator of its own (helpers.ncclbind, as
+                  sglang's pynccl does) instead of torch.distributed's all_reduce.
 
 Both sides rotate buffers within --max bytes and time in place; the tool runs --tool-repeats times and
 its median is used. Writes OUTDIR/allreduce_gap.csv (one row per size, block length, method and NCCL
@@ -84,18 +86,20 @@ def main(argv=None) -> int:
                      "start_skew_us": float(np.median(skew)) if skew else np.nan})
 
     for it in iters_list:
-        ours = [("barrier", "default"), ("aligned", "default"), ("aligned", "GRAPH_MIXING_SUPPORT=0")]
-        for start, setting in ours:
+        ours = [("barrier", "default", "torch"), ("aligned", "default", "torch"),
+                ("aligned", "GRAPH_MIXING_SUPPORT=0", "torch"),
+                ("aligned", "default", "nccl"), ("aligned", "GRAPH_MIXING_SUPPORT=0", "nccl")]
+        for start, setting, api in ours:
             t0 = time.perf_counter()
             r = collectives.run_collectives("nccl", n, sizes, ops=("all_reduce",), warmup=5, iters=it,
                                             repeats=a.repeats, timeout_s=300, harness="graph", timer="host",
                                             rotate_bytes=rot, start=start,
                                             env=collectives.NCCL_VARIANTS[setting],
-                                            workdir=out / "points")
-            print(f"ours {start} {setting} iters={it}: {r.status}, {len(r.rows)} points in "
+                                            workdir=out / "points", api=api)
+            print(f"ours {api} {start} {setting} iters={it}: {r.status}, {len(r.rows)} points in "
                   f"{time.perf_counter() - t0:.1f} s {r.message[-600:]}", flush=True)
             for p in r.rows:
-                add(it, f"ours, {start} start", setting, p["size_bytes"], p["times_us"], p.get("start_skew_us"))
+                add(it, f"ours, {start} start" + (", ncclAllReduce direct" if api == "nccl" else ""), setting, p["size_bytes"], p["times_us"], p.get("start_skew_us"))
         for shape, setting in [(s, x) for s in bins for x in SETTINGS]:
             args = ["-b", str(min(sizes)), "-e", str(rot), "-f", "2", "-g", "1", "-G", "1", "-n", str(it), "-w", "5"]
             runs = []

@@ -10,8 +10,9 @@ p2pBandwidthLatencyTest.cu; they are never committed). Runs them --tool-repeats 
 every launch shape this host has (-g N; with several GPUs also -t N -g 1 and -np N -g 1), eager and -G 1,
 per NCCL variant in --variants; then our harness on the same sizes: all-reduce through
 helpers.collectives (torchrun, one process per GPU; eager and CUDA-graph harnesses, barrier and
-aligned starts), ncclAllReduce called directly through torch.cuda.nccl from one process (the -g N
-shape), and copies through helpers.copybench at p2pBandwidthLatencyTest's sizes. Writes to OUTDIR:
+aligned starts; each collective issued through torch.distributed and, as sglang's decode issues it, as
+ncclAllReduce on a communicator of our own through helpers.ncclbind), ncclAllReduce called directly
+through torch.cuda.nccl from one process (the -g N shape), and copies through helpers.copybench at p2pBandwidthLatencyTest's sizes. Writes to OUTDIR:
 
   fidelity.csv                       the comparison (helpers.fidelity.COLUMNS)
   nccl_tests_all_reduce[_threads|_procs][_graph][_<variant>][.rK].txt   each tool run's output
@@ -144,28 +145,35 @@ def main(argv=None) -> int:
     print(text[-4000:], flush=True)
 
     # ---- ours: collectives through torch.distributed (torchrun, one process per GPU)
-    runs = [  # (variant, harness, timer, placement, rotate, start)
-        ("default", "eager", "events", "in-place", 0, "barrier"),
-        ("default", "eager", "host", "in-place", MAX_BYTES, "barrier"),
-        ("default", "eager", "host", "out-of-place", MAX_BYTES, "barrier"),
-        ("default", "graph", "host", "in-place", MAX_BYTES, "barrier"),
-        ("default", "graph", "host", "out-of-place", MAX_BYTES, "barrier"),
+    runs = [  # (variant, harness, timer, placement, rotate, start, api)
+        ("default", "eager", "events", "in-place", 0, "barrier", "torch"),
+        ("default", "eager", "host", "in-place", MAX_BYTES, "barrier", "torch"),
+        ("default", "eager", "host", "out-of-place", MAX_BYTES, "barrier", "torch"),
+        ("default", "graph", "host", "in-place", MAX_BYTES, "barrier", "torch"),
+        ("default", "graph", "host", "out-of-place", MAX_BYTES, "barrier", "torch"),
+        # ncclAllReduce called directly on a communicator of our own (helpers.ncclbind): the call that
+        # sglang's pynccl makes in its decode graphs and that nccl-tests times, with a real out-of-place
+        ("default", "eager", "host", "in-place", MAX_BYTES, "barrier", "nccl"),
+        ("default", "graph", "host", "in-place", MAX_BYTES, "barrier", "nccl"),
+        ("default", "graph", "host", "out-of-place", MAX_BYTES, "barrier", "nccl"),
     ]
     # With several ranks: the graph harness once more with every rank launched at one shared deadline
     # (helpers.collective_worker --rank-start aligned): what is left of the gap once start skew is gone
-    aligned = [("graph", "host", "in-place", MAX_BYTES, "aligned")] if n > 1 else []
+    aligned = [("graph", "host", "in-place", MAX_BYTES, "aligned", api) for api in ("torch", "nccl")] if n > 1 else []
     runs += [("default",) + x for x in aligned]
     for v in variants[1:]:
-        runs += [(v, "eager", "host", "in-place", MAX_BYTES, "barrier"), (v, "graph", "host", "in-place", MAX_BYTES, "barrier")]
+        runs += [(v, "eager", "host", "in-place", MAX_BYTES, "barrier", "torch"),
+                 (v, "graph", "host", "in-place", MAX_BYTES, "barrier", "torch"),
+                 (v, "graph", "host", "in-place", MAX_BYTES, "barrier", "nccl")]
         runs += [(v,) + x for x in aligned]
     results = []
-    for v, h, tm, pl, rot, start in runs:
+    for v, h, tm, pl, rot, start, api in runs:
         t0 = time.perf_counter()
         r = collectives.run_collectives("nccl", n, SIZES, ops=("all_reduce",), warmup=5, iters=20, repeats=5,
                                         timeout_s=120, harness=h, timer=tm, placement=pl, rotate_bytes=rot,
                                         variant=v, env={"NCCL_DEBUG": "VERSION", **collectives.NCCL_VARIANTS[v]},
-                                        workdir="/tmp/fidelity-points", start=start)
-        print(f"ours {v} {h}/{tm}/{pl}/rotate={rot}/{start}: {r.status} {len(r.rows)} points in "
+                                        workdir="/tmp/fidelity-points", start=start, api=api)
+        print(f"ours {v} {api} {h}/{tm}/{pl}/rotate={rot}/{start}: {r.status} {len(r.rows)} points in "
               f"{time.perf_counter() - t0:.1f} s {r.message[-800:]}", flush=True)
         if r.status != "ok":
             print(r.log[-3000:])
@@ -189,18 +197,23 @@ def main(argv=None) -> int:
     # ---- ours: copies, at p2pBandwidthLatencyTest's sizes and repeat counts
     paths = ["same_device"] + (["peer", "host_bounce"] if n > 1 else [])
     copies = []
-    for path in paths:
+    # the peer path both ways, GPU 1 -> GPU 0 with the tool's method only: each direction is set against
+    # the tool's figure for the same direction
+    points = [(path, h, False) for path in paths for h in copybench.HARNESSES]
+    points += [("peer", "queued", True)] if n > 1 else []
+    for path, h, rev in points:
         for size, iters in ((fidelity.P2P_LARGE_BYTES, 5), (fidelity.P2P_SMALL_BYTES, 100)):
-            for h in copybench.HARNESSES:
-                try:
-                    st = copybench.measure(path, size, h, iters=iters, repeats=7, warmup=3)
-                except Exception as e:  # reported, the rest goes on
-                    print(f"copy {path} {h} {size}: {type(e).__name__}: {e}")
-                    continue
-                bw = size / (st["time_us"] * 1e3)
-                copies.append({"path": path, "harness": h, "size_bytes": size, "iters": iters, "repeats": 7,
-                               **st, "bandwidth_GBps": bw, "p2ptest_GBps": 2 * bw if path == "same_device" else bw,
-                               "issued_by": copybench.issued_by(path, h), "device": device})
+            try:
+                st = copybench.measure(path, size, h, iters=iters, repeats=7, warmup=3, reverse=rev)
+            except Exception as e:  # reported, the rest goes on
+                print(f"copy {path} {h} {size}{' reverse' if rev else ''}: {type(e).__name__}: {e}")
+                continue
+            bw = size / (st["time_us"] * 1e3)
+            src_gpu, dst_gpu = ((1, 0) if rev else (0, 1)) if path in copybench.CROSS_DEVICE_PATHS else (0, 0)
+            copies.append({"path": path, "harness": h, "size_bytes": size, "iters": iters, "repeats": 7,
+                           **st, "bandwidth_GBps": bw, "p2ptest_GBps": 2 * bw if path == "same_device" else bw,
+                           "issued_by": copybench.issued_by(path, h), "src_gpu": src_gpu, "dst_gpu": dst_gpu,
+                           "device": device})
     cp = pd.DataFrame(copies)
     cp.to_csv(out / "ours_copies.csv", index=False)
 
@@ -267,6 +280,9 @@ def compare(out: Path) -> pd.DataFrame:
             if v == "default":
                 rows += fidelity.compare_all_reduce(nt, mine, g, "eager", LABELS["eager"], False, device,
                                                     placements=("in-place",))
+            h = "eager+host_timer+rotate+libnccl"
+            rows += fidelity.compare_all_reduce(nt, mine, g + vs, h, LABELS[h], True, device,
+                                                placements=("in-place",))
             if v == "default" and g.startswith("-g"):   # the direct calls drive every GPU from one thread
                 rows += fidelity.compare_all_reduce(nt, direct, g, "eager+host_timer+rotate",
                                                     LABELS["direct eager"], True, device)
@@ -278,9 +294,12 @@ def compare(out: Path) -> pd.DataFrame:
             rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", "graph+host_timer+rotate",
                                                 LABELS["graph+host_timer+rotate"] + OOP_NOTE[oop_same], oop_same,
                                                 device, placements=("out-of-place",))
-            h = "graph+host_timer+rotate+aligned"
-            rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", h, LABELS[h], True, device,
-                                                placements=("in-place",))
+            for h in ("graph+host_timer+rotate+aligned", "graph+host_timer+rotate+aligned+libnccl"):
+                rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", h, LABELS[h], True, device,
+                                                    placements=("in-place",))
+            # NCCL's own call: out of place is the same method as the tool's, and counted
+            rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", "graph+host_timer+rotate+libnccl",
+                                                LABELS["graph+host_timer+rotate+libnccl"], True, device)
             if v == "default" and g.startswith("-g"):
                 rows += fidelity.compare_all_reduce(ng, direct, f"{g} -G 1", "graph+host_timer+rotate",
                                                     LABELS["direct graph"], True, device)
@@ -302,6 +321,13 @@ LABELS = {"eager": "torch.distributed eager, CUDA events, one buffer (our defaul
           "graph+host_timer+rotate": "torch.distributed in one CUDA graph, host timer, rotating buffers",
           "graph+host_timer+rotate+aligned": "torch.distributed in one CUDA graph, host timer, rotating buffers, "
                                              "ranks launched at one deadline",
+          "eager+host_timer+rotate+libnccl": "ncclAllReduce on our own communicator (ctypes, as sglang's pynccl), "
+                                             "eager, host timer, rotating buffers",
+          "graph+host_timer+rotate+libnccl": "ncclAllReduce on our own communicator (ctypes, as sglang's pynccl) in "
+                                             "one CUDA graph, host timer, rotating buffers",
+          "graph+host_timer+rotate+aligned+libnccl": "ncclAllReduce on our own communicator (ctypes, as sglang's "
+                                                     "pynccl) in one CUDA graph, host timer, rotating buffers, "
+                                                     "ranks launched at one deadline",
           "direct eager": "ncclAllReduce direct (torch.cuda.nccl), eager, host timer, rotating buffers",
           "direct graph": "ncclAllReduce direct (torch.cuda.nccl) in one CUDA graph, host timer, rotating buffers"}
 OOP_NOTE = {True: "", False: "; out of place = a copy, then the in-place all-reduce"}

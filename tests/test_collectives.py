@@ -2,6 +2,7 @@
 (a 2-process sweep, a worker that hangs and is killed, a run that fails without stopping the next)."""
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -259,6 +260,51 @@ def test_direct_nccl_and_torchrun_across_two_gpus(tmp_path):
     assert r2.status == "ok", r2.message + r2.log[-2000:]
     t2 = collectives.tidy([r2])
     assert set(t2.op) == {"all_reduce", "all_to_all"} and (t2.world_size == 2).all()
+
+
+def test_nccl_api_needs_the_nccl_backend_and_a_known_name():
+    with pytest.raises(CollectiveConfigError, match="api = 'nccl' calls libnccl"):
+        collectives.check_method("gloo", "eager", "host", "in-place", 0, api="nccl")
+    with pytest.raises(CollectiveConfigError, match="api = 'mpi' is not known"):
+        collectives.check_method("nccl", "eager", "host", "in-place", 0, api="mpi")
+    assert collectives._harness_label({"harness": "graph", "timer": "host", "api": "nccl"}) == "graph+host_timer+libnccl"
+    assert collectives._harness_label({"harness": "graph", "timer": "host"}) == "graph+host_timer"
+
+
+def test_nccl_api_worker_refuses_gloo_with_a_clear_error(tmp_path):
+    # the worker itself, started as torchrun starts it, on the CPU: it must name the option and the fix
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    p = subprocess.run([sys.executable, "-m", "helpers.collective_worker", "--backend", "gloo", "--sizes", "64",
+                        "--api", "nccl", "--out", str(tmp_path / "o.jsonl")], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert p.returncode != 0 and "--api nccl needs --backend nccl" in p.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
+def test_ncclbind_on_a_cpu_build_says_what_is_missing():
+    from helpers import ncclbind
+
+    try:
+        lib = ncclbind.library()
+    except ncclbind.NcclUnavailable as e:
+        assert "install a CUDA build of torch" in str(e)
+    else:  # a libnccl on the library path of a CPU machine still binds and reports its version
+        assert lib.version().count(".") == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.timeout(300)
+def test_nccl_api_eager_and_graph_on_every_gpu(tmp_path):
+    n = min(torch.cuda.device_count(), 2)
+    for harness, placement in (("eager", "in-place"), ("graph", "out-of-place")):
+        r = collectives.run_collectives("nccl", n, [4096, 2**20], warmup=2, iters=5, repeats=2, timeout_s=150,
+                                        workdir=tmp_path, harness=harness, timer="host", placement=placement,
+                                        rotate_bytes=2**22, api="nccl", start="aligned" if n > 1 else "barrier")
+        assert r.status == "ok", r.message + r.log[-2000:]
+        t = collectives.tidy([r])
+        assert set(t.op) == {"all_reduce", "all_to_all"} and (t.world_size == n).all() and (t.time_us > 0).all()
+        assert t.harness.str.endswith("+libnccl").all()
 
 
 def test_best_variant_ranks_the_variant_method_rows_and_says_when_a_win_is_clear():

@@ -129,3 +129,21 @@ def test_two_gpus_peer_and_bounce_move_the_data_and_skip_graph_with_the_reason()
         issue()
         torch.cuda.synchronize(0), torch.cuda.synchronize(1)
         assert issue.dst.device.index == 1 and bool((issue.dst == 1).all()), (path, harness)
+
+
+def test_reverse_is_for_the_peer_path_only():
+    with pytest.raises(ValueError, match="reverse=True is for the peer path only"):
+        copybench.measure("same_device", 64, "eager", iters=1, repeats=1, warmup=0, reverse=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2
+                    or not torch.cuda.can_device_access_peer(1, 0), reason="needs two GPUs with peer access")
+def test_reverse_peer_copy_moves_data_from_gpu1_to_gpu0():
+    issue, dev = copybench._buffers("peer", 4096, "queued", reverse=True)
+    assert dev == torch.device("cuda", 1) and issue.dst.device == torch.device("cuda", 0)
+    issue()
+    torch.cuda.synchronize(0), torch.cuda.synchronize(1)
+    assert bool(torch.all(issue.dst == 1))
+    st = copybench.measure("peer", 2**24, "queued", iters=5, repeats=3, warmup=2, reverse=True)
+    assert st["time_us"] > 0

@@ -219,6 +219,29 @@ def test_copy_rows_name_how_a_peer_copy_was_issued_where_the_run_recorded_it():
     assert fidelity.COPY_HARNESS_LABELS["eager"] + "; torch copy_" in methods
 
 
+def test_copy_rows_set_each_peer_direction_against_the_tools_same_direction():
+    m = fidelity.parse_p2p(P2P_OUT_2)
+    big, small = fidelity.P2P_LARGE_BYTES, fidelity.P2P_SMALL_BYTES
+    back_bw = m["bw_uni_p2p_on"][1][0]
+    cp = pd.DataFrame([
+        {"path": "peer", "harness": "queued", "size_bytes": big, "time_us": 1.0, "p2ptest_GBps": 380.0,
+         "src_gpu": 0, "dst_gpu": 1},
+        {"path": "peer", "harness": "queued", "size_bytes": big, "time_us": 1.0, "p2ptest_GBps": back_bw * 1.2,
+         "src_gpu": 1, "dst_gpu": 0},
+        {"path": "peer", "harness": "queued", "size_bytes": small, "time_us": 1.5, "p2ptest_GBps": 0.0,
+         "src_gpu": 1, "dst_gpu": 0},
+    ])
+    t = pd.DataFrame(fidelity.copy_rows(m, cp, "2x GPU"), columns=fidelity.COLUMNS)
+    fwd = t[(t.quantity == "GPU 0 -> GPU 1 peer copy bandwidth") & t.same_method]
+    assert len(fwd) == 1 and fwd.iloc[0].ours_value == 380.0          # the reverse row is not mixed in
+    back = t[t.quantity == "GPU 1 -> GPU 0 peer copy bandwidth"].iloc[0]
+    assert back.tool_value == back_bw and back.ratio == pytest.approx(1.2) and bool(back.same_method)
+    assert not back.within_tolerance                                  # 20 % off: the verdict must show it
+    lat = t[t.quantity == "GPU 1 -> GPU 0 peer copy, 16 B, GPU time per copy"].iloc[0]
+    assert lat.tool_value == m["lat_p2p_on_gpu"][1][0] and lat.ours_value == 1.5 and "GPU 1 -> GPU 0" in lat.tool_setting
+    assert not fidelity.verdict(t).set_index("quantity").loc["GPU 1 -> GPU 0 peer copy bandwidth"].holds
+
+
 def test_gap_summary_sets_each_method_against_the_one_process_per_gpu_tool():
     rows = []
     for size in (8, 1024, 2**20):

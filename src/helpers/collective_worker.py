@@ -25,6 +25,11 @@ Options that make the timing match nccl-tests' own (benchmarks/fidelity.py compa
                        of launching as soon as its own barrier call returns. torch.distributed's barrier
                        releases ranks tens of us apart; a rank that starts early times its wait for the
                        others, which nccl-tests' in-process thread barrier mostly avoids. One host only.
+  --api nccl           issue each collective as ncclAllReduce (all_to_all: grouped ncclSend/ncclRecv) on a
+                       communicator of its own, through helpers.ncclbind, instead of through
+                       torch.distributed: the call sglang's decode makes (its pynccl binding) and the one
+                       nccl-tests times. torch.distributed still does the barriers and gathers the times.
+                       out-of-place is then NCCL's own out-of-place call, as in nccl-tests.
 
 Every point also records `start_skew_us`: per repeat, the spread of the ranks' launch instants on the
 host's monotonic clock (max - min), where all ranks share one host (else null).
@@ -65,6 +70,8 @@ def _parse(argv):
                     help="pool size for rotating buffer offsets (nccl-tests style); 0 keeps one buffer")
     ap.add_argument("--rank-start", dest="start", default="barrier", choices=["barrier", "aligned"],
                     help="how ranks start a timed block: as their barrier returns, or at one shared deadline")
+    ap.add_argument("--api", default="torch", choices=["torch", "nccl"],
+                    help="issue collectives through torch.distributed or as NCCL calls (helpers.ncclbind)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--hang-rank", type=int, default=-1,
                     help="testing only: this rank sleeps forever before the first collective")
@@ -73,6 +80,8 @@ def _parse(argv):
 
 def main(argv=None) -> int:
     a = _parse(argv if argv is not None else sys.argv[1:])
+    if a.api == "nccl" and a.backend != "nccl":
+        raise SystemExit(f"--api nccl needs --backend nccl (a CUDA GPU per rank); got --backend {a.backend}")
     stacks_after = float(os.environ.get("COLLECTIVE_WORKER_STACKS_AFTER_S", "0") or 0)
     if stacks_after > 0:  # diagnosing a hang: every thread's stack goes to stderr after this many seconds
         import faulthandler
@@ -98,6 +107,16 @@ def main(argv=None) -> int:
     if a.start == "aligned" and not one_host:
         raise SystemExit(f"--rank-start aligned needs every rank on one host (they share its monotonic clock); the "
                          f"ranks are on {len(set(hosts))} hosts: use --rank-start barrier")
+    comm = None
+    if a.api == "nccl":  # a communicator of our own, as sglang's pynccl makes: rank 0's id goes to every rank
+        from helpers import ncclbind
+
+        lib = ncclbind.library()
+        uid = torch.zeros(ncclbind.UNIQUE_ID_BYTES, dtype=torch.uint8, device=device)
+        if rank == 0:
+            uid.copy_(torch.frombuffer(bytearray(lib.unique_id()), dtype=torch.uint8))
+        dist.broadcast(uid, 0)
+        comm = lib.init_rank(world, bytes(uid.cpu().tolist()), rank)
     dtype = getattr(torch, a.dtype)
     esize = torch.empty((), dtype=dtype).element_size()
     gpu = device.type == "cuda"
@@ -110,6 +129,13 @@ def main(argv=None) -> int:
         time.sleep(10**6)
 
     def run(op, x, y, placement="in-place"):
+        if comm is not None:  # the stream is looked up per call: under capture it is the capture stream
+            stream = torch.cuda.current_stream(device).cuda_stream
+            if op == "all_reduce":
+                comm.all_reduce(x, y if placement == "out-of-place" else x, stream)
+            else:
+                comm.all_to_all(x, y, stream)
+            return
         if op == "all_reduce":
             if placement == "out-of-place":
                 y.copy_(x)
@@ -212,7 +238,7 @@ def main(argv=None) -> int:
                     "dtype": a.dtype, "count": count, "size_bytes": nbytes, "iters": a.iters,
                     "repeats": a.repeats, "warmup": a.warmup, "times_us": times,
                     "placement": placement, "harness": a.harness, "timer": a.timer,
-                    "rotate_bytes": a.rotate_bytes, "start": a.start,
+                    "rotate_bytes": a.rotate_bytes, "start": a.start, "api": a.api,
                     "start_skew_us": skews if skews else None, "late_starts": late,
                     "device": torch.cuda.get_device_name(device) if gpu else "cpu",
                 }) + "\n")
@@ -228,6 +254,9 @@ def main(argv=None) -> int:
         sync()
         sys.stdout.flush(), sys.stderr.flush()
         os._exit(0)
+    if comm is not None:
+        sync()
+        comm.abort()
     dist.destroy_process_group()
     return 0
 

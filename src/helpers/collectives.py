@@ -32,6 +32,7 @@ HARNESSES = ("eager", "graph")          # graph: the block captured in one CUDA 
 TIMERS = ("events", "host")             # host: nccl-tests' clock (first launch to end of a synchronize)
 PLACEMENTS = ("in-place", "out-of-place")
 STARTS = ("barrier", "aligned")         # aligned: every rank launches at one deadline on the host clock
+APIS = ("torch", "nccl")                # nccl: ncclAllReduce called directly (helpers.ncclbind), as sglang's pynccl
 
 #: Always in the workers' environment: no NVLink SHARP multicast, no symmetric-memory multicast.
 BASE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "OMP_NUM_THREADS": "1"}
@@ -145,8 +146,15 @@ def check_request(backend: str, world_size, ops: Sequence[str]) -> None:
                                         f"the processes would share cores and time the scheduler: use world_size <= {n}")
 
 
-def check_method(backend: str, harness: str, timer: str, placement: str, rotate_bytes, start: str = "barrier") -> None:
+def check_method(backend: str, harness: str, timer: str, placement: str, rotate_bytes, start: str = "barrier",
+                 api: str = "torch") -> None:
     """Raise CollectiveConfigError for a timing method that does not exist or cannot run on `backend`."""
+    if api not in APIS:
+        raise CollectiveConfigError(f"api = {api!r} is not known; choose one of {APIS} (nccl: the collective is "
+                                    "issued as an NCCL call, as sglang's pynccl does)")
+    if api == "nccl" and backend != "nccl":
+        raise CollectiveConfigError(f"api = 'nccl' calls libnccl on CUDA tensors, which backend {backend!r} "
+                                    "does not use; use backend='nccl' on a GPU or api='torch'")
     if start not in STARTS:
         raise CollectiveConfigError(f"start = {start!r} is not known; choose one of {STARTS} (aligned: the "
                                     "ranks launch at one shared deadline, one host only)")
@@ -168,17 +176,19 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
                     env: dict[str, str] | None = None, warmup: int = 5, iters: int = 20, repeats: int = 3,
                     dtype: str = "float32", timeout_s: float = 120, hang_rank: int = -1,
                     workdir: str | Path | None = None, harness: str = "eager", timer: str = "events",
-                    placement: str = "in-place", rotate_bytes: int = 0, start: str = "barrier") -> RunResult:
+                    placement: str = "in-place", rotate_bytes: int = 0, start: str = "barrier",
+                    api: str = "torch") -> RunResult:
     """Launch one sweep with torchrun and collect its points. Bad requests raise CollectiveConfigError;
     a run that fails or hangs returns a RunResult with status 'failed' or 'timeout' and the error text.
 
     The defaults are the eager harness timed with CUDA events, all_reduce in place, one buffer. For
     nccl-tests' method use timer="host", rotate_bytes=<its max size> and harness="graph" for its -G 1;
     placement="out-of-place" copies the input into a second buffer and reduces that; start="aligned"
-    launches every rank at one deadline on the host clock instead of as its barrier returns (see
-    helpers.collective_worker)."""
+    launches every rank at one deadline on the host clock instead of as its barrier returns; api="nccl"
+    issues each collective as an NCCL call on a communicator of its own, as sglang's decode does through
+    its pynccl binding, instead of through torch.distributed (see helpers.collective_worker)."""
     check_request(backend, world_size, ops)
-    check_method(backend, harness, timer, placement, rotate_bytes, start)
+    check_method(backend, harness, timer, placement, rotate_bytes, start, api)
     sizes = parse_sizes(sizes)
     for k, v in (("warmup", warmup), ("iters", iters), ("repeats", repeats)):
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == "warmup" else 1):
@@ -193,7 +203,7 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
            "--sizes", ",".join(str(s) for s in sizes), "--dtype", dtype, "--warmup", str(warmup),
            "--iters", str(iters), "--repeats", str(repeats), "--variant", variant, "--out", str(out),
            "--hang-rank", str(hang_rank), "--harness", harness, "--timer", timer, "--placement", placement,
-           "--rotate-bytes", str(int(rotate_bytes)), "--rank-start", start]  # not --start: torchrun would take it for --start-method
+           "--rotate-bytes", str(int(rotate_bytes)), "--rank-start", start, "--api", api]  # not --start: torchrun would take it for --start-method
     full_env = {**os.environ, **BASE_ENV, **(env or {})}
     # the workers import helpers.collective_worker: make sure they find this package even where it is
     # used from a source tree that is on the parent's sys.path only (benchmarks/fidelity.py, a notebook)
@@ -216,7 +226,8 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
                f"the backend stalled); points finished before that are kept")
     wall = time.perf_counter() - t0
     rows = _read_points(out)
-    label = _harness_label({"harness": harness, "timer": timer, "rotate_bytes": rotate_bytes, "start": start})
+    label = _harness_label({"harness": harness, "timer": timer, "rotate_bytes": rotate_bytes, "start": start,
+                            "api": api})
     return RunResult(variant, backend, world_size, status, proc.returncode, wall, msg, rows, text or "", label)
 
 
@@ -413,7 +424,9 @@ def measure_direct(sizes, placement: str = "in-place", harness: str = "eager", t
 
 def _harness_label(point: dict) -> str:
     """'eager' / 'graph', with '+host_timer' where the block was timed by nccl-tests' host clock and
-    '+rotate' where buffers rotated, '+aligned' where ranks launched at one deadline; older points (no such fields) are eager with CUDA events."""
+    '+rotate' where buffers rotated, '+aligned' where ranks launched at one deadline, '+libnccl' where the
+    collective was an NCCL call of our own rather than torch.distributed's; older points (no such fields)
+    are eager with CUDA events through torch.distributed."""
     label = point.get("harness", "eager")
     if point.get("timer", "events") == "host":
         label += "+host_timer"
@@ -421,6 +434,8 @@ def _harness_label(point: dict) -> str:
         label += "+rotate"
     if point.get("start", "barrier") == "aligned":
         label += "+aligned"
+    if point.get("api", "torch") == "nccl":
+        label += "+libnccl"
     return label
 
 

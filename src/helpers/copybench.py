@@ -292,8 +292,9 @@ def issued_by(path: str, harness: str) -> str:
     return RAW_PEER_CALLS.get(harness, "torch copy_") if path == "peer" else "torch copy_"
 
 
-def _buffers(path: str, size: int, harness: str = "eager"):
-    """(issue, stream_device) where issue() performs one copy of `size` bytes on `path`."""
+def _buffers(path: str, size: int, harness: str = "eager", reverse: bool = False):
+    """(issue, stream_device) where issue() performs one copy of `size` bytes on `path`; reverse: the peer
+    copy goes GPU 1 -> GPU 0, issued on GPU 1's stream."""
     import torch
 
     u8 = torch.uint8
@@ -306,6 +307,8 @@ def _buffers(path: str, size: int, harness: str = "eager"):
         return (lambda: dst.copy_(src, non_blocking=True)), d0
     if path == "peer":
         d1 = torch.device("cuda", 1)
+        if reverse:
+            d0, d1 = d1, d0
         src, dst = torch.ones(size, dtype=u8, device=d0), torch.zeros(size, dtype=u8, device=d1)
         call = issued_by(path, harness)
         if call != "torch copy_":
@@ -428,9 +431,14 @@ def _time_queued(issue: Callable, dev, iters: int, repeats: int) -> list[float]:
         return out
 
 
-def measure(path: str, size: int, harness: str, iters: int, repeats: int, warmup: int) -> dict:
-    """Time one (path, size, harness) point; returns the per-copy statistics in microseconds."""
+def measure(path: str, size: int, harness: str, iters: int, repeats: int, warmup: int,
+            reverse: bool = False) -> dict:
+    """Time one (path, size, harness) point; returns the per-copy statistics in microseconds. reverse=True
+    times the peer path the other way, GPU 1 -> GPU 0 (p2pBandwidthLatencyTest's other off-diagonal)."""
     import torch
+
+    if reverse and path != "peer":
+        raise ValueError(f"reverse=True is for the peer path only (GPU 1 -> GPU 0); path {path!r} has one direction")
 
     if path == "cpu_memcpy":  # one thread: a memcpy, not torch's parallel copy fighting other processes
         n_threads = torch.get_num_threads()
@@ -439,13 +447,14 @@ def measure(path: str, size: int, harness: str, iters: int, repeats: int, warmup
             return _measure(path, size, harness, iters, repeats, warmup)
         finally:
             torch.set_num_threads(n_threads)
-    return _measure(path, size, harness, iters, repeats, warmup)
+    return _measure(path, size, harness, iters, repeats, warmup, reverse)
 
 
-def _measure(path: str, size: int, harness: str, iters: int, repeats: int, warmup: int) -> dict:
+def _measure(path: str, size: int, harness: str, iters: int, repeats: int, warmup: int,
+             reverse: bool = False) -> dict:
     import torch
 
-    issue, dev = _buffers(path, size, harness)
+    issue, dev = _buffers(path, size, harness, reverse)
     sync = (lambda: torch.cuda.synchronize()) if dev is not None else (lambda: None)
     if _graph_cross_device(path, harness):
         raise PathUnavailable(GRAPH_CROSS_DEVICE)

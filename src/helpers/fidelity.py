@@ -229,6 +229,10 @@ def copy_rows(m: dict, cp: pd.DataFrame, device: str) -> list[dict]:
     for path, p2p, i, j, setting, what, same in specs:
         bw_m, lat_m = m.get(f"bw_uni_p2p_{p2p}") or [], m.get(f"lat_p2p_{p2p}_gpu") or []
         mine = cp[cp.path == path]
+        back = mine.iloc[0:0]
+        if "src_gpu" in mine.columns:   # runs that also timed the peer path GPU 1 -> GPU 0
+            back = mine[mine.src_gpu == j]
+            mine = mine[mine.src_gpu != j]
         if mine.empty or len(bw_m) <= i or len(bw_m[i]) <= j:
             continue
         b = mine[mine.size_bytes == big].set_index("harness")
@@ -260,6 +264,19 @@ def copy_rows(m: dict, cp: pd.DataFrame, device: str) -> list[dict]:
                                 f"unidirectional, P2P=Enabled (writes), GPU {j} -> GPU {i} (the other direction)",
                                 big, "GB/s", bw_m[j][i], float(b.loc["queued", "p2ptest_GBps"]),
                                 label("queued") + f"; GPU {i} -> GPU {j}", False, tol, device))
+            # our own GPU 1 -> GPU 0 copy against the tool's: the same direction and method, counted
+            bb = back[(back.size_bytes == big) & (back.harness == "queued")]
+            if len(bb):
+                rows.append(row(f"GPU {j} -> GPU {i} peer copy bandwidth", "p2pBandwidthLatencyTest",
+                                f"unidirectional, P2P=Enabled (writes), GPU {j} -> GPU {i}", big, "GB/s",
+                                bw_m[j][i], float(bb.iloc[0]["p2ptest_GBps"]),
+                                label("queued") + f"; GPU {j} -> GPU {i}", True, tol, device))
+            bs = back[(back.size_bytes == small) & (back.harness == "queued")]
+            if len(bs) and len(lat_m) > j and len(lat_m[j]) > i:
+                rows.append(row(f"GPU {j} -> GPU {i} peer copy, 16 B, GPU time per copy", "p2pBandwidthLatencyTest",
+                                f"latency, {setting.replace(f'GPU {i} -> GPU {j}', f'GPU {j} -> GPU {i}')}, GPU",
+                                small, "us", lat_m[j][i], float(bs.iloc[0]["time_us"]),
+                                label("queued") + f"; GPU {j} -> GPU {i}", True, None, device))
         cpu_m = m.get(f"lat_p2p_{p2p}_cpu") or []
         if path == "same_device" and "eager" in sm.index and cpu_m:
             rows.append(row("same-device copy, 16 B, host time per copy", "p2pBandwidthLatencyTest",
