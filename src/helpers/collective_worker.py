@@ -30,6 +30,9 @@ Options that make the timing match nccl-tests' own (benchmarks/fidelity.py compa
                        torch.distributed: the call sglang's decode makes (its pynccl binding) and the one
                        nccl-tests times. torch.distributed still does the barriers and gathers the times.
                        out-of-place is then NCCL's own out-of-place call, as in nccl-tests.
+  --control gloo       with --api nccl: barriers, the start deadline and the timings go through a gloo
+                       group, so the process holds no NCCL communicator but ours (nccl-tests' shape: its
+                       control plane is MPI).
 
 Every point also records `start_skew_us`: per repeat, the spread of the ranks' launch instants on the
 host's monotonic clock (max - min), where all ranks share one host (else null).
@@ -72,6 +75,9 @@ def _parse(argv):
                     help="how ranks start a timed block: as their barrier returns, or at one shared deadline")
     ap.add_argument("--api", default="torch", choices=["torch", "nccl"],
                     help="issue collectives through torch.distributed or as NCCL calls (helpers.ncclbind)")
+    ap.add_argument("--control", default="backend", choices=["backend", "gloo"],
+                    help="with --api nccl: the process group for barriers and timings (gloo: torch makes no NCCL "
+                         "communicator of its own)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--hang-rank", type=int, default=-1,
                     help="testing only: this rank sleeps forever before the first collective")
@@ -82,6 +88,8 @@ def main(argv=None) -> int:
     a = _parse(argv if argv is not None else sys.argv[1:])
     if a.api == "nccl" and a.backend != "nccl":
         raise SystemExit(f"--api nccl needs --backend nccl (a CUDA GPU per rank); got --backend {a.backend}")
+    if a.control == "gloo" and a.api != "nccl":
+        raise SystemExit("--control gloo is for --api nccl (torch.distributed's collectives need their backend)")
     stacks_after = float(os.environ.get("COLLECTIVE_WORKER_STACKS_AFTER_S", "0") or 0)
     if stacks_after > 0:  # diagnosing a hang: every thread's stack goes to stderr after this many seconds
         import faulthandler
@@ -95,10 +103,14 @@ def main(argv=None) -> int:
     if a.backend == "nccl":
         torch.cuda.set_device(local)
         device = torch.device("cuda", local)
-        dist.init_process_group("nccl", device_id=device)
+        if a.control == "gloo":   # no NCCL communicator of torch's in the process: ours is the only one
+            dist.init_process_group("gloo")
+        else:
+            dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
+    ctrl = torch.device("cpu") if a.control == "gloo" else device   # where barriers' and timings' tensors live
     import socket
 
     hosts = [None] * world
@@ -112,7 +124,7 @@ def main(argv=None) -> int:
         from helpers import ncclbind
 
         lib = ncclbind.library()
-        uid = torch.zeros(ncclbind.UNIQUE_ID_BYTES, dtype=torch.uint8, device=device)
+        uid = torch.zeros(ncclbind.UNIQUE_ID_BYTES, dtype=torch.uint8, device=ctrl)
         if rank == 0:
             uid.copy_(torch.frombuffer(bytearray(lib.unique_id()), dtype=torch.uint8))
         dist.broadcast(uid, 0)
@@ -205,7 +217,7 @@ def main(argv=None) -> int:
                 sync()
                 if a.start == "aligned":
                     dl = torch.tensor([_now_ns() + START_LEAD_NS if rank == 0 else 0], dtype=torch.int64,
-                                      device=device)
+                                      device=ctrl)
                     dist.broadcast(dl, 0)
                     deadline = int(dl.item())
                     late += _now_ns() > deadline
@@ -225,11 +237,11 @@ def main(argv=None) -> int:
                     issue()
                     sync()
                     t_us = (time.perf_counter() - t0) * 1e6 / a.iters
-                tt = torch.tensor([t_us], dtype=torch.float64, device=device)
+                tt = torch.tensor([t_us], dtype=torch.float64, device=ctrl)
                 dist.all_reduce(tt)                        # mean over ranks, as nccl-tests reports
                 times.append(float(tt.item()) / world)
                 if one_host and world > 1:                 # how far apart the ranks launched
-                    lt = torch.tensor([launched_ns, -launched_ns], dtype=torch.int64, device=device)
+                    lt = torch.tensor([launched_ns, -launched_ns], dtype=torch.int64, device=ctrl)
                     dist.all_reduce(lt, op=dist.ReduceOp.MAX)
                     skews.append((int(lt[0]) + int(lt[1])) / 1e3)
             if out is not None:
@@ -238,7 +250,7 @@ def main(argv=None) -> int:
                     "dtype": a.dtype, "count": count, "size_bytes": nbytes, "iters": a.iters,
                     "repeats": a.repeats, "warmup": a.warmup, "times_us": times,
                     "placement": placement, "harness": a.harness, "timer": a.timer,
-                    "rotate_bytes": a.rotate_bytes, "start": a.start, "api": a.api,
+                    "rotate_bytes": a.rotate_bytes, "start": a.start, "api": a.api, "control": a.control,
                     "start_skew_us": skews if skews else None, "late_starts": late,
                     "device": torch.cuda.get_device_name(device) if gpu else "cpu",
                 }) + "\n")

@@ -177,7 +177,7 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
                     dtype: str = "float32", timeout_s: float = 120, hang_rank: int = -1,
                     workdir: str | Path | None = None, harness: str = "eager", timer: str = "events",
                     placement: str = "in-place", rotate_bytes: int = 0, start: str = "barrier",
-                    api: str = "torch") -> RunResult:
+                    api: str = "torch", control: str = "backend") -> RunResult:
     """Launch one sweep with torchrun and collect its points. Bad requests raise CollectiveConfigError;
     a run that fails or hangs returns a RunResult with status 'failed' or 'timeout' and the error text.
 
@@ -186,9 +186,13 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
     placement="out-of-place" copies the input into a second buffer and reduces that; start="aligned"
     launches every rank at one deadline on the host clock instead of as its barrier returns; api="nccl"
     issues each collective as an NCCL call on a communicator of its own, as sglang's decode does through
-    its pynccl binding, instead of through torch.distributed (see helpers.collective_worker)."""
+    its pynccl binding, instead of through torch.distributed; with it, control="gloo" keeps torch's own
+    NCCL communicator out of the process (see helpers.collective_worker)."""
     check_request(backend, world_size, ops)
     check_method(backend, harness, timer, placement, rotate_bytes, start, api)
+    if control not in ("backend", "gloo") or (control == "gloo" and api != "nccl"):
+        raise CollectiveConfigError(f"control = {control!r}: choose 'backend', or 'gloo' with api='nccl' (barriers "
+                                    "and timings through gloo, so our NCCL communicator is the process's only one)")
     sizes = parse_sizes(sizes)
     for k, v in (("warmup", warmup), ("iters", iters), ("repeats", repeats)):
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == "warmup" else 1):
@@ -203,7 +207,8 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
            "--sizes", ",".join(str(s) for s in sizes), "--dtype", dtype, "--warmup", str(warmup),
            "--iters", str(iters), "--repeats", str(repeats), "--variant", variant, "--out", str(out),
            "--hang-rank", str(hang_rank), "--harness", harness, "--timer", timer, "--placement", placement,
-           "--rotate-bytes", str(int(rotate_bytes)), "--rank-start", start, "--api", api]  # not --start: torchrun would take it for --start-method
+           "--rotate-bytes", str(int(rotate_bytes)), "--rank-start", start,  # not --start: torchrun would take it for --start-method
+           "--api", api, "--control", control]
     full_env = {**os.environ, **BASE_ENV, **(env or {})}
     # the workers import helpers.collective_worker: make sure they find this package even where it is
     # used from a source tree that is on the parent's sys.path only (benchmarks/fidelity.py, a notebook)
@@ -227,7 +232,7 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
     wall = time.perf_counter() - t0
     rows = _read_points(out)
     label = _harness_label({"harness": harness, "timer": timer, "rotate_bytes": rotate_bytes, "start": start,
-                            "api": api})
+                            "api": api, "control": control})
     return RunResult(variant, backend, world_size, status, proc.returncode, wall, msg, rows, text or "", label)
 
 
@@ -436,6 +441,8 @@ def _harness_label(point: dict) -> str:
         label += "+aligned"
     if point.get("api", "torch") == "nccl":
         label += "+libnccl"
+    if point.get("control", "backend") == "gloo":
+        label += "+gloo_control"
     return label
 
 
