@@ -4,16 +4,20 @@
 
 BUILD is benchmarks/fidelity/build.sh's output (all_reduce_perf and all_reduce_perf_mpi). On two H200s
 our graph harness (torch.distributed all_reduce captured in one CUDA graph, host timer) came out ~3 us
-per call slower than nccl-tests `-t 2 -g 1 -G 1` below 1 MiB. Three suspects, each measured here on the
+per call slower than nccl-tests `-t 2 -g 1 -G 1` below 1 MiB. The suspects, each measured here on the
 same sizes (--min to --max bytes, x2) for each block length (--iters: collectives per CUDA graph):
 
-  start skew      ours with the ranks launched as their barrier returns (`barrier`) and at one shared
-                  deadline (`aligned`); each point records the measured launch skew between ranks.
-                  Skew s adds about s / (2 n) us per call to a rank-averaged block of n calls.
+  start skew      every rank of ours launches at one shared deadline (`aligned`); each point records the
+                  measured launch skew between ranks. Skew s adds about s / (2 n) us per call to a
+                  rank-averaged block of n calls. (The run of 2026-11-29 also launched as each rank's
+                  barrier returned: 2.4 us of skew against 0.2 us, and no change in the gap.)
   graph mixing    NCCL_GRAPH_MIXING_SUPPORT=0 for ours and the tool: NCCL then stops serializing each
                   captured collective against the communicator's other work.
   launch shape    nccl-tests with one thread per GPU in one process (-t N -g 1) and with one process
-                  per GPU (-np N: built against benchmarks/fidelity/mpishim), which is ours.
+                  per GPU (-np N: built against benchmarks/fidelity/mpishim), which is ours (--shapes).
+  the stream      ours with the graph launched on the legacy default stream (what a torch program does
+                  unless it picks a stream, and what our worker did before) and on a stream created
+                  non-blocking, as nccl-tests creates its streams.
   the call        ours issuing ncclAllReduce itself on a communicator of its own (helpers.ncclbind, as
                   sglang's pynccl does) instead of torch.distributed's all_reduce.
 
@@ -51,6 +55,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max", default="1MiB")
     ap.add_argument("--repeats", type=int, default=7, help="timed blocks per point (ours)")
     ap.add_argument("--tool-repeats", type=int, default=3)
+    ap.add_argument("--shapes", default="procs", help="nccl-tests launch shapes: procs (-np N -g 1), threads "
+                                                       "(-t N -g 1), or both, comma-separated")
     a = ap.parse_args(argv)
     import torch
 
@@ -60,7 +66,11 @@ def main(argv=None) -> int:
         return 2
     bins = {"threads": Path(a.build) / "nccl-tests" / "all_reduce_perf",
             "procs": Path(a.build) / "nccl-tests" / "all_reduce_perf_mpi"}
-    missing = [str(b) for b in bins.values() if not b.is_file()]
+    shapes = [x.strip() for x in a.shapes.split(",") if x.strip()]
+    if not shapes or set(shapes) - set(bins):
+        print(f"allreduce_gap: --shapes {a.shapes!r}: choose from {sorted(bins)}", file=sys.stderr)
+        return 2
+    missing = [str(bins[x]) for x in shapes if not bins[x].is_file()]
     if missing:
         print(f"allreduce_gap: {missing} missing; build them with benchmarks/fidelity/build.sh", file=sys.stderr)
         return 2
@@ -86,21 +96,22 @@ def main(argv=None) -> int:
                      "start_skew_us": float(np.median(skew)) if skew else np.nan})
 
     for it in iters_list:
-        ours = [("barrier", "default", "torch"), ("aligned", "default", "torch"),
-                ("aligned", "GRAPH_MIXING_SUPPORT=0", "torch"),
-                ("aligned", "default", "nccl"), ("aligned", "GRAPH_MIXING_SUPPORT=0", "nccl")]
-        for start, setting, api in ours:
+        ours = [  # (start, NCCL setting, api, stream)
+            ("aligned", "default", "torch", "legacy"), ("aligned", "default", "torch", "side"), ("aligned", "GRAPH_MIXING_SUPPORT=0", "torch", "side"),
+            ("aligned", "default", "nccl", "side"), ("aligned", "GRAPH_MIXING_SUPPORT=0", "nccl", "side")]
+        for start, setting, api, stream in ours:
             t0 = time.perf_counter()
             r = collectives.run_collectives("nccl", n, sizes, ops=("all_reduce",), warmup=5, iters=it,
                                             repeats=a.repeats, timeout_s=300, harness="graph", timer="host",
                                             rotate_bytes=rot, start=start,
                                             env=collectives.NCCL_VARIANTS[setting],
-                                            workdir=out / "points", api=api)
-            print(f"ours {api} {start} {setting} iters={it}: {r.status}, {len(r.rows)} points in "
+                                            workdir=out / "points", api=api, stream=stream)
+            print(f"ours {api} {start} {stream} {setting} iters={it}: {r.status}, {len(r.rows)} points in "
                   f"{time.perf_counter() - t0:.1f} s {r.message[-600:]}", flush=True)
             for p in r.rows:
-                add(it, f"ours, {start} start" + (", ncclAllReduce direct" if api == "nccl" else ""), setting, p["size_bytes"], p["times_us"], p.get("start_skew_us"))
-        for shape, setting in [(s, x) for s in bins for x in SETTINGS]:
+                add(it, f"ours, {start} start" + (", ncclAllReduce direct" if api == "nccl" else "")
+                    + (", legacy default stream" if stream == "legacy" else ", non-blocking stream"), setting, p["size_bytes"], p["times_us"], p.get("start_skew_us"))
+        for shape, setting in [(s, x) for s in shapes for x in SETTINGS]:
             args = ["-b", str(min(sizes)), "-e", str(rot), "-f", "2", "-g", "1", "-G", "1", "-n", str(it), "-w", "5"]
             runs = []
             for k in range(a.tool_repeats):

@@ -163,8 +163,7 @@ def main(argv=None) -> int:
     runs += [("default",) + x for x in aligned]
     for v in variants[1:]:
         runs += [(v, "eager", "host", "in-place", MAX_BYTES, "barrier", "torch"),
-                 (v, "graph", "host", "in-place", MAX_BYTES, "barrier", "torch"),
-                 (v, "graph", "host", "in-place", MAX_BYTES, "barrier", "nccl")]
+                 (v, "graph", "host", "in-place", MAX_BYTES, "barrier", "torch")]
         runs += [(v,) + x for x in aligned]
     results = []
     for v, h, tm, pl, rot, start, api in runs:

@@ -32,6 +32,7 @@ HARNESSES = ("eager", "graph")          # graph: the block captured in one CUDA 
 TIMERS = ("events", "host")             # host: nccl-tests' clock (first launch to end of a synchronize)
 PLACEMENTS = ("in-place", "out-of-place")
 STARTS = ("barrier", "aligned")         # aligned: every rank launches at one deadline on the host clock
+STREAMS = ("side", "legacy")            # legacy: the GPU work on the legacy default stream
 APIS = ("torch", "nccl")                # nccl: ncclAllReduce called directly (helpers.ncclbind), as sglang's pynccl
 
 #: Always in the workers' environment: no NVLink SHARP multicast, no symmetric-memory multicast.
@@ -177,7 +178,7 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
                     dtype: str = "float32", timeout_s: float = 120, hang_rank: int = -1,
                     workdir: str | Path | None = None, harness: str = "eager", timer: str = "events",
                     placement: str = "in-place", rotate_bytes: int = 0, start: str = "barrier",
-                    api: str = "torch", control: str = "backend") -> RunResult:
+                    api: str = "torch", control: str = "backend", stream: str = "side") -> RunResult:
     """Launch one sweep with torchrun and collect its points. Bad requests raise CollectiveConfigError;
     a run that fails or hangs returns a RunResult with status 'failed' or 'timeout' and the error text.
 
@@ -187,7 +188,11 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
     launches every rank at one deadline on the host clock instead of as its barrier returns; api="nccl"
     issues each collective as an NCCL call on a communicator of its own, as sglang's decode does through
     its pynccl binding, instead of through torch.distributed; with it, control="gloo" keeps torch's own
-    NCCL communicator out of the process (see helpers.collective_worker)."""
+    NCCL communicator out of the process. stream="legacy" puts the GPU work on the legacy default stream
+    instead of a non-blocking one (see helpers.collective_worker)."""
+    if stream not in STREAMS:
+        raise CollectiveConfigError(f"stream = {stream!r} is not known; choose one of {STREAMS} (side: a "
+                                    "non-blocking stream, as nccl-tests uses; legacy: the legacy default stream)")
     check_request(backend, world_size, ops)
     check_method(backend, harness, timer, placement, rotate_bytes, start, api)
     if control not in ("backend", "gloo") or (control == "gloo" and api != "nccl"):
@@ -208,7 +213,7 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
            "--iters", str(iters), "--repeats", str(repeats), "--variant", variant, "--out", str(out),
            "--hang-rank", str(hang_rank), "--harness", harness, "--timer", timer, "--placement", placement,
            "--rotate-bytes", str(int(rotate_bytes)), "--rank-start", start,  # not --start: torchrun would take it for --start-method
-           "--api", api, "--control", control]
+           "--api", api, "--control", control, "--stream", stream]
     full_env = {**os.environ, **BASE_ENV, **(env or {})}
     # the workers import helpers.collective_worker: make sure they find this package even where it is
     # used from a source tree that is on the parent's sys.path only (benchmarks/fidelity.py, a notebook)
@@ -232,7 +237,7 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
     wall = time.perf_counter() - t0
     rows = _read_points(out)
     label = _harness_label({"harness": harness, "timer": timer, "rotate_bytes": rotate_bytes, "start": start,
-                            "api": api, "control": control})
+                            "api": api, "control": control, "stream": stream})
     return RunResult(variant, backend, world_size, status, proc.returncode, wall, msg, rows, text or "", label)
 
 
@@ -430,8 +435,10 @@ def measure_direct(sizes, placement: str = "in-place", harness: str = "eager", t
 def _harness_label(point: dict) -> str:
     """'eager' / 'graph', with '+host_timer' where the block was timed by nccl-tests' host clock and
     '+rotate' where buffers rotated, '+aligned' where ranks launched at one deadline, '+libnccl' where the
-    collective was an NCCL call of our own rather than torch.distributed's; older points (no such fields)
-    are eager with CUDA events through torch.distributed."""
+    collective was an NCCL call of our own rather than torch.distributed's, '+gloo_control' where the
+    barriers went through gloo, '+legacy_stream' where the GPU work went to the legacy default stream.
+    Older points (no such fields) are eager with CUDA events through torch.distributed; the GPU points
+    among them ran on the legacy default stream, as the worker did before it had --stream."""
     label = point.get("harness", "eager")
     if point.get("timer", "events") == "host":
         label += "+host_timer"
@@ -443,6 +450,8 @@ def _harness_label(point: dict) -> str:
         label += "+libnccl"
     if point.get("control", "backend") == "gloo":
         label += "+gloo_control"
+    if point.get("stream") == "legacy":
+        label += "+legacy_stream"
     return label
 
 

@@ -26,12 +26,14 @@ FIT_COLUMNS = ["scope", "path", "harness", "variant", "backend", "world_size", "
                "beta_GBps", "median_rel_err", "max_rel_err", "n_points", "min_bytes", "max_bytes", "kind"]
 
 RECORDED_PATH = "recorded_vm_gpu0_to_gpu1"
-#: How the NCCL variants are timed on two GPUs or more: every variant's collectives captured in one CUDA
-#: graph (as SGLang's decode step runs them), nccl-tests' host clock, every rank launching at one shared
-#: deadline. With the eager harness a per-call host cost of tens of us, which moves between launches,
-#: decided which variant "won" at decode sizes; this method leaves only what NCCL and the link do.
-VARIANT_METHOD = {"harness": "graph", "timer": "host", "start": "aligned"}
-VARIANT_HARNESS_LABEL = collectives._harness_label(VARIANT_METHOD)   # "graph+host_timer+aligned"
+#: How the NCCL variants are timed on two GPUs or more: as sglang's decode step issues its all-reduce when
+#: the custom all-reduce is off (the investigation's case), ncclAllReduce called directly (its pynccl
+#: binding; here helpers.ncclbind) inside one CUDA graph, timed by nccl-tests' host clock with every
+#: rank launching at one shared deadline, on a non-blocking stream. With the eager harness a per-call host
+#: cost of tens of us, which moves between launches, decided which variant "won" at decode sizes; this
+#: method leaves only what NCCL and the link do.
+VARIANT_METHOD = {"harness": "graph", "timer": "host", "start": "aligned", "api": "nccl"}
+VARIANT_HARNESS_LABEL = collectives._harness_label(VARIANT_METHOD)   # "graph+host_timer+aligned+libnccl"
 #: The default launched once more after every variant, by VARIANT_METHOD: how far one setting moves
 #: between two launches, which a variant's win must exceed before it counts.
 REPEAT_VARIANT = "default, second launch"

@@ -4,8 +4,7 @@ This is how sglang's decode step issues its all-reduce when the custom all-reduc
 investigation's case: more than two PCIe GPUs, or no P2P): its PyNcclCommunicator binds libnccl with
 ctypes and calls ncclAllReduce on the current stream inside the CUDA graph, not through
 torch.distributed. nccl-tests calls the same function. Timing it here separates what NCCL and the link
-cost from what torch.distributed's ProcessGroupNCCL adds around each call (measured on two H200s:
-torch.distributed's captured all-reduce paid NCCL's graph-mixing cost, nccl-tests' did not).
+cost from what torch.distributed's ProcessGroupNCCL adds around each call.
 
 The library is the libnccl that torch loaded (found in /proc/self/maps), so the NCCL version is
 torch's. torch.cuda.nccl.init_rank, which would give a per-process communicator, fails on torch 2.11
