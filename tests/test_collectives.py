@@ -269,6 +269,11 @@ def test_nccl_api_needs_the_nccl_backend_and_a_known_name():
         collectives.check_method("nccl", "eager", "host", "in-place", 0, api="mpi")
     assert collectives._harness_label({"harness": "graph", "timer": "host", "api": "nccl"}) == "graph+host_timer+libnccl"
     assert collectives._harness_label({"harness": "graph", "timer": "host"}) == "graph+host_timer"
+    assert collectives._harness_label({"harness": "graph", "stream": "legacy"}) == "graph+legacy_stream"
+    with pytest.raises(CollectiveConfigError, match="stream = 'blue' is not known"):
+        collectives.run_collectives("gloo", 2, [64], stream="blue")
+    with pytest.raises(CollectiveConfigError, match="control = 'gloo'"):
+        collectives.run_collectives("gloo", 2, [64], control="gloo")
 
 
 def test_nccl_api_worker_refuses_gloo_with_a_clear_error(tmp_path):
