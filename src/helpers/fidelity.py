@@ -342,9 +342,10 @@ def verdict(table: pd.DataFrame) -> pd.DataFrame:
 
 
 RESULT_FILES = ("benchmarks/results/fidelity-h200-20261129.csv",            # one H200
-                "benchmarks/results/fidelity-h200x2-20261129b/fidelity.csv")   # two H200s, NVLink
-#: benchmarks/allreduce_gap.py on two H200s: start skew, graph length, NCCL graph mixing, launch shape
-GAP_FILE = "benchmarks/results/allreduce-gap-h200x2-20261129/allreduce_gap.csv"
+                "benchmarks/results/fidelity-h200x2-20261129c/fidelity.csv")   # two H200s, NVLink
+#: benchmarks/allreduce_gap.py on two H200s: launch stream, graph length, NCCL graph mixing, the call
+#: (allreduce-gap-h200x2-20261129/ is the earlier run: start skew and launch shape)
+GAP_FILE = "benchmarks/results/allreduce-gap-h200x2-20261129b/allreduce_gap.csv"
 GAP_COLUMNS = ["iters", "method", "nccl_setting", "size_bytes", "time_us", "time_us_p10", "time_us_p90",
                "start_skew_us"]
 
@@ -411,7 +412,8 @@ def short_method(m: str) -> str:
     """A short legend label for an ours_method string."""
     if "copybench" in m:
         return m.split(" (")[0]
-    who = "direct ncclAllReduce" if "direct" in m else "torch.distributed"
+    who = ("ncclAllReduce per process" if "pynccl" in m else "direct ncclAllReduce" if "direct" in m
+           else "torch.distributed")
     how = "graph" if "graph" in m else "eager"
     return f"{who}, {how}" + (", aligned start" if "aligned" in m or "one deadline" in m else "")
 
