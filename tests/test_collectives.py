@@ -285,6 +285,21 @@ def test_nccl_api_worker_refuses_gloo_with_a_clear_error(tmp_path):
     assert p.returncode != 0 and "--api nccl needs --backend nccl" in p.stderr
 
 
+def test_aligned_start_across_hosts_is_refused_by_the_worker(tmp_path):
+    # torchrun says 1 of the 2 ranks is on this node: the ranks do not share one clock
+    import socket
+
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "0",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONPATH": os.pathsep.join(sys.path)}
+    p = subprocess.run([sys.executable, "-m", "helpers.collective_worker", "--backend", "gloo", "--sizes", "64",
+                        "--rank-start", "aligned", "--out", str(tmp_path / "o.jsonl")], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert p.returncode != 0 and "--rank-start aligned needs every rank on one host" in p.stderr, p.stderr[-2000:]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
 def test_ncclbind_on_a_cpu_build_says_what_is_missing():
     from helpers import ncclbind
@@ -350,4 +365,6 @@ def test_a_failed_launch_reports_the_failing_ranks_own_error():
         "helpers.collective_worker FAILED", "Root Cause (first observed failure):"])
     msg = collectives._tail(out)
     assert "invalid usage (ALGO=Tree)" in msg and "ChildFailedError" not in msg and "[rank0]" not in msg
+    assert msg.startswith("[rank1]: torch.distributed.DistBackendError")   # the cause first, then the traceback
+    assert msg.index("traceback:") < msg.index("line 3, in main")
     assert collectives._tail("just a plain error\n***\n") == "just a plain error"

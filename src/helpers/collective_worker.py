@@ -21,7 +21,7 @@ Options that make the timing match nccl-tests' own (benchmarks/fidelity.py compa
                        pool, as nccl-tests does with its max size, so a repeated call does not find its
                        data in the L2 cache
   --rank-start aligned after the barrier, every rank waits for one deadline on the host's monotonic clock
-                       (rank 0 picks it, START_LEAD_NS ahead, and broadcasts it) and launches then, instead
+                       (rank 0 picks it, START_LEAD_NS ahead, and sends it to all) and launches then, instead
                        of launching as soon as its own barrier call returns. torch.distributed's barrier
                        releases ranks tens of us apart; a rank that starts early times its wait for the
                        others, which nccl-tests' in-process thread barrier mostly avoids. One host only.
@@ -52,7 +52,7 @@ import os
 import sys
 import time
 
-START_LEAD_NS = 2_000_000   # the aligned start's deadline lies 2 ms after rank 0 picks it: the broadcast
+START_LEAD_NS = 2_000_000   # the aligned start's deadline lies 2 ms after rank 0 picks it: the all-reduce
                             # that carries it takes ~0.1 ms, so every rank has it before it passes
 
 
@@ -120,23 +120,24 @@ def main(argv=None) -> int:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
     ctrl = torch.device("cpu") if a.control == "gloo" else device   # where barriers' and timings' tensors live
-    import socket
-
-    hosts = [None] * world
-    dist.all_gather_object(hosts, socket.gethostname())
-    one_host = len(set(hosts)) == 1
+    # The control plane uses all-reduces only (barrier, sums, maxima): the NCCL variants' environment
+    # applies to torch's communicator too, and NCCL_ALGO=Tree leaves NCCL no algorithm for an all-gather
+    # or a broadcast (measured on two H200s: "no algorithm/protocol available for function AllGather").
+    # torchrun tells each rank how many ranks share its node: all of them share one host when that is all.
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    one_host = local_world == world
     if a.start == "aligned" and not one_host:
-        raise SystemExit(f"--rank-start aligned needs every rank on one host (they share its monotonic clock); the "
-                         f"ranks are on {len(set(hosts))} hosts: use --rank-start barrier")
+        raise SystemExit(f"--rank-start aligned needs every rank on one host (they share its monotonic clock); "
+                         f"{local_world} of the {world} ranks are on this one: use --rank-start barrier")
     comm = None
     if a.api == "nccl":  # a communicator of our own, as sglang's pynccl makes: rank 0's id goes to every rank
         from helpers import ncclbind
 
         lib = ncclbind.library()
-        uid = torch.zeros(ncclbind.UNIQUE_ID_BYTES, dtype=torch.uint8, device=ctrl)
+        uid = torch.zeros(ncclbind.UNIQUE_ID_BYTES, dtype=torch.int32, device=ctrl)
         if rank == 0:
-            uid.copy_(torch.frombuffer(bytearray(lib.unique_id()), dtype=torch.uint8))
-        dist.broadcast(uid, 0)
+            uid.copy_(torch.tensor(list(lib.unique_id()), dtype=torch.int32))
+        dist.all_reduce(uid)                     # only rank 0's is non-zero: the sum is its id, everywhere
         comm = lib.init_rank(world, bytes(uid.cpu().tolist()), rank)
     dtype = getattr(torch, a.dtype)
     esize = torch.empty((), dtype=dtype).element_size()
@@ -232,7 +233,7 @@ def main(argv=None) -> int:
                 if a.start == "aligned":
                     dl = torch.tensor([_now_ns() + START_LEAD_NS if rank == 0 else 0], dtype=torch.int64,
                                       device=ctrl)
-                    dist.broadcast(dl, 0)
+                    dist.all_reduce(dl, op=dist.ReduceOp.MAX)   # rank 0's deadline; the others sent 0
                     deadline = int(dl.item())
                     late += _now_ns() > deadline
                     while _now_ns() < deadline:

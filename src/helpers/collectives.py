@@ -254,7 +254,12 @@ def _tail(text: str | None, n: int = 1500) -> str:
     ranked = [ln for ln in lines if re.match(r"\[rank\d+\]:", ln)]
     if ranked:
         first = ranked[0].split(":", 1)[0]
-        return "\n".join(ln for ln in ranked if ln.startswith(first + ":"))[-n:]
+        mine = [ln for ln in ranked if ln.startswith(first + ":")]
+        # the exception and what follows it (NCCL's own "Last error") first: a table cell shows the start
+        exc = [i for i, ln in enumerate(mine) if re.match(r"\[rank\d+\]:\s*[\w.]+(Error|Exception)\b", ln)]
+        if exc:
+            mine = mine[exc[-1]:] + ["traceback:"] + mine[:exc[-1]]
+        return "\n".join(mine)[:n]
     return "\n".join(lines)[-n:]
 
 
