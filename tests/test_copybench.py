@@ -147,3 +147,10 @@ def test_reverse_peer_copy_moves_data_from_gpu1_to_gpu0():
     assert bool(torch.all(issue.dst == 1))
     st = copybench.measure("peer", 2**24, "queued", iters=5, repeats=3, warmup=2, reverse=True)
     assert st["time_us"] > 0
+
+
+def test_cudalibs_loads_a_library_this_process_mapped_and_says_none_otherwise():
+    from helpers import cudalibs
+
+    assert cudalibs.load("libc.so", []) is not None            # mapped into every CPython process on Linux
+    assert cudalibs.load("no-such-library-xyz", ["no-such-library-xyz.so.9"]) is None

@@ -246,19 +246,10 @@ def cudart():
 
     import torch
 
+    from .cudalibs import load
+
     torch.cuda.init()
-    try:
-        with open("/proc/self/maps") as f:
-            found = sorted({ln.split()[-1] for ln in f if "libcudart.so" in ln and ln.split()[-1].startswith("/")})
-    except OSError:
-        found = []
-    lib = None
-    for name in found + ["libcudart.so.13", "libcudart.so.12", "libcudart.so"]:
-        try:
-            lib = ctypes.CDLL(name)
-            break
-        except OSError:
-            continue
+    lib = load("libcudart.so", ["libcudart.so.13", "libcudart.so.12", "libcudart.so"])
     if lib is None:
         raise PathUnavailable("the CUDA runtime library (libcudart) that torch uses could not be loaded, so "
                               "cudaMemcpyPeerAsync cannot be called; the eager harness (torch's copy) still runs")

@@ -47,16 +47,11 @@ def _find() -> c.CDLL:
 
     if torch.cuda.is_available():
         torch.cuda.init()
-    try:
-        with open("/proc/self/maps") as f:
-            found = sorted({ln.split()[-1] for ln in f if "libnccl" in ln and ln.split()[-1].startswith("/")})
-    except OSError:
-        found = []
-    for name in found + ["libnccl.so.2", "libnccl.so"]:
-        try:
-            return c.CDLL(name)
-        except OSError:
-            continue
+    from .cudalibs import load
+
+    lib = load("libnccl", ["libnccl.so.2", "libnccl.so"])
+    if lib is not None:
+        return lib
     raise NcclUnavailable("no libnccl could be loaded in this process (torch has not loaded one and "
                           "libnccl.so.2 is not on the library path): install a CUDA build of torch, which "
                           "brings NCCL, or use the torch.distributed path (api='torch')")
