@@ -12,11 +12,12 @@ per NCCL variant in --variants; then our harness on the same sizes: all-reduce t
 helpers.collectives (torchrun, one process per GPU; eager and CUDA-graph harnesses, barrier and
 aligned starts; each collective issued through torch.distributed and, as sglang's decode issues it, as
 ncclAllReduce on a communicator of our own through helpers.ncclbind), ncclAllReduce called directly
-through torch.cuda.nccl from one process (the -g N shape), and copies through helpers.copybench at p2pBandwidthLatencyTest's sizes. Writes to OUTDIR:
+through torch.cuda.nccl from one process (the -g N shape), and copies through helpers.copybench at
+p2pBandwidthLatencyTest's sizes (the peer copy both ways). Writes to OUTDIR:
 
   fidelity.csv                       the comparison (helpers.fidelity.COLUMNS)
   nccl_tests_all_reduce[_threads|_procs][_graph][_<variant>][.rK].txt   each tool run's output
-  p2pBandwidthLatencyTest.txt        p2pBandwidthLatencyTest, stdout
+  p2pBandwidthLatencyTest[.rK].txt   p2pBandwidthLatencyTest's stdout, per run
   ours_collectives.csv, ours_copies.csv   our raw points
   meta.json, build.log               what ran where; `--compare OUTDIR` rebuilds fidelity.csv from these
 A tool that fails to build or run is reported and the rest still runs.
@@ -141,8 +142,11 @@ def main(argv=None) -> int:
                                   {**collectives.NCCL_VARIANTS[v], **visible}, procs=procs)
                     if k == 0:
                         print(text[-2500:], flush=True)
-    rc, text = sh([str(p2p_bin)], out / "p2pBandwidthLatencyTest.txt", 180, visible)
-    print(text[-4000:], flush=True)
+    for k in range(a.tool_repeats):   # each matrix cell is one sample per run: the repeats show its spread
+        rc, text = sh([str(p2p_bin)], out / f"p2pBandwidthLatencyTest{'' if k == 0 else f'.r{k + 1}'}.txt", 180,
+                      visible)
+        if k == 0:
+            print(text[-4000:], flush=True)
 
     # ---- ours: collectives through torch.distributed (torchrun, one process per GPU)
     runs = [  # (variant, harness, timer, placement, rotate, start, api)
@@ -302,11 +306,16 @@ def compare(out: Path) -> pd.DataFrame:
             if v == "default" and g.startswith("-g"):
                 rows += fidelity.compare_all_reduce(ng, direct, f"{g} -G 1", "graph+host_timer+rotate",
                                                     LABELS["direct graph"], True, device)
-    if tool_txt.get("p2pBandwidthLatencyTest") and len(cp):
+    p2p_runs = []
+    for key in sorted(k for k in tool_txt if k == "p2pBandwidthLatencyTest" or k.startswith("p2pBandwidthLatencyTest.r")):
         try:
-            rows += fidelity.copy_rows(fidelity.parse_p2p(tool_txt["p2pBandwidthLatencyTest"]), cp, device)
+            p2p_runs.append(fidelity.parse_p2p(tool_txt[key]))
         except fidelity.ToolOutputError as e:
-            print(f"compare: p2pBandwidthLatencyTest: {e}", file=sys.stderr)
+            print(f"compare: {key}: {e}", file=sys.stderr)
+    if p2p_runs and len(cp):   # the median of the tool's runs, cell by cell, and each run against it
+        rows += fidelity.copy_rows(fidelity.median_p2p(p2p_runs), cp, device)
+        if len(p2p_runs) > 1:
+            rows += fidelity.p2p_self_rows(p2p_runs, device)
     table = pd.DataFrame(rows, columns=fidelity.COLUMNS)
     table["nccl_version"] = fidelity.nccl_tests_version(tool_txt.get(_tool_name("default", False, shapes[0]), ""))
     table["torch_nccl_version"] = meta.get("torch_nccl_version", "")

@@ -1,5 +1,6 @@
 """helpers.fidelity: parsing nccl-tests' and p2pBandwidthLatencyTest's printed output (in the formats
 their sources print), the comparison rows and the verdict per tolerance."""
+import copy
 import math
 
 import pandas as pd
@@ -240,6 +241,23 @@ def test_copy_rows_set_each_peer_direction_against_the_tools_same_direction():
     lat = t[t.quantity == "GPU 1 -> GPU 0 peer copy, 16 B, GPU time per copy"].iloc[0]
     assert lat.tool_value == m["lat_p2p_on_gpu"][1][0] and lat.ours_value == 1.5 and "GPU 1 -> GPU 0" in lat.tool_setting
     assert not fidelity.verdict(t).set_index("quantity").loc["GPU 1 -> GPU 0 peer copy bandwidth"].holds
+
+
+def test_p2p_repeats_are_compared_by_their_median_and_each_against_it():
+    m = fidelity.parse_p2p(P2P_OUT_2)
+    slow = copy.deepcopy(m)
+    slow["bw_uni_p2p_on"][0][1] = m["bw_uni_p2p_on"][0][1] * 0.8      # one run with a low GPU 0 -> GPU 1 figure
+    runs = [m, copy.deepcopy(m), slow]
+    med = fidelity.median_p2p(runs)
+    assert med["bw_uni_p2p_on"][0][1] == m["bw_uni_p2p_on"][0][1]     # the median ignores the outlier
+    rows = pd.DataFrame(fidelity.p2p_self_rows(runs, "2x GPU"), columns=fidelity.COLUMNS)
+    assert len(rows) == 9 and set(rows.quantity) == {"copy bandwidth, p2pBandwidthLatencyTest against its own runs"}
+    bad = rows[~rows.within_tolerance.astype(bool)]
+    assert len(bad) == 1 and "run 3 of 3" in bad.iloc[0].ours_method and "GPU 0 -> GPU 1" in bad.iloc[0].tool_setting
+    assert bad.iloc[0].ratio == pytest.approx(0.8)
+    # one GPU: only the diagonal
+    one = fidelity.p2p_self_rows([fidelity.parse_p2p(P2P_OUT)] * 2, "1x GPU")
+    assert {r["tool_setting"] for r in one} == {"unidirectional, P2P=Disabled, diagonal"}
 
 
 def test_gap_summary_sets_each_method_against_the_one_process_per_gpu_tool():

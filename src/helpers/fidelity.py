@@ -175,6 +175,42 @@ def parse_p2p(text: str) -> dict[str, list[list[float]]]:
     return out
 
 
+def median_p2p(runs: list[dict]) -> dict[str, list[list[float]]]:
+    """Cell by cell, the median of several p2pBandwidthLatencyTest runs' matrices (parse_p2p output); a
+    matrix whose shape differs between runs is taken from the first run alone."""
+    import numpy as np
+
+    out = {}
+    for key, first in runs[0].items():
+        ms = [r.get(key) for r in runs]
+        try:
+            a = np.array(ms, dtype=float)
+        except ValueError:
+            a = None
+        out[key] = np.median(a, axis=0).tolist() if a is not None and a.ndim == 3 else first
+    return out
+
+
+def p2p_self_rows(runs: list[dict], device: str) -> list[dict]:
+    """p2pBandwidthLatencyTest against itself: each run's large-copy bandwidth (the same-GPU copy and, with
+    two GPUs, each peer direction with P2P on) over the median of the runs. The tool times each of these
+    once per run (5 copies), so only its repeats show how far one of its figures moves."""
+    med = median_p2p(runs)
+    cells = [("bw_uni_p2p_off", 0, 0, "P2P=Disabled, diagonal"),
+             ("bw_uni_p2p_on", 0, 1, "P2P=Enabled (writes), GPU 0 -> GPU 1"),
+             ("bw_uni_p2p_on", 1, 0, "P2P=Enabled (writes), GPU 1 -> GPU 0")]
+    out = []
+    for k, r in enumerate(runs):
+        for key, i, j, setting in cells:
+            m, mm = r.get(key) or [], med.get(key) or []
+            if len(m) > i and len(m[i]) > j and len(mm) > i and len(mm[i]) > j:
+                out.append(row("copy bandwidth, p2pBandwidthLatencyTest against its own runs", "p2pBandwidthLatencyTest",
+                               f"unidirectional, {setting}", P2P_LARGE_BYTES, "GB/s", mm[i][j], m[i][j],
+                               f"p2pBandwidthLatencyTest run {k + 1} of {len(runs)} (tool: median of the runs)", True,
+                               TOLERANCES["copy_bandwidth"], device))
+    return out
+
+
 def row(quantity: str, tool: str, tool_setting: str, size_bytes: int, unit: str, tool_value: float,
         ours_value: float, ours_method: str, same_method: bool, tolerance: float | None, device: str) -> dict:
     """One comparison row: ratio = ours / tool; within_tolerance only where a tolerance applies."""
