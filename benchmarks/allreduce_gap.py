@@ -97,7 +97,8 @@ def main(argv=None) -> int:
 
     for it in iters_list:
         ours = [  # (start, NCCL setting, api, stream)
-            ("aligned", "default", "torch", "legacy"), ("aligned", "default", "torch", "side"), ("aligned", "GRAPH_MIXING_SUPPORT=0", "torch", "side"),
+            ("aligned", "default", "torch", "legacy"),
+            ("aligned", "default", "torch", "side"), ("aligned", "GRAPH_MIXING_SUPPORT=0", "torch", "side"),
             ("aligned", "default", "nccl", "side"), ("aligned", "GRAPH_MIXING_SUPPORT=0", "nccl", "side")]
         for start, setting, api, stream in ours:
             t0 = time.perf_counter()
@@ -108,9 +109,10 @@ def main(argv=None) -> int:
                                             workdir=out / "points", api=api, stream=stream)
             print(f"ours {api} {start} {stream} {setting} iters={it}: {r.status}, {len(r.rows)} points in "
                   f"{time.perf_counter() - t0:.1f} s {r.message[-600:]}", flush=True)
+            method = (f"ours, {start} start" + (", ncclAllReduce direct" if api == "nccl" else "")
+                      + (", legacy default stream" if stream == "legacy" else ", non-blocking stream"))
             for p in r.rows:
-                add(it, f"ours, {start} start" + (", ncclAllReduce direct" if api == "nccl" else "")
-                    + (", legacy default stream" if stream == "legacy" else ", non-blocking stream"), setting, p["size_bytes"], p["times_us"], p.get("start_skew_us"))
+                add(it, method, setting, p["size_bytes"], p["times_us"], p.get("start_skew_us"))
         for shape, setting in [(s, x) for s in shapes for x in SETTINGS]:
             args = ["-b", str(min(sizes)), "-e", str(rot), "-f", "2", "-g", "1", "-G", "1", "-n", str(it), "-w", "5"]
             runs = []

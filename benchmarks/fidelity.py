@@ -248,14 +248,19 @@ def compare(out: Path) -> pd.DataFrame:
     coll = pd.read_csv(out / "ours_collectives.csv")
     cp = pd.read_csv(out / "ours_copies.csv") if (out / "ours_copies.csv").stat().st_size > 1 else pd.DataFrame()
 
-    def parsed(name, setting):
-        """The median over the command's runs (name.txt, name.r2.txt, ...), and each run against it."""
+    def runs_of(name, parse):
+        """Every run of one tool command (name.txt, name.r2.txt, ...) that parses; the others reported."""
         runs = []
-        for key in [name] + sorted(k for k in tool_txt if k.startswith(name + ".r")):
+        for key in [k for k in [name] + sorted(k for k in tool_txt if k.startswith(name + ".r")) if k in tool_txt]:
             try:
-                runs.append(fidelity.parse_nccl_tests(tool_txt.get(key, "")))
+                runs.append(parse(tool_txt[key]))
             except fidelity.ToolOutputError as e:
                 print(f"compare: {key}: {e}", file=sys.stderr)
+        return runs
+
+    def parsed(name, setting):
+        """The median over the command's runs, and each run against it."""
+        runs = runs_of(name, fidelity.parse_nccl_tests)
         if not runs:
             return None
         if len(runs) > 1:
@@ -306,12 +311,7 @@ def compare(out: Path) -> pd.DataFrame:
             if v == "default" and g.startswith("-g"):
                 rows += fidelity.compare_all_reduce(ng, direct, f"{g} -G 1", "graph+host_timer+rotate",
                                                     LABELS["direct graph"], True, device)
-    p2p_runs = []
-    for key in sorted(k for k in tool_txt if k == "p2pBandwidthLatencyTest" or k.startswith("p2pBandwidthLatencyTest.r")):
-        try:
-            p2p_runs.append(fidelity.parse_p2p(tool_txt[key]))
-        except fidelity.ToolOutputError as e:
-            print(f"compare: {key}: {e}", file=sys.stderr)
+    p2p_runs = runs_of("p2pBandwidthLatencyTest", fidelity.parse_p2p)
     if p2p_runs and len(cp):   # the median of the tool's runs, cell by cell, and each run against it
         rows += fidelity.copy_rows(fidelity.median_p2p(p2p_runs), cp, device)
         if len(p2p_runs) > 1:

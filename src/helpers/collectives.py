@@ -148,8 +148,14 @@ def check_request(backend: str, world_size, ops: Sequence[str]) -> None:
 
 
 def check_method(backend: str, harness: str, timer: str, placement: str, rotate_bytes, start: str = "barrier",
-                 api: str = "torch") -> None:
+                 api: str = "torch", control: str = "backend", stream: str = "side") -> None:
     """Raise CollectiveConfigError for a timing method that does not exist or cannot run on `backend`."""
+    if stream not in STREAMS:
+        raise CollectiveConfigError(f"stream = {stream!r} is not known; choose one of {STREAMS} (side: a "
+                                    "non-blocking stream, as nccl-tests uses; legacy: the legacy default stream)")
+    if control not in ("backend", "gloo") or (control == "gloo" and api != "nccl"):
+        raise CollectiveConfigError(f"control = {control!r}: choose 'backend', or 'gloo' with api='nccl' (barriers "
+                                    "and timings through gloo, so our NCCL communicator is the process's only one)")
     if api not in APIS:
         raise CollectiveConfigError(f"api = {api!r} is not known; choose one of {APIS} (nccl: the collective is "
                                     "issued as an NCCL call, as sglang's pynccl does)")
@@ -190,14 +196,8 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
     its pynccl binding, instead of through torch.distributed; with it, control="gloo" keeps torch's own
     NCCL communicator out of the process. stream="legacy" puts the GPU work on the legacy default stream
     instead of a non-blocking one (see helpers.collective_worker)."""
-    if stream not in STREAMS:
-        raise CollectiveConfigError(f"stream = {stream!r} is not known; choose one of {STREAMS} (side: a "
-                                    "non-blocking stream, as nccl-tests uses; legacy: the legacy default stream)")
     check_request(backend, world_size, ops)
-    check_method(backend, harness, timer, placement, rotate_bytes, start, api)
-    if control not in ("backend", "gloo") or (control == "gloo" and api != "nccl"):
-        raise CollectiveConfigError(f"control = {control!r}: choose 'backend', or 'gloo' with api='nccl' (barriers "
-                                    "and timings through gloo, so our NCCL communicator is the process's only one)")
+    check_method(backend, harness, timer, placement, rotate_bytes, start, api, control, stream)
     sizes = parse_sizes(sizes)
     for k, v in (("warmup", warmup), ("iters", iters), ("repeats", repeats)):
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == "warmup" else 1):

@@ -445,10 +445,10 @@ def _measure(path: str, size: int, harness: str, iters: int, repeats: int, warmu
              reverse: bool = False) -> dict:
     import torch
 
-    issue, dev = _buffers(path, size, harness, reverse)
-    sync = (lambda: torch.cuda.synchronize()) if dev is not None else (lambda: None)
     if _graph_cross_device(path, harness):
         raise PathUnavailable(GRAPH_CROSS_DEVICE)
+    issue, dev = _buffers(path, size, harness, reverse)
+    sync = (lambda: torch.cuda.synchronize()) if dev is not None else (lambda: None)
     if path in CROSS_DEVICE_PATHS and _gpu_count() > 1:
         sync = lambda: (torch.cuda.synchronize(0), torch.cuda.synchronize(1))  # noqa: E731
     for _ in range(warmup):
