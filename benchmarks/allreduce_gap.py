@@ -20,6 +20,11 @@ same sizes (--min to --max bytes, x2) for each block length (--iters: collective
                   non-blocking, as nccl-tests creates its streams.
   the call        ours issuing ncclAllReduce itself on a communicator of its own (helpers.ncclbind, as
                   sglang's pynccl does) instead of torch.distributed's all_reduce.
+  the idle GPU    an aligned start keeps the GPU idle for the deadline's lead (2 ms by default) before each
+                  timed block, which a barrier start and nccl-tests do not: ours with leads --leads us
+                  apart, and ours launched as each rank's barrier returns (torch.distributed, default
+                  setting, non-blocking stream). If the time per call grows with the lead, the idle gap
+                  is what an aligned start pays.
 
 Both sides rotate buffers within --max bytes and time in place; the tool runs --tool-repeats times and
 its median is used. Writes OUTDIR/allreduce_gap.csv (one row per size, block length, method and NCCL
@@ -55,6 +60,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max", default="1MiB")
     ap.add_argument("--repeats", type=int, default=7, help="timed blocks per point (ours)")
     ap.add_argument("--tool-repeats", type=int, default=3)
+    ap.add_argument("--leads", default="200,2000,20000",
+                    help="aligned start: deadline leads in us, each one an arm of ours (2000 is the worker's default)")
     ap.add_argument("--shapes", default="procs", help="nccl-tests launch shapes: procs (-np N -g 1), threads "
                                                        "(-t N -g 1), or both, comma-separated")
     a = ap.parse_args(argv)
@@ -76,9 +83,13 @@ def main(argv=None) -> int:
         return 2
     try:
         iters_list = [int(x) for x in a.iters.split(",") if x.strip()]
+        leads = [int(x) for x in a.leads.split(",") if x.strip()]
         sizes = copybench.sweep_sizes(a.min, a.max, 2, multiple_of=4)
     except (ValueError, copybench.SizeError) as e:
         print(f"allreduce_gap: {e}", file=sys.stderr)
+        return 2
+    if leads and min(leads) < 1:
+        print(f"allreduce_gap: --leads {a.leads!r} must list leads of 1 us or more, e.g. 200,2000", file=sys.stderr)
         return 2
     if not iters_list or min(iters_list) < 1:
         print(f"allreduce_gap: --iters {a.iters!r} must list block lengths >= 1, e.g. 20,200", file=sys.stderr)
@@ -96,20 +107,24 @@ def main(argv=None) -> int:
                      "start_skew_us": float(np.median(skew)) if skew else np.nan})
 
     for it in iters_list:
-        ours = [  # (start, NCCL setting, api, stream)
-            ("aligned", "default", "torch", "legacy"),
-            ("aligned", "default", "torch", "side"), ("aligned", "GRAPH_MIXING_SUPPORT=0", "torch", "side"),
-            ("aligned", "default", "nccl", "side"), ("aligned", "GRAPH_MIXING_SUPPORT=0", "nccl", "side")]
-        for start, setting, api, stream in ours:
+        ours = [  # (start, NCCL setting, api, stream, lead in us)
+            ("aligned", "default", "torch", "legacy", 2000),
+            ("aligned", "default", "torch", "side", 2000), ("aligned", "GRAPH_MIXING_SUPPORT=0", "torch", "side", 2000),
+            ("aligned", "default", "nccl", "side", 2000), ("aligned", "GRAPH_MIXING_SUPPORT=0", "nccl", "side", 2000)]
+        ours += [("aligned", "default", "torch", "side", lead) for lead in leads if lead != 2000]
+        ours += [("barrier", "default", "torch", "side", 2000)]
+        for start, setting, api, stream, lead in ours:
             t0 = time.perf_counter()
             r = collectives.run_collectives("nccl", n, sizes, ops=("all_reduce",), warmup=5, iters=it,
                                             repeats=a.repeats, timeout_s=300, harness="graph", timer="host",
                                             rotate_bytes=rot, start=start,
                                             env=collectives.NCCL_VARIANTS[setting],
-                                            workdir=out / "points", api=api, stream=stream)
-            print(f"ours {api} {start} {stream} {setting} iters={it}: {r.status}, {len(r.rows)} points in "
+                                            workdir=out / "points", api=api, stream=stream, start_lead_us=lead)
+            print(f"ours {api} {start}{f' lead {lead} us' if start == 'aligned' else ''} {stream} {setting} "
+                  f"iters={it}: {r.status}, {len(r.rows)} points in "
                   f"{time.perf_counter() - t0:.1f} s {r.message[-600:]}", flush=True)
-            method = (f"ours, {start} start" + (", ncclAllReduce direct" if api == "nccl" else "")
+            method = (f"ours, {start} start" + (f" {lead / 1000:g} ms ahead" if start == "aligned" and lead != 2000 else "")
+                      + (", ncclAllReduce direct" if api == "nccl" else "")
                       + (", legacy default stream" if stream == "legacy" else ", non-blocking stream"))
             for p in r.rows:
                 add(it, method, setting, p["size_bytes"], p["times_us"], p.get("start_skew_us"))

@@ -18,6 +18,7 @@ p2pBandwidthLatencyTest's sizes (the peer copy both ways). Writes to OUTDIR:
   fidelity.csv                       the comparison (helpers.fidelity.COLUMNS)
   nccl_tests_all_reduce[_threads|_procs][_graph][_<variant>][.rK].txt   each tool run's output
   p2pBandwidthLatencyTest[.rK].txt   p2pBandwidthLatencyTest's stdout, per run
+  p2pBandwidthLatencyTest_reversed[.rK].txt   the same with the GPUs listed in reverse (several GPUs)
   ours_collectives.csv, ours_copies.csv   our raw points
   meta.json, build.log               what ran where; `--compare OUTDIR` rebuilds fidelity.csv from these
 A tool that fails to build or run is reported and the rest still runs.
@@ -147,6 +148,11 @@ def main(argv=None) -> int:
                       visible)
         if k == 0:
             print(text[-4000:], flush=True)
+    # The tool times GPU 0 -> GPU 1 before GPU 1 -> GPU 0 (its matrix goes row by row): listed in reverse,
+    # the physical directions swap places, which shows whether a direction's figure depends on its turn
+    for k in range(a.tool_repeats if n > 1 else 0):
+        sh([str(p2p_bin)], out / f"p2pBandwidthLatencyTest_reversed{'' if k == 0 else f'.r{k + 1}'}.txt", 180,
+           {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in reversed(range(n)))})
 
     # ---- ours: collectives through torch.distributed (torchrun, one process per GPU)
     runs = [  # (variant, harness, timer, placement, rotate, start, api)
@@ -316,6 +322,13 @@ def compare(out: Path) -> pd.DataFrame:
         rows += fidelity.copy_rows(fidelity.median_p2p(p2p_runs), cp, device)
         if len(p2p_runs) > 1:
             rows += fidelity.p2p_self_rows(p2p_runs, device)
+        rev_runs = runs_of("p2pBandwidthLatencyTest_reversed", fidelity.parse_p2p)
+        if rev_runs:   # the same tool with the GPUs listed in reverse: does a figure depend on its turn?
+            try:
+                rows += fidelity.p2p_order_rows(fidelity.median_p2p(p2p_runs),
+                                                fidelity.unreverse_p2p(fidelity.median_p2p(rev_runs), n), cp, device)
+            except fidelity.ToolOutputError as e:
+                print(f"compare: p2pBandwidthLatencyTest_reversed: {e}", file=sys.stderr)
     table = pd.DataFrame(rows, columns=fidelity.COLUMNS)
     table["nccl_version"] = fidelity.nccl_tests_version(tool_txt.get(_tool_name("default", False, shapes[0]), ""))
     table["torch_nccl_version"] = meta.get("torch_nccl_version", "")

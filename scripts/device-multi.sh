@@ -9,6 +9,7 @@
 # One device command may run 600 s at most, so split the steps over two commands, e.g.
 #   STEPS="fidelity gap" ... then STEPS="book tests" ...
 # Usage: STEPS="..." BOOK_COMMIT=<sha> RUN_ID=<id> BUDGET_S=580 OUT=<dir> scripts/device-multi.sh
+#        (GAP_ARGS: extra arguments for allreduce_gap.py, e.g. "--iters 20")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT}"
@@ -28,7 +29,7 @@ if has gap; then
   [ -x /tmp/fidelity-build/nccl-tests/all_reduce_perf_mpi ] \
     || bash benchmarks/fidelity/build.sh .ext /tmp/fidelity-build > /tmp/gap-build.log 2>&1
   mkdir -p /tmp/gap
-  timeout -s INT "${GAP_S:-200}" python3 benchmarks/allreduce_gap.py --build /tmp/fidelity-build --out /tmp/gap \
+  timeout -s INT "${GAP_S:-200}" python3 benchmarks/allreduce_gap.py --build /tmp/fidelity-build --out /tmp/gap ${GAP_ARGS:-} \
     > /tmp/gap/allreduce_gap.log 2>&1
   echo "gap rc $? at ${SECONDS} s"; tail -18 /tmp/gap/allreduce_gap.log
   rm -rf /tmp/gap/points; tar -czf "$OUT/gap.tgz" -C /tmp gap

@@ -184,6 +184,13 @@ def test_aligned_start_runs_and_records_the_launch_skew(tmp_path):
     b = collectives.run_collectives("gloo", 2, [64], ops=("all_reduce",), warmup=1, iters=4, repeats=2,
                                     timeout_s=90, workdir=tmp_path)
     assert b.status == "ok" and b.rows[0]["start"] == "barrier" and len(b.rows[0]["start_skew_us"]) == 2
+    assert r.rows[0]["start_lead_us"] == 2000 and b.rows[0]["start_lead_us"] is None
+    # a longer lead: every rank still meets the deadline, and the point records the lead it used
+    lg = collectives.run_collectives("gloo", 2, [64], ops=("all_reduce",), warmup=1, iters=4, repeats=2,
+                                     timeout_s=90, workdir=tmp_path, start="aligned", start_lead_us=30000)
+    assert lg.status == "ok" and lg.rows[0]["start_lead_us"] == 30000 and lg.rows[0]["late_starts"] == 0
+    with pytest.raises(CollectiveConfigError, match="start_lead_us = 0 must be an integer >= 1"):
+        collectives.run_collectives("gloo", 2, [64], start="aligned", start_lead_us=0)
 
 
 @pytest.mark.timeout(120)

@@ -260,6 +260,43 @@ def test_p2p_repeats_are_compared_by_their_median_and_each_against_it():
     assert {r["tool_setting"] for r in one} == {"unidirectional, P2P=Disabled, diagonal"}
 
 
+def test_reversed_p2p_runs_are_reindexed_and_each_direction_is_compared_where_it_was_timed_second():
+    fwd = fidelity.parse_p2p(P2P_OUT_2)
+    fwd["bw_uni_p2p_on"] = [[3950.0, 360.0], [390.0, 3952.0]]   # usual order: 0 -> 1 timed first, and slow
+    rev_listed = copy.deepcopy(fwd)
+    # listed 1,0: its [0][1] is physical 1 -> 0 (timed first there, slow), its [1][0] physical 0 -> 1
+    rev_listed["bw_uni_p2p_on"] = [[3951.0, 362.0], [391.0, 3949.0]]
+    back = fidelity.unreverse_p2p(rev_listed, 2)
+    assert back["bw_uni_p2p_on"] == [[3949.0, 391.0], [362.0, 3951.0]]
+    assert back["lat_p2p_on_gpu"][0][1] == rev_listed["lat_p2p_on_gpu"][1][0]
+    big = fidelity.P2P_LARGE_BYTES
+    cp = pd.DataFrame([
+        {"path": "peer", "harness": "queued", "size_bytes": big, "time_us": 1.0, "p2ptest_GBps": 389.0,
+         "src_gpu": 0, "dst_gpu": 1, "issued_by": "cudaMemcpyPeerAsync"},
+        {"path": "peer", "harness": "queued", "size_bytes": big, "time_us": 1.0, "p2ptest_GBps": 388.0,
+         "src_gpu": 1, "dst_gpu": 0, "issued_by": "cudaMemcpyPeerAsync"},
+        {"path": "peer", "harness": "eager", "size_bytes": big, "time_us": 1.0, "p2ptest_GBps": 100.0,
+         "src_gpu": 0, "dst_gpu": 1, "issued_by": "torch copy_"},
+    ])
+    t = pd.DataFrame(fidelity.p2p_order_rows(fwd, back, cp, "2x GPU"), columns=fidelity.COLUMNS)
+    own = t[t.quantity.str.contains("timed after the other direction")].set_index("quantity")
+    o01 = own.loc["GPU 0 -> GPU 1 peer copy bandwidth, p2pBandwidthLatencyTest timed after the other direction "
+                  "against timed before it"]
+    assert (o01.tool_value, o01.ours_value) == (360.0, 391.0) and not o01.within_tolerance   # its turn matters
+    o10 = own.loc["GPU 1 -> GPU 0 peer copy bandwidth, p2pBandwidthLatencyTest timed after the other direction "
+                  "against timed before it"]
+    assert (o10.tool_value, o10.ours_value) == (362.0, 390.0)
+    ours = t[~t.quantity.str.contains("timed after the other direction")].set_index("quantity")
+    a = ours.loc["GPU 0 -> GPU 1 peer copy bandwidth"]
+    assert a.tool_value == 391.0 and a.ours_value == 389.0 and bool(a.within_tolerance) and bool(a.same_method)
+    assert "GPUs listed in reverse" in a.tool_setting and "cudaMemcpyPeerAsync" in a.ours_method
+    b = ours.loc["GPU 1 -> GPU 0 peer copy bandwidth"]
+    assert b.tool_value == 390.0 and b.ours_value == 388.0 and "usual order" in b.tool_setting
+    assert len(ours) == 2                                    # the eager copy is not set against the tool here
+    with pytest.raises(fidelity.ToolOutputError, match="expected 3 x 3"):
+        fidelity.unreverse_p2p(rev_listed, 3)
+
+
 def test_gap_summary_sets_each_method_against_the_one_process_per_gpu_tool():
     rows = []
     for size in (8, 1024, 2**20):

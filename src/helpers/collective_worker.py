@@ -21,7 +21,7 @@ Options that make the timing match nccl-tests' own (benchmarks/fidelity.py compa
                        pool, as nccl-tests does with its max size, so a repeated call does not find its
                        data in the L2 cache
   --rank-start aligned after the barrier, every rank waits for one deadline on the host's monotonic clock
-                       (rank 0 picks it, START_LEAD_NS ahead, and sends it to all) and launches then, instead
+                       (rank 0 picks it, --start-lead-us ahead, and sends it to all) and launches then, instead
                        of launching as soon as its own barrier call returns. torch.distributed's barrier
                        releases ranks tens of us apart; a rank that starts early times its wait for the
                        others, which nccl-tests' in-process thread barrier mostly avoids. One host only.
@@ -52,8 +52,8 @@ import os
 import sys
 import time
 
-START_LEAD_NS = 2_000_000   # the aligned start's deadline lies 2 ms after rank 0 picks it: the all-reduce
-                            # that carries it takes ~0.1 ms, so every rank has it before it passes
+START_LEAD_US = 2000   # the aligned start's deadline lies 2 ms after rank 0 picks it: the all-reduce that
+                       # carries it takes ~0.1 ms, so every rank has it before it passes (late ones are counted)
 
 
 def _now_ns() -> int:
@@ -79,6 +79,8 @@ def _parse(argv):
                     help="pool size for rotating buffer offsets (nccl-tests style); 0 keeps one buffer")
     ap.add_argument("--rank-start", dest="start", default="barrier", choices=["barrier", "aligned"],
                     help="how ranks start a timed block: as their barrier returns, or at one shared deadline")
+    ap.add_argument("--start-lead-us", type=int, default=START_LEAD_US,
+                    help="aligned start: how far ahead of now rank 0 sets the deadline (the GPU idles that long)")
     ap.add_argument("--api", default="torch", choices=["torch", "nccl"],
                     help="issue collectives through torch.distributed or as NCCL calls (helpers.ncclbind)")
     ap.add_argument("--control", default="backend", choices=["backend", "gloo"],
@@ -99,6 +101,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"--api nccl needs --backend nccl (a CUDA GPU per rank); got --backend {a.backend}")
     if a.control == "gloo" and a.api != "nccl":
         raise SystemExit("--control gloo is for --api nccl (torch.distributed's collectives need their backend)")
+    if a.start_lead_us < 1:
+        raise SystemExit(f"--start-lead-us {a.start_lead_us}: give a lead of 1 us or more (default {START_LEAD_US})")
     stacks_after = float(os.environ.get("COLLECTIVE_WORKER_STACKS_AFTER_S", "0") or 0)
     if stacks_after > 0:  # diagnosing a hang: every thread's stack goes to stderr after this many seconds
         import faulthandler
@@ -231,7 +235,7 @@ def main(argv=None) -> int:
                 dist.barrier()
                 sync()
                 if a.start == "aligned":
-                    dl = torch.tensor([_now_ns() + START_LEAD_NS if rank == 0 else 0], dtype=torch.int64,
+                    dl = torch.tensor([_now_ns() + a.start_lead_us * 1000 if rank == 0 else 0], dtype=torch.int64,
                                       device=ctrl)
                     dist.all_reduce(dl, op=dist.ReduceOp.MAX)   # rank 0's deadline; the others sent 0
                     deadline = int(dl.item())
@@ -265,7 +269,9 @@ def main(argv=None) -> int:
                     "dtype": a.dtype, "count": count, "size_bytes": nbytes, "iters": a.iters,
                     "repeats": a.repeats, "warmup": a.warmup, "times_us": times,
                     "placement": placement, "harness": a.harness, "timer": a.timer,
-                    "rotate_bytes": a.rotate_bytes, "start": a.start, "api": a.api, "control": a.control,
+                    "rotate_bytes": a.rotate_bytes, "start": a.start,
+                    "start_lead_us": a.start_lead_us if a.start == "aligned" else None,
+                    "api": a.api, "control": a.control,
                     "stream": a.stream if gpu else None,
                     "start_skew_us": skews if skews else None, "late_starts": late,
                     "device": torch.cuda.get_device_name(device) if gpu else "cpu",

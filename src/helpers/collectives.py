@@ -184,7 +184,8 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
                     dtype: str = "float32", timeout_s: float = 120, hang_rank: int = -1,
                     workdir: str | Path | None = None, harness: str = "eager", timer: str = "events",
                     placement: str = "in-place", rotate_bytes: int = 0, start: str = "barrier",
-                    api: str = "torch", control: str = "backend", stream: str = "side") -> RunResult:
+                    api: str = "torch", control: str = "backend", stream: str = "side",
+                    start_lead_us: int = 2000) -> RunResult:
     """Launch one sweep with torchrun and collect its points. Bad requests raise CollectiveConfigError;
     a run that fails or hangs returns a RunResult with status 'failed' or 'timeout' and the error text.
 
@@ -195,11 +196,12 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
     issues each collective as an NCCL call on a communicator of its own, as sglang's decode does through
     its pynccl binding, instead of through torch.distributed; with it, control="gloo" keeps torch's own
     NCCL communicator out of the process. stream="legacy" puts the GPU work on the legacy default stream
-    instead of a non-blocking one (see helpers.collective_worker)."""
+    instead of a non-blocking one (see helpers.collective_worker). start_lead_us: with start="aligned",
+    how far ahead rank 0 sets the deadline (the GPU idles about that long before each timed block)."""
     check_request(backend, world_size, ops)
     check_method(backend, harness, timer, placement, rotate_bytes, start, api, control, stream)
     sizes = parse_sizes(sizes)
-    for k, v in (("warmup", warmup), ("iters", iters), ("repeats", repeats)):
+    for k, v in (("warmup", warmup), ("iters", iters), ("repeats", repeats), ("start_lead_us", start_lead_us)):
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == "warmup" else 1):
             raise CollectiveConfigError(f"{k} = {v!r} must be an integer >= {0 if k == 'warmup' else 1}")
     if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
@@ -213,7 +215,7 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
            "--iters", str(iters), "--repeats", str(repeats), "--variant", variant, "--out", str(out),
            "--hang-rank", str(hang_rank), "--harness", harness, "--timer", timer, "--placement", placement,
            "--rotate-bytes", str(int(rotate_bytes)), "--rank-start", start,  # not --start: torchrun would take it for --start-method
-           "--api", api, "--control", control, "--stream", stream]
+           "--api", api, "--control", control, "--stream", stream, "--start-lead-us", str(start_lead_us)]
     full_env = {**os.environ, **BASE_ENV, **(env or {})}
     # the workers import helpers.collective_worker: make sure they find this package even where it is
     # used from a source tree that is on the parent's sys.path only (benchmarks/fidelity.py, a notebook)

@@ -323,6 +323,53 @@ def copy_rows(m: dict, cp: pd.DataFrame, device: str) -> list[dict]:
     return rows
 
 
+def unreverse_p2p(m: dict, n: int) -> dict[str, list[list[float]]]:
+    """A p2pBandwidthLatencyTest run made with the GPUs listed in reverse (CUDA_VISIBLE_DEVICES=n-1,...,0),
+    re-indexed by physical GPU: its cell [a][b] is GPU n-1-a -> GPU n-1-b."""
+    out = {}
+    for key, mat in m.items():
+        if len(mat) != n or any(len(r) != n for r in mat):
+            raise ToolOutputError(f"p2pBandwidthLatencyTest matrix {key!r} is {len(mat)} rows of "
+                                  f"{sorted({len(r) for r in mat})} columns; expected {n} x {n} for {n} GPUs")
+        out[key] = [[mat[n - 1 - i][n - 1 - j] for j in range(n)] for i in range(n)]
+    return out
+
+
+def p2p_order_rows(forward: dict, backward: dict, cp: pd.DataFrame, device: str) -> list[dict]:
+    """Whether p2pBandwidthLatencyTest's peer-copy figure depends on the order it times the two directions.
+
+    The tool fills its P2P=Enabled matrix row by row in the order the GPUs are listed, so GPU i -> GPU j
+    (i < j) is timed before GPU j -> GPU i; listed in reverse, after it. `forward` is the median of the
+    usual runs, `backward` that of the reversed runs re-indexed by physical GPU (unreverse_p2p). Rows:
+    per direction, the tool timing it after the pair's other direction against the tool timing it before
+    (the tool against itself), and our queued copy in that direction against the tool's figure from the
+    order in which the direction came second."""
+    rows, tol, big = [], TOLERANCES["copy_bandwidth"], P2P_LARGE_BYTES
+    fw, bw = forward.get("bw_uni_p2p_on") or [], backward.get("bw_uni_p2p_on") or []
+    peer = cp[(cp.path == "peer") & (cp.harness == "queued") & (cp.size_bytes == big)] if len(cp) else cp
+    for i, j in ((0, 1), (1, 0)):
+        if len(fw) <= max(i, j) or len(bw) <= max(i, j):
+            continue
+        # i < j: the usual order times i -> j first, so its second-timed figure is the reversed run's
+        first, second = (fw[i][j], bw[i][j]) if i < j else (bw[i][j], fw[i][j])
+        second_order = "GPUs listed in reverse" if i < j else "GPUs listed in the usual order"
+        setting = f"unidirectional, P2P=Enabled (writes), GPU {i} -> GPU {j}"
+        rows.append(row(f"GPU {i} -> GPU {j} peer copy bandwidth, p2pBandwidthLatencyTest timed after the other "
+                        "direction against timed before it", "p2pBandwidthLatencyTest",
+                        f"{setting}, timed before GPU {j} -> GPU {i}", big, "GB/s", first, second,
+                        f"p2pBandwidthLatencyTest, {second_order} (GPU {j} -> GPU {i} timed first)", True, tol,
+                        device))
+        mine = peer[(peer.src_gpu == i) & (peer.dst_gpu == j)] if "src_gpu" in peer.columns else peer.iloc[0:0]
+        if len(mine):
+            how = mine.iloc[0].get("issued_by")
+            rows.append(row(f"GPU {i} -> GPU {j} peer copy bandwidth", "p2pBandwidthLatencyTest",
+                            f"{setting}, timed after GPU {j} -> GPU {i} ({second_order})", big, "GB/s", second,
+                            float(mine.iloc[0]["p2ptest_GBps"]),
+                            COPY_HARNESS_LABELS["queued"] + (f"; {how}" if isinstance(how, str) else "")
+                            + f"; GPU {i} -> GPU {j}", True, tol, device))
+    return rows
+
+
 def median_of_runs(runs: list[pd.DataFrame]) -> pd.DataFrame:
     """Several parse_nccl_tests tables of the same command: per size, the median of each time column."""
     if not runs:
