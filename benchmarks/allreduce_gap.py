@@ -61,7 +61,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=7, help="timed blocks per point (ours)")
     ap.add_argument("--tool-repeats", type=int, default=3)
     ap.add_argument("--leads", default="200,2000,20000",
-                    help="aligned start: deadline leads in us, each one an arm of ours (2000 is the worker's default)")
+                    help="aligned start: deadline leads in us, each one an arm of ours besides the 2000 us of the "
+                         "other aligned arms")
     ap.add_argument("--shapes", default="procs", help="nccl-tests launch shapes: procs (-np N -g 1), threads "
                                                        "(-t N -g 1), or both, comma-separated")
     a = ap.parse_args(argv)
@@ -119,11 +120,13 @@ def main(argv=None) -> int:
                                             repeats=a.repeats, timeout_s=300, harness="graph", timer="host",
                                             rotate_bytes=rot, start=start,
                                             env=collectives.NCCL_VARIANTS[setting],
-                                            workdir=out / "points", api=api, stream=stream, start_lead_us=lead)
+                                            workdir=out / "points", api=api, stream=stream,
+                                            start_lead_us=lead)
             print(f"ours {api} {start}{f' lead {lead} us' if start == 'aligned' else ''} {stream} {setting} "
                   f"iters={it}: {r.status}, {len(r.rows)} points in "
                   f"{time.perf_counter() - t0:.1f} s {r.message[-600:]}", flush=True)
-            method = (f"ours, {start} start" + (f" {lead / 1000:g} ms ahead" if start == "aligned" and lead != 2000 else "")
+            ahead = f" {lead / 1000:g} ms ahead" if start == "aligned" and lead != 2000 else ""
+            method = (f"ours, {start} start{ahead}"
                       + (", ncclAllReduce direct" if api == "nccl" else "")
                       + (", legacy default stream" if stream == "legacy" else ", non-blocking stream"))
             for p in r.rows:

@@ -274,6 +274,9 @@ def compare(out: Path) -> pd.DataFrame:
         return fidelity.median_of_runs(runs)
 
     rows = []
+    # how far ahead the aligned start's deadline lay (runs before the worker recorded it used 2 ms)
+    leads = coll.start_lead_us.dropna() if "start_lead_us" in coll.columns else pd.Series(dtype=float)
+    ahead = f" {(leads.iloc[0] if len(leads) else 2000) / 1000:g} ms ahead"
     direct = coll[coll.backend == "nccl-direct"]
     coll = coll[coll.backend != "nccl-direct"]
     for v, g in [(v, g) for v in variants for g in shapes]:
@@ -309,7 +312,7 @@ def compare(out: Path) -> pd.DataFrame:
                                                 LABELS["graph+host_timer+rotate"] + OOP_NOTE[oop_same], oop_same,
                                                 device, placements=("out-of-place",))
             for h in ("graph+host_timer+rotate+aligned", "graph+host_timer+rotate+aligned+libnccl"):
-                rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", h, LABELS[h], True, device,
+                rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", h, LABELS[h] + ahead, True, device,
                                                     placements=("in-place",))
             # NCCL's own call: out of place is the same method as the tool's, and counted
             rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", "graph+host_timer+rotate+libnccl",

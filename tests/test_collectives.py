@@ -184,7 +184,8 @@ def test_aligned_start_runs_and_records_the_launch_skew(tmp_path):
     b = collectives.run_collectives("gloo", 2, [64], ops=("all_reduce",), warmup=1, iters=4, repeats=2,
                                     timeout_s=90, workdir=tmp_path)
     assert b.status == "ok" and b.rows[0]["start"] == "barrier" and len(b.rows[0]["start_skew_us"]) == 2
-    assert r.rows[0]["start_lead_us"] == 2000 and b.rows[0]["start_lead_us"] is None
+    assert r.rows[0]["start_lead_us"] == 300 and b.rows[0]["start_lead_us"] is None
+    assert (t.start_lead_us == 300).all() and (t.late_starts >= 0).all()
     # a longer lead: every rank still meets the deadline, and the point records the lead it used
     lg = collectives.run_collectives("gloo", 2, [64], ops=("all_reduce",), warmup=1, iters=4, repeats=2,
                                      timeout_s=90, workdir=tmp_path, start="aligned", start_lead_us=30000)

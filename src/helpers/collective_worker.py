@@ -52,8 +52,12 @@ import os
 import sys
 import time
 
-START_LEAD_US = 2000   # the aligned start's deadline lies 2 ms after rank 0 picks it: the all-reduce that
-                       # carries it takes ~0.1 ms, so every rank has it before it passes (late ones are counted)
+# The aligned start's deadline lies START_LEAD_US after rank 0 picks it; the GPU idles about that long before
+# each timed block, and idling costs time. Measured on two H200s (benchmarks/results/allreduce-gap-h200x2-
+# 20261129c, 20 all-reduces per CUDA graph, below 64 KiB, median per call): 0.2 ms ahead 6.80 us, 2 ms 7.40 us,
+# 20 ms 9.85 us; nccl-tests -np 2 -G 1 6.43 us. The all-reduce that carries the deadline takes tens of us, so
+# 0.3 ms lets every rank have it in time; a rank that gets it late launches at once and is counted (late_starts).
+START_LEAD_US = 300
 
 
 def _now_ns() -> int:

@@ -185,7 +185,7 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
                     workdir: str | Path | None = None, harness: str = "eager", timer: str = "events",
                     placement: str = "in-place", rotate_bytes: int = 0, start: str = "barrier",
                     api: str = "torch", control: str = "backend", stream: str = "side",
-                    start_lead_us: int = 2000) -> RunResult:
+                    start_lead_us: int = 300) -> RunResult:
     """Launch one sweep with torchrun and collect its points. Bad requests raise CollectiveConfigError;
     a run that fails or hangs returns a RunResult with status 'failed' or 'timeout' and the error text.
 
@@ -197,7 +197,8 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
     its pynccl binding, instead of through torch.distributed; with it, control="gloo" keeps torch's own
     NCCL communicator out of the process. stream="legacy" puts the GPU work on the legacy default stream
     instead of a non-blocking one (see helpers.collective_worker). start_lead_us: with start="aligned",
-    how far ahead rank 0 sets the deadline (the GPU idles about that long before each timed block)."""
+    how far ahead rank 0 sets the deadline (the GPU idles about that long before each timed block, and a
+    longer idle slows the block: see helpers.collective_worker.START_LEAD_US)."""
     check_request(backend, world_size, ops)
     check_method(backend, harness, timer, placement, rotate_bytes, start, api, control, stream)
     sizes = parse_sizes(sizes)
@@ -299,7 +300,8 @@ def _read_points(path: Path) -> list[dict]:
 
 
 def tidy(results: Sequence[RunResult], device_label: str = "") -> pd.DataFrame:
-    """One row per op x size x variant (x backend x world size): time spread over repeats, algbw, busbw."""
+    """One row per op x size x variant (x backend x world size): time spread over repeats, algbw, busbw;
+    for an aligned start also the deadline's lead and how many timed blocks a rank started late."""
     rows = []
     for r in results:
         for p in r.rows:
@@ -317,11 +319,13 @@ def tidy(results: Sequence[RunResult], device_label: str = "") -> pd.DataFrame:
                 "algbw_GBps": float(algbw_GBps(p["size_bytes"], med)),
                 "busbw_GBps": float(busbw_GBps(p["op"], p["size_bytes"], med, n)),
                 "start_skew_us": float(np.median(skew)) if skew else np.nan,
+                "start_lead_us": p.get("start_lead_us") if p.get("start_lead_us") is not None else np.nan,
+                "late_starts": p.get("late_starts", np.nan),
                 "device": dev, "kind": f"measured: this machine ({p['backend']}, {n} processes)",
             })
     cols = ["op", "backend", "variant", "world_size", "harness", "placement", "dtype", "count", "size_bytes",
             "iters", "repeats", "warmup", "time_us", "time_us_p10", "time_us_p90", "time_us_min", "time_us_max",
-            "algbw_GBps", "busbw_GBps", "start_skew_us", "device", "kind"]
+            "algbw_GBps", "busbw_GBps", "start_skew_us", "start_lead_us", "late_starts", "device", "kind"]
     return pd.DataFrame(rows, columns=cols)
 
 
