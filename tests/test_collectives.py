@@ -190,6 +190,11 @@ def test_aligned_start_runs_and_records_the_launch_skew(tmp_path):
     lg = collectives.run_collectives("gloo", 2, [64], ops=("all_reduce",), warmup=1, iters=4, repeats=2,
                                      timeout_s=90, workdir=tmp_path, start="aligned", start_lead_us=30000)
     assert lg.status == "ok" and lg.rows[0]["start_lead_us"] == 30000 and lg.rows[0]["late_starts"] == 0
+    # a deadline 1 us ahead has passed before any rank can wait for it: every repeat is counted late
+    sh = collectives.run_collectives("gloo", 2, [64], ops=("all_reduce",), warmup=1, iters=4, repeats=3,
+                                     timeout_s=90, workdir=tmp_path, start="aligned", start_lead_us=1)
+    assert sh.status == "ok" and sh.rows[0]["late_starts"] == 3
+    assert collectives.tidy([sh]).late_starts.iloc[0] == 3
     with pytest.raises(CollectiveConfigError, match="start_lead_us = 0 must be an integer >= 1"):
         collectives.run_collectives("gloo", 2, [64], start="aligned", start_lead_us=0)
 

@@ -41,7 +41,8 @@ Options that make the timing match nccl-tests' own (benchmarks/fidelity.py compa
                        control plane is MPI).
 
 Every point also records `start_skew_us`: per repeat, the spread of the ranks' launch instants on the
-host's monotonic clock (max - min), where all ranks share one host (else null).
+host's monotonic clock (max - min), where all ranks share one host (else null), and `late_starts`: the
+number of repeats in which some rank passed the aligned start's deadline before it could wait for it.
 COLLECTIVE_WORKER_STACKS_AFTER_S=<s> in the environment dumps every thread's stack after s seconds.
 """
 from __future__ import annotations
@@ -238,12 +239,13 @@ def main(argv=None) -> int:
             for _ in range(a.repeats):
                 dist.barrier()
                 sync()
+                was_late = 0
                 if a.start == "aligned":
                     dl = torch.tensor([_now_ns() + a.start_lead_us * 1000 if rank == 0 else 0], dtype=torch.int64,
                                       device=ctrl)
                     dist.all_reduce(dl, op=dist.ReduceOp.MAX)   # rank 0's deadline; the others sent 0
                     deadline = int(dl.item())
-                    late += _now_ns() > deadline
+                    was_late = int(_now_ns() > deadline)
                     while _now_ns() < deadline:
                         pass
                 issue = graph.replay if graph is not None else (lambda: block(a.iters))
@@ -263,10 +265,12 @@ def main(argv=None) -> int:
                 tt = torch.tensor([t_us], dtype=torch.float64, device=ctrl)
                 dist.all_reduce(tt)                        # mean over ranks, as nccl-tests reports
                 times.append(float(tt.item()) / world)
-                if one_host and world > 1:                 # how far apart the ranks launched
-                    lt = torch.tensor([launched_ns, -launched_ns], dtype=torch.int64, device=ctrl)
+                if one_host and world > 1:                 # how far apart the ranks launched, and whether any was late
+                    lt = torch.tensor([launched_ns, -launched_ns, was_late], dtype=torch.int64, device=ctrl)
                     dist.all_reduce(lt, op=dist.ReduceOp.MAX)
                     skews.append((int(lt[0]) + int(lt[1])) / 1e3)
+                    was_late = int(lt[2])
+                late += was_late
             if out is not None:
                 out.write(json.dumps({
                     "op": op, "backend": a.backend, "variant": a.variant, "world_size": world,

@@ -349,8 +349,9 @@ def p2p_order_rows(forward: dict, backward: dict, cp: pd.DataFrame, device: str)
     (i < j) is timed before GPU j -> GPU i; listed in reverse, after it. `forward` is the median of the
     usual runs, `backward` that of the reversed runs re-indexed by physical GPU (unreverse_p2p). Rows:
     per direction, the tool timing it after the pair's other direction against the tool timing it before
-    (the tool against itself), and our queued copy in that direction against the tool's figure from the
-    order in which the direction came second."""
+    (the tool against itself), and for GPU 0 -> GPU 1 our queued copy against the tool's figure from the
+    reversed runs, where that direction came second (GPU 1 -> GPU 0 comes second in the usual order, so
+    copy_rows compares it)."""
     rows, tol, big = [], TOLERANCES["copy_bandwidth"], P2P_LARGE_BYTES
     fw, bw = forward.get("bw_uni_p2p_on") or [], backward.get("bw_uni_p2p_on") or []
     peer = cp[(cp.path == "peer") & (cp.harness == "queued") & (cp.size_bytes == big)] if len(cp) else cp
@@ -367,7 +368,7 @@ def p2p_order_rows(forward: dict, backward: dict, cp: pd.DataFrame, device: str)
                         f"p2pBandwidthLatencyTest, {second_order} (GPU {j} -> GPU {i} timed first)", True, tol,
                         device))
         mine = peer[(peer.src_gpu == i) & (peer.dst_gpu == j)] if "src_gpu" in peer.columns else peer.iloc[0:0]
-        if len(mine):
+        if len(mine) and i < j:   # i > j comes second in the usual order: copy_rows already sets ours against it
             how = mine.iloc[0].get("issued_by")
             rows.append(row(f"GPU {i} -> GPU {j} peer copy bandwidth", "p2pBandwidthLatencyTest",
                             f"{setting}, timed after GPU {j} -> GPU {i} ({second_order})", big, "GB/s", second,
@@ -432,10 +433,12 @@ def verdict(table: pd.DataFrame) -> pd.DataFrame:
 
 
 RESULT_FILES = ("benchmarks/results/fidelity-h200-20261129.csv",            # one H200
-                "benchmarks/results/fidelity-h200x2-20261129c/fidelity.csv")   # two H200s, NVLink
+                "benchmarks/results/fidelity-h200x2-20261129e/fidelity.csv")   # two H200s, NVLink
 #: benchmarks/allreduce_gap.py on two H200s: launch stream, graph length, NCCL graph mixing, the call
 #: (allreduce-gap-h200x2-20261129/ is the earlier run: start skew and launch shape)
 GAP_FILE = "benchmarks/results/allreduce-gap-h200x2-20261129b/allreduce_gap.csv"
+#: the same study with the aligned start's deadline 0.2, 2 and 20 ms ahead and a barrier start, 20 per graph
+IDLE_FILE = "benchmarks/results/allreduce-gap-h200x2-20261129c/allreduce_gap.csv"
 GAP_COLUMNS = ["iters", "method", "nccl_setting", "size_bytes", "time_us", "time_us_p10", "time_us_p90",
                "start_skew_us"]
 
