@@ -20,7 +20,8 @@ same sizes (--min to --max bytes, x2) for each block length (--iters: collective
                   non-blocking, as nccl-tests creates its streams.
   the call        ours issuing ncclAllReduce itself on a communicator of its own (helpers.ncclbind, as
                   sglang's pynccl does) instead of torch.distributed's all_reduce.
-  the idle GPU    an aligned start keeps the GPU idle for the deadline's lead (2 ms by default) before each
+  the idle GPU    an aligned start keeps the GPU idle for the deadline's lead (2 ms in the arms above,
+                  helpers.fidelity.LEGACY_LEAD_US, so runs stay comparable) before each
                   timed block, which a barrier start and nccl-tests do not: ours with leads --leads us
                   apart, and ours launched as each rank's barrier returns (torch.distributed, default
                   setting, non-blocking stream). If the time per call grows with the lead, the idle gap
@@ -61,8 +62,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=7, help="timed blocks per point (ours)")
     ap.add_argument("--tool-repeats", type=int, default=3)
     ap.add_argument("--leads", default="200,2000,20000",
-                    help="aligned start: deadline leads in us, each one an arm of ours besides the 2000 us of the "
-                         "other aligned arms")
+                    help="aligned start: deadline leads in us, each one an arm of ours besides the other aligned "
+                         "arms' (helpers.fidelity.LEGACY_LEAD_US)")
     ap.add_argument("--shapes", default="procs", help="nccl-tests launch shapes: procs (-np N -g 1), threads "
                                                        "(-t N -g 1), or both, comma-separated")
     a = ap.parse_args(argv)
@@ -108,12 +109,13 @@ def main(argv=None) -> int:
                      "start_skew_us": float(np.median(skew)) if skew else np.nan})
 
     for it in iters_list:
+        base = fidelity.LEGACY_LEAD_US
         ours = [  # (start, NCCL setting, api, stream, lead in us)
-            ("aligned", "default", "torch", "legacy", 2000),
-            ("aligned", "default", "torch", "side", 2000), ("aligned", "GRAPH_MIXING_SUPPORT=0", "torch", "side", 2000),
-            ("aligned", "default", "nccl", "side", 2000), ("aligned", "GRAPH_MIXING_SUPPORT=0", "nccl", "side", 2000)]
-        ours += [("aligned", "default", "torch", "side", lead) for lead in leads if lead != 2000]
-        ours += [("barrier", "default", "torch", "side", 2000)]
+            ("aligned", "default", "torch", "legacy", base),
+            ("aligned", "default", "torch", "side", base), ("aligned", "GRAPH_MIXING_SUPPORT=0", "torch", "side", base),
+            ("aligned", "default", "nccl", "side", base), ("aligned", "GRAPH_MIXING_SUPPORT=0", "nccl", "side", base)]
+        ours += [("aligned", "default", "torch", "side", lead) for lead in leads if lead != base]
+        ours += [("barrier", "default", "torch", "side", base)]
         for start, setting, api, stream, lead in ours:
             t0 = time.perf_counter()
             r = collectives.run_collectives("nccl", n, sizes, ops=("all_reduce",), warmup=5, iters=it,
@@ -125,7 +127,7 @@ def main(argv=None) -> int:
             print(f"ours {api} {start}{f' lead {lead} us' if start == 'aligned' else ''} {stream} {setting} "
                   f"iters={it}: {r.status}, {len(r.rows)} points in "
                   f"{time.perf_counter() - t0:.1f} s {r.message[-600:]}", flush=True)
-            ahead = f" {lead / 1000:g} ms ahead" if start == "aligned" and lead != 2000 else ""
+            ahead = f" {lead / 1000:g} ms ahead" if start == "aligned" and lead != base else ""
             method = (f"ours, {start} start{ahead}"
                       + (", ncclAllReduce direct" if api == "nccl" else "")
                       + (", legacy default stream" if stream == "legacy" else ", non-blocking stream"))

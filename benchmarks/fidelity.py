@@ -274,9 +274,9 @@ def compare(out: Path) -> pd.DataFrame:
         return fidelity.median_of_runs(runs)
 
     rows = []
-    # how far ahead the aligned start's deadline lay (runs before the worker recorded it used 2 ms)
+    # how far ahead the aligned start's deadline lay (runs before the worker recorded it: LEGACY_LEAD_US)
     leads = coll.start_lead_us.dropna() if "start_lead_us" in coll.columns else pd.Series(dtype=float)
-    ahead = f" {(leads.iloc[0] if len(leads) else 2000) / 1000:g} ms ahead"
+    ahead = f" {(leads.iloc[0] if len(leads) else fidelity.LEGACY_LEAD_US) / 1000:g} ms ahead"
     direct = coll[coll.backend == "nccl-direct"]
     coll = coll[coll.backend != "nccl-direct"]
     for v, g in [(v, g) for v in variants for g in shapes]:

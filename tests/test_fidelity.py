@@ -318,3 +318,10 @@ def test_gap_summary_sets_each_method_against_the_one_process_per_gpu_tool():
     with pytest.raises(ToolOutputError, match="lacks columns"):
         fidelity.gap_summary(pd.DataFrame({"iters": [20]}))
     assert fidelity.load_gap() is not None                    # the committed measurement is in the checkout
+
+
+def test_lead_ms_reads_the_lead_a_label_names_and_the_legacy_lead_where_it_names_none():
+    assert fidelity.lead_ms("ours, aligned start 0.2 ms ahead, non-blocking stream") == 0.2
+    assert fidelity.lead_ms("torch.distributed ..., ranks launched at one deadline 0.3 ms ahead, in-place") == 0.3
+    assert fidelity.lead_ms("ours, aligned start, non-blocking stream") == fidelity.LEGACY_LEAD_US / 1000
+    assert fidelity.lead_ms("ours, barrier start, non-blocking stream") is None

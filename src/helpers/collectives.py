@@ -24,6 +24,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from . import collective_worker
 from .copybench import parse_sizes
 
 OPS = ("all_reduce", "all_to_all")
@@ -185,7 +186,7 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
                     workdir: str | Path | None = None, harness: str = "eager", timer: str = "events",
                     placement: str = "in-place", rotate_bytes: int = 0, start: str = "barrier",
                     api: str = "torch", control: str = "backend", stream: str = "side",
-                    start_lead_us: int = 300) -> RunResult:
+                    start_lead_us: int = collective_worker.START_LEAD_US) -> RunResult:
     """Launch one sweep with torchrun and collect its points. Bad requests raise CollectiveConfigError;
     a run that fails or hangs returns a RunResult with status 'failed' or 'timeout' and the error text.
 

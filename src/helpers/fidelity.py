@@ -439,6 +439,19 @@ RESULT_FILES = ("benchmarks/results/fidelity-h200-20261129.csv",            # on
 GAP_FILE = "benchmarks/results/allreduce-gap-h200x2-20261129b/allreduce_gap.csv"
 #: the same study with the aligned start's deadline 0.2, 2 and 20 ms ahead and a barrier start, 20 per graph
 IDLE_FILE = "benchmarks/results/allreduce-gap-h200x2-20261129c/allreduce_gap.csv"
+#: The aligned start's lead wherever a label names none: the worker's lead before it recorded one, and the
+#: lead of benchmarks/allreduce_gap.py's aligned arms (kept at 2 ms so its runs stay comparable)
+LEGACY_LEAD_US = 2000
+
+
+def lead_ms(label: str) -> float | None:
+    """How far ahead an aligned start set its deadline, in ms, from a method label: the 'X ms ahead' it
+    names, LEGACY_LEAD_US for an aligned label that names none, None for a label of another start."""
+    m = re.search(r"([\d.]+) ms ahead", label)
+    if m:
+        return float(m.group(1))
+    return LEGACY_LEAD_US / 1000 if ("aligned" in label or "one deadline" in label) else None
+
 GAP_COLUMNS = ["iters", "method", "nccl_setting", "size_bytes", "time_us", "time_us_p10", "time_us_p90",
                "start_skew_us"]
 
