@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from helpers import budget as bd, modelarith as ma
+from helpers.model import budget as bd, arith as ma
 
 from test_modelarith import TINY
 

@@ -1,8 +1,8 @@
 """Execute the book's chapters on this machine with papermill, record the run, build the site.
 
-    python -m helpers.runbook                      # target `auto`: measure what this machine can
-    python -m helpers.runbook --target recorded    # the recorded investigation only
-    python -m helpers.runbook --render runs/ID     # re-render an existing run, measuring nothing
+    python -m helpers.book.runbook                      # target `auto`: measure what this machine can
+    python -m helpers.book.runbook --target recorded    # the recorded investigation only
+    python -m helpers.book.runbook --render runs/ID     # re-render an existing run, measuring nothing
 
 A run is a folder runs/<run-id>/ with the executed notebooks (notebooks/), the chapters' result
 tables (results/<chapter>/), each chapter's log of stderr (logs/) and manifest.json: per-chapter
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from . import __version__, repo_root
+from helpers import __version__, repo_root
 
 TARGETS_DIR = "targets"
 _TARGET_KEYS = {"description", "parameters", "chapters", "skip", "execution_timeout"}
@@ -174,9 +174,9 @@ def versions(root: Path) -> dict:
 
 
 def fingerprint() -> dict:
-    """The machine a run executed on (helpers.probe's fingerprint where available)."""
+    """The machine a run executed on (helpers.machine.probe's fingerprint where available)."""
     try:
-        from .probe import fingerprint as fp
+        from helpers.machine.probe import fingerprint as fp
 
         return fp()
     except Exception as exc:  # noqa: BLE001 - the run must go on; say why the probe failed
@@ -198,7 +198,7 @@ def read_manifest(run_dir: Path) -> dict:
     path = Path(run_dir) / "manifest.json"
     if not path.exists():
         raise RunbookError(f"{run_dir} is not a run directory (no manifest.json); "
-                           f"runs are made by `python -m helpers.runbook --target NAME`")
+                           f"runs are made by `python -m helpers.book.runbook --target NAME`")
     return json.loads(path.read_text())
 
 
@@ -465,14 +465,14 @@ def build(run_dir: Path, root: Path | None = None, strict: bool = True, echo=pri
 # ----------------------------------------------------------------------------- CLI
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m helpers.runbook",
+        prog="python -m helpers.book.runbook",
         description=__doc__.split("\n\n")[0] + " Targets are the files targets/<name>.yaml.",
         epilog="Examples:\n"
-               "  python -m helpers.runbook --list-targets\n"
-               "  python -m helpers.runbook --target auto\n"
-               "  python -m helpers.runbook --target recorded --no-build\n"
-               "  python -m helpers.runbook --render runs/latest\n"
-               "  python -m helpers.runbook --target auto --chapters 01_environment,06_vm_p2p",
+               "  python -m helpers.book.runbook --list-targets\n"
+               "  python -m helpers.book.runbook --target auto\n"
+               "  python -m helpers.book.runbook --target recorded --no-build\n"
+               "  python -m helpers.book.runbook --render runs/latest\n"
+               "  python -m helpers.book.runbook --target auto --chapters 01_environment,06_vm_p2p",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default="auto", help="parameter set to run (default: auto)")
     p.add_argument("--run-id", help="name of the run folder (default: <UTC time>-<target>-<host>)")

@@ -27,7 +27,7 @@ def plain(variable: Any) -> Any:
     if isinstance(variable, str):
         return _Text(variable)
     if type(variable).__name__ == "Figure" and hasattr(variable, "savefig"):
-        from .plotting import as_image  # a bare Figure has no PNG display under Agg
+        from helpers.book.plotting import as_image  # a bare Figure has no PNG display under Agg
 
         return as_image(variable)
     item = getattr(variable, "item", None)

@@ -23,7 +23,9 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from . import alphabeta, modelarith as ma, recorded
+from helpers.interconnect import fits as alphabeta
+from helpers.model import arith as ma
+from helpers.book import recorded
 
 KINDS = ("measured", "derived", "assumed", "reference")
 ALGORITHMS = ("ring", "tree", "one_shot")
