@@ -21,10 +21,9 @@ import numpy as np
 import pandas as pd
 
 from helpers.interconnect import fits as alphabeta, collectives, copies as copybench
-from helpers.book import plotting, recorded
+from helpers.book import layout, plotting, recorded
 
-FIT_COLUMNS = ["scope", "path", "harness", "variant", "backend", "world_size", "device", "alpha_us",
-               "beta_GBps", "median_rel_err", "max_rel_err", "n_points", "min_bytes", "max_bytes", "kind"]
+FIT_COLUMNS = list(layout.FIT_COLUMNS)
 
 RECORDED_PATH = "recorded_vm_gpu0_to_gpu1"
 #: How the NCCL variants are timed on two GPUs or more: as sglang's decode step issues its all-reduce when
