@@ -13,7 +13,7 @@ Per page it checks:
 - no console error, uncaught exception or failed load, and no request that leaves the disk;
 - math rendered: every `.math` element holds MathJax output, and no raw LaTeX (`\\(`, `\\frac`, ...) is
   left in the visible text outside code;
-- every image loaded (complete, with a size);
+- every image loaded (complete, with a size) and has alt text (not just its file name);
 - every internal link resolves: the file exists and, for `#anchor`, the target page has that id;
 - no absolute path of a machine (`/home/...`, `/work/...`, `.../site-packages/...`), no progress-bar or
   tqdm text, no host name of this machine, anywhere in the page's text (folded code included);
@@ -333,8 +333,10 @@ def check_site(site: Path, out: Path | None = None, executable: str | None = Non
                 res.images += 1
                 if not img["ok"]:
                     res.errors.append(f"image did not load: {img['src'][:200]}")
-                if not img["alt"].strip() and "logo" not in img["src"]:
+                alt = img["alt"].strip()
+                if not alt or re.search(r"\.(?:png|jpe?g|svg|gif)$", alt) or alt in img["src"]:
                     res.images_without_alt += 1
+                    res.errors.append(f"image without alt text: {img['src'].rsplit('/', 1)[-1][:80]}")
             # links
             for href in rep["links"]:
                 u = urlparse(href)

@@ -185,9 +185,61 @@ def parameters_box(defaults_src: str, injected_src: str | None, ctx: RunContext)
     return "\n".join(lines)
 
 
+_GLUE_FIGURE = re.compile(r"^(?P<fence>`{3,}|:{3,})\{glue:figure\}\s+(?P<key>\S+)[^\n]*\n(?P<opts>(?:[ \t]*:[\w-]+:[^\n]*\n)*)",
+                          re.M)
+
+
+def figure_alts(nb: dict) -> dict[str, str]:
+    """Glue key -> the alt text its figure carries (helpers.book.plotting.figure_image)."""
+    out = {}
+    for cell in nb.get("cells", []):
+        for o in cell.get("outputs", []) or []:
+            meta = o.get("metadata") or {}
+            name = (meta.get("scrapbook") or {}).get("name")
+            alt = (meta.get("image/png") or {}).get("alt")
+            if name and alt:
+                out[name] = " ".join(str(alt).split())
+    return out
+
+
+_ROLE = re.compile(r"\{[\w:-]+\}`[^`]*`")
+
+
+def caption_alt(caption: str, limit: int = 300) -> str:
+    """Alt text from a figure's caption where the figure carries none: its first sentence, with MyST
+    roles (glued values, references) and markup taken out."""
+    text = " ".join(_ROLE.sub("", caption).replace("`", "").replace("*", "").split())
+    first = re.split(r"(?<=[.;:])\s", text, maxsplit=1)[0].rstrip(".;:")
+    first = first if len(first) >= 20 else text
+    return first if len(first) <= limit else first[: limit - 3].rstrip() + "..."
+
+
+def add_figure_alts(markdown: str, alts: dict[str, str]) -> str:
+    """Give every `{glue:figure} key` directive without an `:alt:` option alt text: its figure's own
+    (helpers.book.plotting.figure_image), else the first sentence of its caption."""
+    def fix(m):
+        key = m.group("key").rsplit("::", 1)[-1]
+        if ":alt:" in m.group("opts"):
+            return m.group(0)
+        alt = alts.get(key)
+        if not alt:
+            rest = markdown[m.end():]
+            close = re.search(rf"^{re.escape(m.group('fence'))}\s*$", rest, re.M)
+            alt = caption_alt(rest[: close.start()] if close else rest[:400])
+        if not alt:
+            return m.group(0)
+        head = m.group(0)[: len(m.group(0)) - len(m.group("opts"))]
+        return f"{head}:alt: {alt}\n{m.group('opts')}"
+    return _GLUE_FIGURE.sub(fix, markdown)
+
+
 def clean_notebook(nb: dict, ctx: RunContext) -> dict:
     """Clean an executed notebook (a dict, changed in place and returned) for the site."""
     cells = nb.get("cells", [])
+    alts = figure_alts(nb)
+    for cell in cells:
+        if cell["cell_type"] == "markdown" and "{glue:figure}" in _as_text(cell["source"]):
+            cell["source"] = add_figure_alts(_as_text(cell["source"]), alts)
     defaults_src = next((_as_text(c["source"]) for c in cells if c["cell_type"] == "code"
                          and "parameters" in c.get("metadata", {}).get("tags", [])), None)
     new_cells, boxed = [], False
