@@ -10,7 +10,8 @@ from helpers import repo_root
 from helpers.book import browser, runbook, site
 
 ROOT = repo_root()
-SITE_RUN = "h200x2-20261129f"  # the run the published site shows (Makefile: SITE_RUN)
+#: the run the published site shows (Makefile: SITE_RUN)
+SITE_RUN = re.search(r"^SITE_RUN\s*\?=\s*runs/(\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
 
 
 @pytest.fixture(scope="module")

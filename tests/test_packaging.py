@@ -55,3 +55,18 @@ def test_targets_load():
     for n in names:
         t = runbook.load_target(n, ROOT)
         runbook.plan(t, ROOT)  # every parameter is declared by some chapter
+
+
+def test_the_site_needs_only_pinned_dependencies_of_the_book():
+    """`make site` (and the Pages workflow) installs SITE_DEPS only: each is one of pyproject's."""
+    make = (ROOT / "Makefile").read_text()
+    deps = re.search(r"^SITE_DEPS\s*:=\s*(.+)$", make, re.M).group(1)
+    project = set(map(_norm, tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]))
+    for dep in re.findall(r'"([^"]+)"', deps):
+        assert _norm(dep) in project, f"SITE_DEPS names {dep}, which pyproject.toml does not pin so"
+    assert re.search(r"^SITE_RUN\s*\?=\s*runs/\S+", make, re.M)
+    workflow = (ROOT / ".github" / "workflows" / "pages.yml").read_text()
+    assert "make site" in workflow and "_build/html" in workflow
+    site_run = re.search(r"^SITE_RUN\s*\?=\s*(\S+)", make, re.M).group(1)
+    assert (ROOT / site_run / "manifest.json").exists(), f"SITE_RUN {site_run} is not a committed run"
+    assert site_run in (ROOT / "README.md").read_text(), "the README says which run the site shows"
