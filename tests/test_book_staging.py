@@ -58,7 +58,9 @@ def test_stderr_progress_bars_and_path_results_are_dropped_and_paths_made_relati
 
 def test_public_text_shortens_installed_packages_and_home_folders():
     t = staging.public_text('File "/usr/lib/python3/dist-packages/x.py", /home/ann/y /root/z', CTX)
-    assert t == 'File "dist-packages/x.py", ~/y ~/z'
+    assert t == 'File ".../dist-packages/x.py", ~/y ~/z'
+    tb = '  File "/tmp/site/transformers/cli/serve.py", line 152, in f'
+    assert staging.public_text(tb, CTX) == '  File ".../cli/serve.py", line 152, in f'
 
 
 def test_pandas_default_tables_lose_the_counter_index_and_missing_cells():

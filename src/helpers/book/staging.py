@@ -66,6 +66,8 @@ class RunContext:
 
 
 _SITE_PACKAGES = re.compile(r"(?<![\w:/.])(?:/[\w.+@-]+)+/((?:site|dist)-packages)/")
+#: a traceback line naming a file by its absolute path: keep the package folder and the file
+_TRACEBACK_FILE = re.compile(r'File (?:"|&quot;)/[^"&\n]*/([^/"&\n]+/[^/"&\n]+\.py)(?:"|&quot;)')
 _HOME = re.compile(r"(?<![\w:/.])/(?:home/[\w.-]+|root)/")
 
 
@@ -74,6 +76,7 @@ def public_text(text: str, ctx: RunContext) -> str:
     installed package's folder shortened to `site-packages/...` and a home folder to `~/`."""
     for root in ctx.roots:
         text = text.replace(root.rstrip("/") + "/", "")
+    text = _TRACEBACK_FILE.sub(r'File ".../\1"', text)
     return _HOME.sub("~/", _SITE_PACKAGES.sub(r"\1/", text))
 
 
