@@ -114,3 +114,25 @@ def test_a_figure_without_alt_text_of_its_own_gets_its_captions_first_sentence()
     out = staging.add_figure_alts(md, {})
     assert ":alt: Time per copy against message size\n:name: fig-old\n" in out
     assert staging.add_figure_alts("```{glue:figure} k\n:alt: given\nCap.\n```", {"k": "auto"}).count(":alt:") == 1
+
+
+def test_the_first_page_can_name_the_run_it_shows():
+    m = {"run_id": "h200x2-x", "target": "multi-gpu", "started": "2026-11-29T21:10:51+00:00",
+         "hardware": {"gpu_count": 2, "gpu_names": ["NVIDIA H200", "NVIDIA H200"],
+                      "virtualization": "container in vm (Firecracker)"},
+         "versions": {"book_commit": "6e11e7c+dirty"}}
+    subs = staging.run_substitutions(m)
+    assert subs == {"site_run": "h200x2-x", "site_target": "multi-gpu",
+                    "site_machine": "2 x NVIDIA H200, container in vm (Firecracker)",
+                    "site_date": "2026-11-29", "site_commit": "commit 6e11e7c with local changes"}
+    assert set(subs) == set(staging.SUBSTITUTION_KEYS)
+    assert staging.run_substitutions({"run_id": "r"})["site_commit"] == "an unrecorded commit"
+
+
+def test_the_config_has_a_default_for_every_run_substitution():
+    import yaml
+
+    from helpers import repo_root
+
+    cfg = yaml.safe_load((repo_root() / "_config.yml").read_text())
+    assert set(staging.SUBSTITUTION_KEYS) <= set(cfg["parse"]["myst_substitutions"])

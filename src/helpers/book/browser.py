@@ -17,7 +17,8 @@ Per page it checks:
 - every internal link resolves: the file exists and, for `#anchor`, the target page has that id;
 - no absolute path of a machine (`/home/...`, `/work/...`, `.../site-packages/...`), no progress-bar or
   tqdm text, no host name of this machine, anywhere in the page's text (folded code included);
-- no table whose first column is a bare integer index (a blank header over 0, 1, 2, ...).
+- no table whose first column is a bare integer index (a blank header over 0, 1, 2, ...), no table that
+  runs off the page without a scroll bar, and no page that scrolls sideways.
 It saves a screenshot of the first screen of each page (1280 x 900) and a report.json beside them.
 """
 from __future__ import annotations
@@ -227,7 +228,14 @@ _REPORT = r"""(() => {
   const tables = [...document.querySelectorAll('article table, main table')].map(t => {
     const head = t.tHead && t.tHead.rows.length ? [...t.tHead.rows[0].cells].map(c => c.textContent.trim()) : [];
     const body = t.tBodies.length ? [...t.tBodies[0].rows] : [];
-    return {head, headRows: t.tHead ? t.tHead.rows.length : 0,
+    let scrolls = false;
+    for (let a = t.parentElement; a && a !== document.body; a = a.parentElement) {
+      const o = getComputedStyle(a).overflowX;
+      if (o === 'auto' || o === 'scroll') { scrolls = true; break; }
+    }
+    const main = document.querySelector('main') || document.body;
+    const cut = t.getBoundingClientRect().right > main.getBoundingClientRect().right + 2 && !scrolls;
+    return {head, headRows: t.tHead ? t.tHead.rows.length : 0, cut,
             first: body.map(r => r.cells.length ? r.cells[0].textContent.trim() : ''),
             cls: t.className, caption: t.caption ? t.caption.textContent.trim() : ''};
   });
@@ -240,6 +248,7 @@ _REPORT = r"""(() => {
                                             alt: i.getAttribute('alt') || '', w: i.naturalWidth})),
     links: [...document.querySelectorAll('a[href]')].map(a => a.href),
     tables,
+    sideways: document.documentElement.scrollWidth > document.documentElement.clientWidth + 1,
   };
 })()"""
 
@@ -366,7 +375,11 @@ def check_site(site: Path, out: Path | None = None, executable: str | None = Non
                 res.errors.append(f"this machine's host name {host!r} is on the page")
             # tables
             res.tables = len(rep["tables"])
+            if rep["sideways"]:
+                res.errors.append("the page scrolls sideways (something is wider than the window)")
             for t in rep["tables"]:
+                if t["cut"]:
+                    res.errors.append(f"table runs off the page without scrolling (headers {t['head'][:4]})")
                 if _bare_index(t):
                     res.errors.append(f"table with a bare integer index column (headers {t['head'][:4]})")
             results.append(res)

@@ -456,6 +456,10 @@ def stage(run_dir: Path, root: Path, stage_dir: Path) -> Path:
     stage_dir.mkdir(parents=True)
     cfg = yaml.safe_load((root / "_config.yml").read_text())
     cfg.setdefault("execute", {})["execute_notebooks"] = "off"
+    from helpers.book import staging  # pages name the run they show: {{ site_run }}, {{ site_machine }}, ...
+
+    subs = cfg.setdefault("parse", {}).setdefault("myst_substitutions", {})
+    subs.update(staging.run_substitutions(manifest))
     (stage_dir / "_config.yml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     shutil.copy(root / "_toc.yml", stage_dir / "_toc.yml")
     for extra in ("references.bib", "logo.png"):
@@ -464,8 +468,6 @@ def stage(run_dir: Path, root: Path, stage_dir: Path) -> Path:
     shutil.copytree(root / TARGETS_DIR, stage_dir / TARGETS_DIR)  # shown on the re-running page
     if (root / "_static").is_dir():  # the book's CSS (jupyter-book includes every .css in it)
         shutil.copytree(root / "_static", stage_dir / "_static")
-    from helpers.book import staging
-
     ctx = staging.RunContext.from_manifest(manifest, local_root=root, local_run_dir=run_dir)
     recs = {c["docname"]: c for c in manifest["chapters"]}
     titles = {}

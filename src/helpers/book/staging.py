@@ -291,3 +291,35 @@ def _clean_output(o: dict, ctx: RunContext) -> dict | None:
     if kind == "error":
         o["traceback"] = [public_text(t, ctx) for t in o.get("traceback", [])]
     return o
+
+
+#: the MyST substitutions a page can use to name the run the site shows ({{ site_run }}, ...); the
+#: repository's _config.yml holds neutral defaults for a build outside the runbook
+SUBSTITUTION_KEYS = ("site_run", "site_target", "site_machine", "site_date", "site_commit")
+
+
+def run_substitutions(manifest: dict) -> dict[str, str]:
+    """What the first page says of the run the site was rendered from: its id, target, machine
+    (GPUs, virtualization), date and commit, from the run's manifest."""
+    hw = manifest.get("hardware") or {}
+    names = hw.get("gpu_names") or []
+    count = hw.get("gpu_count") or len(names)
+    if names and len(set(names)) == 1:
+        gpus = f"{count} x {names[0]}"
+    elif names:
+        gpus = ", ".join(names)
+    else:
+        gpus = "no GPU"
+    virt = hw.get("virtualization")
+    machine = gpus + (f", {virt}" if virt and virt not in ("none", "bare metal") else "")
+    commit = str((manifest.get("versions") or {}).get("book_commit") or "")
+    if not commit:
+        commit_text = "an unrecorded commit"
+    else:
+        clean = commit.split()[0]
+        commit_text = f"commit {clean.replace('+dirty', '')}" + (
+            " with local changes" if clean.endswith("+dirty") else "") + (
+            " (named by the sender)" if "BOOK_COMMIT" in commit else "")
+    return {"site_run": str(manifest.get("run_id", "")), "site_target": str(manifest.get("target", "")),
+            "site_machine": machine, "site_date": str(manifest.get("started") or "")[:10] or "an unknown date",
+            "site_commit": commit_text}
