@@ -136,3 +136,13 @@ def test_the_config_has_a_default_for_every_run_substitution():
 
     cfg = yaml.safe_load((repo_root() / "_config.yml").read_text())
     assert set(staging.SUBSTITUTION_KEYS) <= set(cfg["parse"]["myst_substitutions"])
+
+
+def test_glued_figures_are_exported_for_other_pages(tmp_path):
+    import base64
+
+    png = base64.b64encode(b"\x89PNG fake").decode()
+    out = {"output_type": "display_data", "data": {"application/papermill.record/image/png": png},
+           "metadata": {"scrapbook": {"name": "fig_budget", "mime_prefix": "application/papermill.record/"}}}
+    keys = staging.export_glued_figures(_nb([_code("glue()", [out])]), tmp_path / "07_diagnosis")
+    assert keys == ["fig_budget"] and (tmp_path / "07_diagnosis" / "fig_budget.png").read_bytes() == b"\x89PNG fake"

@@ -439,6 +439,9 @@ def _stage_notebook(src: Path, dst: Path, ctx=None) -> None:
 
     nb = json.loads(Path(src).read_text())
     staging.clean_notebook(nb, ctx or staging.RunContext())
+    # another page can show this chapter's figures: _glued/<stem>/<key>.png in the staged book
+    stage_root = next((p for p in Path(dst).parents if (p / "_config.yml").exists()), Path(dst).parent)
+    staging.export_glued_figures(nb, stage_root / staging.GLUED_DIR / Path(src).stem)
     for cell in nb["cells"]:
         if cell["cell_type"] != "code":
             continue

@@ -323,3 +323,27 @@ def run_substitutions(manifest: dict) -> dict[str, str]:
     return {"site_run": str(manifest.get("run_id", "")), "site_target": str(manifest.get("target", "")),
             "site_machine": machine, "site_date": str(manifest.get("started") or "")[:10] or "an unknown date",
             "site_commit": commit_text}
+
+
+#: where the staging puts every chapter's glued figures, for pages that show another page's figure
+#: with a plain `{figure}` (myst-nb's `{glue:figure}` reads only its own page's glue)
+GLUED_DIR = "_glued"
+
+
+def export_glued_figures(nb: dict, folder) -> list[str]:
+    """Write each PNG figure `nb` glued as <folder>/<key>.png; return the keys written."""
+    import base64
+    from pathlib import Path
+
+    folder = Path(folder)
+    keys = []
+    for cell in nb.get("cells", []):
+        for o in cell.get("outputs", []) or []:
+            name = ((o.get("metadata") or {}).get("scrapbook") or {}).get("name")
+            data = o.get("data") or {}
+            png = data.get("image/png") or data.get("application/papermill.record/image/png")
+            if name and png and re.fullmatch(r"[\w.-]+", name):
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / f"{name}.png").write_bytes(base64.b64decode(_as_text(png)))
+                keys.append(name)
+    return keys
