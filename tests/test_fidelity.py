@@ -343,6 +343,7 @@ def test_the_registered_gap_studies_load_with_their_methods():
     assert leads == {200, 2000, 20000}
 
 
+@pytest.mark.integration
 def test_compare_rebuilds_the_committed_two_gpu_table_from_its_raw_files(tmp_path):
     """benchmarks/fidelity.py --compare on a copy of the registered study gives the committed comparison:
     the same rows in the same order, the same numbers, and the methods the recorded strings map to."""
