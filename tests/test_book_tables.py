@@ -64,7 +64,7 @@ def test_long_tables_fold_behind_a_toggle_with_the_summary_visible():
 def test_html_scrolls_escapes_and_right_aligns_numbers():
     t = tables.table(pd.DataFrame({"name": ["<b>"], "v": [1.0]}))
     assert 'class="book-table-scroll"' in t.html and "&lt;b&gt;" in t.html
-    assert '<td class="num">1</td>' in t.html and "<td>&lt;b&gt;</td>" in t.html
+    assert '<td class="num">1</td>' in t.html and '<td class="nowrap">&lt;b&gt;</td>' in t.html
 
 
 def test_percent_units_and_booleans():
@@ -87,3 +87,8 @@ def test_text_form_and_series_and_multiindex_columns():
 
 def test_show_displays_once_and_returns_nothing(capsys):
     assert tables.show(pd.DataFrame({"a": [1]})) is None
+
+
+def test_short_text_columns_do_not_wrap_long_ones_do():
+    t = tables.table(pd.DataFrame({"setup": ["1x NVIDIA H200"], "note": ["x" * 80]}))
+    assert '<td class="nowrap">1x NVIDIA H200</td>' in t.html and f"<td>{'x' * 80}</td>" in t.html

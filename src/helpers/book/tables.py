@@ -128,14 +128,20 @@ class Table:
     def folded(self) -> bool:
         return self.fold_after is not None and len(self.rows) > self.fold_after
 
+    #: a text column whose longest value is at most this long never wraps (a wide table scrolls instead)
+    NOWRAP_CHARS = 24
+
     def _table_html(self) -> str:
-        def cell(tag, text, num):
-            cls = ' class="num"' if num else ""
+        short = [max([len(r[i]) for r in self.rows] + [0]) <= self.NOWRAP_CHARS for i in range(len(self.columns))]
+
+        def cell(tag, text, num, keep):
+            classes = " ".join(c for c, on in (("num", num), ("nowrap", keep and not num)) if on)
+            cls = f' class="{classes}"' if classes else ""
             return f"<{tag}{cls}>{html.escape(text)}</{tag}>"
 
-        head = "".join(cell("th", c, n) for c, n in zip(self.columns, self.numeric))
-        body = "\n".join("<tr>" + "".join(cell("td", v, n) for v, n in zip(r, self.numeric)) + "</tr>"
-                         for r in self.rows)
+        head = "".join(cell("th", c, n, k) for c, n, k in zip(self.columns, self.numeric, short))
+        body = "\n".join("<tr>" + "".join(cell("td", v, n, k) for v, n, k in zip(r, self.numeric, short))
+                         + "</tr>" for r in self.rows)
         cap = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
         return (f'<div class="book-table-scroll"><table class="book-table">{cap}'
                 f"<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody></table></div>")
@@ -144,7 +150,9 @@ class Table:
     def html(self) -> str:
         inner = self._table_html()
         if self.folded:
-            summary = self.summary or f"{len(self.rows)} rows, {len(self.columns)} columns"
+            cols = [c for c in self.columns if c]
+            summary = self.summary or (f"A table of {len(self.rows)} rows: " + ", ".join(cols[:4])
+                                       + (", ..." if len(cols) > 4 else ""))
             inner = (f'<details class="book-table-fold"><summary>{html.escape(summary)} '
                      f'<span class="book-table-count">(show all {len(self.rows)} rows)</span></summary>'
                      f"{inner}</details>")
