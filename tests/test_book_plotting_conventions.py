@@ -51,3 +51,18 @@ def test_glued_figures_carry_alt_text():
     assert md["image/png"]["alt"] == plotting.describe(fig)
     _, md2 = format_display_data(plotting.figure_image(fig, alt="six flat lines"))
     assert md2["image/png"]["alt"] == "six flat lines"
+
+
+def test_glued_figures_never_show_a_legend_over_their_points():
+    fig, ax = _crowded()
+    ax.legend(loc="center")
+    assert plotting.keep_legends_off_data(fig) == 1 and not plotting.legend_overlaps_data(ax)
+    fig2, ax2 = plotting.figure()
+    ax2.plot(range(10), [10] * 10, marker="o", label="high")
+    ax2.plot([0], [0], marker="o", label="one low point")
+    ax2.legend(loc="lower right")  # the lower right is empty: the legend stays where it is
+    assert plotting.keep_legends_off_data(fig2) == 0
+    fig3, ax3 = _crowded()
+    ax3.legend(loc="center")
+    glue.plain(fig3)
+    assert not plotting.legend_overlaps_data(ax3)

@@ -424,10 +424,26 @@ def describe(fig, limit: int = 600) -> str:
 
 
 def figure_image(fig, alt: str | None = None, dpi: int | None = None):
-    """`fig` as a PNG image for glue (as `as_image`) carrying its alt text in the output's metadata
+    """`fig` as a PNG image for glue (as `as_image`), legends moved off the data
+    (`keep_legends_off_data`), carrying its alt text in the output's metadata
     (`alt`, default `describe(fig)`); the runbook's staging puts it on the page's `<img>` where the
     chapter's `{glue:figure}` gives no `:alt:` of its own."""
     from IPython.display import Image
 
+    keep_legends_off_data(fig)
     img = as_image(fig, dpi=dpi)
     return Image(data=img.data, format="png", alt=alt or describe(fig))  # metadata {"image/png": {"alt"}}
+
+
+def keep_legends_off_data(fig) -> int:
+    """Move every axes legend of `fig` that covers a plotted point beside its axes (right, top
+    aligned, same font size); return how many moved. `figure_image` (so every glued Figure) does this."""
+    moved = 0
+    for ax in fig.axes:
+        leg = ax.get_legend()
+        if leg is None or not legend_overlaps_data(ax):
+            continue
+        size = leg.get_texts()[0].get_fontsize() if leg.get_texts() else None
+        legend_outside(ax, "right", **({"fontsize": size} if size else {}))
+        moved += 1
+    return moved

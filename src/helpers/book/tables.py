@@ -182,7 +182,7 @@ class Table:
 def table(df: pd.DataFrame, units: Mapping[str, str] | None = None,
           digits: int | Mapping[str, int] | None = None, fold_after: int | None = FOLD_AFTER,
           summary: str | None = None, index: bool | None = None, caption: str | None = None,
-          rename: Mapping[str, str] | None = None) -> Table:
+          rename: Mapping[str, str] | None = None, drop_empty: bool = True) -> Table:
     """Format `df` for a reader (see the module's docstring) and return the Table; `show` displays it.
 
     units: column -> unit ("us", "GB/s", "bytes", "%", ...), added to the header as `name (unit)`.
@@ -190,7 +190,8 @@ def table(df: pd.DataFrame, units: Mapping[str, str] | None = None,
     fold_after: fold a table with more rows than this behind a toggle (None: never fold).
     summary: the line a reader sees (above the table, or as the fold's visible line).
     index: show the index as leading column(s): True, False, or None (only when it means something).
-    rename: column -> header text, applied before the unit is added."""
+    rename: column -> header text, applied before the unit is added.
+    drop_empty: leave out a column with no value in any row (a blank column tells a reader nothing)."""
     if not isinstance(df, pd.DataFrame):
         if isinstance(df, pd.Series):
             df = df.to_frame()
@@ -217,6 +218,8 @@ def table(df: pd.DataFrame, units: Mapping[str, str] | None = None,
     headers, cols, numeric = [], [], []
     for name, values in zip(names, series):
         values = list(values)
+        if drop_empty and values and all(_missing(v) or (isinstance(v, str) and not v.strip()) for v in values):
+            continue
         base, unit = (name, units[name]) if name in units else _split_unit(name)
         base = rename.get(name, base)
         is_num = bool(values) and all(_is_number(v) or _missing(v) for v in values) and any(
