@@ -27,14 +27,14 @@ install: $(VENV)/.installed
 
 book: install
 ifneq ($(strip $(RUN)),)
-	$(BIN)/python -m helpers.runbook --render $(RUN)
+	$(BIN)/python -m helpers.book.runbook --render $(RUN)
 else
-	$(BIN)/python -m helpers.runbook --target $(TARGET)
+	$(BIN)/python -m helpers.book.runbook --target $(TARGET)
 endif
 	@echo "open _build/html/index.html"
 
 render: install
-	$(BIN)/python -m helpers.runbook --render $(or $(RUN),runs/latest)
+	$(BIN)/python -m helpers.book.runbook --render $(or $(RUN),runs/latest)
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -46,7 +46,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_book.py
 
 strip: install
-	$(BIN)/python -m helpers.nbtools strip notebooks/*.ipynb
+	$(BIN)/python -m helpers.book.nbtools strip notebooks/*.ipynb
 
 clean:
 	rm -rf _build

@@ -18,10 +18,10 @@ same sizes (--min to --max bytes, x2) for each block length (--iters: collective
   the stream      ours with the graph launched on the legacy default stream (what a torch program does
                   unless it picks a stream, and what our worker did before) and on a stream created
                   non-blocking, as nccl-tests creates its streams.
-  the call        ours issuing ncclAllReduce itself on a communicator of its own (helpers.ncclbind, as
+  the call        ours issuing ncclAllReduce itself on a communicator of its own (helpers.interconnect.nccl, as
                   sglang's pynccl does) instead of torch.distributed's all_reduce.
   the idle GPU    an aligned start keeps the GPU idle for the deadline's lead (2 ms in the arms above,
-                  helpers.fidelity.LEGACY_LEAD_US, so runs stay comparable) before each
+                  helpers.interconnect.fidelity.LEGACY_LEAD_US, so runs stay comparable) before each
                   timed block, which a barrier start and nccl-tests do not: ours with leads --leads us
                   apart, and ours launched as each rank's barrier returns (torch.distributed, default
                   setting, non-blocking stream). If the time per call grows with the lead, the idle gap
@@ -47,9 +47,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from helpers import collectives, copybench, fidelity  # noqa: E402
+from helpers.interconnect import collectives, copies as copybench, fidelity  # noqa: E402
 
-SETTINGS = ("default", "GRAPH_MIXING_SUPPORT=0")    # names in helpers.collectives.NCCL_VARIANTS
+SETTINGS = ("default", "GRAPH_MIXING_SUPPORT=0")    # names in helpers.interconnect.collectives.NCCL_VARIANTS
 
 
 def main(argv=None) -> int:
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tool-repeats", type=int, default=3)
     ap.add_argument("--leads", default="200,2000,20000",
                     help="aligned start: deadline leads in us, each one an arm of ours besides the other aligned "
-                         "arms' (helpers.fidelity.LEGACY_LEAD_US)")
+                         "arms' (helpers.interconnect.fidelity.LEGACY_LEAD_US)")
     ap.add_argument("--shapes", default="procs", help="nccl-tests launch shapes: procs (-np N -g 1), threads "
                                                        "(-t N -g 1), or both, comma-separated")
     a = ap.parse_args(argv)

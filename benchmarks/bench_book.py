@@ -25,7 +25,7 @@ GOALS = {"auto": 60.0, "render": 15.0}
 
 def _runbook(*args: str) -> tuple[float, subprocess.CompletedProcess]:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "helpers.runbook", *args], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "helpers.book.runbook", *args], capture_output=True,
                           text=True, cwd=repo_root())
     return time.perf_counter() - t0, proc
 

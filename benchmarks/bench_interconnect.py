@@ -14,7 +14,7 @@ import time
 def main(argv=None) -> int:
     import torch
 
-    from helpers import interconnect as ic
+    from helpers.interconnect import suite as ic
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--preset", choices=list(ic.PRESETS), default=None)

@@ -9,13 +9,13 @@ all_reduce.cu, timer.cc, timer.h, nccl1_compat.h} and cuda-samples/p2pBandwidthL
 p2pBandwidthLatencyTest.cu; they are never committed). Runs them --tool-repeats times per command, in
 every launch shape this host has (-g N; with several GPUs also -t N -g 1 and -np N -g 1), eager and -G 1,
 per NCCL variant in --variants; then our harness on the same sizes: all-reduce through
-helpers.collectives (torchrun, one process per GPU; eager and CUDA-graph harnesses, barrier and
+helpers.interconnect.collectives (torchrun, one process per GPU; eager and CUDA-graph harnesses, barrier and
 aligned starts; each collective issued through torch.distributed and, as sglang's decode issues it, as
-ncclAllReduce on a communicator of our own through helpers.ncclbind), ncclAllReduce called directly
-through torch.cuda.nccl from one process (the -g N shape), and copies through helpers.copybench at
+ncclAllReduce on a communicator of our own through helpers.interconnect.nccl), ncclAllReduce called directly
+through torch.cuda.nccl from one process (the -g N shape), and copies through helpers.interconnect.copies at
 p2pBandwidthLatencyTest's sizes (the peer copy both ways). Writes to OUTDIR:
 
-  fidelity.csv                       the comparison (helpers.fidelity.COLUMNS)
+  fidelity.csv                       the comparison (helpers.interconnect.fidelity.COLUMNS)
   nccl_tests_all_reduce[_threads|_procs][_graph][_<variant>][.rK].txt   each tool run's output
   p2pBandwidthLatencyTest[.rK].txt   p2pBandwidthLatencyTest's stdout, per run
   p2pBandwidthLatencyTest_reversed[.rK].txt   the same with the GPUs listed in reverse (several GPUs)
@@ -38,7 +38,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from helpers import collectives, copybench, fidelity  # noqa: E402
+from helpers.interconnect import collectives, copies as copybench, fidelity  # noqa: E402
 
 ENV = {**fidelity.TOOL_ENV, "NCCL_DEBUG": "VERSION"}
 MAX_BYTES = 256 * 2**20
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
                          "each run against it (the tool's own noise)")
     ap.add_argument("--gpus", type=int, default=0, help="GPUs (ranks) to compare on; 0 = every visible GPU")
     ap.add_argument("--variants", default="default,P2P_DISABLE=1,GRAPH_MIXING_SUPPORT=0",
-                    help="NCCL variants (helpers.collectives.NCCL_VARIANTS) compared with several GPUs: each "
+                    help="NCCL variants (helpers.interconnect.collectives.NCCL_VARIANTS) compared with several GPUs: each "
                          "runs nccl-tests and our torch.distributed sweep under that environment")
     a = ap.parse_args(argv)
     if a.compare:
@@ -161,14 +161,14 @@ def main(argv=None) -> int:
         ("default", "eager", "host", "out-of-place", MAX_BYTES, "barrier", "torch"),
         ("default", "graph", "host", "in-place", MAX_BYTES, "barrier", "torch"),
         ("default", "graph", "host", "out-of-place", MAX_BYTES, "barrier", "torch"),
-        # ncclAllReduce called directly on a communicator of our own (helpers.ncclbind): the call that
+        # ncclAllReduce called directly on a communicator of our own (helpers.interconnect.nccl): the call that
         # sglang's pynccl makes in its decode graphs and that nccl-tests times, with a real out-of-place
         ("default", "eager", "host", "in-place", MAX_BYTES, "barrier", "nccl"),
         ("default", "graph", "host", "in-place", MAX_BYTES, "barrier", "nccl"),
         ("default", "graph", "host", "out-of-place", MAX_BYTES, "barrier", "nccl"),
     ]
     # With several ranks: the graph harness once more with every rank launched at one shared deadline
-    # (helpers.collective_worker --rank-start aligned): what is left of the gap once start skew is gone
+    # (helpers.interconnect.worker --rank-start aligned): what is left of the gap once start skew is gone
     aligned = [("graph", "host", "in-place", MAX_BYTES, "aligned", api) for api in ("torch", "nccl")] if n > 1 else []
     runs += [("default",) + x for x in aligned]
     for v in variants[1:]:

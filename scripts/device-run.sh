@@ -21,7 +21,7 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
 status=0
 # Stop (as Ctrl-C would: finished chapters are kept in the manifest) before the caller's own limit.
-timeout -s INT "${LIMIT_S:-500}" python3 -m helpers.runbook --target "$TARGET" --no-build \
+timeout -s INT "${LIMIT_S:-500}" python3 -m helpers.book.runbook --target "$TARGET" --no-build \
   --run-id "$RUN_ID" || status=$?
 if [ -n "${OUT:-}" ]; then
   tar -czf "$OUT/$RUN_ID.tgz" -C runs "$RUN_ID"

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from helpers import alphabeta
+from helpers.interconnect import fits as alphabeta
 
 
 def sweep(alpha_us, beta_GBps, sizes):

@@ -5,7 +5,9 @@ import math
 import pandas as pd
 import pytest
 
-from helpers import budget as bd, modelarith as ma
+from helpers.book import layout
+
+from helpers.model import budget as bd, arith as ma
 
 from test_modelarith import TINY
 
@@ -138,7 +140,7 @@ def test_run_dir_errors(tmp_path):
     d = tmp_path / "bad" / "results" / "06_vm_p2p"
     d.mkdir(parents=True)
     (d / "fits.csv").write_text("path,alpha_us\nx,1\n")
-    with pytest.raises(bd.BudgetError, match="missing"):
+    with pytest.raises(layout.LayoutError, match="lacks its declared columns"):
         bd.predict_from_run(tmp_path / "bad")
 
 

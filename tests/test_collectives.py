@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers import collectives, interconnect as ic
-from helpers.collectives import CollectiveConfigError
+from helpers.interconnect import collectives, suite as ic
+from helpers.interconnect.collectives import CollectiveConfigError
 
 
 # ---------------------------------------------------------------- arithmetic (nccl-tests PERFORMANCE.md)
@@ -112,7 +112,7 @@ def test_base_environment_always_disables_multicast():
 # ---------------------------------------------------------------- real processes (torchrun + gloo)
 def _no_workers_left(marker: str) -> bool:
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return not any("helpers.collective_worker" in line and marker in line for line in ps.splitlines())
+    return not any("helpers.interconnect.worker" in line and marker in line for line in ps.splitlines())
 
 
 @pytest.mark.timeout(120)
@@ -292,7 +292,7 @@ def test_nccl_api_needs_the_nccl_backend_and_a_known_name():
 def test_nccl_api_worker_refuses_gloo_with_a_clear_error(tmp_path):
     # the worker itself, started as torchrun starts it, on the CPU: it must name the option and the fix
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
-    p = subprocess.run([sys.executable, "-m", "helpers.collective_worker", "--backend", "gloo", "--sizes", "64",
+    p = subprocess.run([sys.executable, "-m", "helpers.interconnect.worker", "--backend", "gloo", "--sizes", "64",
                         "--api", "nccl", "--out", str(tmp_path / "o.jsonl")], capture_output=True, text=True,
                        timeout=120, env=env)
     assert p.returncode != 0 and "--api nccl needs --backend nccl" in p.stderr
@@ -307,7 +307,7 @@ def test_aligned_start_across_hosts_is_refused_by_the_worker(tmp_path):
         port = sk.getsockname()[1]
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "0",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONPATH": os.pathsep.join(sys.path)}
-    p = subprocess.run([sys.executable, "-m", "helpers.collective_worker", "--backend", "gloo", "--sizes", "64",
+    p = subprocess.run([sys.executable, "-m", "helpers.interconnect.worker", "--backend", "gloo", "--sizes", "64",
                         "--rank-start", "aligned", "--out", str(tmp_path / "o.jsonl")], capture_output=True,
                        text=True, timeout=120, env=env)
     assert p.returncode != 0 and "--rank-start aligned needs every rank on one host" in p.stderr, p.stderr[-2000:]
@@ -315,7 +315,7 @@ def test_aligned_start_across_hosts_is_refused_by_the_worker(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
 def test_ncclbind_on_a_cpu_build_says_what_is_missing():
-    from helpers import ncclbind
+    from helpers.interconnect import nccl as ncclbind
 
     try:
         lib = ncclbind.library()
@@ -375,7 +375,7 @@ def test_a_failed_launch_reports_the_failing_ranks_own_error():
         "[rank1]: torch.distributed.DistBackendError: NCCL error: invalid usage (ALGO=Tree)",
         "[rank0]: Traceback (most recent call last):", "[rank0]: RuntimeError: peer went away",
         "Traceback (most recent call last):", "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
-        "helpers.collective_worker FAILED", "Root Cause (first observed failure):"])
+        "helpers.interconnect.worker FAILED", "Root Cause (first observed failure):"])
     msg = collectives._tail(out)
     assert "invalid usage (ALGO=Tree)" in msg and "ChildFailedError" not in msg and "[rank0]" not in msg
     assert msg.startswith("[rank1]: torch.distributed.DistBackendError")   # the cause first, then the traceback

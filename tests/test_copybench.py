@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import copybench, recorded
-from helpers.copybench import CopyConfig, SizeError, parse_size
+from helpers.interconnect import copies as copybench
+from helpers.book import recorded
+from helpers.interconnect.copies import CopyConfig, SizeError, parse_size
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -150,7 +151,7 @@ def test_reverse_peer_copy_moves_data_from_gpu1_to_gpu0():
 
 
 def test_cudalibs_loads_a_library_this_process_mapped_and_says_none_otherwise():
-    from helpers import cudalibs
+    from helpers.machine import cudalibs
 
     assert cudalibs.load("libc.so", []) is not None            # mapped into every CPython process on Linux
     assert cudalibs.load("no-such-library-xyz", ["no-such-library-xyz.so.9"]) is None

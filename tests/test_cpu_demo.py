@@ -17,7 +17,7 @@ SERVING = ["02_nan_crash", "03_baselines_tuning", "04_moe_runners"]
 def demo_run(tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs-demo")
     proc = subprocess.run(
-        [sys.executable, "-m", "helpers.runbook", "--target", "cpu-demo", "--runs-dir", str(runs),
+        [sys.executable, "-m", "helpers.book.runbook", "--target", "cpu-demo", "--runs-dir", str(runs),
          "--run-id", "demo", "--chapters", ",".join(SERVING), "--no-build"],
         capture_output=True, text=True, cwd=ROOT, timeout=1800)
     run = runs / "demo"

@@ -1,4 +1,4 @@
-"""helpers.fidelity: parsing nccl-tests' and p2pBandwidthLatencyTest's printed output (in the formats
+"""helpers.interconnect.fidelity: parsing nccl-tests' and p2pBandwidthLatencyTest's printed output (in the formats
 their sources print), the comparison rows and the verdict per tolerance."""
 import copy
 import math
@@ -6,8 +6,8 @@ import math
 import pandas as pd
 import pytest
 
-from helpers import collectives, copybench, fidelity
-from helpers.fidelity import ToolOutputError
+from helpers.interconnect import collectives, copies as copybench, fidelity
+from helpers.interconnect.fidelity import ToolOutputError
 
 
 def _nccl_line(size, t_oop, t_ip, wrong=0):

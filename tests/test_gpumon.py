@@ -3,7 +3,7 @@ import time
 import pandas as pd
 import pytest
 
-from helpers import gpumon
+from helpers.machine import gpumon
 
 
 def test_without_a_gpu_it_says_why_and_records_nothing():

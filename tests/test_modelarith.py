@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from helpers import modelarith as ma
+from helpers.model import arith as ma
 
 # A configuration small enough to count by hand (see the comments in the tests).
 TINY = {

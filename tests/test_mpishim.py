@@ -1,5 +1,5 @@
 """benchmarks/fidelity/mpishim: the MPI calls nccl-tests makes, for one process per GPU on one host
-without MPI, and helpers.fidelity.run_processes, which starts the processes (real processes,
+without MPI, and helpers.interconnect.fidelity.run_processes, which starts the processes (real processes,
 compiled here with g++)."""
 import shutil
 import subprocess
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.fidelity import run_processes
+from helpers.interconnect.fidelity import run_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIM = ROOT / "benchmarks" / "fidelity" / "mpishim"

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from helpers import nbtools, repo_root, runbook
+from helpers.book import nbtools, runbook
+from helpers import repo_root
 
 ROOT = repo_root()
 CHAPTERS = runbook.chapters(ROOT)
@@ -56,7 +57,7 @@ def test_bad_parameter_fails_at_once_naming_it(doc, tmp_path):
 
 def _run(target, tmp_path_factory, build):
     runs = tmp_path_factory.mktemp(f"runs-{target}")
-    args = [sys.executable, "-m", "helpers.runbook", "--target", target, "--runs-dir", str(runs),
+    args = [sys.executable, "-m", "helpers.book.runbook", "--target", target, "--runs-dir", str(runs),
             "--run-id", target]
     if not build:
         args.append("--no-build")

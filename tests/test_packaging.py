@@ -37,7 +37,7 @@ def test_readme_shows_the_two_commands_and_ci_runs_the_tests():
 
 
 def test_every_toc_entry_exists_and_every_notebook_is_in_the_toc():
-    from helpers import runbook
+    from helpers.book import runbook
 
     docs = runbook.toc_entries(ROOT)
     for d in docs:
@@ -48,7 +48,7 @@ def test_every_toc_entry_exists_and_every_notebook_is_in_the_toc():
 
 
 def test_targets_load():
-    from helpers import runbook
+    from helpers.book import runbook
 
     names = runbook.known_targets(ROOT)
     assert {"recorded", "auto"} <= set(names)

@@ -1,6 +1,6 @@
 import pytest
 
-from helpers import params
+from helpers.book import params
 
 
 def test_valid_values_are_normalised():

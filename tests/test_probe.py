@@ -1,4 +1,4 @@
-"""Tests of helpers.probe: the live probe on this machine, its parsers against fixture text, the
+"""Tests of helpers.machine.probe: the live probe on this machine, its parsers against fixture text, the
 verdict function on synthetic machines (the original VM's situation among them) and the CLI."""
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import probe, recorded
+from helpers.machine import probe
+from helpers.book import recorded
 
 FIX = Path(__file__).parent / "fixtures" / "probe"
 
@@ -81,9 +82,9 @@ def test_live_probe_says_plainly_there_is_no_gpu():
 def test_every_top_level_key_is_documented():
     doc = probe.__doc__
     for k in TOP_KEYS:
-        assert f"``{k}``" in doc, f"key {k} is not documented in helpers.probe's docstring"
+        assert f"``{k}``" in doc, f"key {k} is not documented in helpers.machine.probe's docstring"
     for k in GPU_KEYS:
-        assert f"``{k}``" in doc, f"GPU key {k} is not documented in helpers.probe's docstring"
+        assert f"``{k}``" in doc, f"GPU key {k} is not documented in helpers.machine.probe's docstring"
 
 
 @pytest.mark.gpu
@@ -344,7 +345,7 @@ def test_original_vm_from_recorded_facts():
 
 
 def test_verdicts_on_a_real_single_h200_probe():
-    """Output of `python -m helpers.probe` on the device machine (one H200 in a Firecracker VM, before
+    """Output of `python -m helpers.machine.probe` on the device machine (one H200 in a Firecracker VM, before
     the NUMA affinity fallback to NVML was added), hostname and UUID scrubbed."""
     r = json.loads((FIX / "h200_firecracker_probe.json").read_text())
     v = by_check(probe.judge(r))
@@ -362,7 +363,7 @@ def test_p2p_all_rejects_unknown_code():
 
 
 def test_p2p_matrix_figure():
-    from helpers import plotting
+    from helpers.book import plotting
 
     fig, ax = plotting.figure()
     plotting.p2p_matrix(ax, probe.p2p_all(3, "NS"), "recorded: original VM")
@@ -388,14 +389,14 @@ def test_fingerprint_keys():
 
 
 def test_cli_help_and_json():
-    out = subprocess.run([sys.executable, "-m", "helpers.probe", "--help"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "helpers.machine.probe", "--help"], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and "--fingerprint" in out.stdout
-    out = subprocess.run([sys.executable, "-m", "helpers.probe", "--no-torch"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "helpers.machine.probe", "--no-torch"], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert TOP_KEYS <= set(json.loads(out.stdout))
-    out = subprocess.run([sys.executable, "-m", "helpers.probe", "--fingerprint"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "helpers.machine.probe", "--fingerprint"], capture_output=True,
                          text=True, timeout=60)
     assert set(json.loads(out.stdout)) == set(probe.FINGERPRINT_KEYS)
 

@@ -1,7 +1,7 @@
 import pandas as pd
 import pytest
 
-from helpers import recorded
+from helpers.book import recorded
 
 
 @pytest.mark.parametrize("name", recorded.tables())

@@ -1,7 +1,7 @@
 import pandas as pd
 import pytest
 
-from helpers import results
+from helpers.book import results
 
 
 def test_table_roundtrip_and_missing(tmp_path):

@@ -9,7 +9,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers import repo_root, runbook
+from helpers import repo_root
+from helpers.book import runbook
 
 ROOT = repo_root()
 
@@ -24,7 +25,7 @@ def _nb(path: Path, body: str, title: str):
         nbformat.v4.new_markdown_cell(f"# {title}\n\nValue: {{glue:text}}`answer:.1f`"),
         p,
         nbformat.v4.new_code_cell(
-            "from helpers import params, results\nfrom helpers.book import glue\nimport pandas as pd\n"
+            "from helpers.book import params, results\nfrom helpers.book.glue import glue\nimport pandas as pd\n"
             "P = params.validate({'mode': mode, 'run_dir': run_dir}, "
             "{'mode': params.choice('recorded', 'auto'), 'run_dir': params.string()})\n"
             f"out = params.run_directory(run_dir, '{path.stem}')\n" + body),
@@ -61,7 +62,7 @@ def _cli(*args, env_root=None):
     env = dict(os.environ)
     if env_root:
         env["BOOK_ROOT"] = str(env_root)
-    return subprocess.run([sys.executable, "-m", "helpers.runbook", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "helpers.book.runbook", *args], capture_output=True,
                           text=True, env=env, timeout=600)
 
 

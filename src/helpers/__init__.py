@@ -1,8 +1,12 @@
 """Shared logic of the GLM-5 PCIe investigation book.
 
-One module per concern: `recorded` loads the investigation's figures from data/, `params` validates
-notebook parameters, `results` stores a run's tables, `plotting` draws every figure, `runbook`
-executes the chapters and builds the site.
+Laid out by concern, one subpackage each:
+- `helpers.book`: the runbook (executes chapters, records a run, builds the site), parameters, where a
+  run's results live, glue, figures, and loading the recorded data under data/;
+- `helpers.machine`: the environment probe and its verdicts, the GPU monitor, CUDA libraries;
+- `helpers.interconnect`: copy and collective harnesses, the NCCL binding, fits, fidelity checks;
+- `helpers.model`: model arithmetic and the decode-step budget;
+- `helpers.serving`: real inference servers, the load generator, sweeps and their reports.
 """
 from pathlib import Path
 

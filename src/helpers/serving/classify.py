@@ -19,8 +19,8 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import client as cl
-from .server import Server, ServerExited, ServerSpec, StartupTimeout
+from helpers.serving import client as cl
+from helpers.serving.server import Server, ServerExited, ServerSpec, StartupTimeout
 
 OUTCOMES = ("ok", "nan", "crash", "startup-timeout", "wrong-answer", "unsupported")
 

@@ -13,8 +13,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import tiny_model, transformers_serve as ts
-from .server import ServerSpec, free_port
+from helpers.serving import tiny_model, transformers_serve as ts
+from helpers.serving.server import ServerSpec, free_port
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from . import classify, client as cl, demo, sglang as sg, sweep, tiny_model, transformers_serve as ts
-from .server import Server, ServerSpec
+from helpers.serving import classify, client as cl, demo, sglang as sg, sweep, tiny_model, transformers_serve as ts
+from helpers.serving.server import Server, ServerSpec
 
 ENGINES = ("transformers", "sglang")
 #: server variants per engine: the tuning knobs each engine has (first = the baseline)
@@ -177,19 +177,19 @@ def _names(v):
 
 def workloads_param():
     """params.Spec for a list of 'INPUT/OUTPUT' workload strings."""
-    from .. import params
+    from helpers.book import params
 
     return params.Spec("a non-empty list of 'INPUT/OUTPUT' token counts, e.g. ['256/256', '128/512']", _workloads)
 
 
 def names_param(what: str):
-    from .. import params
+    from helpers.book import params
 
     return params.Spec(f"a non-empty list of {what} names (strings)", _names)
 
 
 def check_names(param: str, given: list[str], allowed: Sequence[str], engine: str) -> None:
-    from .. import params
+    from helpers.book import params
 
     def known(v):
         if v in allowed:

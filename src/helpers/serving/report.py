@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import plotting, recorded
+from helpers.book import plotting, recorded
 
 SWEEP_EXPERIMENTS = {"sweep_256_256": "256/256", "sweep_128_512": "128/512", "first_baseline": "256/256"}
 

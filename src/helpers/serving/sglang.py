@@ -17,7 +17,7 @@ import re
 import sys
 from dataclasses import asdict, dataclass, field, fields
 
-from .server import ServerSpec, free_port
+from helpers.serving.server import ServerSpec, free_port
 
 FLAG_SETS = ("early-2026", "0.5.23")
 

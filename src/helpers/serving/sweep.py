@@ -1,6 +1,6 @@
 """Resumable concurrency sweeps and attempt matrices.
 
-Each finished point is appended at once to a JSON-lines file (helpers.results.append_row); a sweep
+Each finished point is appended at once to a JSON-lines file (helpers.book.results.append_row); a sweep
 started again with the same file skips the points already there, so an interrupted sweep resumes
 without repeating them. Rows carry their labels (configuration, repeat, ...) so one file can hold
 several sweeps.
@@ -13,8 +13,8 @@ from typing import Callable, Iterable, Sequence
 
 import pandas as pd
 
-from .. import results
-from . import client as cl
+from helpers.book import results
+from helpers.serving import client as cl
 
 
 def _key(row: dict, keys: Sequence[str]) -> tuple:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-from .server import ServerSpec, free_port
+from helpers.serving.server import ServerSpec, free_port
 
 #: attention implementations `transformers serve --attn-implementation` accepts (5.x)
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from . import repo_root
+from helpers import repo_root
 
 _TYPES = {"str": "string", "int": "Int64", "float": "Float64", "bool": "boolean"}
 _TRUE = {"true", "1", "yes"}

@@ -1,6 +1,6 @@
 """Fidelity of the interconnect harness: our figures against nccl-tests and cuda-samples on one machine.
 
-Issue 4 asks that helpers.collectives and helpers.copybench measure as nccl-tests' all_reduce_perf and
+Issue 4 asks that helpers.interconnect.collectives and helpers.interconnect.copies measure as nccl-tests' all_reduce_perf and
 cuda-samples' p2pBandwidthLatencyTest do, so that on the same machine all-reduce times agree within
 `TOLERANCES["all_reduce_time"]` at every size and large-copy bandwidth within
 `TOLERANCES["copy_bandwidth"]`. benchmarks/fidelity.py runs both tools and our harness on a GPU host;
@@ -45,7 +45,7 @@ class ToolOutputError(ValueError):
     """Tool output that does not have the expected shape; the message names the tool and what was missing."""
 
 
-#: Every reference-tool run's environment: no NVLink SHARP multicast (helpers.collectives.BASE_ENV's
+#: Every reference-tool run's environment: no NVLink SHARP multicast (helpers.interconnect.collectives.BASE_ENV's
 #: settings, and NVSHMEM's own switch).
 TOOL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -229,7 +229,7 @@ def compare_all_reduce(tool: pd.DataFrame, ours: pd.DataFrame, tool_setting: str
                        ours_method: str, same_method: bool, device: str,
                        placements: Iterable[str] = ("in-place", "out-of-place")) -> list[dict]:
     """Rows for every size both tables have: nccl-tests' time against our median time per call.
-    `ours` is helpers.collectives.tidy output filtered to one harness label."""
+    `ours` is helpers.interconnect.collectives.tidy output filtered to one harness label."""
     o = ours[(ours.op == "all_reduce") & (ours.harness == ours_harness)]
     out = []
     for placement in placements:
@@ -482,7 +482,7 @@ def gap_summary(df: pd.DataFrame, below: int = 65536) -> pd.DataFrame:
 
 def load_gap(path: str | None = None) -> pd.DataFrame | None:
     """The committed all-reduce gap measurement (GAP_FILE), or None where it is not in this checkout."""
-    from . import repo_root
+    from helpers import repo_root
 
     f = repo_root() / (path or GAP_FILE)
     return pd.read_csv(f) if f.exists() else None
@@ -497,7 +497,7 @@ def setup_of(kind: str) -> str:
 def load_committed(path: str | None = None) -> pd.DataFrame | None:
     """The committed comparisons (measured by benchmarks/fidelity.py on the lent H200 machines), with a
     `setup` column ('1x NVIDIA H200', '2x NVIDIA H200'); `path` loads one file. None if none is there."""
-    from . import repo_root
+    from helpers import repo_root
 
     frames = []
     for rel in ([path] if path else RESULT_FILES):
@@ -507,7 +507,7 @@ def load_committed(path: str | None = None) -> pd.DataFrame | None:
         t = pd.read_csv(f)
         missing = [c for c in COLUMNS if c not in t.columns]
         if missing:
-            raise ToolOutputError(f"{f} lacks columns {missing}; expected helpers.fidelity.COLUMNS "
+            raise ToolOutputError(f"{f} lacks columns {missing}; expected helpers.interconnect.fidelity.COLUMNS "
                                   "(re-run benchmarks/fidelity.py on a GPU host)")
         t["setup"] = t.kind.map(setup_of)
         frames.append(t)
@@ -531,7 +531,7 @@ def plot_ratios(table: pd.DataFrame):
     import matplotlib
     import matplotlib.ticker  # noqa: F401  (matplotlib.ticker below)
 
-    from . import plotting
+    from helpers.book import plotting
 
     t = table[table.quantity.str.startswith("all_reduce") & table.same_method.astype(bool)
               & table.tool_setting.str.contains("in-place")]

@@ -23,7 +23,9 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from . import alphabeta, modelarith as ma, recorded
+from helpers.interconnect import fits as alphabeta
+from helpers.model import arith as ma
+from helpers.book import layout, recorded
 
 KINDS = ("measured", "derived", "assumed", "reference")
 ALGORITHMS = ("ring", "tree", "one_shot")
@@ -31,9 +33,7 @@ TERMS = ("memory_us", "launch_us", "comm_us")
 TERM_NAMES = {"memory_us": "weight + KV reads", "launch_us": "kernel-launch floor",
               "comm_us": "collectives"}
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
-FITS_RELPATH = Path("results") / "06_vm_p2p" / "fits.csv"
-FITS_COLUMNS = ("scope", "path", "harness", "variant", "backend", "world_size", "device", "alpha_us",
-                "beta_GBps", "median_rel_err", "max_rel_err", "n_points", "min_bytes", "max_bytes", "kind")
+FITS_RELPATH = "results/06_vm_p2p/fits.csv"  # for labels only: helpers.book.layout owns the path
 
 
 class BudgetError(ValueError):
@@ -376,15 +376,8 @@ def reference_p2p_link(vm_link: Link) -> Link:
 
 
 def read_fits(run_dir: str | Path) -> pd.DataFrame | None:
-    """The run's 06_vm_p2p/fits.csv, or None when the run has none."""
-    path = Path(run_dir) / FITS_RELPATH
-    if not path.exists():
-        return None
-    df = pd.read_csv(path)
-    missing = [c for c in ("alpha_us", "beta_GBps", "path", "world_size") if c not in df.columns]
-    if missing:
-        raise BudgetError(f"{path}: columns {missing} are missing; expected {list(FITS_COLUMNS)}")
-    return df
+    """The run's VM/P2P fits (helpers.book.layout checks their columns), or None when the run has none."""
+    return layout.load_if_present(run_dir, "06_vm_p2p", "fits")
 
 
 def _is_allreduce(row) -> bool:

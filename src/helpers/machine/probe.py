@@ -8,7 +8,7 @@ a pure function of that dict and gives one verdict per check; `from_recorded(har
 same shape from the original investigation's recorded facts so that both machines are judged by the
 same code. `fingerprint()` is the small summary the runbook records in each run's manifest.
 
-Run `python -m helpers.probe --help` for the command line.
+Run `python -m helpers.machine.probe --help` for the command line.
 
 JSON keys (SCHEMA_VERSION 1; other chapters read them, keep them stable)
 -----------------------------------------------------------------------
@@ -642,7 +642,7 @@ def parse_pcie_link(text: str) -> tuple[int | None, int | None]:
 
 
 def from_recorded(hw: dict) -> dict:
-    """The original machine in the probe's shape, built from `helpers.recorded.hardware()`.
+    """The original machine in the probe's shape, built from `helpers.book.recorded.hardware()`.
 
     Only what was recorded is filled in; everything else is None (unknown). The P2P matrix is
     derived: the recorded fact is one code for every pair, expanded to N x N."""
@@ -1066,7 +1066,7 @@ def fingerprint(result: dict | None = None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m helpers.probe",
+        prog="python -m helpers.machine.probe",
         description="Probe this machine for multi-GPU inference (NVML GPUs and P2P matrix, "
                     "virtualization, IOMMU, CPU/NUMA, software versions) and print the result as JSON "
                     "with a verdict per check.")

@@ -1,6 +1,6 @@
 """Collective sweeps (all-reduce, all-to-all) through torch.distributed, one process per device.
 
-`run_collectives` launches helpers.collective_worker with torchrun in a subprocess with a timeout: a
+`run_collectives` launches helpers.interconnect.worker with torchrun in a subprocess with a timeout: a
 worker that hangs is killed (its whole process group) and reported, and a failed run comes back as a
 result with its error instead of an exception, so one NCCL variant failing does not stop the others.
 
@@ -24,8 +24,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from . import collective_worker
-from .copybench import parse_sizes
+from helpers.interconnect import worker as collective_worker
+from helpers.interconnect.copies import parse_sizes
 
 OPS = ("all_reduce", "all_to_all")
 BACKENDS = ("gloo", "nccl")
@@ -34,7 +34,7 @@ TIMERS = ("events", "host")             # host: nccl-tests' clock (first launch 
 PLACEMENTS = ("in-place", "out-of-place")
 STARTS = ("barrier", "aligned")         # aligned: every rank launches at one deadline on the host clock
 STREAMS = ("side", "legacy")            # legacy: the GPU work on the legacy default stream
-APIS = ("torch", "nccl")                # nccl: ncclAllReduce called directly (helpers.ncclbind), as sglang's pynccl
+APIS = ("torch", "nccl")                # nccl: ncclAllReduce called directly (helpers.interconnect.nccl), as sglang's pynccl
 
 #: Always in the workers' environment: no NVLink SHARP multicast, no symmetric-memory multicast.
 BASE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "OMP_NUM_THREADS": "1"}
@@ -197,9 +197,9 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
     issues each collective as an NCCL call on a communicator of its own, as sglang's decode does through
     its pynccl binding, instead of through torch.distributed; with it, control="gloo" keeps torch's own
     NCCL communicator out of the process. stream="legacy" puts the GPU work on the legacy default stream
-    instead of a non-blocking one (see helpers.collective_worker). start_lead_us: with start="aligned",
+    instead of a non-blocking one (see helpers.interconnect.worker). start_lead_us: with start="aligned",
     how far ahead rank 0 sets the deadline (the GPU idles about that long before each timed block, and a
-    longer idle slows the block: see helpers.collective_worker.START_LEAD_US)."""
+    longer idle slows the block: see helpers.interconnect.worker.START_LEAD_US)."""
     check_request(backend, world_size, ops)
     check_method(backend, harness, timer, placement, rotate_bytes, start, api, control, stream)
     sizes = parse_sizes(sizes)
@@ -212,14 +212,14 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
     wd.mkdir(parents=True, exist_ok=True)
     out = wd / f"points-{backend}-{world_size}-{_slug(variant)}-{os.getpid()}-{time.time_ns()}.jsonl"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
-           "-m", "helpers.collective_worker", "--backend", backend, "--ops", ",".join(ops),
+           "-m", "helpers.interconnect.worker", "--backend", backend, "--ops", ",".join(ops),
            "--sizes", ",".join(str(s) for s in sizes), "--dtype", dtype, "--warmup", str(warmup),
            "--iters", str(iters), "--repeats", str(repeats), "--variant", variant, "--out", str(out),
            "--hang-rank", str(hang_rank), "--harness", harness, "--timer", timer, "--placement", placement,
            "--rotate-bytes", str(int(rotate_bytes)), "--rank-start", start,  # not --start: torchrun would take it for --start-method
            "--api", api, "--control", control, "--stream", stream, "--start-lead-us", str(start_lead_us)]
     full_env = {**os.environ, **BASE_ENV, **(env or {})}
-    # the workers import helpers.collective_worker: make sure they find this package even where it is
+    # the workers import helpers.interconnect.worker: make sure they find this package even where it is
     # used from a source tree that is on the parent's sys.path only (benchmarks/fidelity.py, a notebook)
     pkg_root = str(Path(__file__).resolve().parents[1])
     paths = [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -295,7 +295,7 @@ def _drain(proc: subprocess.Popen) -> str:
 
 
 def _read_points(path: Path) -> list[dict]:
-    from .results import read_rows  # JSON lines; a torn last line is ignored
+    from helpers.book.results import read_rows  # JSON lines; a torn last line is ignored
 
     return read_rows(path)
 

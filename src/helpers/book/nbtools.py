@@ -1,7 +1,7 @@
 """Source-notebook hygiene: strip outputs, and check the rules every chapter follows.
 
-    python -m helpers.nbtools strip notebooks/*.ipynb
-    python -m helpers.nbtools check notebooks/*.ipynb
+    python -m helpers.book.nbtools strip notebooks/*.ipynb
+    python -m helpers.book.nbtools check notebooks/*.ipynb
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def problems(path: Path) -> list[str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m helpers.nbtools", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m helpers.book.nbtools", description=__doc__.split("\n\n")[0])
     ap.add_argument("command", choices=["strip", "check"])
     ap.add_argument("paths", nargs="+", type=Path)
     args = ap.parse_args(argv)

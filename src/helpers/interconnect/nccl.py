@@ -47,7 +47,7 @@ def _find() -> c.CDLL:
 
     if torch.cuda.is_available():
         torch.cuda.init()
-    from .cudalibs import load
+    from helpers.machine.cudalibs import load
 
     lib = load("libnccl", ["libnccl.so.2", "libnccl.so"])
     if lib is not None:

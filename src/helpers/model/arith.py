@@ -25,7 +25,7 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from . import recorded
+from helpers.book import recorded
 
 GiB = 2**30
 GB = 1e9
@@ -117,7 +117,7 @@ class ModelConfig:
             raise ModelError(f"{where}: needs an 'architecture' block with an 'attention' block") from None
         if att.get("kind", "mla") != "mla":
             raise ModelError(f"{where}: attention kind {att.get('kind')!r} is not supported; "
-                             f"expected 'mla' (add the arithmetic for it to helpers.modelarith)")
+                             f"expected 'mla' (add the arithmetic for it to helpers.model.arith)")
         idx = a.get("indexer") or {}
         moe = a.get("moe") or {}
         dense = a.get("dense") or {}
@@ -553,7 +553,7 @@ def assumptions(m: ModelConfig) -> pd.DataFrame:
 def local_gpus() -> list[dict]:
     """This machine's GPUs as memory-fit rows (from the environment probe's NVML reading); an empty
     list where there are none."""
-    from .probe import probe
+    from helpers.machine.probe import probe
 
     gpus = [g for g in probe(import_torch=False, p2p=False)["gpus"] if g.get("memory_total_bytes")]
     if not gpus:

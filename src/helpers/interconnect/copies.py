@@ -107,7 +107,7 @@ def parse_sizes(values: Iterable, name: str = "sizes") -> list[int]:
 def decode_message_sizes(model: str = "glm5") -> pd.DataFrame:
     """The investigation's message sizes, derived: tokens (from the recorded copy sweep) x the model's
     hidden size x 2 bytes (bf16). Columns: tokens, hidden_size, size_bytes, label, kind."""
-    from . import recorded
+    from helpers.book import recorded
 
     hidden = int(recorded.model_config(model)["architecture"]["hidden_size"])
     rec = recorded.load("recorded/copy_sweep.csv")
@@ -246,7 +246,7 @@ def cudart():
 
     import torch
 
-    from .cudalibs import load
+    from helpers.machine.cudalibs import load
 
     torch.cuda.init()
     lib = load("libcudart.so", ["libcudart.so.13", "libcudart.so.12", "libcudart.so"])
@@ -542,7 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     from pathlib import Path
 
-    ap = argparse.ArgumentParser(prog="python -m helpers.copybench", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m helpers.interconnect.copies", description=__doc__.split("\n")[0])
     ap.add_argument("--min-bytes", default="4")
     ap.add_argument("--max-bytes", default="256MiB")
     ap.add_argument("--factor", type=int, default=2)

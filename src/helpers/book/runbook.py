@@ -1,8 +1,8 @@
 """Execute the book's chapters on this machine with papermill, record the run, build the site.
 
-    python -m helpers.runbook                      # target `auto`: measure what this machine can
-    python -m helpers.runbook --target recorded    # the recorded investigation only
-    python -m helpers.runbook --render runs/ID     # re-render an existing run, measuring nothing
+    python -m helpers.book.runbook                      # target `auto`: measure what this machine can
+    python -m helpers.book.runbook --target recorded    # the recorded investigation only
+    python -m helpers.book.runbook --render runs/ID     # re-render an existing run, measuring nothing
 
 A run is a folder runs/<run-id>/ with the executed notebooks (notebooks/), the chapters' result
 tables (results/<chapter>/), each chapter's log of stderr (logs/) and manifest.json: per-chapter
@@ -30,7 +30,8 @@ from pathlib import Path
 
 import yaml
 
-from . import __version__, repo_root
+from helpers import __version__, repo_root
+from helpers.book import layout
 
 TARGETS_DIR = "targets"
 _TARGET_KEYS = {"description", "parameters", "chapters", "skip", "execution_timeout"}
@@ -111,9 +112,11 @@ def load_target(name: str, root: Path | None = None) -> Target:
                   raw.get("skip") or [], int(raw.get("execution_timeout", 900)))
 
 
-def plan(target: Target, root: Path | None = None, only: list[str] | None = None) -> list[dict]:
+def plan(target: Target, root: Path | None = None, only: list[str] | None = None,
+         run_dir: Path | None = None) -> list[dict]:
     """Per chapter: docname, notebook path, parameters to inject (validated against what the
-    chapter declares), and whether it is skipped."""
+    chapter declares), and whether it is skipped. Refuses a selection whose chapters need results
+    (helpers.book.layout.NEEDS) that no earlier selected chapter produces and `run_dir` does not hold."""
     root = root or repo_root()
     docs = chapters(root)
     stems = [stem(d) for d in docs]
@@ -141,7 +144,29 @@ def plan(target: Target, root: Path | None = None, only: list[str] | None = None
     unused = set(target.parameters) - used_globals
     if unused:
         raise RunbookError(f"target {target.name!r}: parameter(s) {sorted(unused)} are declared by no chapter")
+    selected = [st["stem"] for st in steps if not st["skip"]]
+    problems = layout.check_needs(selected, run_dir, {st["stem"]: st["parameters"].get("mode") for st in steps})
+    if problems:
+        raise RunbookError("; ".join(problems))
     return steps
+
+
+def apply_overrides(target: Target, items: list[str]) -> None:
+    """`-p NAME=VALUE` (every chapter that declares NAME) or `-p CHAPTER.NAME=VALUE` (one chapter);
+    VALUE is read as YAML (`-p tolerance=0.3`, `-p concurrencies=[1,4]`)."""
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise RunbookError(f"-p {item!r}: expected NAME=VALUE or CHAPTER.NAME=VALUE")
+        try:
+            val = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise RunbookError(f"-p {item!r}: the value is not valid YAML ({exc})") from None
+        chapter, dot, name = key.strip().rpartition(".")
+        if dot:
+            target.chapters.setdefault(chapter, {})[name] = val
+        else:
+            target.parameters[name] = val
 
 
 # ----------------------------------------------------------------------------- run record
@@ -174,9 +199,9 @@ def versions(root: Path) -> dict:
 
 
 def fingerprint() -> dict:
-    """The machine a run executed on (helpers.probe's fingerprint where available)."""
+    """The machine a run executed on (helpers.machine.probe's fingerprint where available)."""
     try:
-        from .probe import fingerprint as fp
+        from helpers.machine.probe import fingerprint as fp
 
         return fp()
     except Exception as exc:  # noqa: BLE001 - the run must go on; say why the probe failed
@@ -198,7 +223,7 @@ def read_manifest(run_dir: Path) -> dict:
     path = Path(run_dir) / "manifest.json"
     if not path.exists():
         raise RunbookError(f"{run_dir} is not a run directory (no manifest.json); "
-                           f"runs are made by `python -m helpers.runbook --target NAME`")
+                           f"runs are made by `python -m helpers.book.runbook --target NAME`")
     return json.loads(path.read_text())
 
 
@@ -465,14 +490,14 @@ def build(run_dir: Path, root: Path | None = None, strict: bool = True, echo=pri
 # ----------------------------------------------------------------------------- CLI
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m helpers.runbook",
+        prog="python -m helpers.book.runbook",
         description=__doc__.split("\n\n")[0] + " Targets are the files targets/<name>.yaml.",
         epilog="Examples:\n"
-               "  python -m helpers.runbook --list-targets\n"
-               "  python -m helpers.runbook --target auto\n"
-               "  python -m helpers.runbook --target recorded --no-build\n"
-               "  python -m helpers.runbook --render runs/latest\n"
-               "  python -m helpers.runbook --target auto --chapters 01_environment,06_vm_p2p",
+               "  python -m helpers.book.runbook --list-targets\n"
+               "  python -m helpers.book.runbook --target auto\n"
+               "  python -m helpers.book.runbook --target recorded --no-build\n"
+               "  python -m helpers.book.runbook --render runs/latest\n"
+               "  python -m helpers.book.runbook --target auto --chapters 01_environment,06_vm_p2p",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default="auto", help="parameter set to run (default: auto)")
     p.add_argument("--run-id", help="name of the run folder (default: <UTC time>-<target>-<host>)")
@@ -481,6 +506,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-build", action="store_true", help="execute only; build the site later with --render")
     p.add_argument("--render", metavar="RUN_DIR", help="build the site from an existing run; execute nothing")
     p.add_argument("--no-strict", action="store_true", help="build without -W -n (warnings not fatal)")
+    p.add_argument("-p", "--param", action="append", default=[], metavar="[CHAPTER.]NAME=VALUE",
+                   help="override a target parameter for every chapter, or for one (value read as YAML)")
     p.add_argument("--list-targets", action="store_true", help="list the targets and exit")
     return p
 
@@ -502,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
             build(run_dir.resolve(), root, strict=not args.no_strict)
             return 0
         target = load_target(args.target, root)
+        apply_overrides(target, args.param)
         only = [s.strip() for s in args.chapters.split(",") if s.strip()] if args.chapters else None
         plan(target, root, only)  # validate before creating anything
         runs_dir = Path(args.runs_dir)

@@ -1,14 +1,14 @@
 """The interconnect suite of the VM/P2P chapter: copy sweeps, collective sweeps, NCCL variants, fits.
 
 `run_suite(preset, out_dir)` measures whatever this machine has:
-- GPUs: every copy path and harness (helpers.copybench); NCCL collectives with one process per GPU, and
+- GPUs: every copy path and harness (helpers.interconnect.copies); NCCL collectives with one process per GPU, and
   one sweep per NCCL variant where there are two GPUs or more.
 - one GPU: the peer path and the variants are skipped with the reason; NCCL on one rank shows the
   library's own floor (no data crosses a link) and gloo between two CPU processes is measured too.
 - no GPU: CPU memcpy and gloo between CPU processes, labelled as such.
 
 `fit_table` gives the alpha-beta fits that the diagnosis chapter reads (`FIT_COLUMNS`, exactly);
-`recorded_fit` fits the original VM's copy sweep. The figure functions draw through helpers.plotting.
+`recorded_fit` fits the original VM's copy sweep. The figure functions draw through helpers.book.plotting.
 """
 from __future__ import annotations
 
@@ -20,15 +20,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import alphabeta, collectives, copybench, plotting, recorded
+from helpers.interconnect import fits as alphabeta, collectives, copies as copybench
+from helpers.book import layout, plotting, recorded
 
-FIT_COLUMNS = ["scope", "path", "harness", "variant", "backend", "world_size", "device", "alpha_us",
-               "beta_GBps", "median_rel_err", "max_rel_err", "n_points", "min_bytes", "max_bytes", "kind"]
+FIT_COLUMNS = list(layout.FIT_COLUMNS)
 
 RECORDED_PATH = "recorded_vm_gpu0_to_gpu1"
 #: How the NCCL variants are timed on two GPUs or more: as sglang's decode step issues its all-reduce when
 #: the custom all-reduce is off (the investigation's case), ncclAllReduce called directly (its pynccl
-#: binding; here helpers.ncclbind) inside one CUDA graph, timed by nccl-tests' host clock with every
+#: binding; here helpers.interconnect.nccl) inside one CUDA graph, timed by nccl-tests' host clock with every
 #: rank launching at one shared deadline, on a non-blocking stream. With the eager harness a per-call host
 #: cost of tens of us, which moves between launches, decided which variant "won" at decode sizes; this
 #: method leaves only what NCCL and the link do.
@@ -195,7 +195,7 @@ def run_suite(preset: str | Preset = "quick", out_dir: str | Path | None = None,
 
 
 def save(out: dict, out_dir) -> None:
-    from .results import save_table
+    from helpers.book.results import save_table
 
     d = Path(out_dir)
     for name in ("copy_sweep", "copy_skipped", "collective_sweep", "collective_runs", "fits"):

@@ -1,4 +1,4 @@
-"""One rank of the collective sweep; launched by torchrun (see helpers.collectives.run_collectives).
+"""One rank of the collective sweep; launched by torchrun (see helpers.interconnect.collectives.run_collectives).
 
 Per size it follows nccl-tests' BenchTime: warm-up collectives, then a barrier, then `iters` back-to-back
 collectives timed as one block (CUDA events on the GPU; perf_counter on CPU/gloo, where the call returns
@@ -26,7 +26,7 @@ Options that make the timing match nccl-tests' own (benchmarks/fidelity.py compa
                        releases ranks tens of us apart; a rank that starts early times its wait for the
                        others, which nccl-tests' in-process thread barrier mostly avoids. One host only.
   --api nccl           issue each collective as ncclAllReduce (all_to_all: grouped ncclSend/ncclRecv) on a
-                       communicator of its own, through helpers.ncclbind, instead of through
+                       communicator of its own, through helpers.interconnect.nccl, instead of through
                        torch.distributed: the call sglang's decode makes (its pynccl binding) and the one
                        nccl-tests times. torch.distributed still does the barriers and gathers the times.
                        out-of-place is then NCCL's own out-of-place call, as in nccl-tests.
@@ -67,7 +67,7 @@ def _now_ns() -> int:
 
 
 def _parse(argv):
-    ap = argparse.ArgumentParser(prog="python -m helpers.collective_worker")
+    ap = argparse.ArgumentParser(prog="python -m helpers.interconnect.worker")
     ap.add_argument("--backend", required=True, choices=["gloo", "nccl"])
     ap.add_argument("--ops", default="all_reduce,all_to_all")
     ap.add_argument("--sizes", required=True, help="comma-separated byte counts")
@@ -87,7 +87,7 @@ def _parse(argv):
     ap.add_argument("--start-lead-us", type=int, default=START_LEAD_US,
                     help="aligned start: how far ahead of now rank 0 sets the deadline (the GPU idles that long)")
     ap.add_argument("--api", default="torch", choices=["torch", "nccl"],
-                    help="issue collectives through torch.distributed or as NCCL calls (helpers.ncclbind)")
+                    help="issue collectives through torch.distributed or as NCCL calls (helpers.interconnect.nccl)")
     ap.add_argument("--control", default="backend", choices=["backend", "gloo"],
                     help="with --api nccl: the process group for barriers and timings (gloo: torch makes no NCCL "
                          "communicator of its own)")
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
                          f"{local_world} of the {world} ranks are on this one: use --rank-start barrier")
     comm = None
     if a.api == "nccl":  # a communicator of our own, as sglang's pynccl makes: rank 0's id goes to every rank
-        from helpers import ncclbind
+        from helpers.interconnect import nccl as ncclbind
 
         lib = ncclbind.library()
         uid = torch.zeros(ncclbind.UNIQUE_ID_BYTES, dtype=torch.int32, device=ctrl)

@@ -27,7 +27,7 @@ def plain(variable: Any) -> Any:
     if isinstance(variable, str):
         return _Text(variable)
     if type(variable).__name__ == "Figure" and hasattr(variable, "savefig"):
-        from .plotting import as_image  # a bare Figure has no PNG display under Agg
+        from helpers.book.plotting import as_image  # a bare Figure has no PNG display under Agg
 
         return as_image(variable)
     item = getattr(variable, "item", None)
@@ -58,3 +58,25 @@ def glue(name: str, variable: Any, display: bool = False) -> None:
     metadata = dict(metadata or {})
     metadata["scrapbook"] = {"name": name, "mime_prefix": prefix}
     ipy_display({prefix + k: v for k, v in mimebundle.items()}, raw=True, metadata=metadata)
+
+
+def read_glued(nb_path) -> dict[str, str]:
+    """Every value an executed notebook glued: key -> its text/plain form ("<image>" for a figure).
+    For comparing two renderings of a chapter and for tests that check a chapter's glued numbers."""
+    import json
+    from pathlib import Path
+
+    nb = json.loads(Path(nb_path).read_text())
+    out: dict[str, str] = {}
+    for cell in nb.get("cells", []):
+        for o in cell.get("outputs", []):
+            meta = (o.get("metadata") or {}).get("scrapbook")
+            if not meta:
+                continue
+            data = o.get("data", {})
+            prefix = meta.get("mime_prefix", "")
+            text = data.get(prefix + "text/plain")
+            if isinstance(text, list):
+                text = "".join(text)
+            out[meta["name"]] = "<image>" if (prefix + "image/png") in data else str(text)
+    return out

@@ -1,0 +1,159 @@
+"""Where a run's results live, what they hold, and which chapter needs which.
+
+A run is a folder `runs/<run-id>/`; chapter `<stem>` writes its results under `results/<stem>/`. This
+module is the one place that knows those paths, the file each result is stored in, the columns a table
+must have, and which results a chapter reads from another chapter (`NEEDS`). Chapters and the runbook go
+through it; nothing else spells a results path.
+
+    out = layout.chapter_dir(run_dir, "06_vm_p2p")       # <run>/results/06_vm_p2p/, created
+    layout.save(run_dir, "06_vm_p2p", "fits", df)         # checked against its declared columns
+    fits = layout.load(run_dir, "06_vm_p2p", "fits")      # MissingResult names the chapter to run
+
+The runbook checks `NEEDS` before the first chapter starts (`check_needs`): a chapter whose inputs are
+neither produced earlier in the same run nor already in the run directory is refused with a message that
+says which chapter to add, or how to use the recorded inputs on purpose.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from helpers.book import results
+
+
+class LayoutError(RuntimeError):
+    """An unknown result name, or a table that does not have its declared columns."""
+
+
+class MissingResult(FileNotFoundError):
+    """A result another chapter should have written is not in the run directory."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """One result file of one chapter."""
+    chapter: str                       # the chapter that writes it, e.g. "06_vm_p2p"
+    name: str                          # its name in code, e.g. "fits"
+    file: str                          # its file under results/<chapter>/, e.g. "fits.csv"
+    description: str
+    columns: tuple[str, ...] = ()      # a table's required columns (empty: not checked, or not a table)
+
+    @property
+    def kind(self) -> str:
+        return Path(self.file).suffix.lstrip(".")
+
+
+#: The fit table's columns (the VM/P2P chapter writes it, the diagnosis reads it).
+FIT_COLUMNS = ("scope", "path", "harness", "variant", "backend", "world_size", "device", "alpha_us",
+               "beta_GBps", "median_rel_err", "max_rel_err", "n_points", "min_bytes", "max_bytes", "kind")
+
+RESULTS: dict[tuple[str, str], Result] = {
+    (r.chapter, r.name): r for r in (
+        Result("01_environment", "probe", "probe.json",
+               "the environment probe's full result (helpers.machine.probe)"),
+        Result("06_vm_p2p", "fits", "fits.csv",
+               "alpha-beta fits of every copy and collective sweep of this machine, and of the recorded VM",
+               FIT_COLUMNS),
+        Result("06_vm_p2p", "collective_sweep", "collective_sweep.csv",
+               "every collective point measured by the VM/P2P chapter"),
+        Result("07_diagnosis", "prediction", "prediction.csv", "the decode-step budget per scenario and batch"),
+    )
+}
+
+#: What a chapter reads from another: chapter -> [(producer chapter, result name)]. A missing need
+#: stops the run before it starts (see check_needs); the diagnosis in mode "recorded" needs nothing.
+NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "07_diagnosis": (("06_vm_p2p", "fits"),),
+}
+#: Chapters whose needs are waived in a mode that uses recorded inputs only.
+RECORDED_MODES = ("recorded",)
+
+
+def result(chapter: str, name: str) -> Result:
+    try:
+        return RESULTS[(chapter, name)]
+    except KeyError:
+        known = ", ".join(f"{c}/{n}" for c, n in RESULTS)
+        raise LayoutError(f"no result '{name}' is declared for chapter '{chapter}' in helpers.book.layout "
+                          f"(declared: {known})") from None
+
+
+def run_root(run_dir: str | Path | None) -> Path:
+    """The run folder; an empty run_dir (a chapter executed on its own) is a fresh temporary one."""
+    return Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="book-run-"))
+
+
+def chapter_dir(run_dir: str | Path, chapter: str) -> Path:
+    """<run>/results/<chapter>/, created."""
+    out = Path(run_dir) / "results" / chapter
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def path(run_dir: str | Path, chapter: str, name: str) -> Path:
+    return Path(run_dir) / "results" / chapter / result(chapter, name).file
+
+
+def exists(run_dir: str | Path, chapter: str, name: str) -> bool:
+    return path(run_dir, chapter, name).exists()
+
+
+def _check_columns(r: Result, df: pd.DataFrame, where: str) -> None:
+    missing = [c for c in r.columns if c not in df.columns]
+    if missing:
+        raise LayoutError(f"{where}: table '{r.chapter}/{r.name}' lacks its declared columns {missing} "
+                          f"(declared in helpers.book.layout.RESULTS)")
+
+
+def save(run_dir: str | Path, chapter: str, name: str, obj) -> None:
+    """Write a declared result atomically: a DataFrame as CSV (columns checked), anything else as JSON."""
+    r = result(chapter, name)
+    folder = chapter_dir(run_dir, chapter)
+    if r.kind == "csv":
+        _check_columns(r, obj, "saving")
+        results.save_table(folder, Path(r.file).stem, obj)
+    else:
+        results.save_json(folder, Path(r.file).stem, obj)
+
+
+def load(run_dir: str | Path, chapter: str, name: str):
+    """Read a declared result; MissingResult says which chapter writes it."""
+    r = result(chapter, name)
+    p = path(run_dir, chapter, name)
+    if not p.exists():
+        raise MissingResult(f"{p} does not exist: it is written by chapter {chapter} ({r.description}); "
+                            f"run that chapter in this run first")
+    if r.kind == "csv":
+        df = pd.read_csv(p)
+        _check_columns(r, df, str(p))
+        return df
+    return json.loads(p.read_text())
+
+
+def load_if_present(run_dir: str | Path, chapter: str, name: str):
+    """The result, or None where the run has none (for a chapter that can do without it)."""
+    return load(run_dir, chapter, name) if exists(run_dir, chapter, name) else None
+
+
+def check_needs(selected: list[str], run_dir: str | Path | None, modes: dict[str, str] | None = None) -> list[str]:
+    """Problems with running `selected` (chapter stems, in order) into `run_dir`: one line per need that
+    is neither produced by an earlier selected chapter nor already in the run directory."""
+    modes = modes or {}
+    problems = []
+    for i, ch in enumerate(selected):
+        if modes.get(ch) in RECORDED_MODES:
+            continue
+        for producer, name in NEEDS.get(ch, ()):
+            if producer in selected[:i]:
+                continue
+            if run_dir and exists(run_dir, producer, name):
+                continue
+            problems.append(
+                f"chapter {ch} needs {producer}'s '{name}' ({result(producer, name).file}), which this run "
+                f"does not produce: add {producer} to --chapters (before {ch}), resume a run that has it, "
+                f"or use the recorded inputs on purpose with `-p {ch}.mode=recorded`")
+    return problems

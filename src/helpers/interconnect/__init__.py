@@ -1,0 +1,1 @@
+"""Copies and collectives between devices: methods, harnesses, the NCCL binding, fits, fidelity."""

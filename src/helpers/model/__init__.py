@@ -1,0 +1,1 @@
+"""The model: arithmetic from its configuration, and the decode-step budget."""

@@ -1,0 +1,55 @@
+"""helpers.book.layout: one place for a run's result paths, their columns, and what a chapter needs."""
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from helpers import repo_root
+from helpers.book import layout
+
+
+def _fits(**drop):
+    row = {c: 1 for c in layout.FIT_COLUMNS}
+    return pd.DataFrame([{k: v for k, v in row.items() if k not in drop}])
+
+
+def test_save_and_load_a_declared_table(tmp_path):
+    layout.save(tmp_path, "06_vm_p2p", "fits", _fits())
+    assert (tmp_path / "results" / "06_vm_p2p" / "fits.csv").exists()
+    assert list(layout.load(tmp_path, "06_vm_p2p", "fits").columns) == list(layout.FIT_COLUMNS)
+
+
+def test_a_table_without_its_declared_columns_is_refused(tmp_path):
+    with pytest.raises(layout.LayoutError, match=r"lacks its declared columns \['alpha_us'\]"):
+        layout.save(tmp_path, "06_vm_p2p", "fits", _fits(alpha_us=None))
+
+
+def test_a_missing_result_names_the_chapter_that_writes_it(tmp_path):
+    with pytest.raises(layout.MissingResult, match="written by chapter 06_vm_p2p"):
+        layout.load(tmp_path, "06_vm_p2p", "fits")
+    assert layout.load_if_present(tmp_path, "06_vm_p2p", "fits") is None
+
+
+def test_an_undeclared_result_is_an_error():
+    with pytest.raises(layout.LayoutError, match="no result 'fitz'"):
+        layout.result("06_vm_p2p", "fitz")
+
+
+def test_needs_are_met_by_an_earlier_chapter_or_the_run_directory(tmp_path):
+    assert layout.check_needs(["06_vm_p2p", "07_diagnosis"], None) == []
+    problems = layout.check_needs(["07_diagnosis"], tmp_path)
+    assert len(problems) == 1 and "add 06_vm_p2p to --chapters" in problems[0]
+    assert "07_diagnosis.mode=recorded" in problems[0]
+    assert layout.check_needs(["07_diagnosis"], None, {"07_diagnosis": "recorded"}) == []
+    layout.save(tmp_path, "06_vm_p2p", "fits", _fits())
+    assert layout.check_needs(["07_diagnosis"], tmp_path) == []
+
+
+def test_runbook_refuses_the_diagnosis_alone_before_running_anything(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "helpers.book.runbook", "--target", "auto", "--chapters",
+                           "07_diagnosis", "--runs-dir", str(tmp_path), "--no-build"],
+                          capture_output=True, text=True, cwd=repo_root(), timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "chapter 07_diagnosis needs 06_vm_p2p's 'fits'" in proc.stderr
+    assert not any(tmp_path.iterdir()), "nothing is created before the plan is accepted"
