@@ -25,6 +25,12 @@ def _ints(s: str) -> tuple[int, ...]:
     return tuple(int(x) for x in s.split(",") if x)
 
 
+def _points(s: str) -> tuple[tuple[int, int], ...]:
+    if s == "none":
+        return ()
+    return tuple(tuple(int(v) for v in p.split("x")) for p in s.split(","))
+
+
 def main(argv=None) -> int:
     cuda = torch.cuda.is_available()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -39,6 +45,8 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit-s", type=float, default=60.0, help="per point")
     ap.add_argument("--moe-held", type=int, default=None, help="distinct MoE layers to hold (default: as many as fit)")
     ap.add_argument("--no-components", action="store_true")
+    ap.add_argument("--op-level", default=None, help="batch x context points timed op by op, e.g. 1x384,64x384 "
+                    "(default: those two on a GPU, none on a CPU; 'none' for none)")
     ap.add_argument("--check", action="store_true", help="also run the 2-rank gloo sharding check on the CPU")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
@@ -49,7 +57,8 @@ def main(argv=None) -> int:
         contexts=a.contexts or ((384, 8192) if gpu else (96, 384)),
         modes=tuple((a.modes or ("graph,eager" if gpu else "eager")).split(",")), device=a.device,
         repeats=a.repeats, eager_repeats=a.eager_repeats, components=not a.no_components,
-        time_limit_s=a.time_limit_s, moe_held=a.moe_held)
+        time_limit_s=a.time_limit_s, moe_held=a.moe_held,
+        op_level=_points(a.op_level) if a.op_level else (((1, 384), (64, 384)) if gpu else ()))
     t0 = time.monotonic()
     res = steptime.sweep(cfg, a.out, progress=lambda s: print(s, flush=True))
     t = res["timings"]
@@ -57,7 +66,7 @@ def main(argv=None) -> int:
     steps = t[t.what == "step"].copy()
     steps["tok_s"] = steps.batch * 1e6 / steps.median_us
     print(steps[["batch", "context", "mode", "median_us", "p10_us", "p90_us", "tok_s", "kernels"]].to_string(index=False))
-    comp = t[(t.what != "step")]
+    comp = t[(t.what != "step") & ~t.what.str.startswith("op:")]
     if len(comp):
         piv = comp.pivot_table(index=["context", "batch"], columns="what", values="median_us")
         print("per component, us (alone, " + ("graphs" if gpu else "eager") + "):")

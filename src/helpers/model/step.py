@@ -646,19 +646,30 @@ class DecodeStep:
     def components_present(self) -> list[str]:
         return [c for c in COMPONENTS if any(o.component == c for o in self.ops)]
 
-    def run(self, components: Iterable[str] | None = None) -> None:
-        """One step (or only the ops of `components`: inputs are whatever the last full step left)."""
-        if components is None:
+    def op_names(self) -> list[str]:
+        return list(dict.fromkeys(o.name for o in self.ops))
+
+    def run(self, components: Iterable[str] | None = None, ops: Iterable[str] | None = None) -> None:
+        """One step, or only the ops of `components` (or the ops named in `ops`) over every layer; their
+        inputs are whatever the last full step left."""
+        if components is None and ops is None:
             for op in self.ops:
                 op.fn()
             return
-        want = set(components)
-        bad = want - set(COMPONENTS)
-        if bad:
-            raise StepError(f"unknown components {sorted(bad)}; expected some of {COMPONENTS}")
-        for op in self.ops:
-            if op.component in want:
-                op.fn()
+        if components is not None:
+            want = set(components)
+            bad = want - set(COMPONENTS)
+            if bad:
+                raise StepError(f"unknown components {sorted(bad)}; expected some of {COMPONENTS}")
+            sel = [o for o in self.ops if o.component in want]
+        else:
+            want = set(ops)
+            bad = want - set(self.op_names())
+            if bad:
+                raise StepError(f"unknown ops {sorted(bad)}; this step has {self.op_names()}")
+            sel = [o for o in self.ops if o.name in want]
+        for op in sel:
+            op.fn()
 
     def logits(self) -> torch.Tensor:
         """The full logits of the last step (gathered over ranks where there is a group)."""

@@ -54,6 +54,10 @@ def capture(fn: Callable[[], None], warmup: int = 2):
             fn()
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
+    try:
+        g.enable_debug_mode()        # keeps the graph for debug_dump (kernel counts); replay is unchanged
+    except Exception:  # noqa: BLE001
+        pass
     with torch.cuda.graph(g):
         fn()
     torch.cuda.synchronize()
@@ -66,7 +70,7 @@ def graph_kernels(g) -> int | None:
         with tempfile.TemporaryDirectory() as tmp:
             p = os.path.join(tmp, "g.dot")
             g.debug_dump(p)
-            return len(re.findall(r"KERNEL", Path(p).read_text(errors="replace")))
+            return len(re.findall(r"\bKERNEL\b", Path(p).read_text(errors="replace")))
     except Exception:  # noqa: BLE001 - a missing debug facility only loses the count
         return None
 
@@ -105,21 +109,24 @@ def time_fn(fn: Callable[[], None], device: str, repeats: int, warmup: int = 1, 
 
 
 def time_point(st: stp.DecodeStep, graphs: bool, repeats: int = 10, warmup: int = 2, components: bool = True,
-               time_limit_s: float | None = None, barrier: Callable[[], None] | None = None) -> list[dict]:
-    """Rows for one (batch, context): the whole step and, with `components`, each component alone."""
+               time_limit_s: float | None = None, barrier: Callable[[], None] | None = None,
+               ops: bool = False) -> list[dict]:
+    """Rows for one (batch, context): the whole step; with `components`, each component alone (what =
+    the component); with `ops`, each op alone over every layer (what = "op:<name>")."""
     rm = st.rm
     dev = rm.device
     deadline = time.monotonic() + time_limit_s if time_limit_s else None
     mode = "graph" if graphs else "eager"
     base = {"model": rm.m.name, "device": dev, "tp": rm.tp, "dtype": rm.dtype, "attention": st.attention,
             "batch": st.b, "context": st.c, "mode": mode}
-    what = [("step", None)] + ([(c, [c]) for c in st.components_present()] if components else [])
+    what = [("step", None, None)] + ([(c, [c], None) for c in st.components_present()] if components else [])
+    what += [(f"op:{o}", None, [o]) for o in st.op_names()] if ops else []
     rows, keep = [], []
-    for name, comps in what:
+    for name, comps, names in what:
         if deadline is not None and time.monotonic() > deadline:
             raise TimeLimit(f"batch {st.b} x context {st.c} ({mode}) ran past its {time_limit_s:.0f} s limit "
                             f"before timing '{name}'")
-        fn = (lambda c=comps: st.run(c))
+        fn = (lambda c=comps, n=names: st.run(c, n))
         kernels = None
         if graphs:
             g = capture(fn, warmup)
@@ -147,6 +154,7 @@ def launch_floor(device: str, n: int = 1000, repeats: int = 5) -> dict:
         g = capture(many, 1)
         r = time_fn(g.replay, device, repeats, 1)
         out["graph_us_per_kernel"] = r["median_us"] / n
+        out["graph_kernels_counted"] = graph_kernels(g)   # a check of the counter: should be n
         del g
     return out
 
@@ -177,6 +185,7 @@ class SweepConfig:
     repeats: int = 10
     eager_repeats: int = 3
     components: bool = True
+    op_level: tuple[tuple[int, int], ...] = ((1, 384), (64, 384))   # (batch, context) points timed op by op
     time_limit_s: float = 60.0
     moe_held: int | None = None
     seed: int = 0
@@ -247,7 +256,7 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
         try:
             new = time_point(st, mode == "graph", cfg.repeats if mode == "graph" else cfg.eager_repeats,
                              2 if mode == "graph" else 1, cfg.components and (mode == "graph" or not cuda),
-                             cfg.time_limit_s)
+                             cfg.time_limit_s, ops=(b, c) in set(map(tuple, cfg.op_level)) and (mode == modes[0]))
         except TimeLimit as e:
             failures.append(str(e))
             progress(f"[{i}/{len(points)}] {e}")
