@@ -47,6 +47,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-components", action="store_true")
     ap.add_argument("--op-level", default=None, help="batch x context points timed op by op, e.g. 1x384,64x384 "
                     "(default: those two on a GPU, none on a CPU; 'none' for none)")
+    ap.add_argument("--sparse", default=None, help="batch x context points also timed with DSA sparse attention "
+                    "(default on a GPU: 1x8192,64x8192; 'none' for none)")
     ap.add_argument("--check", action="store_true", help="also run the 2-rank gloo sharding check on the CPU")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
@@ -58,17 +60,19 @@ def main(argv=None) -> int:
         modes=tuple((a.modes or ("graph,eager" if gpu else "eager")).split(",")), device=a.device,
         repeats=a.repeats, eager_repeats=a.eager_repeats, components=not a.no_components,
         time_limit_s=a.time_limit_s, moe_held=a.moe_held,
-        op_level=_points(a.op_level) if a.op_level else (((1, 384), (64, 384)) if gpu else ()))
+        op_level=_points(a.op_level) if a.op_level else (((1, 384), (64, 384)) if gpu else ()),
+        sparse_points=_points(a.sparse) if a.sparse else (((1, 8192), (64, 8192)) if gpu else ()))
     t0 = time.monotonic()
     res = steptime.sweep(cfg, a.out, progress=lambda s: print(s, flush=True))
     t = res["timings"]
     print(f"sweep: {len(t)} rows in {time.monotonic() - t0:.1f} s wall ({res['meta']['sweep_s']:.1f} s in sweep)")
     steps = t[t.what == "step"].copy()
     steps["tok_s"] = steps.batch * 1e6 / steps.median_us
-    print(steps[["batch", "context", "mode", "median_us", "p10_us", "p90_us", "tok_s", "kernels"]].to_string(index=False))
+    print(steps[["batch", "context", "mode", "attention", "median_us", "p10_us", "p90_us", "tok_s", "kernels"]]
+          .to_string(index=False))
     comp = t[(t.what != "step") & ~t.what.str.startswith("op:")]
     if len(comp):
-        piv = comp.pivot_table(index=["context", "batch"], columns="what", values="median_us")
+        piv = comp.pivot_table(index=["attention", "context", "batch"], columns="what", values="median_us")
         print("per component, us (alone, " + ("graphs" if gpu else "eager") + "):")
         print(piv.round(1).to_string())
     if a.check:

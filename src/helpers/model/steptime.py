@@ -46,32 +46,58 @@ def _summary(ts_us: list[float]) -> dict:
 
 
 def capture(fn: Callable[[], None], warmup: int = 2):
-    """A CUDA graph of `fn` (warmed up on a side stream first, as CUDA graph capture requires)."""
+    """A CUDA graph of `fn` (warmed up on a side stream first, as CUDA graph capture requires). The
+    graph is kept after instantiation (keep_graph) so that its kernels can be counted."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         for _ in range(max(1, warmup)):
             fn()
     torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
     try:
-        g.enable_debug_mode()        # keeps the graph for debug_dump (kernel counts); replay is unchanged
-    except Exception:  # noqa: BLE001
-        pass
+        g = torch.cuda.CUDAGraph(keep_graph=True)
+    except TypeError:                 # older torch: no keep_graph; debug mode keeps it instead
+        g = torch.cuda.CUDAGraph()
+        try:
+            g.enable_debug_mode()
+        except Exception:  # noqa: BLE001
+            pass
     with torch.cuda.graph(g):
         fn()
     torch.cuda.synchronize()
     return g
 
 
+COUNT_ERRORS: list[str] = []   # why kernel counting failed, where it did (kept for the run's meta)
+
+
 def graph_kernels(g) -> int | None:
-    """Kernel nodes in a captured graph (from its debug dump), or None where torch cannot dump it."""
+    """Kernel nodes in a captured graph: through cuda-bindings (cudaGraphGetNodes) where installed, else
+    from the graph's debug dump; None (and the reason in COUNT_ERRORS) where neither works."""
+    try:
+        from cuda.bindings import runtime as rt
+
+        handle = rt.cudaGraph_t(init_value=g.raw_cuda_graph())
+        err, _, n = rt.cudaGraphGetNodes(handle, 0)
+        err, nodes, n = rt.cudaGraphGetNodes(handle, n)
+        if err != rt.cudaError_t.cudaSuccess:
+            raise RuntimeError(str(err))
+        count = 0
+        for node in nodes[:n]:
+            e2, t = rt.cudaGraphNodeGetType(node)
+            count += int(t == rt.cudaGraphNodeType.cudaGraphNodeTypeKernel)
+        return count
+    except Exception as e:  # noqa: BLE001 - fall back to the dump
+        if len(COUNT_ERRORS) < 4:
+            COUNT_ERRORS.append(f"cuda-bindings: {type(e).__name__}: {str(e)[:200]}")
     try:
         with tempfile.TemporaryDirectory() as tmp:
             p = os.path.join(tmp, "g.dot")
             g.debug_dump(p)
             return len(re.findall(r"\bKERNEL\b", Path(p).read_text(errors="replace")))
-    except Exception:  # noqa: BLE001 - a missing debug facility only loses the count
+    except Exception as e:  # noqa: BLE001 - a missing debug facility only loses the count
+        if len(COUNT_ERRORS) < 8:
+            COUNT_ERRORS.append(f"debug_dump: {type(e).__name__}: {str(e)[:200]}")
         return None
 
 
@@ -186,6 +212,7 @@ class SweepConfig:
     eager_repeats: int = 3
     components: bool = True
     op_level: tuple[tuple[int, int], ...] = ((1, 384), (64, 384))   # (batch, context) points timed op by op
+    sparse_points: tuple[tuple[int, int], ...] = ()   # (batch, context) also timed with DSA sparse attention
     time_limit_s: float = 60.0
     moe_held: int | None = None
     seed: int = 0
@@ -211,7 +238,7 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
         if p.exists():
             old = pd.read_csv(p)
             rows = old.to_dict("records")
-            done = {(int(r["batch"]), int(r["context"]), r["mode"]) for r in rows}
+            done = {(int(r["batch"]), int(r["context"]), r["mode"], r["attention"]) for r in rows}
     bmax, cmax = max(cfg.batches), max(cfg.contexts)
     free = stp.device_free_bytes(cfg.device)
     plan = stp.plan_memory(m, cfg.tp, cfg.dtype, bmax, cmax, free, cfg.moe_held)
@@ -235,28 +262,31 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
         modes = tuple(mo for mo in modes if mo != "graph")
         progress(f"torch._grouped_mm failed ({meta['grouped_mm_error']}); experts run one matmul each, eager only")
     meta["moe_impl"] = moe_impl
-    points = [(c, b, mode) for c in cfg.contexts for b in cfg.batches for mode in modes]
+    points = [(c, b, mode, cfg.attention) for c in cfg.contexts for b in cfg.batches for mode in modes]
+    points += [(c, b, modes[0], "sparse") for b, c in cfg.sparse_points if cfg.attention != "sparse"]
     routing, byte_rows, failures = {}, [], []
     cuda = str(cfg.device).startswith("cuda")
-    for i, (c, b, mode) in enumerate(points, 1):
-        st = stp.DecodeStep(rm, b, c, attention=cfg.attention, seed=cfg.seed + 1, moe_impl=moe_impl)
+    for i, (c, b, mode, att) in enumerate(points, 1):
+        st = stp.DecodeStep(rm, b, c, attention=att, seed=cfg.seed + 1, moe_impl=moe_impl)
         st.record_routing = True
         st.run()
         st.record_routing = False
         if rm.m.moe_layers:
             routing[(b, c)] = st.distinct_experts()
         if mode == modes[0]:
-            bt = stp.component_bytes(m, cfg.tp, b, c, routing.get((b, c), 0.0), cfg.dtype, cfg.attention)
-            byte_rows += [{"batch": b, "context": c, "distinct_experts": routing.get((b, c), 0.0), **r}
-                          for r in bt.to_dict("records")]
-        if (b, c, mode) in done:
-            progress(f"[{i}/{len(points)}] batch {b} context {c} {mode}: done before, skipped")
+            bt = stp.component_bytes(m, cfg.tp, b, c, routing.get((b, c), 0.0), cfg.dtype, att)
+            byte_rows += [{"batch": b, "context": c, "attention": att, "distinct_experts": routing.get((b, c), 0.0),
+                           **r} for r in bt.to_dict("records")]
+        label = f"batch {b} context {c} {mode}" + (" sparse" if att == "sparse" else "")
+        if (b, c, mode, att) in done:
+            progress(f"[{i}/{len(points)}] {label}: done before, skipped")
             continue
         t1 = time.monotonic()
         try:
             new = time_point(st, mode == "graph", cfg.repeats if mode == "graph" else cfg.eager_repeats,
                              2 if mode == "graph" else 1, cfg.components and (mode == "graph" or not cuda),
-                             cfg.time_limit_s, ops=(b, c) in set(map(tuple, cfg.op_level)) and (mode == modes[0]))
+                             cfg.time_limit_s,
+                             ops=(b, c) in set(map(tuple, cfg.op_level)) and mode == modes[0] and att == cfg.attention)
         except TimeLimit as e:
             failures.append(str(e))
             progress(f"[{i}/{len(points)}] {e}")
@@ -269,10 +299,11 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
         if out is not None:
             pd.DataFrame(rows).to_csv(out / "timings.csv", index=False)
         s = next(r for r in new if r["what"] == "step")
-        progress(f"[{i}/{len(points)}] batch {b} context {c} {mode}: step {s['median_us'] / 1e3:.2f} ms "
+        progress(f"[{i}/{len(points)}] {label}: step {s['median_us'] / 1e3:.2f} ms "
                  f"({s['p10_us'] / 1e3:.2f}-{s['p90_us'] / 1e3:.2f}), {b * 1e6 / s['median_us']:.0f} tok/s, "
                  f"point {time.monotonic() - t1:.1f} s")
     meta["distinct_experts"] = {f"{b}x{c}": v for (b, c), v in routing.items()}
+    meta["kernel_count_errors"] = list(COUNT_ERRORS)
     meta["failures"] = failures
     meta["sweep_s"] = time.monotonic() - t_start
     timings = pd.DataFrame(rows, columns=list(TIMING_COLUMNS))
