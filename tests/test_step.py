@@ -62,6 +62,7 @@ def test_one_rank_equals_the_unsharded_step(mini):
     assert chk.max_abs_err == 0 and chk.ok
 
 
+@pytest.mark.integration
 def test_sharded_over_two_gloo_processes_matches_and_a_wrong_split_does_not(mini):
     """The claim that matters: two real processes over gloo, each with its shard and the all-reduces
     and the logits all-gather in the step, give the unsharded logits within FP32_TOLERANCE; splitting the

@@ -83,7 +83,8 @@ RESULTS: dict[tuple[str, str], Result] = {
 #: What a chapter reads from another: chapter -> [(producer chapter, result name)]. A missing need
 #: stops the run before it starts (see check_needs); the diagnosis in mode "recorded" needs nothing.
 NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
-    "07_diagnosis": (("06_vm_p2p", "fits"), ("07_decode_step", "step_times")),
+    "07_diagnosis": (("06_vm_p2p", "fits"),),   # 07_decode_step's step_* are optional: without them it uses
+                                                # the committed H200 measurement (helpers.model.measured)
 }
 #: Chapters whose needs are waived in a mode that uses recorded inputs only.
 RECORDED_MODES = ("recorded",)
