@@ -8,6 +8,7 @@ unsharded one.
     python benchmarks/bench_step.py                         # whatever this machine has
     python benchmarks/bench_step.py --device cuda --out DIR  # write timings.csv, bytes.csv, meta.json
     python benchmarks/bench_step.py --device cpu --check     # CPU, with the sharding check
+    torchrun --nproc-per-node 8 benchmarks/bench_step.py     # TP8 over 8 GPUs, NCCL inside the step
 """
 from __future__ import annotations
 
@@ -29,6 +30,22 @@ def _points(s: str) -> tuple[tuple[int, int], ...]:
     if s == "none":
         return ()
     return tuple(tuple(int(v) for v in p.split("x")) for p in s.split(","))
+
+
+def _distributed(device: str):
+    """Under torchrun (WORLD_SIZE > 1): one process per rank, NCCL on GPUs, gloo on CPUs."""
+    import os
+
+    import torch.distributed as dist
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None, device
+    if device.startswith("cuda"):
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        device = f"cuda:{local}"
+    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    return dist.group.WORLD, device
 
 
 def main(argv=None) -> int:
@@ -53,6 +70,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     gpu = a.device.startswith("cuda")
+    group, a.device = _distributed(a.device)
+    if group is not None and a.tp is None:
+        import torch.distributed as dist
+        a.tp = dist.get_world_size()
     cfg = steptime.SweepConfig(
         model=a.model or ("glm5" if gpu else "glm5-mini"), tp=a.tp or (8 if gpu else 2),
         batches=a.batches or ((1, 2, 4, 8, 16, 32, 64) if gpu else (1, 8)),
@@ -63,7 +84,13 @@ def main(argv=None) -> int:
         op_level=_points(a.op_level) if a.op_level else (((1, 384), (64, 384)) if gpu else ()),
         sparse_points=_points(a.sparse) if a.sparse else (((1, 8192), (64, 8192)) if gpu else ()))
     t0 = time.monotonic()
-    res = steptime.sweep(cfg, a.out, progress=lambda s: print(s, flush=True))
+    res = steptime.sweep(cfg, a.out, progress=lambda s: print(s, flush=True), group=group)
+    if group is not None:
+        import torch.distributed as dist
+        rank = dist.get_rank()
+        dist.destroy_process_group()
+        if rank:
+            return 0
     t = res["timings"]
     print(f"sweep: {len(t)} rows in {time.monotonic() - t0:.1f} s wall ({res['meta']['sweep_s']:.1f} s in sweep)")
     steps = t[t.what == "step"].copy()

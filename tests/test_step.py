@@ -184,3 +184,24 @@ def test_gpu_graph_and_eager_agree_and_components_are_timed():
     assert set(t["mode"]) == {"graph", "eager"}
     g = t[(t.what == "step") & (t["mode"] == "graph")]
     assert (g.kernels.fillna(1) > 0).all()
+
+
+@pytest.mark.integration
+def test_torchrun_two_ranks_time_the_step_with_its_collectives(tmp_path):
+    """bench_step.py under torchrun: one process per rank, gloo on the CPU, the all-reduces and the logits
+    all-gather timed inside the step; rank 0 writes the results."""
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    from helpers import repo_root
+
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "benchmarks/bench_step.py", "--device", "cpu", "--batches", "2", "--contexts", "32",
+                           "--repeats", "2", "--eager-repeats", "2", "--out", str(tmp_path)],
+                          cwd=repo_root(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    t = pd.read_csv(tmp_path / "timings.csv")
+    assert (t["tp"] == 2).all() and "collectives" in set(t["what"])
+    assert (t.loc[t["what"] == "collectives", "median_us"] > 0).all()

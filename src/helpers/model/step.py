@@ -308,8 +308,12 @@ def _spec_bytes(specs: Iterable[WSpec], tp: int, nbytes: int) -> float:
     return float(sum(np.prod(local_shape(s, tp)) for s in specs)) * nbytes
 
 
+#: memory left free on a GPU for graphs, cuBLAS workspaces and activations (none is kept back on a CPU)
+GPU_RESERVE_BYTES = 4 * ma.GiB
+
+
 def plan_memory(m: ma.ModelConfig, tp: int, dtype: str, batch_max: int, context_max: int, free_bytes: float,
-                moe_held: int | None = None, usable_fraction: float = 0.85, reserve_bytes: float = 4 * ma.GiB
+                moe_held: int | None = None, usable_fraction: float = 0.85, reserve_bytes: float = GPU_RESERVE_BYTES
                 ) -> MemoryPlan:
     """How many distinct MoE layers one rank can hold in `free_bytes`, with their KV caches; raises
     StepMemoryError naming the model, TP degree and the memory needed when not even one fits."""
@@ -340,6 +344,10 @@ def plan_memory(m: ma.ModelConfig, tp: int, dtype: str, batch_max: int, context_
     return MemoryPlan(m.name, tp, dtype, batch_max, context_max, dense, moe, head, cache, held, needed, usable)
 
 
+def reserve_for(device: str) -> float:
+    return GPU_RESERVE_BYTES if str(device).startswith("cuda") else 0.0
+
+
 def device_free_bytes(device: str) -> float:
     if str(device).startswith("cuda"):
         free, _total = torch.cuda.mem_get_info(torch.device(device))
@@ -360,7 +368,8 @@ def build_rank(m: ma.ModelConfig, tp: int, rank: int, batch_max: int, context_ma
     shard_sizes(m, tp)
     if not 0 <= rank < tp:
         raise StepError(f"rank {rank} is not in 0..{tp - 1}")
-    plan = plan or plan_memory(m, tp, dtype, batch_max, context_max, device_free_bytes(device), moe_held)
+    plan = plan or plan_memory(m, tp, dtype, batch_max, context_max, device_free_bytes(device), moe_held,
+                               reserve_bytes=reserve_for(device))
     dt = DTYPES[dtype]
     gen = torch.Generator(device=device).manual_seed(seed + 1000 * rank)
 

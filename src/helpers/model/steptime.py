@@ -15,7 +15,7 @@ import re
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -218,10 +218,16 @@ class SweepConfig:
     seed: int = 0
 
 
-def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callable[[str], None] = print) -> dict:
+def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callable[[str], None] = print,
+          group=None) -> dict:
     """Every (context, batch, mode) point of `cfg` on one rank: returns {"timings": DataFrame, "meta":
     dict, "bytes": DataFrame}. With `out_dir`, finished points are appended to timings.csv as they
-    finish and a rerun skips them (resume)."""
+    finish and a rerun skips them (resume).
+
+    With `group` (a torch.distributed process group of cfg.tp processes, one per GPU or CPU rank), every
+    process builds its own rank's shard and the step's all-reduces and logits all-gather run over the
+    group inside the step; every rank times every point (the same points, no time limit, so that the
+    collectives stay matched) and rank 0 alone writes and reports."""
     for mode in cfg.modes:
         if mode not in ("graph", "eager"):
             raise stp.StepError(f"mode {mode!r}: expected 'graph' or 'eager'")
@@ -229,6 +235,18 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
         raise stp.StepError("CUDA graphs need a CUDA device; on the CPU use modes ('eager',)")
     m = ma.load_model(cfg.model)
     t_start = time.monotonic()
+    rank, barrier = 0, None
+    if group is not None:
+        import torch.distributed as dist
+
+        world = dist.get_world_size(group)
+        if world != cfg.tp:
+            raise stp.StepError(f"a process group of {world} ranks runs TP{world}, not TP{cfg.tp}: set tp = {world}")
+        rank = dist.get_rank(group)
+        barrier = (lambda: dist.barrier(group=group))
+        cfg = replace(cfg, time_limit_s=None)
+        if rank:
+            progress, out_dir = (lambda s: None), None
     out = Path(out_dir) if out_dir else None
     done = set()
     rows: list[dict] = []
@@ -241,10 +259,10 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
             done = {(int(r["batch"]), int(r["context"]), r["mode"], r["attention"]) for r in rows}
     bmax, cmax = max(cfg.batches), max(cfg.contexts)
     free = stp.device_free_bytes(cfg.device)
-    plan = stp.plan_memory(m, cfg.tp, cfg.dtype, bmax, cmax, free, cfg.moe_held)
+    plan = stp.plan_memory(m, cfg.tp, cfg.dtype, bmax, cmax, free, cfg.moe_held, reserve_bytes=stp.reserve_for(cfg.device))
     progress(f"memory: {plan.describe()}")
     t0 = time.monotonic()
-    rm, _ = stp.build_rank(m, cfg.tp, 0, bmax, cmax, cfg.device, cfg.dtype, cfg.seed, plan=plan)
+    rm, _ = stp.build_rank(m, cfg.tp, rank, bmax, cmax, cfg.device, cfg.dtype, cfg.seed, plan=plan)
     _sync(cfg.device)
     meta = {"config": asdict(cfg), "plan": asdict(plan), "build_s": time.monotonic() - t0,
             "torch": torch.__version__, "device_name": _device_name(cfg.device)}
@@ -254,7 +272,7 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
              f"us/kernel (graph), {meta['eager_us_per_kernel']:.2f} us (eager); copy {meta['copy_GBps']:.0f} GB/s")
     modes, moe_impl = tuple(cfg.modes), "grouped_mm"
     try:   # one eager step first: a device whose torch lacks torch._grouped_mm falls back to a loop
-        stp.DecodeStep(rm, min(cfg.batches), min(cfg.contexts), attention=cfg.attention).run()
+        stp.DecodeStep(rm, min(cfg.batches), min(cfg.contexts), attention=cfg.attention, group=group).run()
         _sync(cfg.device)
     except (RuntimeError, NotImplementedError) as e:
         moe_impl = "loop"
@@ -267,7 +285,7 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
     routing, byte_rows, failures = {}, [], []
     cuda = str(cfg.device).startswith("cuda")
     for i, (c, b, mode, att) in enumerate(points, 1):
-        st = stp.DecodeStep(rm, b, c, attention=att, seed=cfg.seed + 1, moe_impl=moe_impl)
+        st = stp.DecodeStep(rm, b, c, attention=att, seed=cfg.seed + 1, moe_impl=moe_impl, group=group)
         st.record_routing = True
         st.run()
         st.record_routing = False
@@ -285,7 +303,7 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
         try:
             new = time_point(st, mode == "graph", cfg.repeats if mode == "graph" else cfg.eager_repeats,
                              2 if mode == "graph" else 1, cfg.components and (mode == "graph" or not cuda),
-                             cfg.time_limit_s,
+                             cfg.time_limit_s, barrier,
                              ops=(b, c) in set(map(tuple, cfg.op_level)) and mode == modes[0] and att == cfg.attention)
         except TimeLimit as e:
             failures.append(str(e))
