@@ -197,7 +197,7 @@ def test_torchrun_two_ranks_time_the_step_with_its_collectives(tmp_path):
 
     from helpers import repo_root
 
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            "benchmarks/bench_step.py", "--device", "cpu", "--batches", "2", "--contexts", "32",
                            "--repeats", "2", "--eager-repeats", "2", "--out", str(tmp_path)],
                           cwd=repo_root(), capture_output=True, text=True, timeout=240)
