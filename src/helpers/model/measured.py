@@ -36,7 +36,7 @@ from helpers.model import kernels as kt
 from helpers.model import step as stp
 
 STEP_CHAPTER = "07_decode_step"
-STEP_DATA = "measured/step-h200-20261201"
+STEP_ROLE = "decode-step"     # the measured study (data/sources.yaml role) used where this run has none
 TP = 8
 
 
@@ -91,7 +91,7 @@ def _real_model(t: pd.DataFrame, model_name: str) -> bool:
 
 def step_measurement(run_dir: str | Path | None, model: str = "glm5") -> StepMeasurement:
     """This run's decode-step measurement (07_decode_step's results) where it timed the real model's TP8
-    shapes on a GPU with graphs; otherwise the committed H200 measurement under data/ (STEP_DATA)."""
+    shapes on a GPU with graphs; otherwise the committed measured study of role STEP_ROLE under data/measured/."""
     name = ma.load_model(model).name
     if run_dir:
         t = layout.load_if_present(run_dir, STEP_CHAPTER, "step_times")
@@ -99,11 +99,14 @@ def step_measurement(run_dir: str | Path | None, model: str = "glm5") -> StepMea
             b = layout.load(run_dir, STEP_CHAPTER, "step_bytes")
             meta = layout.load(run_dir, STEP_CHAPTER, "step_meta")
             return StepMeasurement(t, b, meta, "this run", str(meta.get("device_name", "")), "this run")
-    t = recorded.load(f"{STEP_DATA}/timings.csv")
-    b = recorded.load(f"{STEP_DATA}/bytes.csv")
     import json
-    meta = json.loads((recorded.data_dir() / STEP_DATA / "meta.json").read_text())
-    return StepMeasurement(t, b, meta, f"data/{STEP_DATA}", str(meta.get("device_name", "")), str(t["source"].iloc[0]))
+
+    s = recorded.study(STEP_ROLE)
+    rel = f"measured/{s.id}"
+    t = recorded.load(f"{rel}/timings.csv")
+    b = recorded.load(f"{rel}/bytes.csv")
+    meta = json.loads((recorded.data_dir() / rel / "meta.json").read_text())
+    return StepMeasurement(t, b, meta, f"data/{rel}", str(meta.get("device_name", "")), s.id)
 
 
 def gpu_bandwidth(system: str) -> bd.Quantity:
@@ -412,9 +415,9 @@ def vm_gap(m: ma.ModelConfig, meas: StepMeasurement, context: int) -> pd.DataFra
 
 
 def host_allreduce(message_bytes: float) -> pd.DataFrame:
-    """Measured and reference all-reduce times through host memory (data/measured/host_allreduce.csv)
+    """Measured and reference all-reduce times through host memory (data/reference/host_allreduce.csv)
     at the message size nearest `message_bytes`, per system."""
-    d = recorded.load("measured/host_allreduce.csv")
+    d = recorded.load("reference/host_allreduce.csv")
     out = []
     for sysname, g in d.groupby("system", sort=False):
         i = (np.log(g["message_bytes"].astype(float)) - np.log(float(message_bytes))).abs().idxmin()
