@@ -98,3 +98,8 @@ def test_a_column_with_no_value_is_left_out():
     df = pd.DataFrame({"path": ["peer"], "size_bytes": [np.nan], "reason": ["no GPU"]})
     assert tables.table(df).columns == ["path", "reason"]
     assert tables.table(df, drop_empty=False).columns == ["path", "size (bytes)", "reason"]
+
+
+def test_tiny_values_are_not_rounded_to_zero():
+    t = tables.table(pd.DataFrame({"err": [3.14e-9, 0.0, 0.5, 0.25]}))
+    assert [r[0] for r in t.rows] == ["3.1e-09", "0.000", "0.500", "0.250"]

@@ -12,7 +12,8 @@ What a reader gets, whatever the DataFrame looked like:
   suffix (`time_us`, `beta_GBps`, `size_bytes`, `mem_GiB`, ...) gets the same treatment without being
   told; the unit `"bytes"` writes each value in B/KiB/MiB/GiB (2^10) instead, the unit `"%"` writes `12.5 %`;
 - numbers rounded per column: `digits` (one int for every column, or a dict per column), otherwise
-  three significant figures for the column's typical value;
+  three significant figures for the column's typical value (a value that would round to zero keeps two
+  significant figures: `3.1e-09`, not `0.0000`);
 - missing values blank (no `<NA>`, `nan`, `None`);
 - long tables folded: with more than `fold_after` rows the table sits in a `<details>` block whose
   always-visible line is `summary` (a sentence the chapter writes; a default names the rows and columns);
@@ -104,6 +105,16 @@ def _fmt_number(v, digits: int) -> str:
     if not math.isfinite(float(v)):
         return str(v)
     return f"{float(v):.{digits}f}"
+
+
+def _too_small(v, digits: int) -> bool:
+    """A non-zero value that `digits` decimals would show as zero."""
+    x = abs(float(v))
+    return 0 < x < 0.5 * 10 ** (-digits)
+
+
+def _fmt_small(v) -> str:
+    return f"{float(v):.2g}"
 
 
 def _meaningful_index(df: pd.DataFrame) -> bool:
@@ -235,8 +246,10 @@ def table(df: pd.DataFrame, units: Mapping[str, str] | None = None,
         elif is_num:
             d = digits.get(name) if isinstance(digits, Mapping) else digits
             whole = all(isinstance(v, numbers.Integral) for v in values if not _missing(v))
+            auto = d is None and not whole
             d = 0 if whole else auto_digits(values) if d is None else d
-            formatted = ["" if _missing(v) else _fmt_number(v, d) for v in values]
+            formatted = ["" if _missing(v) else _fmt_small(v) if auto and _too_small(v, d) else _fmt_number(v, d)
+                         for v in values]
             header = f"{base} ({unit})" if unit else base
         else:
             formatted = ["" if _missing(v) else _text(v) for v in values]
