@@ -103,3 +103,8 @@ def test_a_column_with_no_value_is_left_out():
 def test_tiny_values_are_not_rounded_to_zero():
     t = tables.table(pd.DataFrame({"err": [3.14e-9, 0.0, 0.5, 0.25]}))
     assert [r[0] for r in t.rows] == ["3.1e-09", "0.000", "0.500", "0.250"]
+
+
+def test_show_passes_anything_else_through(capsys):
+    tables.show({"not": "a table"})
+    assert "not" in capsys.readouterr().out

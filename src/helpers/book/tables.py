@@ -271,7 +271,11 @@ def _text(v) -> str:
 
 def show(df: pd.DataFrame, **kw) -> None:
     """Display `df` as a reader's table (arguments as `table`). Works anywhere in a cell and returns
-    nothing, so a cell that ends with it shows the table once."""
+    nothing, so a cell that ends with it shows the table once. Anything that is not a DataFrame or a
+    Series (a Markdown object, a dict) is displayed as it is."""
     from IPython.display import display
 
+    if not isinstance(df, (pd.DataFrame, pd.Series)):
+        display(df)
+        return
     display(table(df, **kw))
