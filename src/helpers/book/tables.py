@@ -275,6 +275,8 @@ def show(df: pd.DataFrame, **kw) -> None:
     Series (a Markdown object, a dict) is displayed as it is."""
     from IPython.display import display
 
+    if df is None:  # as a cell ending in an expression that returns None shows nothing
+        return
     if not isinstance(df, (pd.DataFrame, pd.Series)):
         display(df)
         return
