@@ -115,7 +115,7 @@ def test_the_status_page_shows_the_environment_and_says_when_a_run_predates_it()
     page = runbook.status_page(m, {})
     assert "## Environment" in page and "`host`" in page and "driver 580.159.04 answers" in page
     assert "2.11.0, CUDA 13.0 (outside this environment (the host's Python)" in page
-    assert "Executed in the `host` environment" in page
+    assert "Executed in the `host` environment" in env.sentence(m["environment"])
     old = runbook.status_page({**m, "environment": None}, {})
     assert "Not recorded: this run predates environment records" in old
 

@@ -214,7 +214,9 @@ def lines(manifest: dict) -> list[str]:
 
     t = rec.get("torch")
     drv = rec.get("driver") or {}
-    out += [sentence(rec), "", row("item", "value"), row("---", "---"),
+    out += ["Which Python executed this run, and why: `make` chose it before installing anything "
+            "(see the page on re-running); a run made without `make` says so.", "",
+            row("item", "value"), row("---", "---"),
             row("environment", f"`{rec.get('kind')}`"), row("why", rec.get("reason")),
             row("made by", rec.get("made_by") or "not by make (run as found)"),
             row("python", f"`{rec.get('python')}` ({rec.get('python_version')})")]
