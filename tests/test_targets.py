@@ -58,7 +58,7 @@ def test_the_command_line_refuses_before_creating_anything(tmp_path, capsys):
 
 
 def test_chapters_left_out_or_recorded_need_nothing(tmp_path):
-    only = ["01_environment", "06_vm_p2p", "07_diagnosis"]
+    only = ["01_environment", "06_vm_p2p", "07_decode_step", "07_diagnosis"]
     runbook.plan(_target(), ROOT, only=only)  # no serving chapter: neither checkpoint nor sglang needed
     rec = [f"{s}.mode=recorded" for s in SERVING]
     runbook.plan(_target(*rec), ROOT)
@@ -83,6 +83,7 @@ def test_with_both_it_plans_the_investigation_s_deployment(tmp_path, sglang_impo
     assert set(steps["04_moe_runners"]["runners"]) == set(matrix[matrix.component == "moe_runner"].backend)
     vm = steps["06_vm_p2p"]
     assert (vm["sweep"], vm["world_size"], vm["nccl_variants"]) == ("full", 0, "all")
+    assert (steps["07_decode_step"]["tp"], steps["07_decode_step"]["batches"]) == (8, base["concurrencies"])
     assert steps["07_diagnosis"]["mode"] == "auto"
 
 
