@@ -50,13 +50,12 @@ def test_the_choice_can_be_forced_and_a_forced_host_needs_a_torch():
         env.choose("conda", CUDA_TORCH, DRIVER)
 
 
-def test_torch_facts_read_the_cuda_build_without_importing_torch(tmp_path, monkeypatch):
+def test_torch_facts_read_the_cuda_build_without_importing_torch(tmp_path):
     pkg = tmp_path / "torch"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("raise ImportError('torch must not be imported to read its facts')\n")
     (pkg / "version.py").write_text("__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    facts = env.torch_facts()
+    facts = env.torch_facts([str(tmp_path)])
     assert facts["installed"] and facts["cuda"] == "13.0" and facts["location"] == str(tmp_path)
 
 

@@ -25,7 +25,7 @@ import re
 import shlex
 import site
 import sys
-from importlib import metadata, util
+from importlib import metadata
 from pathlib import Path
 
 KINDS = ("host", "isolated-gpu", "isolated-cpu")
@@ -34,10 +34,12 @@ CONSTRAINTS = Path("constraints") / "cpu.txt"
 
 
 # ----------------------------------------------------------------------------- facts
-def torch_facts() -> dict:
-    """torch in this Python, read without importing it: version, the CUDA it was built for (None for a
-    CPU build), and where it lives. {"installed": False} where there is none."""
-    spec = util.find_spec("torch")
+def torch_facts(path: list[str] | None = None) -> dict:
+    """torch in this Python (on `path`, default sys.path), read without importing it: version, the CUDA it
+    was built for (None for a CPU build), and where it lives. {"installed": False} where there is none."""
+    from importlib.machinery import PathFinder
+
+    spec = PathFinder.find_spec("torch", path)  # the files, whether or not torch is imported already
     if spec is None or not spec.submodule_search_locations:
         return {"installed": False}
     pkg = Path(list(spec.submodule_search_locations)[0])
