@@ -54,11 +54,12 @@ if [ ! -x "$VENV/bin/python" ]; then
 elif [ -z "$recorded" ]; then
   # A venv made before environment records: keep it, say so, and install as its kind would.
   recorded=existing
-  "$PY" -c 'import json,sys; json.dump({"kind": "existing", "reason": sys.argv[2] + " existed before `make` recorded environments; kept as it is (" + sys.argv[3] + ")", "python": sys.argv[4], "made_by": "an earlier make"}, open(sys.argv[1], "w"))' \
-    "$VENV/book-env.json" "$VENV" "$BOOK_ENV_REASON" "$PY"
+  "$PY" -c 'import json,sys; json.dump({"kind": "existing", "reason": sys.argv[2] + " existed before `make` recorded environments and is kept as it is (made now, it would be " + sys.argv[3] + ")", "python": sys.argv[4], "made_by": "an earlier make"}, open(sys.argv[1], "w"))' \
+    "$VENV/book-env.json" "$VENV" "$BOOK_ENV_KIND" "$PY"
 elif [ "$recorded" != "$BOOK_ENV_KIND" ] && { [ "$ENV_KIND" != auto ] || [ "$recorded" != existing ]; }; then
-  echo "error: $VENV is a \`$recorded\` environment, but now: $BOOK_ENV_KIND ($BOOK_ENV_REASON)." >&2
-  echo "       Remove it (make clean-env, or rm -rf $VENV) to make a \`$BOOK_ENV_KIND\` one, or keep it with ENV_KIND=$([ "$recorded" = host ] && echo host || echo isolated)." >&2
+  case $recorded in host) keep="ENV_KIND=host" ;; existing) keep="ENV_KIND unset" ;; *) keep="ENV_KIND=isolated" ;; esac
+  echo "error: $VENV is an environment of kind \`$recorded\`, but the choice now is \`$BOOK_ENV_KIND\`: $BOOK_ENV_REASON." >&2
+  echo "       Remove it (make clean-env, or rm -rf $VENV) to make a \`$BOOK_ENV_KIND\` one, or keep it with $keep." >&2
   exit 2
 fi
 

@@ -114,7 +114,8 @@ def test_the_status_page_shows_the_environment_and_says_when_a_run_predates_it()
     page = runbook.status_page(m, {})
     assert "## Environment" in page and "`host`" in page and "driver 580.159.04 answers" in page
     assert "2.11.0, CUDA 13.0 (outside this environment (the host's Python)" in page
-    assert "Executed in the `host` environment" in env.sentence(m["environment"])
+    assert env.sentence(m["environment"]).startswith("Executed in the host environment (/work/.venv/bin/python, "
+                                                     "torch 2.11.0 (CUDA 13.0) from outside this environment")
     old = runbook.status_page({**m, "environment": None}, {})
     assert "Not recorded: this run predates environment records" in old
 
@@ -145,3 +146,23 @@ def test_make_s_host_environment_uses_the_given_python_s_torch(tmp_path):
     assert torch_file == torch.__file__ and kind == "host" and where.startswith("outside this environment")
     assert (venv / "host-constraints.txt").read_text().startswith("torch==")
     assert not list((venv / "lib").glob("python*/site-packages/torch"))
+
+
+def _book_env(tmp_path, venv, **extra):
+    e = {**os.environ, "PY": sys.executable, "VENV": str(venv), **extra}
+    e.pop("PYTHONPATH", None)
+    return subprocess.run(["bash", "scripts/book-env.sh", "run"], cwd=ROOT, env=e, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_book_env_refuses_an_environment_of_another_kind_and_an_empty_wheel_folder(tmp_path):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    (venv / env.RECORD_FILE).write_text(json.dumps({"kind": "isolated-cpu"}))
+    p = _book_env(tmp_path, venv, ENV_KIND="host")  # this test's Python has torch, so host is possible
+    assert p.returncode == 2 and "of kind `isolated-cpu`, but the choice now is `host`" in p.stderr
+    assert "make clean-env" in p.stderr and "ENV_KIND=isolated" in p.stderr
+    (tmp_path / "wheels").mkdir()
+    p = _book_env(tmp_path, venv, WHEELS=str(tmp_path / "wheels"))
+    assert p.returncode == 2 and "holds no wheels" in p.stderr

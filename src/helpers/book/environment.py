@@ -197,7 +197,7 @@ def sentence(rec: dict | None = None) -> str:
                + f" from {t.get('from')}") if t else "no torch"
     sg = rec.get("sglang")
     sg_s = f"sglang {sg['version']} from {sg['from']}" if sg else "no sglang"
-    return (f"Executed in the `{rec.get('kind')}` environment ({rec.get('python')}, {torch_s}; {sg_s}): "
+    return (f"Executed in the {rec.get('kind')} environment ({rec.get('python')}, {torch_s}; {sg_s}): "
             f"{str(rec.get('reason', '')).rstrip('.')}.")
 
 
@@ -223,7 +223,7 @@ def lines(manifest: dict) -> list[str]:
             row("made by", rec.get("made_by") or "not by make (run as found)"),
             row("python", f"`{rec.get('python')}` ({rec.get('python_version')})")]
     if rec.get("base_python"):
-        out.append(row("over the Python", f"`{rec['base_python']}`"))
+        out.append(row("made from (PY)", f"`{rec['base_python']}`"))
     if rec.get("pythonpath"):
         out.append(row("PYTHONPATH", f"`{rec['pythonpath']}`"))
     out += [row("torch", "not installed" if not t else
