@@ -42,7 +42,7 @@ def matrix_rows(matrix: pd.DataFrame, live: pd.DataFrame | None) -> list[tuple[s
 def matrix_status(live: pd.DataFrame | None, where: str, why: str) -> str:
     """This run's live matrix in a phrase: where and how it ran, or why it did not."""
     if live is None:
-        return f"no live matrix ran in this run ({why})"
+        return f"no live matrix ({why})"
     return (f"{len(live)} configurations were launched live ({where}), ending in {live.outcome.nunique()} "
             f"different outcomes in {live.wall_s.sum():.0f} s")
 
@@ -197,7 +197,7 @@ def profile_phrase(prof: pd.DataFrame | None, why_none: str) -> str:
 def sweep_status(live: pd.DataFrame | None, where: str, why: str) -> str:
     """This run's live sweep in a phrase: how many points where, or why none ran."""
     if live is None:
-        return f"no live sweep ran in this run ({why})"
+        return f"no live sweep ({why})"
     return (f"{len(live)} points were swept live on {where}, with {int(live.failed.sum())} failed requests "
             f"in {live.duration_s.sum():.0f} s of benchmarking")
 
@@ -253,7 +253,7 @@ def scaling_phrase(head: pd.DataFrame, why_none: str) -> str:
     """How this run's first live variant scaled from one stream to its best point, or why there is none."""
     f = live_headline(head)
     if not f:
-        return f"no live sweep ran here ({why_none})"
+        return f"no live sweep ({why_none})"
     return (f"variant *{f['live_variant']}* scaled {f['live_scaling']:.1f}x from one stream to its best point, "
             f"at concurrency {f['live_sat_c']} (measured; derived from the table above)")
 
@@ -316,7 +316,7 @@ def runner_phrase(spread: pd.DataFrame | None, verdicts: pd.DataFrame | None, re
     """The live comparison in a phrase: the noise across repeats and the pairs beyond it, or why none ran."""
     f = runner_live_facts(spread, verdicts)
     if not f:
-        return f"no live comparison ran in this run ({why_none})"
+        return f"no live comparison ({why_none})"
     return (f"across {repeats} repeats one runner's output throughput varied by up to {f['live_max_noise_pct']:.1f} % "
             f"(max-min over mean), and {f['live_n_real']} of {f['live_n_pairs']} runner pairs differ by more than "
             "their repeat ranges (measured)")
