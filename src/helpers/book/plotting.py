@@ -225,7 +225,8 @@ def runner_spread(rec_runners, spread, by: str = "runner"):
     concurrency_axis(ax)
     ax.set_yscale("log")
     ax.set_ylabel("output throughput (tok/s)")
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # recorded runners are annotated, not in the legend
+        ax.legend(fontsize=7)
     return fig
 
 
