@@ -159,19 +159,3 @@ def test_commands_per_flag_set_and_the_refusal():
     with pytest.raises(ValueError, match="expected a refusal"):
         sg.refusal(cfg, "0.5.23")
 
-
-def test_live_plans_say_why_and_refuse_live_where_impossible():
-    from helpers.book import params
-    from helpers.serving import experiments as ex
-
-    nan = {"mode": "auto", "engine": "transformers", "device": "cpu", "model_path": ""}
-    assert ex.nan_plan(nan).live  # the demo matrix runs wherever transformers serve does
-    assert not ex.nan_plan({**nan, "mode": "recorded"}).live
-    base = {"mode": "auto", "engine": "transformers", "device": "cpu", "server_url": "", "model_path": "",
-            "variants": ["batched"]}
-    assert not ex.baseline_plan(base).live  # auto does not launch the tiny model for the sweep
-    assert ex.baseline_plan({**base, "server_url": "http://127.0.0.1:9"}).live
-    with pytest.raises(params.ParameterError, match="'variants'"):
-        ex.baseline_plan({**base, "variants": ["turbo"]})
-    with pytest.raises(params.ParameterError, match="mode='live' with engine='sglang' cannot run here"):
-        ex.runner_plan({"mode": "live", "engine": "sglang", "device": "cpu", "model_path": "", "runners": ["auto"]})
