@@ -116,6 +116,7 @@ def _no_workers_left(marker: str) -> bool:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.integration
 def test_gloo_sweep_across_two_processes(tmp_path):
     r = collectives.run_collectives("gloo", 2, [64, 12288], warmup=1, iters=5, repeats=2, timeout_s=90,
                                     workdir=tmp_path)
@@ -129,6 +130,7 @@ def test_gloo_sweep_across_two_processes(tmp_path):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.integration
 def test_a_hung_worker_is_killed_and_reported(tmp_path):
     r = collectives.run_collectives("gloo", 2, [64], warmup=1, iters=2, repeats=1, timeout_s=10, hang_rank=1,
                                     workdir=tmp_path, variant="hang-test")
@@ -138,6 +140,7 @@ def test_a_hung_worker_is_killed_and_reported(tmp_path):
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.integration
 def test_a_failed_run_is_reported_and_the_next_still_runs(tmp_path):
     bad = collectives.run_collectives("gloo", 2, [64], iters=2, repeats=1, timeout_s=60, workdir=tmp_path,
                                       env={"GLOO_SOCKET_IFNAME": "no-such-interface0"})
@@ -171,6 +174,7 @@ def test_harness_label_names_the_method():
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.integration
 def test_aligned_start_runs_and_records_the_launch_skew(tmp_path):
     # two gloo processes on this host: both record their launch instant on the shared monotonic clock
     r = collectives.run_collectives("gloo", 2, [64, 4096], ops=("all_reduce",), warmup=1, iters=4, repeats=3,
@@ -200,6 +204,7 @@ def test_aligned_start_runs_and_records_the_launch_skew(tmp_path):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.integration
 def test_host_timer_out_of_place_and_rotation_run_for_real(tmp_path):
     # two gloo processes; the worker checks the out-of-place result (the sum lands in the second buffer)
     r = collectives.run_collectives("gloo", 2, [64, 4096], ops=("all_reduce",), warmup=2, iters=4, repeats=2,
@@ -298,6 +303,7 @@ def test_nccl_api_worker_refuses_gloo_with_a_clear_error(tmp_path):
     assert p.returncode != 0 and "--api nccl needs --backend nccl" in p.stderr
 
 
+@pytest.mark.integration
 def test_aligned_start_across_hosts_is_refused_by_the_worker(tmp_path):
     # torchrun says 1 of the 2 ranks is on this node: the ranks do not share one clock
     import socket

@@ -1,13 +1,17 @@
 """The cpu-demo target end to end: the three serving chapters launch real `transformers serve`
 processes against tiny models built at run time, classify every attempt and sweep concurrency."""
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from helpers import repo_root
+from helpers.book import results
+from helpers.serving import demo
 
 ROOT = repo_root()
 SERVING = ["02_nan_crash", "03_baselines_tuning", "04_moe_runners"]
@@ -19,7 +23,8 @@ def demo_run(tmp_path_factory):
     proc = subprocess.run(
         [sys.executable, "-m", "helpers.book.runbook", "--target", "cpu-demo", "--runs-dir", str(runs),
          "--run-id", "demo", "--chapters", ",".join(SERVING), "--no-build"],
-        capture_output=True, text=True, cwd=ROOT, timeout=1800)
+        capture_output=True, text=True, cwd=ROOT, timeout=1800,
+        env={**os.environ, "BOOK_MODEL_CACHE": str(runs / "models")})   # the servers' own models, to find them
     run = runs / "demo"
     return proc, json.loads((run / "manifest.json").read_text()), run
 
@@ -57,3 +62,40 @@ def test_moe_runner_sweeps_have_repeats(demo_run):
     sweep = pd.read_csv(run / "results" / "04_moe_runners" / "sweep.csv")
     ok = sweep.groupby("runner")["repeat"].nunique() if "repeat" in sweep else None
     assert ok is not None and (ok >= 2).all(), "each runner needs repeats to show its spread"
+
+
+def _attempts(run):
+    return {r["name"]: r for r in results.read_rows(run / "results" / "02_nan_crash" / "attempts.jsonl")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,expected", [(n, c.expected) for n, c in demo.DEMO_CONFIGS.items()])
+def test_each_demo_outcome_is_detected(demo_run, name, expected):
+    a = _attempts(demo_run[2])[name]
+    assert a["outcome"] == expected, (a["detail"], a["log_excerpt"])
+
+
+@pytest.mark.slow
+def test_attempt_details_keep_their_evidence(demo_run):
+    att = _attempts(demo_run[2])
+    ok = att["healthy"]
+    assert ok["decode_completed"] > 0 and ok["decode_failed"] == 0 and ok["startup_s"] > 0
+    assert "probability tensor" in open(att["nan-weights"]["log_path"]).read()
+    crash = att["corrupt-weights"]
+    assert crash["log_excerpt"] and "exited with code" in crash["detail"]   # the log excerpt is kept
+    assert att["never-healthy"]["wall_s"] < 60
+
+
+@pytest.mark.slow
+def test_nothing_left_running_after_the_serving_chapters(demo_run):
+    models = str(demo_run[2].parent / "models")   # every demo server's command line names its model here
+    alive = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if models in cmd:
+                alive.append(f"{proc.name}: {cmd[:200]}")
+    assert alive == [], alive

@@ -46,6 +46,7 @@ def test_needs_are_met_by_an_earlier_chapter_or_the_run_directory(tmp_path):
     assert layout.check_needs(["07_diagnosis"], tmp_path) == []
 
 
+@pytest.mark.integration
 def test_runbook_refuses_the_diagnosis_alone_before_running_anything(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "helpers.book.runbook", "--target", "auto", "--chapters",
                            "07_diagnosis", "--runs-dir", str(tmp_path), "--no-build"],

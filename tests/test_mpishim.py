@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 from helpers.interconnect.fidelity import run_processes
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -389,6 +389,7 @@ def test_fingerprint_keys():
     assert rec["gpu_count"] == int(recorded.hardware()["gpu_count"].value) and rec["virtualization"].startswith("vm")
 
 
+@pytest.mark.integration
 def test_cli_help_and_json():
     out = subprocess.run([sys.executable, "-m", "helpers.machine.probe", "--help"], capture_output=True, text=True,
                          timeout=60)

@@ -66,17 +66,20 @@ def _cli(*args, env_root=None):
                           text=True, env=env, timeout=600)
 
 
+@pytest.mark.integration
 def test_help_lists_usage():
     r = _cli("--help")
     assert r.returncode == 0 and "--target" in r.stdout and "--render" in r.stdout
 
 
+@pytest.mark.integration
 def test_unknown_target_is_refused_with_known_names():
     r = _cli("--target", "nope")
     assert r.returncode == 2
     assert "unknown target 'nope'" in r.stderr and "auto" in r.stderr and "recorded" in r.stderr
 
 
+@pytest.mark.integration
 def test_list_targets_shows_the_shipped_targets():
     r = _cli("--list-targets")
     assert r.returncode == 0 and "recorded" in r.stdout and "auto" in r.stdout
@@ -93,6 +96,7 @@ def test_plan_refuses_parameters_a_chapter_does_not_declare(mini):
         runbook.plan(t, mini)
 
 
+@pytest.mark.integration
 def test_failing_chapter_is_reported_and_the_rest_still_run_and_render(mini):
     r = _cli("--target", "quick", "--run-id", "r1", env_root=mini)
     assert r.returncode == 1, r.stdout + r.stderr
@@ -127,11 +131,13 @@ def test_failing_chapter_is_reported_and_the_rest_still_run_and_render(mini):
     assert (html / "index.html").exists() and (run / "manifest.json").read_text() == before
 
 
+@pytest.mark.integration
 def test_render_refuses_a_folder_that_is_not_a_run(mini, tmp_path):
     r = _cli("--render", str(tmp_path), env_root=mini)
     assert r.returncode == 2 and "not a run directory" in r.stderr
 
 
+@pytest.mark.integration
 def test_chapters_option_skips_the_rest(mini):
     r = _cli("--target", "quick", "--run-id", "r2", "--chapters", "01_first", "--no-build", env_root=mini)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -148,3 +154,31 @@ def test_status_page_lists_every_chapter():
     page = runbook.status_page(m, {"a": "Chapter A"})
     assert "Chapter A" in page and "**failed**" in page and "bad \\| thing" in page
     assert "1 ok, 1 failed, 0 skipped" in page and "gpu_count" in page
+
+
+@pytest.mark.parametrize("commit,clean,says", [
+    (None, False, "unrecorded commit"), ("abc1234+dirty", False, "modified commit"),
+    ("abc1234 (from BOOK_COMMIT)", False, "unverified commit"), ("abc1234", True, "clean commit `abc1234`")])
+def test_status_page_says_which_commit_a_run_was_made_from(commit, clean, says):
+    m = {"run_id": "x", "target": "auto", "status": "ok", "chapters": [],
+         "versions": {"book_commit": commit} if commit else {}}
+    assert runbook.commit_provenance(m)[1] is clean
+    assert says in runbook.status_page(m, {})
+
+
+COMMITTED_RUNS = sorted(p.parent.name for p in (runbook.repo_root() / "runs").glob("*/manifest.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run_id", COMMITTED_RUNS)
+def test_every_committed_run_renders_strictly_at_this_commit(run_id, tmp_path):
+    """A committed run is rendered by the current main with the strict build (-W -n), into a build
+    folder of its own; its status page says which commit it was made from."""
+    root = runbook.repo_root()
+    run = root / "runs" / run_id
+    html = runbook.build(run, root, strict=True, echo=lambda *a: None, out_dir=tmp_path).parent
+    status = (html / "appendix" / "status.html").read_text()
+    assert run_id in status and "made from" in status
+    made_after_recording = str(runbook.read_manifest(run).get("started", "")) >= "2026-12-01"
+    if made_after_recording:
+        assert runbook.commit_provenance(runbook.read_manifest(run))[1], f"{run_id} is not from a clean commit"

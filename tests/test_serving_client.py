@@ -43,6 +43,7 @@ def test_bad_inputs_are_clear_errors():
         cl.requests_for(4, 0)
 
 
+@pytest.mark.integration
 def test_unreachable_url_is_a_clear_error():
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(cl.ServerUnreachable, match=f"cannot reach the server at {url}.*server_url"):
@@ -78,6 +79,7 @@ def live(tmp_path_factory):
         yield srv, model, AutoTokenizer.from_pretrained(model)
 
 
+@pytest.mark.integration
 def test_point_counts_tokens_from_usage(live):
     srv, model, tok = live
     row = cl.run_point(srv.spec.base_url, model, cl.Workload(32, 24), concurrency=3, num_requests=6, tokenizer=tok)
@@ -89,6 +91,7 @@ def test_point_counts_tokens_from_usage(live):
     assert cl.served_model(srv.spec.base_url) == model
 
 
+@pytest.mark.integration
 def test_interrupted_sweep_resumes_without_repeating(live, tmp_path):
     srv, model, tok = live
     rows = tmp_path / "sweep.jsonl"

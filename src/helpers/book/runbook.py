@@ -198,6 +198,20 @@ def versions(root: Path) -> dict:
     return out
 
 
+def commit_provenance(manifest: dict) -> tuple[str, bool]:
+    """(what the status page says of the commit a run was made from, whether it is a recorded clean
+    commit). Only a commit read from git with no modified tracked file counts as clean; a commit the
+    sender named (BOOK_COMMIT, unverified), a modified tree or none at all is said to be so."""
+    commit = str((manifest.get("versions") or {}).get("book_commit") or "")
+    if not commit:
+        return "made from an unrecorded commit (this run predates commit recording)", False
+    if commit.endswith("+dirty"):
+        return f"made from a modified commit: `{commit}` (tracked files differed from it)", False
+    if "(from BOOK_COMMIT)" in commit:
+        return f"made from an unverified commit: `{commit}` (named by the sender; the copy had no git)", False
+    return f"made from the clean commit `{commit}`", True
+
+
 def fingerprint() -> dict:
     """The machine a run executed on (helpers.machine.probe's fingerprint where available)."""
     try:
@@ -392,6 +406,7 @@ def status_page(manifest: dict, titles: dict[str, str]) -> str:
         row("target", f"`{m['target']}`: {m.get('target_description', '')}"),
         row("started (UTC)", m.get("started")), row("finished (UTC)", m.get("finished") or "not finished"),
         row("overall status", m.get("status")),
+        row("made from", commit_provenance(m)[0]),
         row("chapters", f"{counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped"),
         row("execution time, all chapters (s)", f"{total:.1f}"),
         "", "## Chapters", "",
@@ -463,22 +478,25 @@ def stage(run_dir: Path, root: Path, stage_dir: Path) -> Path:
     return stage_dir
 
 
-def build(run_dir: Path, root: Path | None = None, strict: bool = True, echo=print) -> Path:
-    """Build the HTML site from a run into <root>/_build/html; return index.html's path."""
+def build(run_dir: Path, root: Path | None = None, strict: bool = True, echo=print,
+          out_dir: Path | None = None) -> Path:
+    """Build the HTML site from a run into <out_dir>/_build/html (out_dir defaults to the repository
+    root); return index.html's path."""
     root = root or repo_root()
+    out = Path(out_dir or root)
     run_dir = Path(run_dir).resolve()
-    stage_dir = root / "_build" / "stage"
+    stage_dir = out / "_build" / "stage"
     stage(run_dir, root, stage_dir)
-    html = root / "_build" / "html"
+    html = out / "_build" / "html"
     if html.exists():
         shutil.rmtree(html)
-    cmd = [sys.executable, "-c", "from jupyter_book.cli.main import main; main()", "build", str(stage_dir), "--path-output", str(root),
+    cmd = [sys.executable, "-c", "from jupyter_book.cli.main import main; main()", "build", str(stage_dir), "--path-output", str(out),
            "--builder", "html"]
     if strict:
         cmd += ["-W", "-n", "--keep-going"]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
-    log = root / "_build" / "build.log"
+    log = out / "_build" / "build.log"
     log.write_text(proc.stdout + "\n" + proc.stderr)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
