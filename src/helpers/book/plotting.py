@@ -132,15 +132,6 @@ def p2p_matrix(ax, codes, label: str | None = None) -> None:
               bbox_to_anchor=(1.01, 1.0), fontsize=8)
 
 
-def p2p_pair(recorded_codes, measured_codes, measured_label: str):
-    """The original VM's P2P matrix (left, recorded, expanded from one code) beside this machine's
-    (right; `measured_label` says whose it is, or why there is none)."""
-    fig, axes = figure(ncols=2, width=10.0, height=4.2)
-    p2p_matrix(axes[0][0], recorded_codes, "recorded: original VM, expanded from one recorded code")
-    p2p_matrix(axes[0][1], measured_codes, measured_label)
-    return fig
-
-
 def outcome_matrix(rows, outcomes):
     """One marker per server configuration at its outcome. `rows`: (label, outcome, kind) with kind
     "recorded" or "measured"; `outcomes`: the outcome words in axis order (classify.OUTCOMES)."""
