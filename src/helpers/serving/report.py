@@ -254,7 +254,7 @@ def scaling_phrase(head: pd.DataFrame, why_none: str) -> str:
     f = live_headline(head)
     if not f:
         return f"no live sweep ({why_none})"
-    return (f"variant *{f['live_variant']}* scaled {f['live_scaling']:.1f}x from one stream to its best point, "
+    return (f"variant {f['live_variant']} scaled {f['live_scaling']:.1f}x from one stream to its best point, "
             f"at concurrency {f['live_sat_c']} (measured; derived from the table above)")
 
 
