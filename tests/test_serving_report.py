@@ -87,6 +87,8 @@ def test_runner_phrase():
                                               "live_n_real": 1, "live_n_pairs": 1}
     assert "1 of 1 runner pairs differ" in report.runner_phrase(sp, v, 2, "")
     assert report.runner_phrase(None, None, 2, "no engine") == "no live comparison (no engine)"
+    refused = pd.DataFrame({"runner": ["a"], "outcome": ["unsupported"], "detail": [""]})
+    assert report.runner_phrase(None, None, 2, "", refused) == "no runner served, so none was swept (a: unsupported)"
 
 
 def test_serving_figures():

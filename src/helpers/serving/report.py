@@ -312,9 +312,13 @@ def runner_live_facts(spread: pd.DataFrame | None, verdicts: pd.DataFrame | None
             "live_n_pairs": int(len(verdicts))}
 
 
-def runner_phrase(spread: pd.DataFrame | None, verdicts: pd.DataFrame | None, repeats: int, why_none: str) -> str:
-    """The live comparison in a phrase: the noise across repeats and the pairs beyond it, or why none ran."""
+def runner_phrase(spread: pd.DataFrame | None, verdicts: pd.DataFrame | None, repeats: int, why_none: str,
+                  status: pd.DataFrame | None = None) -> str:
+    """The live comparison in a phrase: the noise across repeats and the pairs beyond it, or why none ran
+    (`status`: the runners' launch outcomes, where the comparison ran but no runner served)."""
     f = runner_live_facts(spread, verdicts)
+    if not f and status is not None:
+        return f"no runner served, so none was swept ({', '.join(f'{r.runner}: {r.outcome}' for r in status.itertuples())})"
     if not f:
         return f"no live comparison ({why_none})"
     return (f"across {repeats} repeats one runner's output throughput varied by up to {f['live_max_noise_pct']:.1f} % "
