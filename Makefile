@@ -1,22 +1,32 @@
-# Two commands: `make book` and `make test`. Everything installs into .venv from pyproject.toml.
-PY      ?= python3
-VENV    ?= .venv
-BIN     := $(VENV)/bin
-TARGET  ?= auto
-RUN     ?=
+# Two commands: `make book` and `make test`. Everything installs into .venv from pyproject.toml
+# (scripts/book-env.sh chooses the environment: over PY's own CUDA torch where PY has one and an
+# NVIDIA driver answers, else a fresh venv, with torch pinned to the CPU build where no driver answers).
+PY       ?= python3
+VENV     ?= .venv
+BIN      := $(VENV)/bin
+TARGET   ?= auto
+RUN      ?=
+RUN_ID   ?=
+PARAMS   ?=
+ENV_KIND ?= auto
+WHEELS   ?=
 # The committed run the published site shows (make site, .github/workflows/pages.yml): the best run
 # committed today, the two-H200 run. Change it here to publish another one.
 SITE_RUN ?= runs/h200x2-20261129f
-# What rendering a run needs (no torch, no transformers): kept in step with pyproject.toml by a test.
-SITE_DEPS := "jupyter-book<2" "django-static-mathjax==3.2.2.1" "pyyaml>=6" "pandas>=2.0"
 PYTEST_ARGS ?=
+export PY VENV ENV_KIND WHEELS
 
-.PHONY: help install book render site site-install browser check-site test test-fast test-integration bench strip clean
+RUNBOOK_ARGS = $(if $(strip $(RUN_ID)),--run-id $(RUN_ID)) $(foreach p,$(PARAMS),-p $(p))
+ENV_INPUTS   = pyproject.toml constraints/cpu.txt scripts/book-env.sh
+
+.PHONY: help install install-run install-site book run render site browser check-site test test-fast test-integration bench strip clean clean-env
 
 help:
 	@echo "make book                 execute target \$$TARGET (default auto) and build _build/html/index.html"
 	@echo "make book TARGET=recorded render the recorded investigation only"
 	@echo "make book RUN=runs/<id>   re-render an existing run without measuring"
+	@echo "make run TARGET=h200 WHEELS=.whl   execute only (no book toolchain), from a wheel folder, no registry"
+	@echo "make render RUN=runs/<id> build the site from a run (the book toolchain only)"
 	@echo "make site                 render the published site from \$$SITE_RUN ($(SITE_RUN)) into _build/html"
 	@echo "make browser              install headless Chromium (Debian's package) for the browser test"
 	@echo "make check-site           open every page of _build/html in Chromium, offline; screenshots in _build/screenshots"
@@ -25,45 +35,54 @@ help:
 	@echo "make test-integration     the tests that start real processes (servers, workers)"
 	@echo "make bench                time executing and building the book for each target"
 	@echo "make strip                clear outputs from the source notebooks"
+	@echo "variables: PY=python (whose torch to use), ENV_KIND=auto|host|isolated, WHEELS=dir/,"
+	@echo "           RUN_ID=name, PARAMS='[CHAPTER.]NAME=VALUE ...' (target overrides)"
 
-$(BIN)/python:
-	$(PY) -m venv $(VENV)
+# One stamp per set of extras: executing (run), building the site (site), everything (book and tests).
+$(VENV)/.installed: $(ENV_INPUTS)
+	bash scripts/book-env.sh run,site,test
+	touch $@
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+$(VENV)/.installed-run: $(ENV_INPUTS)
+	bash scripts/book-env.sh run
+	touch $@
+
+$(VENV)/.installed-site: $(ENV_INPUTS)
+	bash scripts/book-env.sh site
 	touch $@
 
 install: $(VENV)/.installed
+install-run: $(if $(wildcard $(VENV)/.installed),$(VENV)/.installed,$(VENV)/.installed-run)
+install-site: $(if $(wildcard $(VENV)/.installed),$(VENV)/.installed,$(VENV)/.installed-site)
 
 book: install
 ifneq ($(strip $(RUN)),)
 	$(BIN)/python -m helpers.book.runbook --render $(RUN)
 else
-	$(BIN)/python -m helpers.book.runbook --target $(TARGET)
+	$(BIN)/python -m helpers.book.runbook --target $(TARGET) $(RUNBOOK_ARGS)
 endif
 	@echo "open _build/html/index.html"
 
-render: install
+# Execute here, render anywhere: `make run` needs no book toolchain (and with WHEELS=dir/ no registry);
+# copy runs/<id>/ to any checkout and `make render RUN=runs/<id>` (or `make book RUN=...`) there.
+run: install-run
+	$(BIN)/python -m helpers.book.runbook --target $(TARGET) --no-build $(RUNBOOK_ARGS)
+
+render: install-site
 	$(BIN)/python -m helpers.book.runbook --render $(or $(RUN),runs/latest)
 
-# The site: a self-contained folder (MathJax, fonts and icons inside) that works from disk or any web
-# server, rendered from a committed run with execution off. Needs only the book toolchain.
-$(VENV)/.site-installed: pyproject.toml Makefile | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e . --no-deps
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(SITE_DEPS)
-	touch $@
-
-site-install: $(VENV)/.site-installed
-
-site: site-install
+# The published site: a self-contained folder (MathJax, fonts and icons inside) that works from disk
+# or any web server, rendered from a committed run with execution off (the book toolchain only).
+site: install-site
 	$(BIN)/python -m helpers.book.runbook --render $(SITE_RUN)
 	touch _build/html/.nojekyll
 	@echo "the site (from $(SITE_RUN)): _build/html; open _build/html/index.html or serve that folder"
 
+# Headless Chromium for the browser test (Debian's package; CI runs this before make test).
 browser:
 	bash scripts/install-browser.sh
 
-check-site: site-install
+check-site: install-site
 	$(BIN)/python -m helpers.book.browser _build/html
 
 test: install
@@ -86,3 +105,6 @@ strip: install
 
 clean:
 	rm -rf _build
+
+clean-env:
+	rm -rf $(VENV)
