@@ -62,7 +62,7 @@ def test_executing_needs_no_book_toolchain_and_the_package_needs_neither():
     for tool in ("jupyter-book", "sphinx", "myst-nb", "pytest"):
         assert tool not in run | base, f"{tool} must not be needed to execute the chapters"
     assert {"papermill", "ipykernel", "torch"} <= run and not {"papermill", "torch"} & base
-    assert {_name(r) for r in extras["site"]} == {"jupyter-book"}
+    assert {_name(r) for r in extras["site"]} == {"jupyter-book", "django-static-mathjax"}  # + offline MathJax
     assert {"pytest", "pytest-timeout"} <= {_name(r) for r in extras["test"]}
 
 
