@@ -146,3 +146,12 @@ def test_glued_figures_are_exported_for_other_pages(tmp_path):
            "metadata": {"scrapbook": {"name": "fig_budget", "mime_prefix": "application/papermill.record/"}}}
     keys = staging.export_glued_figures(_nb([_code("glue()", [out])]), tmp_path / "07_diagnosis")
     assert keys == ["fig_budget"] and (tmp_path / "07_diagnosis" / "fig_budget.png").read_bytes() == b"\x89PNG fake"
+
+
+def test_a_run_outside_a_checkout_and_the_environment_leave_no_absolute_path():
+    m = {"run_id": "r2", "chapters": [{"parameters": {"run_dir": "/scratch/tmp/r2"}}],
+         "environment": {"prefix": "/opt/book/.venv", "python": "/opt/book/.venv/bin/python"}}
+    ctx = staging.RunContext.from_manifest(m, local_root="/work/main")
+    assert "/scratch/tmp" not in ctx.roots  # a folder holding runs is no checkout: nothing else is cut
+    t = staging.public_text("wrote /scratch/tmp/r2/results/x.csv with /opt/book/.venv/bin/python; /scratch/tmp/other", ctx)
+    assert t == "wrote runs/r2/results/x.csv with .venv/bin/python; /scratch/tmp/other"

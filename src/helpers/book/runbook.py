@@ -567,7 +567,7 @@ def stage(run_dir: Path, root: Path, stage_dir: Path) -> Path:
         elif src_md.exists():
             shutil.copy(src_md, stage_dir / f"{doc}.md")
     (stage_dir / "appendix").mkdir(exist_ok=True)
-    (stage_dir / "appendix" / "status.md").write_text(status_page(manifest, titles))
+    (stage_dir / "appendix" / "status.md").write_text(staging.public_text(status_page(manifest, titles), ctx))
     return stage_dir
 
 

@@ -37,35 +37,51 @@ FOLD_AFTER = 15
 @dataclass
 class RunContext:
     """What the cleaning needs to know of the run: its id and target, the absolute folders it was
-    executed in and rendered from (to make them relative), and host names to withhold."""
+    executed in and rendered from, and host names to withhold. `run_dirs` (the run's folder, as the
+    executing machine and this one name it) become `runs/<id>`; `roots` (checkouts, and the folder
+    holding the Python environment) are cut off, leaving paths relative to them."""
     run_id: str = ""
     target: str = ""
     roots: list[str] = field(default_factory=list)
     hostnames: list[str] = field(default_factory=list)
+    run_dirs: list[str] = field(default_factory=list)
 
     @classmethod
     def from_manifest(cls, manifest: dict, local_root=None, local_run_dir=None) -> "RunContext":
         import socket
         from pathlib import Path, PurePosixPath
 
-        roots = set()
+        roots, run_dirs = set(), set()
         run_id = manifest.get("run_id", "")
+
+        def add_run_dir(rd):
+            p = PurePosixPath(str(rd))
+            run_dirs.add(str(p))
+            if p.parent.name == "runs":  # runs/<id> inside a checkout: the checkout is a root
+                roots.add(str(p.parent.parent))
+
         for c in manifest.get("chapters", []):
             rd = (c.get("parameters") or {}).get("run_dir")
             if rd and str(rd).startswith("/"):
-                p = PurePosixPath(str(rd))
-                roots.add(str(p.parent.parent) if p.parent.name == "runs" else str(p.parent))
-        for p in (local_root, Path(local_run_dir).resolve().parent.parent if local_run_dir else None):
-            if p:
-                roots.add(str(p))
+                add_run_dir(rd)
+        if local_run_dir:
+            add_run_dir(Path(local_run_dir).resolve())
+        if local_root:
+            roots.add(str(Path(local_root).resolve()))
+        env = manifest.get("environment") or {}
+        if str(env.get("prefix") or "").startswith("/"):  # the venv's folder: `.venv/bin/python` remains
+            roots.add(str(PurePosixPath(env["prefix"]).parent))
         hosts = {(manifest.get("hardware") or {}).get("hostname"), socket.gethostname()}
         hosts |= {h.split(".")[0] for h in hosts if h}
-        return cls(run_id, manifest.get("target", ""), sorted((r for r in roots if r not in ("", "/")), key=len,
-                                                               reverse=True),
-                   sorted(h for h in hosts if h and len(h) >= 2))
+
+        def clean(xs):
+            return sorted((x for x in xs if x not in ("", "/")), key=len, reverse=True)
+
+        return cls(run_id, manifest.get("target", ""), clean(roots),
+                   sorted(h for h in hosts if h and len(h) >= 2), clean(run_dirs))
 
 
-_SITE_PACKAGES = re.compile(r"(?<![\w:/.])(?:/[\w.+@-]+)+/((?:site|dist)-packages)/")
+_SITE_PACKAGES = re.compile(r"(?<![\w:/.])(?:/[\w.+@-]+)+/((?:site|dist)-packages)(?=/|\b)")
 #: a traceback line naming a file by its absolute path: keep the package folder and the file
 _TRACEBACK_FILE = re.compile(r'File (?:"|&quot;)/[^"&\n]*/([^/"&\n]+/[^/"&\n]+\.py)(?:"|&quot;)')
 _HOME = re.compile(r"(?<![\w:/.])/(?:home/[\w.-]+|root)/")
@@ -74,10 +90,13 @@ _HOME = re.compile(r"(?<![\w:/.])/(?:home/[\w.-]+|root)/")
 def public_text(text: str, ctx: RunContext) -> str:
     """`text` with the run's and this machine's absolute folders made relative to the repository, an
     installed package's folder shortened to `site-packages/...` and a home folder to `~/`."""
+    if ctx.run_id:
+        for rd in ctx.run_dirs:
+            text = re.sub(re.escape(rd.rstrip("/")) + r"(?=[/\s\"'`)<,;:]|$)", f"runs/{ctx.run_id}", text)
     for root in ctx.roots:
-        text = text.replace(root.rstrip("/") + "/", "")
+        text = re.sub(re.escape(root.rstrip("/")) + r"(?:/|(?=[\s\"'`)<,;:]|$))", "", text)
     text = _TRACEBACK_FILE.sub(r'File ".../\1"', text)
-    return _HOME.sub("~/", _SITE_PACKAGES.sub(r"\1/", text))
+    return _HOME.sub("~/", _SITE_PACKAGES.sub(r"\1", text))
 
 
 def _withhold_hosts(text: str, ctx: RunContext) -> str:
