@@ -66,3 +66,15 @@ def test_glued_figures_never_show_a_legend_over_their_points():
     ax3.legend(loc="center")
     glue.plain(fig3)
     assert not plotting.legend_overlaps_data(ax3)
+
+
+def test_a_legend_that_fills_the_axes_moves_out_even_over_empty_space():
+    fig, ax = plotting.figure()
+    ax.plot([1, 100], [1, 100], "o")
+    for k in range(8):
+        ax.plot([], [], marker="o", label=f"recorded: a long series label number {k}")
+    ax.legend(loc="upper left")
+    assert plotting.keep_legends_off_data(fig) == 1
+    leg = ax.get_legend()
+    fig.canvas.draw()
+    assert leg.get_window_extent().y1 < ax.get_window_extent().y0  # below the axes now

@@ -540,15 +540,27 @@ def figure_image(fig, alt: str | None = None, dpi: int | None = None):
     return Image(data=img.data, format="png", alt=alt or describe(fig))  # metadata {"image/png": {"alt"}}
 
 
-def keep_legends_off_data(fig) -> int:
-    """Move every axes legend of `fig` that covers a plotted point beside its axes (right, top
-    aligned, same font size); return how many moved. `figure_image` (so every glued Figure) does this."""
+def keep_legends_off_data(fig, max_share: float = 0.2) -> int:
+    """Move every axes legend of `fig` that covers a plotted point, or more than `max_share` of its
+    axes, out of the axes (same font size): beside them (right) for a few entries, below them in two
+    columns for more than four. Returns how many moved. `figure_image` (so every glued Figure) does this."""
     moved = 0
     for ax in fig.axes:
         leg = ax.get_legend()
-        if leg is None or not legend_overlaps_data(ax):
+        if leg is None:
+            continue
+        fig.canvas.draw()
+        lb, ab = leg.get_window_extent(), ax.get_window_extent()
+        inside = ab.x0 <= lb.x0 and lb.x1 <= ab.x1 and ab.y0 <= lb.y0 and lb.y1 <= ab.y1
+        big = inside and (lb.width * lb.height) > max_share * (ab.width * ab.height)
+        if not big and not legend_overlaps_data(ax):
             continue
         size = leg.get_texts()[0].get_fontsize() if leg.get_texts() else None
-        legend_outside(ax, "right", **({"fontsize": size} if size else {}))
+        n = len(leg.get_texts())
+        kw = {"fontsize": size} if size else {}
+        if n > 4:
+            legend_outside(ax, "below", ncols=2, **kw)
+        else:
+            legend_outside(ax, "right", **kw)
         moved += 1
     return moved
