@@ -60,6 +60,15 @@ RESULTS: dict[tuple[str, str], Result] = {
                FIT_COLUMNS),
         Result("06_vm_p2p", "collective_sweep", "collective_sweep.csv",
                "every collective point measured by the VM/P2P chapter"),
+        Result("06_vm_p2p", "hostpath", "hostpath",
+               "the host-path study's folder (helpers.interconnect.hostpath): finished points per launch, "
+               "named by their settings, and the generated VM topology files"),
+        Result("06_vm_p2p", "hostpath_sweep", "hostpath_sweep.csv",
+               "the host-path study's all-reduce points: every arm x world size x size, with the arm's settings",
+               ("op", "world_size", "size_bytes", "time_us", "method", "arm", "arm_settings", "arm_env")),
+        Result("06_vm_p2p", "hostpath_runs", "hostpath_runs.csv",
+               "the host-path study's launches: status, points kept and new, time, and why a launch did not run",
+               ("arm", "world_size", "status", "points", "message")),
         Result("07_diagnosis", "prediction", "prediction.csv", "the decode-step budget per scenario and batch"),
     )
 }
