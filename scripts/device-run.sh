@@ -4,6 +4,7 @@
 # pure-Python pieces (papermill, ipykernel, transformers' serving extras) travel
 # as wheels in .whl/ (see README, "GPU hosts"). Writes runs/<RUN_ID>/ and, where $OUT is set, a
 # tarball of it there. Usage: RUN_ID=h200-YYYYMMDD TARGET=h200 scripts/device-run.sh
+# (BOOK_ARGS: more runbook arguments, e.g. "-p 06_vm_p2p.hostpath_from=DIR")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${RUN_ID:?set RUN_ID}"
@@ -22,7 +23,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
 status=0
 # Stop (as Ctrl-C would: finished chapters are kept in the manifest) before the caller's own limit.
 timeout -s INT "${LIMIT_S:-500}" python3 -m helpers.book.runbook --target "$TARGET" --no-build \
-  --run-id "$RUN_ID" || status=$?
+  --run-id "$RUN_ID" ${BOOK_ARGS:-} || status=$?
 if [ -n "${OUT:-}" ]; then
   tar -czf "$OUT/$RUN_ID.tgz" -C runs "$RUN_ID"
   cp "runs/$RUN_ID/manifest.json" "$OUT/manifest.json"

@@ -60,7 +60,8 @@ def test_plan_on_cpu_skips_the_nccl_arms_with_their_reason_and_says_what_it_cann
 
 def test_plan_on_four_gpus_times_like_the_variant_sweep_and_leaves_eight_to_the_extrapolation():
     p = hp.plan_study(hp.StudyConfig(world_sizes=(8, 4, 2)), gpus=4, cpus=64)
-    assert [l.world_size for l in p.launches][::len(hp.ARMS)] == [4, 2]
+    assert [(l.world_size, l.arm.name) for l in p.launches] == (
+        [(4, a) for a in hp.ARMS] + [(2, a) for a in hp.GROWTH_ARMS])   # tuning arms at the largest only
     assert all(l.method == suite.VARIANT_METHOD and l.backend == "nccl" and not l.skip for l in p.launches)
     assert p.statements == ["8 ranks need as many GPUs and this machine has 4: not measured here; where two world "
                             "sizes of 2 or more were measured, the figure for 8 ranks is extrapolated from them "
@@ -79,10 +80,13 @@ def test_launch_estimates_follow_their_stated_arithmetic():
     assert len(t) == len(hp.ARMS) and t.estimate_s.sum() < 540     # one device command, with room to spare
 
 
-def test_the_plan_prints_from_the_command_line(capsys):
+def test_the_plan_and_an_arms_environment_print_from_the_command_line(capsys):
     assert hp.main(["--plan", "--gpus", "8", "--world-sizes", "8", "--arms", "main"]) == 0
     out = capsys.readouterr().out
     assert "host+cuda_memcpy+vm_topology" in out and "8 ranks: 4 launches, estimated" in out
+    assert hp.main(["--env", "host+ALGO=Tree"]) == 0
+    assert capsys.readouterr().out.strip() == "NCCL_P2P_DISABLE=1 NCCL_ALGO=Tree"
+    assert hp.main(["--env", "default"]) == 0 and capsys.readouterr().out.strip() == ""
 
 
 # ------------------------------------------------------------------ the VM topology, named in the arm's environment
@@ -252,3 +256,19 @@ def test_a_time_budget_leaves_launches_for_the_next_call(tmp_path):
     cfg = hp.StudyConfig(arms=("default",), world_sizes=(2,), budget_s=1.0, **SMALL)
     row = hp.run_study(cfg, tmp_path, gpus=0, cpus=2)["runs"].iloc[0]
     assert row.status == "not started" and "run the study again to resume" in row.message and row.points == 0
+
+
+def test_chapter_06_cites_exactly_the_host_path_keys_it_glues():
+    """The hp_ keys chapter 06's Markdown cites are the ones its section-9 cell glues: hostpath_findings'
+    keys, hp_text and hp_summary; a key dropped on either side fails here, before the build."""
+    import json
+    import re
+
+    from helpers import repo_root
+
+    nb = json.loads((repo_root() / "notebooks" / "06_vm_p2p.ipynb").read_text())
+    md = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    used = {k.split(":")[0] for k in re.findall(r"\{glue:(?:text)?\}`([^`]+)`", md) if k.startswith("hp_")}
+    assert used == set(findings.hostpath_findings(hp.StudyConfig())) | {"hp_text", "hp_summary"}
+    assert findings.hostpath_findings(hp.StudyConfig()) == {"hp_link": "PCIe Gen5 x16", "hp_min": "4 B",
+                                                             "hp_max": "256 MiB", "hp_tuning_max": "32 MiB"}

@@ -24,6 +24,7 @@ transport to change) and the default arm runs between CPU processes.
 
     python -m helpers.interconnect.hostpath --out DIR [--arms all] [--world-sizes 2,4,8] [--plan]
     python -m helpers.interconnect.hostpath --write-topology FILE [--world-size N]
+    env $(python -m helpers.interconnect.hostpath --env host --out DIR) <command>   # one arm's environment
 """
 from __future__ import annotations
 
@@ -118,6 +119,9 @@ ARMS: dict[str, Arm] = {a.name: a for a in (
         what="the host path with at least 16 channels"),
 )}
 MAIN_ARMS = ("default", "host", "host+cuda_memcpy", "host+cuda_memcpy+vm_topology")
+#: The arms launched at every world size, for the growth with N; the others run at the largest world size
+#: the machine fits (eight where there are eight GPUs: the original VM's count).
+GROWTH_ARMS = MAIN_ARMS
 ARM_GROUPS = {"all": tuple(ARMS), "main": MAIN_ARMS, "tuning": tuple(a for a in ARMS if a not in MAIN_ARMS)}
 #: The arm whose figure stands for "the original VM's path" where the text needs one, and the reference.
 HOST_ARM, P2P_ARM, VM_ARM = "host", "default", "host+cuda_memcpy+vm_topology"
@@ -182,7 +186,7 @@ class StudyConfig:
     decode sizes), the repetitions of every point, the time limit of one launch and, if set, the time
     budget of the whole call (no launch starts whose estimate would pass it)."""
     arms: tuple[str, ...] = tuple(ARMS)
-    world_sizes: tuple[int, ...] = (2, 4, 8)
+    world_sizes: tuple[int, ...] = (8, 4, 2)
     min_bytes: int = 4
     max_bytes: int = 256 * 2**20
     factor: int = 2
@@ -239,7 +243,7 @@ class StudyPlan:
 
 def plan_study(cfg: StudyConfig, gpus: int, cpus: int) -> StudyPlan:
     """The launches this machine can make: one per world size x arm (world sizes in the order given, then
-    arms), on NCCL with one GPU per rank where there are GPUs, else on gloo between CPU processes (where
+    arms; the arms outside GROWTH_ARMS at the largest world size only), on NCCL with one GPU per rank where there are GPUs, else on gloo between CPU processes (where
     the NCCL-only arms are skipped with their reason). World sizes beyond the GPUs (or cores) here are
     left out with a statement saying what a derived figure will stand in for."""
     p = StudyPlan()
@@ -258,9 +262,12 @@ def plan_study(cfg: StudyConfig, gpus: int, cpus: int) -> StudyPlan:
         p.statements.append("This machine has no GPU: the study runs between CPU processes with gloo, so only the "
                             "default arm runs (the others set NCCL variables) and its figures are not GPU figures.")
     method = GPU_METHOD if gpus else CPU_METHOD
+    largest = max(kept, default=0)
     for n in kept:
         for name in cfg.arms:
             arm = ARMS[name]
+            if name not in GROWTH_ARMS and n != largest:
+                continue          # tuning arms: at the largest world size only (the VM's count, where it fits)
             skip = ""
             if backend == "gloo" and arm.nccl_only:
                 skip = (f"{arm.settings} is read by NCCL only: gloo between CPU processes has no NCCL transport "
@@ -629,7 +636,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="the study folder (points/, hostpath_sweep.csv, hostpath_runs.csv)")
     ap.add_argument("--preset", default="full", choices=list(PRESETS))
     ap.add_argument("--arms", default="all", help=f"'all', 'main', 'tuning' or comma-separated names of {list(ARMS)}")
-    ap.add_argument("--world-sizes", default="2,4,8", help="ranks per launch, e.g. 2,4,8 (capped by the GPUs here)")
+    ap.add_argument("--world-sizes", default="8,4,2", help="ranks per launch, in the order run, e.g. 8,4,2 (capped by the GPUs here)")
     ap.add_argument("--max-bytes", default=None, help="largest message (default: the preset's), e.g. 1MiB")
     ap.add_argument("--timeout-s", type=float, default=None, help="time limit of one launch (default: the preset's)")
     ap.add_argument("--budget-s", type=float, default=None, help="no launch starts whose estimate would pass this")
@@ -638,9 +645,17 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", type=int, default=None, help="with --plan: plan for this many GPUs instead of this machine's")
     ap.add_argument("--write-topology", metavar="FILE",
                     help="write the VM topology XML for this machine's GPUs to FILE and exit")
-    ap.add_argument("--world-size", type=int, default=0, help="with --write-topology: GPUs to include (0: all)")
+    ap.add_argument("--world-size", type=int, default=0, help="with --write-topology or --env: GPUs to include (0: all)")
+    ap.add_argument("--env", metavar="ARM", help="print ARM's environment as NAME=VALUE words (a VM-topology arm "
+                                                 "writes its file under --out first) and exit")
     a = ap.parse_args(argv)
     try:
+        if a.env:
+            arm = ARMS[arm_names(a.env)[0]]
+            ids = cuda_bus_ids() if arm.vm_topology else []
+            env, _ = arm_env(arm, a.world_size or len(ids), a.out or ".", ids if arm.vm_topology else None)
+            print(" ".join(f"{k}={v}" for k, v in env.items()))
+            return 0
         if a.write_topology:
             ids = cuda_bus_ids()
             n = a.world_size or len(ids)
