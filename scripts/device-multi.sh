@@ -4,8 +4,8 @@
 #   dryrun    one GPU is enough (about 90 s): the VM topology file for this machine's GPUs, NCCL on one rank
 #             reading it (NCCL_DEBUG=INFO; NCCL_TOPO_DUMP_FILE: the topology NCCL ended with), and the host-path
 #             study's main arms on one rank up to 1 MiB; results to $OUT/dryrun;
-#   fidelity  benchmarks/fidelity.py on every GPU (nccl-tests and cuda-samples sources under .ext/, see
-#             its docstring), results to $OUT/fidelity.tgz (on two H200s: about 260 s);
+#   fidelity  benchmarks/fidelity.py on every GPU (nccl-tests and cuda-samples sources under $EXT, default
+#             .ext/, see its docstring), results to $OUT/fidelity.tgz (on two H200s: about 260 s);
 #   fidelity-procs  benchmarks/fidelity.py --focus procs on every GPU: nccl-tests -np N -g 1 -G 1 against
 #             our aligned graph harness and the study's method, default and P2P_DISABLE=1, no copies (needs
 #             .ext/ too); $OUT/fidelity-procs.tgz (eight H200s: about 240 s, estimated; capped by FIDELITY_S);
@@ -39,8 +39,9 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"   # the benchmark script
 { nvidia-smi; nvidia-smi topo -m; nvidia-smi topo -p2p r; } > "$OUT/nvidia-smi.txt" 2>&1
 has() { case " $STEPS " in *" $1 "*) return 0;; *) return 1;; esac; }
 slug() { printf '%s' "$1" | tr -c 'A-Za-z0-9._-' '_'; }
-ext_ok() { [ -f .ext/nccl-tests/src/common.cu ] && [ -f .ext/cuda-samples/p2pBandwidthLatencyTest/p2pBandwidthLatencyTest.cu ] \
-  || { echo "$1: NOT RUN - needs the nccl-tests and cuda-samples sources under .ext/ (carry .ext; see benchmarks/fidelity.py)"; return 1; }; }
+EXT=${EXT:-.ext}   # the nccl-tests and cuda-samples sources (never committed; carry the folder)
+ext_ok() { [ -f "$EXT/nccl-tests/src/common.cu" ] && [ -f "$EXT/cuda-samples/p2pBandwidthLatencyTest/p2pBandwidthLatencyTest.cu" ] \
+  || { echo "$1: NOT RUN - needs the nccl-tests and cuda-samples sources under $EXT/ (carry it; see benchmarks/fidelity.py)"; return 1; }; }
 if has dryrun; then
   d="$OUT/dryrun"; mkdir -p "$d" /tmp/dryrun
   python3 -m helpers.interconnect.hostpath --write-topology "$d/vm-topology.xml" --world-size 1 > "$d/dryrun.log" 2>&1
@@ -53,21 +54,22 @@ if has dryrun; then
     --iters 2 --repeats 1 --out /tmp/dryrun/points.jsonl $method > "$d/nccl.log" 2>&1
   echo "nccl with the VM topology rc $? at ${SECONDS} s"
   grep -iE "TOPO_FILE|TOPO_DUMP|topolog|xml|CPU/|PCI/|GPU/|Pattern|nChannels|Channel 00|WARN" "$d/nccl.log" | head -40
+  b=$((${DRYRUN_S:-110} - SECONDS)); [ "$b" -lt 20 ] && b=20
   python3 -m helpers.interconnect.hostpath --out /tmp/dryrun/hostpath --world-sizes 1 --arms main --max-bytes 1MiB \
-    --timeout-s 60 --budget-s $((${DRYRUN_S:-110} - SECONDS)) >> "$d/dryrun.log" 2>&1
+    --timeout-s 60 --budget-s "$b" >> "$d/dryrun.log" 2>&1
   echo "hostpath on one rank rc $? at ${SECONDS} s"; grep "^hostpath" "$d/dryrun.log"
   cp /tmp/dryrun/hostpath/hostpath_runs.csv /tmp/dryrun/hostpath/hostpath_sweep.csv "$d/" 2>/dev/null
 fi
 if has fidelity && ext_ok fidelity; then
   mkdir -p /tmp/fidelity
-  timeout -s INT "${FIDELITY_S:-400}" python3 benchmarks/fidelity.py --out /tmp/fidelity \
+  timeout -s INT "${FIDELITY_S:-400}" python3 benchmarks/fidelity.py --ext "$EXT" --out /tmp/fidelity \
     > /tmp/fidelity/fidelity.log 2>&1
   echo "fidelity rc $? at ${SECONDS} s"; grep "^ours\|^fidelity:" /tmp/fidelity/fidelity.log
   tar -czf "$OUT/fidelity.tgz" -C /tmp fidelity   # $OUT returns a few files only: one archive
 fi
 if has fidelity-procs && ext_ok fidelity-procs; then
   rm -rf /tmp/fidelity-procs; mkdir -p /tmp/fidelity-procs
-  timeout -s INT "${FIDELITY_S:-300}" python3 benchmarks/fidelity.py --focus procs --out /tmp/fidelity-procs \
+  timeout -s INT "${FIDELITY_S:-300}" python3 benchmarks/fidelity.py --focus procs --ext "$EXT" --out /tmp/fidelity-procs \
     > /tmp/fidelity-procs/fidelity.log 2>&1
   echo "fidelity-procs rc $? at ${SECONDS} s"; grep "^ours\|^fidelity:\|P2P_DISABLE\|^ *all_reduce" /tmp/fidelity-procs/fidelity.log | tail -30
   { nvidia-smi; nvidia-smi topo -m; } > /tmp/fidelity-procs/nvidia-smi.txt 2>&1
@@ -75,7 +77,7 @@ if has fidelity-procs && ext_ok fidelity-procs; then
 fi
 if has gap; then
   [ -x /tmp/fidelity-build/nccl-tests/all_reduce_perf_mpi ] \
-    || bash benchmarks/fidelity/build.sh .ext /tmp/fidelity-build > /tmp/gap-build.log 2>&1
+    || bash benchmarks/fidelity/build.sh "$EXT" /tmp/fidelity-build > /tmp/gap-build.log 2>&1
   mkdir -p /tmp/gap
   timeout -s INT "${GAP_S:-200}" python3 benchmarks/allreduce_gap.py --build /tmp/fidelity-build --out /tmp/gap ${GAP_ARGS:-} \
     > /tmp/gap/allreduce_gap.log 2>&1

@@ -272,3 +272,26 @@ def test_chapter_06_cites_exactly_the_host_path_keys_it_glues():
     assert used == set(findings.hostpath_findings(hp.StudyConfig())) | {"hp_text", "hp_summary"}
     assert findings.hostpath_findings(hp.StudyConfig()) == {"hp_link": "PCIe Gen5 x16", "hp_min": "4 B",
                                                              "hp_max": "256 MiB", "hp_tuning_max": "32 MiB"}
+
+
+def test_nccl_kept_every_attribute_of_the_generated_topology():
+    """tests/fixtures/nccl/topo-dump-h200-1gpu.xml is what NCCL 2.28.9 wrote (NCCL_TOPO_DUMP_FILE) after
+    reading the file vm_topology_xml made for the lent H200's one GPU (device dry run, 2026-12-01): every
+    element and attribute the generated file sets is there with the same value; NCCL only added what it
+    read from the machine (ids, host hash, CPU family, the network card, the rank)."""
+    from helpers import repo_root
+
+    dump = ET.parse(repo_root() / "tests" / "fixtures" / "nccl" / "topo-dump-h200-1gpu.xml").getroot()
+    ours = ET.fromstring(topology.vm_topology_xml(["0000:00:06.0"], topology.recorded_vm_link(), sm=90))
+
+    def kept(mine, theirs, path):
+        assert theirs is not None, f"NCCL dropped {path}"
+        for k, v in mine.attrib.items():
+            assert theirs.get(k) == v, f"{path}@{k}: ours {v!r}, NCCL's {theirs.get(k)!r}"
+        for child in mine:
+            match = [c for c in theirs if c.tag == child.tag and c.get("busid") == child.get("busid")]
+            kept(child, match[0] if match else None, f"{path}/{child.tag}")
+
+    kept(ours, dump, "system")
+    cpu = dump.find("cpu")
+    assert cpu.get("numaid") == "-1" and cpu.get("affinity") == "" and len(cpu.findall("pci")) == 1
