@@ -116,12 +116,13 @@ if has book; then
   hp_from=""   # the study the chapter resumes: this call's, else the carried one
   if [ -d /tmp/hostpath/points ]; then hp_from=/tmp/hostpath; elif [ -n "${HOSTPATH_FROM:-}" ]; then hp_from=$(cd "$HOSTPATH_FROM" && pwd); fi
   LIMIT_S=$((BUDGET_S - SECONDS - 60)) TARGET=${BOOK_TARGET:-multi-gpu} \
-    BOOK_ARGS="${BOOK_ARGS:-}${hp_from:+ -p 06_vm_p2p.hostpath_from=$hp_from}" bash scripts/device-run.sh > "$OUT/book.log" 2>&1
+    PARAMS="${PARAMS:-}${hp_from:+ 06_vm_p2p.hostpath_from=$hp_from}" bash scripts/device-run.sh > "$OUT/book.log" 2>&1
   echo "book rc $? at ${SECONDS} s"; tail -14 "$OUT/book.log"
 fi
 left=$((BUDGET_S - SECONDS - 10))
 if has tests && [ "$left" -gt 30 ]; then
-  PYTHONPATH=/tmp/site:$PWD/src timeout "$left" python3 -m pytest -q -m gpu -p no:cacheprovider \
+  py=.venv/bin/python; [ -x "$py" ] || py=python3   # the book step's environment, where it ran
+  PYTHONPATH=$PWD/src timeout "$left" "$py" -m pytest -q -m gpu -p no:cacheprovider \
     tests/test_copybench.py tests/test_collectives.py > "$OUT/pytest-gpu.log" 2>&1
   echo "gpu tests rc $? at ${SECONDS} s"; tail -5 "$OUT/pytest-gpu.log"
 fi
