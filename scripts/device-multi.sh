@@ -10,23 +10,25 @@
 #             our aligned graph harness and the study's method, default and P2P_DISABLE=1, no copies (needs
 #             .ext/ too); $OUT/fidelity-procs.tgz (eight H200s: about 240 s, estimated; capped by FIDELITY_S);
 #   gap       benchmarks/allreduce_gap.py, results to $OUT/gap (about 110 s; builds the tools if needed);
-#   step      issue 13's emulated decode step at TP<GPUs> (benchmarks/bench_step.py under torchrun, batches 1
-#             and 64, CUDA graphs), once per arm in STEP_ARMS (default: default, host,
-#             host+cuda_memcpy+vm_topology, the environments of helpers.interconnect.hostpath.ARMS), each
-#             capped by STEP_ARM_S (170 s); $OUT/step.tgz. Needs helpers.model.steptime and
-#             benchmarks/bench_step.py (branch issue13): without them the step says so and does nothing;
 #   hostpath  the host-path study (python -m helpers.interconnect.hostpath) over HOSTPATH_WS (8,4,2) and
 #             HOSTPATH_ARMS (all), resuming the carried study folder HOSTPATH_FROM if set, stopped by its own
-#             budget (what is left of BUDGET_S less HOSTPATH_RESERVE_S) so that a later call resumes it;
-#             $OUT/hostpath.tgz (eight H200s, all arms at 8 ranks: about 200 s, estimated);
+#             budget (what is left of BUDGET_S less HOSTPATH_RESERVE_S: 15 s, or what `step` needs when it
+#             follows) so that a later call resumes it; $OUT/hostpath.tgz (eight H200s, all arms at 8 ranks:
+#             about 200 s; 4 and 2 ranks, main arms: about 160 s; estimated by --plan);
+#   step      the emulated decode step at TP<GPUs> (benchmarks/bench_step.py under torchrun, batches 1 and 64,
+#             context 384, CUDA graphs), once per arm in STEP_ARMS (default: default, host,
+#             host+cuda_memcpy+vm_topology, the environments of helpers.interconnect.hostpath.ARMS), each
+#             capped by STEP_ARM_S (120 s) and by its share of what is left; $OUT/step.tgz. Needs
+#             helpers.model.steptime and benchmarks/bench_step.py: without them the step says so;
 #   book      the book's BOOK_TARGET (multi-gpu) through scripts/device-run.sh, stopped before the caller's
 #             limit (on two H200s: about 240 s); with BOOK_TARGET=vm-emulation the chapter resumes the
 #             host-path study made by this call or carried in HOSTPATH_FROM;
 #   tests     the GPU-marked tests of the copy and collective helpers, if time is left (about 30 s).
 # One device command may run 600 s at most, so split the steps over two or three commands, e.g.
 #   STEPS="fidelity gap" ... then STEPS="book tests" ...                     (two GPUs)
-#   STEPS="fidelity-procs hostpath" HOSTPATH_WS=8, then STEPS="step hostpath" HOSTPATH_WS=8,4,2
+#   STEPS="fidelity-procs hostpath" HOSTPATH_WS=8, then STEPS="hostpath step" HOSTPATH_WS=8,4,2
 #   HOSTPATH_FROM=<carried>, then STEPS="book tests" BOOK_TARGET=vm-emulation HOSTPATH_FROM=<carried>  (eight)
+# (<carried>: the hostpath.tgz of the call before, unpacked into an ignored folder and named in `carry`)
 # Usage: STEPS="..." BOOK_COMMIT=<sha> RUN_ID=<id> BUDGET_S=580 OUT=<dir> scripts/device-multi.sh
 #        (GAP_ARGS: extra arguments for allreduce_gap.py, e.g. "--iters 20")
 set -uo pipefail
@@ -84,32 +86,35 @@ if has gap; then
   echo "gap rc $? at ${SECONDS} s"; tail -18 /tmp/gap/allreduce_gap.log
   rm -rf /tmp/gap/points; tar -czf "$OUT/gap.tgz" -C /tmp gap
 fi
+if has hostpath; then
+  reserve=15; has step && reserve=$((3 * ${STEP_ARM_S:-120} + 15))   # what the decode step after it needs
+  left=$((BUDGET_S - SECONDS - ${HOSTPATH_RESERVE_S:-$reserve})); [ "$left" -lt 30 ] && left=30
+  python3 -m helpers.interconnect.hostpath --out /tmp/hostpath --world-sizes "${HOSTPATH_WS:-8,4,2}" \
+    --arms "${HOSTPATH_ARMS:-all}" --budget-s "$left" ${HOSTPATH_FROM:+--resume-from "$HOSTPATH_FROM"} \
+    > /tmp/hostpath.log 2>&1
+  echo "hostpath rc $? at ${SECONDS} s"; grep "^hostpath" /tmp/hostpath.log | tail -24
+  cp /tmp/hostpath.log /tmp/hostpath/; tar -czf "$OUT/hostpath.tgz" -C /tmp hostpath
+fi
 if has step; then
   if [ ! -f benchmarks/bench_step.py ] || [ ! -f src/helpers/model/steptime.py ]; then
-    echo "step: NOT RUN - needs issue 13's decode-step emulator (helpers.model.step, helpers.model.steptime and"
-    echo "      benchmarks/bench_step.py, on branch issue13), which this tree does not have yet"
+    echo "step: NOT RUN - needs the decode-step emulator (helpers.model.step, helpers.model.steptime and"
+    echo "      benchmarks/bench_step.py), which this tree lacks"
   else
     n=${STEP_GPUS:-$(python3 -c 'import torch; print(torch.cuda.device_count())')}
     rm -rf /tmp/step; mkdir -p /tmp/step
-    for arm in ${STEP_ARMS:-default host host+cuda_memcpy+vm_topology}; do
+    arms=(${STEP_ARMS:-default host host+cuda_memcpy+vm_topology}); k=${#arms[@]}
+    for arm in "${arms[@]}"; do
+      cap=$(( (BUDGET_S - SECONDS - 10) / k )); [ "$cap" -gt "${STEP_ARM_S:-120}" ] && cap=${STEP_ARM_S:-120}; k=$((k - 1))
       sd="/tmp/step/$(slug "$arm")"; mkdir -p "$sd"
       arm_env=$(python3 -m helpers.interconnect.hostpath --env "$arm" --world-size "$n" --out /tmp/step)
       echo "$arm: ${arm_env:-NCCL defaults}" > "$sd/arm.txt"
-      env $arm_env timeout -s INT "${STEP_ARM_S:-170}" python3 -m torch.distributed.run --standalone \
+      env $arm_env timeout -s INT "$cap" python3 -m torch.distributed.run --standalone \
         --nproc-per-node "$n" benchmarks/bench_step.py --batches 1,64 --contexts "${STEP_CONTEXTS:-384}" \
         --modes graph --op-level none --sparse none --out "$sd" > "$sd/bench.log" 2>&1
       echo "step $arm (TP$n) rc $? at ${SECONDS} s"; grep -A4 "^sweep:" "$sd/bench.log"
     done
     tar -czf "$OUT/step.tgz" -C /tmp step
   fi
-fi
-if has hostpath; then
-  left=$((BUDGET_S - SECONDS - ${HOSTPATH_RESERVE_S:-15}))
-  python3 -m helpers.interconnect.hostpath --out /tmp/hostpath --world-sizes "${HOSTPATH_WS:-8,4,2}" \
-    --arms "${HOSTPATH_ARMS:-all}" --budget-s "$left" ${HOSTPATH_FROM:+--resume-from "$HOSTPATH_FROM"} \
-    > /tmp/hostpath.log 2>&1
-  echo "hostpath rc $? at ${SECONDS} s"; grep "^hostpath" /tmp/hostpath.log | tail -24
-  cp /tmp/hostpath.log /tmp/hostpath/; tar -czf "$OUT/hostpath.tgz" -C /tmp hostpath
 fi
 if has book; then
   : "${RUN_ID:?set RUN_ID}"
