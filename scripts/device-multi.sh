@@ -93,7 +93,7 @@ if has hostpath; then
     --arms "${HOSTPATH_ARMS:-all}" --budget-s "$left" ${HOSTPATH_FROM:+--resume-from "$HOSTPATH_FROM"} \
     > /tmp/hostpath.log 2>&1
   echo "hostpath rc $? at ${SECONDS} s"; grep "^hostpath" /tmp/hostpath.log | tail -24
-  cp /tmp/hostpath.log /tmp/hostpath/; tar -czf "$OUT/hostpath.tgz" -C /tmp hostpath
+  mkdir -p /tmp/hostpath; cp /tmp/hostpath.log /tmp/hostpath/; tar -czf "$OUT/hostpath.tgz" -C /tmp hostpath
 fi
 if has step; then
   if [ ! -f benchmarks/bench_step.py ] || [ ! -f src/helpers/model/steptime.py ]; then
@@ -106,7 +106,9 @@ if has step; then
     for arm in "${arms[@]}"; do
       cap=$(( (BUDGET_S - SECONDS - 10) / k )); [ "$cap" -gt "${STEP_ARM_S:-120}" ] && cap=${STEP_ARM_S:-120}; k=$((k - 1))
       sd="/tmp/step/$(slug "$arm")"; mkdir -p "$sd"
-      arm_env=$(python3 -m helpers.interconnect.hostpath --env "$arm" --world-size "$n" --out /tmp/step)
+      if ! arm_env=$(python3 -m helpers.interconnect.hostpath --env "$arm" --world-size "$n" --out /tmp/step 2>"$sd/env.log"); then
+        echo "step $arm: NOT RUN - its environment could not be made: $(tail -1 "$sd/env.log")"; continue
+      fi
       echo "$arm: ${arm_env:-NCCL defaults}" > "$sd/arm.txt"
       env $arm_env timeout -s INT "$cap" python3 -m torch.distributed.run --standalone \
         --nproc-per-node "$n" benchmarks/bench_step.py --batches 1,64 --contexts "${STEP_CONTEXTS:-384}" \
