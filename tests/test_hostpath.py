@@ -2,13 +2,12 @@
 file it writes at run time, resume by settings, time estimates, the growth of an all-reduce's cost with the
 number of ranks (derived, refused on one point), what chapter 06 says about it; and real torchrun/gloo
 processes: the default arm across two CPU ranks with the NCCL-only arms skipped, resume, a failed arm."""
-import math
 import xml.etree.ElementTree as ET
 
 import pandas as pd
 import pytest
 
-from helpers.interconnect import collectives, findings, hostpath as hp, suite, topology
+from helpers.interconnect import findings, hostpath as hp, suite, topology
 from helpers.interconnect.findings import FindingError
 from helpers.interconnect.method import Method
 

@@ -36,7 +36,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -615,8 +615,9 @@ def extrapolate(sweep: pd.DataFrame, target: int = 8, model: str = GROWTH_MODEL)
 
 def at_world_size(sweep: pd.DataFrame, target: int = 8, model: str = GROWTH_MODEL) -> pd.DataFrame:
     """The all-reduce time per arm and size at `target` ranks: measured where the study ran that many
-    (kind 'measured'), else extrapolated from the world sizes it did run (extrapolate; derived). Only arms
-    that were not measured at `target` are extrapolated."""
+    (kind 'measured'; time_us_low/high: the point's p10 and p90 over repeats), else extrapolated from the
+    world sizes it did run (extrapolate; derived; low/high: the growth models' range). Only arms that were
+    not measured at `target` are extrapolated."""
     s = sweep[sweep.op == "all_reduce"]
     meas = s[s.world_size == target]
     rows = [{"arm": r.arm, "arm_settings": r.arm_settings, "method": r.method, "size_bytes": int(r.size_bytes),
