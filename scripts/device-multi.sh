@@ -18,7 +18,7 @@
 #   step      the emulated decode step at TP<GPUs> (benchmarks/bench_step.py under torchrun, batches 1 and 64,
 #             context 384, CUDA graphs), once per arm in STEP_ARMS (default: default, host,
 #             host+cuda_memcpy+vm_topology, the environments of helpers.interconnect.hostpath.ARMS), each
-#             capped by STEP_ARM_S (120 s) and by its share of what is left; $OUT/step.tgz. Needs
+#             capped by STEP_ARM_S (90 s) and by its share of what is left; $OUT/step.tgz. Needs
 #             helpers.model.steptime and benchmarks/bench_step.py: without them the step says so;
 #   book      the book's BOOK_TARGET (multi-gpu) through scripts/device-run.sh, stopped before the caller's
 #             limit (on two H200s: about 240 s); with BOOK_TARGET=vm-emulation the chapter resumes the
@@ -87,7 +87,7 @@ if has gap; then
   rm -rf /tmp/gap/points; tar -czf "$OUT/gap.tgz" -C /tmp gap
 fi
 if has hostpath; then
-  reserve=15; has step && reserve=$((3 * ${STEP_ARM_S:-120} + 15))   # what the decode step after it needs
+  reserve=15; has step && reserve=$((3 * ${STEP_ARM_S:-90} + 15))   # what the decode step after it needs
   left=$((BUDGET_S - SECONDS - ${HOSTPATH_RESERVE_S:-$reserve})); [ "$left" -lt 30 ] && left=30
   python3 -m helpers.interconnect.hostpath --out /tmp/hostpath --world-sizes "${HOSTPATH_WS:-8,4,2}" \
     --arms "${HOSTPATH_ARMS:-all}" --budget-s "$left" ${HOSTPATH_FROM:+--resume-from "$HOSTPATH_FROM"} \
@@ -104,7 +104,7 @@ if has step; then
     rm -rf /tmp/step; mkdir -p /tmp/step
     arms=(${STEP_ARMS:-default host host+cuda_memcpy+vm_topology}); k=${#arms[@]}
     for arm in "${arms[@]}"; do
-      cap=$(( (BUDGET_S - SECONDS - 10) / k )); [ "$cap" -gt "${STEP_ARM_S:-120}" ] && cap=${STEP_ARM_S:-120}; k=$((k - 1))
+      cap=$(( (BUDGET_S - SECONDS - 10) / k )); [ "$cap" -gt "${STEP_ARM_S:-90}" ] && cap=${STEP_ARM_S:-90}; k=$((k - 1))
       sd="/tmp/step/$(slug "$arm")"; mkdir -p "$sd"
       if ! arm_env=$(python3 -m helpers.interconnect.hostpath --env "$arm" --world-size "$n" --out /tmp/step 2>"$sd/env.log"); then
         echo "step $arm: NOT RUN - its environment could not be made: $(tail -1 "$sd/env.log")"; continue
