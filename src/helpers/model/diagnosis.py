@@ -434,6 +434,10 @@ def what_if(d: Diagnosis) -> Part:
                        sort=False))
     wi.columns = [f"{a} @{b}" for a, b in wi.columns]
     wi = wi[WHAT_IF_COLUMNS]
+    unknown = [i for i in wi.index if i not in fit]
+    if unknown:
+        raise FindingError(f"the prediction has scenario(s) {unknown} that helpers.model.budget.scenarios does not "
+                           f"define; it defines {sorted(fit)}")
     wi["weights fit on 96 GB"] = [fit[i] for i in wi.index]
     wi["dominant @1"] = [bd.dominant_term(one(pure, "the prediction", scenario=i, batch=1)) for i in wi.index]
     wi = wi.reset_index()
