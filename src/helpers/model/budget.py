@@ -9,8 +9,9 @@ another machine), with where it came from. Collective time comes from an alpha-b
 fit of the collective itself (used as is) or a fit of a point-to-point copy, mapped to a collective by
 an explicit algorithm (`ring`, `tree`, `one_shot`; see `collective_time_us`).
 
-`predict_from_run(run_dir)` rebuilds the whole prediction table from a run directory and data/ alone,
-so a rendered run can be checked without re-measuring anything. Nothing here is fitted to the
+`predict_all(model, fits)` builds the whole prediction table from data/ and a run's VM/P2P fits (`fits=None`:
+the recorded inputs only, on purpose); `predict_from_run(run_dir)` does so from a run directory, so a
+rendered run can be checked without re-measuring anything. Nothing here is fitted to the
 observations the prediction is compared with.
 """
 from __future__ import annotations

@@ -19,7 +19,7 @@ from helpers.model import measured as mb
 from helpers.model import step as stp
 from helpers.model import steptime
 
-CHAPTER = "07_decode_step"
+CHAPTER = mb.STEP_CHAPTER
 #: the batches the bytes table and its sentences cite
 BYTES_BATCHES = (1, 64)
 
