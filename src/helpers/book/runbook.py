@@ -31,10 +31,10 @@ from pathlib import Path
 import yaml
 
 from helpers import __version__, repo_root
-from helpers.book import layout
+from helpers.book import environment, layout
 
 TARGETS_DIR = "targets"
-_TARGET_KEYS = {"description", "parameters", "chapters", "skip", "execution_timeout"}
+_TARGET_KEYS = {"description", "parameters", "chapters", "skip", "execution_timeout", "requires"}
 ALWAYS = ("run_dir",)  # parameters the runbook itself sets
 
 
@@ -92,6 +92,7 @@ class Target:
     chapters: dict = field(default_factory=dict)
     skip: list = field(default_factory=list)
     execution_timeout: int = 900
+    requires: dict = field(default_factory=dict)  # see unmet_requirements
 
 
 def load_target(name: str, root: Path | None = None) -> Target:
@@ -109,7 +110,8 @@ def load_target(name: str, root: Path | None = None) -> Target:
     if "description" not in raw:
         raise RunbookError(f"{path}: needs a `description`")
     return Target(name, raw["description"], raw.get("parameters") or {}, raw.get("chapters") or {},
-                  raw.get("skip") or [], int(raw.get("execution_timeout", 900)))
+                  raw.get("skip") or [], int(raw.get("execution_timeout", 900)),
+                  requires=_requires(path, raw.get("requires")))
 
 
 def plan(target: Target, root: Path | None = None, only: list[str] | None = None,
@@ -148,7 +150,71 @@ def plan(target: Target, root: Path | None = None, only: list[str] | None = None
     problems = layout.check_needs(selected, run_dir, {st["stem"]: st["parameters"].get("mode") for st in steps})
     if problems:
         raise RunbookError("; ".join(problems))
+    unmet = unmet_requirements(target, steps)
+    if unmet:
+        raise RunbookError(f"target {target.name!r} cannot run here:\n  - " + "\n  - ".join(unmet))
     return steps
+
+
+_REQUIRE_KEYS = ("parameters", "paths", "packages")
+
+
+def _requires(path: Path, raw) -> dict:
+    """A target's `requires` as {kind: {name: what it is}}; a list gives names without a description."""
+    if not raw:
+        return {}
+    if not isinstance(raw, dict) or set(raw) - set(_REQUIRE_KEYS):
+        raise RunbookError(f"{path}: `requires` takes the keys {', '.join(_REQUIRE_KEYS)}, each a list of names "
+                           f"or a mapping name -> what it is; got {raw!r}")
+    return {k: ({str(n): "" for n in v} if isinstance(v, list) else {str(n): str(d or "") for n, d in v.items()})
+            for k, v in raw.items() if v}
+
+
+def unmet_requirements(target: Target, steps: list[dict]) -> list[str]:
+    """What a target's `requires` asks for and this plan lacks, one sentence each (empty: all met).
+
+    `parameters` must be set (not empty) and `paths` must exist on this machine, in every chapter that
+    declares them and will run live (selected, its mode not "recorded"); `packages` must be importable
+    by this Python (the one that runs the kernels) where any such chapter runs, or, if the target names
+    no parameters, where any selected chapter runs other than recorded. Chapters skipped or recorded need
+    nothing, so `--chapters` or `-p CHAPTER.mode=recorded` narrow what is required."""
+    req = target.requires or {}
+    if not req:
+        return []
+    running = [st for st in steps if not st["skip"] and st["parameters"].get("mode") != "recorded"]
+    names = set(req.get("parameters", {})) | set(req.get("paths", {}))
+    users = [st for st in running if names & set(st["declared"])] if names else running
+    how = (f"Set it with `-p NAME=...` (make: PARAMS=NAME=...), or copy {TARGETS_DIR}/{target.name}.yaml to "
+           f"{TARGETS_DIR}/<yours>.yaml and set it under `parameters`")
+
+    def need(stems):
+        return f"{stems[0]} needs it" if len(stems) == 1 else f"{', '.join(stems[:-1])} and {stems[-1]} need it"
+
+    out = []
+    for kind in ("parameters", "paths"):
+        for name, what in req.get(kind, {}).items():
+            values = {st["stem"]: st["parameters"].get(name) for st in users if name in st["declared"]}
+            label = f"`{name}`" + (f" ({what})" if what else "")
+            unset = [s for s, v in values.items() if v in (None, "", [], {})]
+            missing = [s for s, v in values.items() if s not in unset and kind == "paths"
+                       and not Path(str(v)).expanduser().exists()]
+            if unset:
+                out.append(f"{label} is not set; {need(unset)}. " + how.replace("NAME", name))
+            elif missing:
+                out.append(f"{label} = {values[missing[0]]!r} does not exist on this machine; {need(missing)}. "
+                           + how.replace("NAME", name))
+    if users:
+        import importlib.util
+
+        for pkg, what in req.get("packages", {}).items():
+            if importlib.util.find_spec(pkg) is None:
+                out.append(f"the Python package `{pkg}`" + (f" ({what})" if what else "") + " is not importable by "
+                           f"{sys.executable}, which runs the chapters; {need([st['stem'] for st in users])}. Install "
+                           "it there, or run the book with a Python that has it (make: PY=/path/to/that/python; "
+                           "see appendix/rerun.md)")
+    if out:
+        out.append("Chapters left out (--chapters) or set to recorded (-p CHAPTER.mode=recorded) need none of this")
+    return out
 
 
 def apply_overrides(target: Target, items: list[str]) -> None:
@@ -223,6 +289,14 @@ def fingerprint() -> dict:
                 "logical_cpus": os.cpu_count(), "probe_error": f"{type(exc).__name__}: {exc}"}
 
 
+def _environment_record() -> dict:
+    """Which Python environment runs the book and why (helpers.book.environment); never fails the run."""
+    try:
+        return environment.record()
+    except Exception as exc:  # noqa: BLE001 - say why instead of stopping the run
+        return {"kind": "unknown", "reason": f"the environment could not be read ({type(exc).__name__}: {exc})"}
+
+
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -279,7 +353,8 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
     manifest = {
         "run_id": run_dir.name, "target": target.name, "target_description": target.description,
         "started": _now(), "finished": None, "status": "running",
-        "hardware": fingerprint(), "versions": versions(root), "chapters": [],
+        "hardware": fingerprint(), "versions": versions(root), "environment": _environment_record(),
+        "chapters": [],
     }
     write_manifest(run_dir, manifest)
     n = len(steps)
@@ -422,6 +497,7 @@ def status_page(manifest: dict, titles: dict[str, str]) -> str:
     lines += ["", "## Software versions", "", row("package", "version"), row("---", "---")]
     for k, v in (m.get("versions") or {}).items():
         lines.append(row(k, v))
+    lines += environment.lines(m)
     lines += ["", "## Parameters per chapter", "", row("chapter", "parameters"), row("---", "---")]
     for c in m["chapters"]:
         p = {k: v for k, v in (c.get("parameters") or {}).items() if k != "run_dir"}

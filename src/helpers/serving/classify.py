@@ -22,7 +22,9 @@ from pathlib import Path
 from helpers.serving import client as cl
 from helpers.serving.server import Server, ServerExited, ServerSpec, StartupTimeout
 
-OUTCOMES = ("ok", "nan", "crash", "startup-timeout", "wrong-answer", "unsupported")
+#: the outcome words, from a serving configuration to a failure to start (the recorded backend matrix
+#: uses the same words; plotting.outcome_matrix draws them in this order)
+OUTCOMES = ("ok", "wrong-answer", "nan", "crash", "unsupported", "startup-timeout")
 
 NAN_PATTERNS = re.compile(
     r"probability tensor contains either|\bnan\b.*(logit|prob|output|tensor)|device-side assert|"
@@ -124,7 +126,7 @@ def attempt(name: str, spec: ServerSpec, model: str, log_dir: str | Path, startu
         reply, err = smoke(spec.base_url, model, test, request_timeout_s)
         a.smoke_reply = reply[:200]
         prompts = cl.make_prompts(decode_concurrency, 32, seed=1)
-        results, _ = cl._run(cl.run_requests(spec.base_url, model, prompts, decode_tokens, decode_concurrency,
+        results, _ = cl.run_sync(cl.run_requests(spec.base_url, model, prompts, decode_tokens, decode_concurrency,
                                              timeout_s=request_timeout_s))
         a.decode_completed = sum(r.ok for r in results)
         a.decode_failed = len(results) - a.decode_completed

@@ -20,7 +20,7 @@ import random
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -211,7 +211,8 @@ async def run_requests(base_url: str, model: str, prompts: Sequence[str], max_to
     return list(results), time.perf_counter() - t_origin
 
 
-def _run(coro):
+def run_sync(coro):
+    """Run a coroutine to completion, also from inside a running event loop (a Jupyter kernel)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -273,8 +274,8 @@ def run_point(base_url: str, model: str, workload: Workload, concurrency: int, n
         raise BenchmarkError(f"num_requests = {num_requests}: expected at least 1")
     prompts = make_prompts(num_requests + warmup, workload.input_len, tokenizer, seed)
     if warmup:
-        _run(run_requests(base_url, model, prompts[:warmup], min(workload.output_len, 8), 1, timeout_s, chat))
-    results, duration = _run(run_requests(base_url, model, prompts[warmup:], workload.output_len, concurrency,
+        run_sync(run_requests(base_url, model, prompts[:warmup], min(workload.output_len, 8), 1, timeout_s, chat))
+    results, duration = run_sync(run_requests(base_url, model, prompts[warmup:], workload.output_len, concurrency,
                                           timeout_s, chat))
     row = {"workload": workload.name, "input_len": workload.input_len, "output_len": workload.output_len,
            "concurrency": concurrency, "num_requests": num_requests}
@@ -317,7 +318,3 @@ def parse_bench_serving_jsonl(path) -> "pd.DataFrame":  # noqa: F821
         row["tool"] = "sglang.bench_serving"
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def result_dict(r: RequestResult) -> dict:
-    return asdict(r)

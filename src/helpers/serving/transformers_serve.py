@@ -12,10 +12,6 @@ from dataclasses import dataclass, field
 
 from helpers.serving.server import ServerSpec, free_port
 
-#: attention implementations `transformers serve --attn-implementation` accepts (5.x)
-ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
-
-
 @dataclass(frozen=True)
 class TransformersServeConfig:
     model: str                          # a local model folder (never a hub name here)
