@@ -98,9 +98,9 @@ class Diagnosis:
 RECORDED_STEP_TEXT = ("In recorded mode the chapter reads nothing from the run: its prediction uses the recorded "
                       "and reference links only (`fits=None`), and its compute the committed decode-step "
                       "study, `{where}`, timed on {device}.")
-RUN_STEP_TEXT = ("The decode-step measurement is this run's: the decode-step chapter timed GLM-5's real shapes "
-                 "on {device}.")
-FALLBACK_STEP_TEXT = ("This run has no decode-step measurement of GLM-5's real shapes on a GPU (the decode-step "
+RUN_STEP_TEXT = ("The decode-step measurement is this run's: the decode-step chapter timed {model}'s real TP8 "
+                 "shapes on {device}.")
+FALLBACK_STEP_TEXT = ("This run has no decode-step measurement of {model}'s real TP8 shapes on a GPU (the decode-step "
                       "chapter did not run, or ran on a CPU or in recorded mode), so the compute comes from the "
                       "committed study `{where}`, timed on {device}.")
 
@@ -110,7 +110,7 @@ def step_source_text(d: Diagnosis) -> str:
     if not d.live:
         return RECORDED_STEP_TEXT.format(where=d.meas.where, device=d.meas.device)
     text = RUN_STEP_TEXT if d.meas.where == "this run" else FALLBACK_STEP_TEXT
-    return text.format(where=d.meas.where, device=d.meas.device)
+    return text.format(model=d.model.name, where=d.meas.where, device=d.meas.device)
 
 
 def overview(d: Diagnosis) -> dict:
