@@ -166,3 +166,27 @@ def test_save_writes_declared_tables_and_refuses_others(rec, tmp_path):
     assert (tmp_path / "results" / "07_diagnosis" / "inputs.csv").exists()
     with pytest.raises(layout.LayoutError, match="no result 'scratch'"):
         dg.save(tmp_path, dg.Part({}, {"scratch": pd.DataFrame({"a": [1]})}))
+
+
+@pytest.mark.parametrize("run,harness", [("h200x2-20261129f", "graph"), ("h200-20261129b", "eager")])
+def test_a_gpu_runs_sentences_come_back_from_its_tables(run, harness, meas):
+    """The committed GPU runs were rendered by the chapter's old code (GPU paths cannot run here; this is
+    their check): from the run's points, with the fit table today's VM/P2P chapter writes, the diagnosis
+    gives the same sentences word for word, but that the link is now named by its method label where the
+    old text printed the harness column (which then held the label)."""
+    import re
+
+    from helpers import repo_root
+    from helpers.book.glue import read_glued
+    from helpers.interconnect import recorded_labels, suite
+
+    d = repo_root() / "runs" / run / "results" / "06_vm_p2p"
+    coll = recorded_labels.from_tidy(pd.read_csv(d / "collective_sweep.csv"))
+    fits = pd.concat([suite.recorded_fit(), suite.fit_table(pd.read_csv(d / "copy_sweep.csv"), coll)], ignore_index=True)
+    old = read_glued(repo_root() / "runs" / run / "notebooks" / "07_diagnosis.ipynb")
+    dg_run = dg.Diagnosis.build("glm5", 0.25, meas, live=True, fits=fits, sweep=coll)
+    assert dg.collectives(dg_run).values["coll_text"] == old["coll_text"]
+    new = dg.run_link(dg_run).values["run_text"]
+    assert f"method={harness}" in new
+    unlabelled = lambda s: re.sub(r"(harness|method)=[^,]+", "", s)  # noqa: E731
+    assert unlabelled(new) == unlabelled(old["run_text"])
