@@ -98,19 +98,17 @@ class Diagnosis:
 RECORDED_STEP_TEXT = ("In recorded mode the chapter reads nothing from the run: its prediction uses the recorded "
                       "and reference links only (`fits=None`), and its compute the committed decode-step "
                       "study, `{where}`, timed on {device}.")
-RUN_STEP_TEXT = ("The decode-step measurement is this run's: the decode-step chapter timed {model}'s real TP8 "
+RUN_STEP_TEXT = ("The decode-step measurement is this run's: the decode-step chapter timed the model's real TP8 "
                  "shapes on {device}.")
-FALLBACK_STEP_TEXT = ("This run has no decode-step measurement of {model}'s real TP8 shapes on a GPU (the decode-step "
-                      "chapter did not run, or ran on a CPU or in recorded mode), so the compute comes from the "
-                      "committed study `{where}`, timed on {device}.")
+FALLBACK_STEP_TEXT = ("This run has no decode-step measurement of the model's real TP8 shapes on a GPU (the "
+                      "decode-step chapter did not run, or ran on a CPU or in recorded mode), so the compute comes "
+                      "from the committed study `{where}`, timed on {device}.")
 
 
 def step_source_text(d: Diagnosis) -> str:
     """Where the compute comes from, as the page says it (three variants)."""
-    if not d.live:
-        return RECORDED_STEP_TEXT.format(where=d.meas.where, device=d.meas.device)
-    text = RUN_STEP_TEXT if d.meas.where == "this run" else FALLBACK_STEP_TEXT
-    return text.format(model=d.model.name, where=d.meas.where, device=d.meas.device)
+    text = RECORDED_STEP_TEXT if not d.live else RUN_STEP_TEXT if d.meas.where == "this run" else FALLBACK_STEP_TEXT
+    return text.format(where=d.meas.where, device=d.meas.device)
 
 
 def overview(d: Diagnosis) -> dict:
