@@ -425,6 +425,104 @@ def p2p_figure(recorded_codes, here_codes, here_label: str):
     return fig
 
 
+# ---- diagnosis figures
+# The decode-step chapter's and the diagnosis's figures, drawn from the tables helpers.model.stepreport and
+# helpers.model.diagnosis make. Their legends stand beside the axes, never over the data.
+
+def _legend_beside(ax, fontsize: float = 7) -> None:
+    ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+
+
+def _batch_axis(ax) -> None:
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _p: f"{x:g}"))
+    ax.set_xlabel("sequences decoding together (batch)")
+
+
+#: stacked parts take the cycle without the recorded colour, which marks an observation drawn over them
+_PART_COLORS = [c for c in CYCLE if c != PALETTE["recorded"]]
+
+
+def step_time_figure(steps):
+    """Time per decode step against batch, one line per context and mode (stepreport.steps' table):
+    solid with CUDA graphs, dashed eager."""
+    fig, ax = figure(width=8.0, height=3.8)
+    for (ctx, mode), g in steps.groupby(["context", "mode"]):
+        ax.plot(g["batch"], g["step_ms"], marker="o", ms=3, linestyle="-" if mode == "graph" else "--",
+                label=f"{ctx} tokens, {'CUDA graphs' if mode == 'graph' else 'eager'}")
+    _batch_axis(ax)
+    ax.set_ylabel("time per decode step (ms)")
+    _legend_beside(ax)
+    return fig
+
+
+def stacked_step_figure(bars, observed=None, observed_label: str = ""):
+    """A decode step by part, stacked per batch: `bars` has one row per batch (its index) and one column per
+    part (its label), in ms; `observed` (batch -> ms, optional) is drawn as a bar-wide line per batch."""
+    import numpy as np
+
+    fig, ax = figure(width=8.0, height=3.8)
+    x = np.arange(len(bars))
+    bottom = np.zeros(len(bars))
+    for col, c in zip(bars.columns, _PART_COLORS):
+        ax.bar(x, bars[col].to_numpy(), bottom=bottom, color=c, label=col)
+        bottom += bars[col].to_numpy()
+    if observed is not None:
+        for j, (b, ms) in enumerate(observed.items()):
+            i = list(bars.index).index(b)
+            ax.plot([i - 0.4, i + 0.4], [ms, ms], color=kind_color("recorded"), lw=2,
+                    label=observed_label if j == 0 else None)
+    ax.set_xticks(x, [str(b) for b in bars.index])
+    ax.set_xlabel("sequences decoding together (batch)")
+    ax.set_ylabel("time per decode step (ms)")
+    _legend_beside(ax)
+    return fig
+
+
+_MAPPING_STYLES = ("-", "--", ":")
+
+
+def mapping_figure(points, curves, points_label: str):
+    """Copy points (size_bytes, latency_us) and curves in long form (series, kind, size_bytes, time_us;
+    kind 'fit', 'mapping' or 'reference') against message size, log-log."""
+    fig, ax = figure(width=8.4, height=3.8)
+    size_sweep(ax, points.size_bytes, points.latency_us, points_label, kind="recorded",
+               color=kind_color("recorded"), linestyle="none", marker="s")
+    n = 0
+    for name, g in curves.groupby("series", sort=False):
+        kind = g["kind"].iloc[0]
+        if kind == "mapping":
+            ax.plot(g.size_bytes, g.time_us, _MAPPING_STYLES[n % 3], color=kind_color("other"), label=name)
+            n += 1
+        else:
+            ax.plot(g.size_bytes, g.time_us, color=kind_color("model" if kind == "fit" else "reference"), label=name)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size")
+    ax.set_ylabel("time (us)")
+    _legend_beside(ax)
+    return fig
+
+
+def whatif_figure(lines, observed):
+    """Tokens/s per stream against aggregate tokens/s, log-log: one line per scenario (`lines`: scenario,
+    tok_s_aggregate, tok_s_per_stream, fits; dotted where the weights do not fit) and the observed ends
+    (`observed`: label, kind, tok_s_aggregate, tok_s_per_stream) as stars. More scenarios than colours:
+    the second round of colours has square markers."""
+    fig, ax = figure(width=9.0, height=4.2)
+    for i, (name, g) in enumerate(lines.groupby("scenario", sort=False)):
+        ax.plot(g.tok_s_aggregate, g.tok_s_per_stream, "-" if g["fits"].iloc[0] else ":",
+                marker="o" if i < len(CYCLE) else "s", ms=3, color=CYCLE[i % len(CYCLE)], label=name)
+    for label, g in observed.groupby("label", sort=False):
+        ax.scatter(g.tok_s_aggregate, g.tok_s_per_stream, marker="*", s=80, color=kind_color(g["kind"].iloc[0]),
+                   zorder=5, label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("aggregate output tokens/s")
+    ax.set_ylabel("tokens/s per stream")
+    _legend_beside(ax, 6.5)
+    return fig
+
+
 # ---- reader conventions (issue 15): legends never cover data; every figure has alt text
 def legend_outside(ax, where: str = "right", ncols: int | None = None, **kw):
     """The axes' legend beside the data, never over it: `where` is "right" (beside the axes, top
