@@ -86,23 +86,18 @@ def main(argv=None) -> int:
         sparse_points=_points(a.sparse) if a.sparse else (((1, 8192), (64, 8192)) if gpu else ()))
     t0 = time.monotonic()
     res = steptime.sweep(cfg, a.out, progress=lambda s: print(s, flush=True), group=group)
-    # Measured on two H200s (torch 2.11, NCCL 2.28; helpers.interconnect.worker): once NCCL collectives were
-    # captured in CUDA graphs, destroy_process_group never returns. Every point is written by then, so such
-    # a run leaves without the teardown (rank 0 once it has printed), as the collective worker does.
-    no_teardown = group is not None and gpu and "graph" in cfg.modes
-    if group is not None:
+    # Under torchrun no rank tears its process group down. Measured on two H200s (torch 2.11, NCCL 2.28;
+    # helpers.interconnect.worker): once NCCL collectives were captured in CUDA graphs, destroy_process_group
+    # never returns; on gloo (CPU, torch 2.13) a rank leaving through the interpreter's exit after the
+    # teardown died one run in two with "terminate called without an active exception". Every point is
+    # written by then, so after a barrier the other ranks leave at once and rank 0 once it has printed.
+    no_teardown = group is not None
+    if no_teardown:
         import torch.distributed as dist
-        rank = dist.get_rank()
-        if no_teardown:
-            dist.barrier()
-            if rank:
-                sys.stdout.flush(), sys.stderr.flush()
-                os._exit(0)
-        else:
-            dist.barrier()   # every rank's collectives done before any rank tears its pairs down (gloo aborts otherwise)
-            dist.destroy_process_group()
-            if rank:
-                return 0
+        dist.barrier()
+        if dist.get_rank():
+            sys.stdout.flush(), sys.stderr.flush()
+            os._exit(0)
     t = res["timings"]
     print(f"sweep: {len(t)} rows in {time.monotonic() - t0:.1f} s wall ({res['meta']['sweep_s']:.1f} s in sweep)")
     steps = t[t.what == "step"].copy()
