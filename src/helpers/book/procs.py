@@ -236,8 +236,11 @@ class _Keeper:
         self.t0 = time.monotonic()
 
     def say(self, msg: str) -> None:
-        sys.stderr.write(f"[keeper {os.getpid()}] {msg}\n")
-        sys.stderr.flush()
+        try:   # the reader may be gone with the book (a broken pipe): that must not stop the keeper
+            sys.stderr.write(f"[keeper {os.getpid()}] {msg}\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
 
     def _child_preexec(self) -> None:
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -332,6 +335,26 @@ class _Keeper:
             self.status = 127 << 8
             self.write_report()
             return 127
+        try:
+            self.watch()
+        except BaseException as e:  # noqa: BLE001 - whatever goes wrong here, the tree must not outlive us
+            self.reason = self.reason or "stopped"
+            self.say(f"keeper error {type(e).__name__}: {e}: ending the tree")
+            self.end_tree(0.0)
+        self.write_report()
+        rc = os.waitstatus_to_exitcode(self.status) if self.status is not None else 1
+        if rc < 0:  # die of the child's signal, so the caller's returncode reads the same
+            try:
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            if -rc not in (signal.SIGKILL, signal.SIGSTOP):
+                signal.signal(-rc, signal.SIG_DFL)
+            os.kill(os.getpid(), -rc)
+            time.sleep(1)
+        return rc if rc >= 0 else 128 - rc
+
+    def watch(self) -> None:
         next_sample = 0.0
         while True:
             self.reap()
@@ -352,7 +375,7 @@ class _Keeper:
                 break
             if now >= next_sample:
                 rss = self.sample()
-                next_sample = now + 0.25
+                next_sample = now + (0.25 if self.memory_mb else 1.0)
                 if self.memory_mb and rss > self.memory_mb * 2**20:
                     self.reason = "memory"
                     self.say(f"memory cap of {self.memory_mb:g} MiB exceeded ({rss / 2**20:.0f} MiB resident in "
@@ -366,15 +389,6 @@ class _Keeper:
             self.end_tree(min(self.grace_s, 3.0))
         elif self.reason != "memory":
             self.end_tree(self.grace_s)
-        self.write_report()
-        rc = os.waitstatus_to_exitcode(self.status) if self.status is not None else 1
-        if rc < 0:  # die of the child's signal, so the caller's returncode reads the same
-            sys.stderr.flush()
-            if -rc not in (signal.SIGKILL, signal.SIGSTOP):
-                signal.signal(-rc, signal.SIG_DFL)
-            os.kill(os.getpid(), -rc)
-            time.sleep(1)
-        return rc if rc >= 0 else 128 - rc
 
 
 def _main(argv: list[str]) -> int:
