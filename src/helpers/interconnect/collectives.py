@@ -238,12 +238,12 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
     except subprocess.TimeoutExpired:
         procs.stop(proc)
         text = _drain(proc)
-    except BaseException:   # an interrupt: nothing of this launch outlives it
-        procs.stop(proc, grace_s=2)
-        raise
         status = "timeout"
         msg = (f"no result within {timeout_s:g} s: torchrun and its workers were killed (a rank hung or "
                f"the backend stalled); points finished before that are kept")
+    except BaseException:   # an interrupt: nothing of this launch outlives it
+        procs.stop(proc, grace_s=2)
+        raise
     wall = time.perf_counter() - t0
     rows = _read_points(out)
     label = _harness_label({"harness": harness, "timer": timer, "rotate_bytes": rotate_bytes, "start": start,
