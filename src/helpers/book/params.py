@@ -2,10 +2,14 @@
 
 Each chapter has one cell tagged `parameters` holding literals only; the next cell calls `validate`
 with a spec per parameter. A bad value fails at once with a `ParameterError` naming the parameter,
-the value and what is allowed, and how to set it.
+the value and what is allowed, and how to set it (one line per bad value). Numbers must be finite:
+NaN and infinity are refused (a comparison with NaN is always false, so a range check alone would
+let it through). The runbook runs the same checks on a target's values before the first chapter
+starts (helpers.book.precheck).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -46,13 +50,15 @@ def number(lo: float | None = None, hi: float | None = None, integer: bool = Fal
     def check(v):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ValueError
+        if not math.isfinite(v):
+            raise ValueError
         if integer and not float(v).is_integer():
             raise ValueError
         if (lo is not None and v < lo) or (hi is not None and v > hi):
             raise ValueError
         return int(v) if integer else float(v)
 
-    kind = "an integer" if integer else "a number"
+    kind = "an integer" if integer else "a finite number"
     rng = []
     if lo is not None:
         rng.append(f">= {lo}")
@@ -94,24 +100,34 @@ def boolean() -> Spec:
     return Spec("True or False", check)
 
 
+def problem(name: str, value: Any, spec: Spec) -> str | None:
+    """Why `value` is not allowed for parameter `name` (None when it is)."""
+    try:
+        spec.check(value)
+    except (ValueError, TypeError, ArithmeticError):
+        return f"parameter '{name}' = {value!r} is not allowed: expected {spec.describe}"
+    return None
+
+
 def validate(values: dict[str, Any], specs: dict[str, Spec]) -> dict[str, Any]:
     """Check every parameter in `values` against `specs`; return the normalised values.
 
-    Raises ParameterError naming the first bad parameter, its value, and the allowed values."""
+    Raises ParameterError with one line per bad parameter, naming its value and the allowed values."""
     unknown = set(values) - set(specs)
     if unknown:
         raise ParameterError(f"no spec for parameter(s) {sorted(unknown)}; add one to the validate() call")
-    out = {}
+    out, bad = {}, []
     for name, spec in specs.items():
         if name not in values:
-            raise ParameterError(f"parameter '{name}' is missing from the parameters cell")
-        v = values[name]
-        try:
-            out[name] = spec.check(v)
-        except (ValueError, TypeError):
-            raise ParameterError(
-                f"parameter '{name}' = {v!r} is not allowed: expected {spec.describe}. Fix: {_fix_hint(name)}"
-            ) from None
+            bad.append(f"parameter '{name}' is missing from the parameters cell")
+            continue
+        why = problem(name, values[name], spec)
+        if why:
+            bad.append(f"{why}. Fix: {_fix_hint(name)}")
+        else:
+            out[name] = spec.check(values[name])
+    if bad:
+        raise ParameterError("\n".join(bad))
     return out
 
 
