@@ -23,14 +23,13 @@ import socket
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from helpers.book import procs
+from helpers.serving.fetch import Deadlines, RequestTimeout, fetch
 
 
 class ServerError(RuntimeError):
@@ -225,10 +224,10 @@ class Server:
             time.sleep(0.2)
 
     def _healthy(self) -> bool:
+        """Whether the health URL answers 200 within 2 s in all (a deadline, not a per-read limit)."""
         try:
-            with urllib.request.urlopen(self.spec.health_url, timeout=2) as r:
-                return r.status == 200
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return fetch(self.spec.health_url, deadlines=Deadlines(2, 2, 2), read_body=False).status == 200
+        except (RequestTimeout, ConnectionError, OSError, ValueError):
             return False
 
     def running(self) -> bool:
