@@ -9,8 +9,7 @@ same sizes (--min to --max bytes, x2) for each block length (--iters: collective
 
   start skew      every rank of ours launches at one shared deadline (`aligned`); each point records the
                   measured launch skew between ranks. Skew s adds about s / (2 n) us per call to a
-                  rank-averaged block of n calls. (The run of 2026-11-29 also launched as each rank's
-                  barrier returned: 2.4 us of skew against 0.2 us, and no change in the gap.)
+                  rank-averaged block of n calls.
   graph mixing    NCCL_GRAPH_MIXING_SUPPORT=0 for ours and the tool: NCCL then stops serializing each
                   captured collective against the communicator's other work.
   launch shape    nccl-tests with one thread per GPU in one process (-t N -g 1) and with one process
@@ -21,7 +20,7 @@ same sizes (--min to --max bytes, x2) for each block length (--iters: collective
   the call        ours issuing ncclAllReduce itself on a communicator of its own (helpers.interconnect.nccl, as
                   sglang's pynccl does) instead of torch.distributed's all_reduce.
   the idle GPU    an aligned start keeps the GPU idle for the deadline's lead (2 ms in the arms above,
-                  helpers.interconnect.fidelity.LEGACY_LEAD_US, so runs stay comparable) before each
+                  helpers.interconnect.method.LEGACY_LEAD_US, so runs stay comparable) before each
                   timed block, which a barrier start and nccl-tests do not: ours with leads --leads us
                   apart, and ours launched as each rank's barrier returns (torch.distributed, default
                   setting, non-blocking stream). If the time per call grows with the lead, the idle gap
@@ -29,8 +28,12 @@ same sizes (--min to --max bytes, x2) for each block length (--iters: collective
 
 Both sides rotate buffers within --max bytes and time in place; the tool runs --tool-repeats times and
 its median is used. Writes OUTDIR/allreduce_gap.csv (one row per size, block length, method and NCCL
-setting: median time, p10, p90, and for ours the launch skew) and the tool's raw outputs; prints the
-median per-call gap to the one-process-per-GPU tool at sizes below 64 KiB.
+setting: median time, p10, p90, and for ours the launch skew; each of our rows carries its
+helpers.interconnect.method.Method, label and fields: helpers.interconnect.fidelity.GAP_COLUMNS) and the
+tool's raw outputs; prints the median per-call gap to the one-process-per-GPU tool at sizes below 64 KiB.
+Run it with the package importable (`pip install -e . --no-deps`, or PYTHONPATH=src). The committed runs
+are under data/measured/ (data/sources.yaml, roles allreduce-gap-*); the first one (start skew and launch
+shape, 2.4 us of skew against 0.2 us and no change in the gap) is in git history at d508f9b.
 """
 from __future__ import annotations
 
@@ -44,10 +47,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-from helpers.interconnect import collectives, copies as copybench, fidelity  # noqa: E402
+from helpers.interconnect import collectives, copies as copybench, fidelity
+from helpers.interconnect.method import COLUMNS as METHOD_COLUMNS, LEGACY_LEAD_US, Method
 
 SETTINGS = ("default", "GRAPH_MIXING_SUPPORT=0")    # names in helpers.interconnect.collectives.NCCL_VARIANTS
 
@@ -63,7 +64,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tool-repeats", type=int, default=3)
     ap.add_argument("--leads", default="200,2000,20000",
                     help="aligned start: deadline leads in us, each one an arm of ours besides the other aligned "
-                         "arms' (helpers.interconnect.fidelity.LEGACY_LEAD_US)")
+                         "arms' (helpers.interconnect.method.LEGACY_LEAD_US)")
     ap.add_argument("--shapes", default="procs", help="nccl-tests launch shapes: procs (-np N -g 1), threads "
                                                        "(-t N -g 1), or both, comma-separated")
     a = ap.parse_args(argv)
@@ -101,38 +102,32 @@ def main(argv=None) -> int:
     rot = max(sizes)
     rows, t_all = [], time.perf_counter()
 
-    def add(it, method, setting, size, times, skew=None):
+    def add(it, setting, size, times, skew=None, method: Method | None = None, shape: str = ""):
         t = np.asarray(times, float)
-        rows.append({"iters": it, "method": method, "nccl_setting": setting, "size_bytes": int(size),
+        who = {"who": "ours", "tool_shape": None, **method.as_row()} if method is not None else {
+            "who": "nccl-tests", "tool_shape": shape, **{c: None for c in METHOD_COLUMNS}, "method": f"nccl-tests {shape}"}
+        rows.append({"iters": it, **who, "nccl_setting": setting, "size_bytes": int(size),
                      "time_us": float(np.median(t)), "time_us_p10": float(np.percentile(t, 10)),
                      "time_us_p90": float(np.percentile(t, 90)),
                      "start_skew_us": float(np.median(skew)) if skew else np.nan})
 
+    # every arm of ours: one CUDA graph of `it` all-reduces, nccl-tests' host clock, buffers rotating within
+    # the largest size; (NCCL setting, method)
+    g = Method(harness="graph", timer="host", rotate_bytes=rot, start="aligned", start_lead_us=LEGACY_LEAD_US)
+    arms = [("default", g.but(stream="legacy")), ("default", g), ("GRAPH_MIXING_SUPPORT=0", g),
+            ("default", g.but(api="nccl")), ("GRAPH_MIXING_SUPPORT=0", g.but(api="nccl"))]
+    arms += [("default", g.but(start_lead_us=lead)) for lead in leads if lead != LEGACY_LEAD_US]
+    arms += [("default", g.but(start="barrier"))]
     for it in iters_list:
-        base = fidelity.LEGACY_LEAD_US
-        ours = [  # (start, NCCL setting, api, stream, lead in us)
-            ("aligned", "default", "torch", "legacy", base),
-            ("aligned", "default", "torch", "side", base), ("aligned", "GRAPH_MIXING_SUPPORT=0", "torch", "side", base),
-            ("aligned", "default", "nccl", "side", base), ("aligned", "GRAPH_MIXING_SUPPORT=0", "nccl", "side", base)]
-        ours += [("aligned", "default", "torch", "side", lead) for lead in leads if lead != base]
-        ours += [("barrier", "default", "torch", "side", base)]
-        for start, setting, api, stream, lead in ours:
+        for setting, m in arms:
             t0 = time.perf_counter()
             r = collectives.run_collectives("nccl", n, sizes, ops=("all_reduce",), warmup=5, iters=it,
-                                            repeats=a.repeats, timeout_s=300, harness="graph", timer="host",
-                                            rotate_bytes=rot, start=start,
-                                            env=collectives.NCCL_VARIANTS[setting],
-                                            workdir=out / "points", api=api, stream=stream,
-                                            start_lead_us=lead)
-            print(f"ours {api} {start}{f' lead {lead} us' if start == 'aligned' else ''} {stream} {setting} "
-                  f"iters={it}: {r.status}, {len(r.rows)} points in "
+                                            repeats=a.repeats, timeout_s=300, env=collectives.NCCL_VARIANTS[setting],
+                                            workdir=out / "points", method=m)
+            print(f"ours {m.label} {setting} iters={it}: {r.status}, {len(r.rows)} points in "
                   f"{time.perf_counter() - t0:.1f} s {r.message[-600:]}", flush=True)
-            ahead = f" {lead / 1000:g} ms ahead" if start == "aligned" and lead != base else ""
-            method = (f"ours, {start} start{ahead}"
-                      + (", ncclAllReduce direct" if api == "nccl" else "")
-                      + (", legacy default stream" if stream == "legacy" else ", non-blocking stream"))
             for p in r.rows:
-                add(it, method, setting, p["size_bytes"], p["times_us"], p.get("start_skew_us"))
+                add(it, setting, p["size_bytes"], p["times_us"], p.get("start_skew_us"), method=m)
         for shape, setting in [(s, x) for s in shapes for x in SETTINGS]:
             args = ["-b", str(min(sizes)), "-e", str(rot), "-f", "2", "-g", "1", "-G", "1", "-n", str(it), "-w", "5"]
             runs = []
@@ -144,7 +139,7 @@ def main(argv=None) -> int:
                     rc, text = p.returncode, p.stdout + p.stderr
                 else:
                     rc, text = fidelity.run_processes([str(bins[shape])] + args, n, 300, env)
-                name = f"nccl_tests_{shape}_{collectives._slug(setting)}_n{it}_r{k + 1}.txt"
+                name = f"nccl_tests_{shape}_{collectives.slug(setting)}_n{it}_r{k + 1}.txt"
                 (out / name).write_text(text)
                 print(f"nccl-tests {shape} {setting} -n {it} run {k + 1}: rc {rc}", flush=True)
                 try:
@@ -152,9 +147,9 @@ def main(argv=None) -> int:
                 except fidelity.ToolOutputError as e:
                     print(f"  {e}", flush=True)
             if runs:
-                label = f"nccl-tests -t {n} -g 1" if shape == "threads" else f"nccl-tests -np {n} -g 1"
+                tool_shape = f"-t {n} -g 1" if shape == "threads" else f"-np {n} -g 1"
                 for size, v in pd.concat(runs, axis=1).iterrows():
-                    add(it, label, setting, size, v.to_numpy(float))
+                    add(it, setting, size, v.to_numpy(float), shape=tool_shape)
     df = pd.DataFrame(rows)
     df["gpus"] = n
     df["device"] = f"{n}x {torch.cuda.get_device_name(0)}"

@@ -21,7 +21,11 @@ p2pBandwidthLatencyTest's sizes (the peer copy both ways). Writes to OUTDIR:
   p2pBandwidthLatencyTest_reversed[.rK].txt   the same with the GPUs listed in reverse (several GPUs)
   ours_collectives.csv, ours_copies.csv   our raw points
   meta.json, build.log               what ran where; `--compare OUTDIR` rebuilds fidelity.csv from these
-A tool that fails to build or run is reported and the rest still runs.
+A tool that fails to build or run is reported and the rest still runs. Each of our methods is one
+helpers.interconnect.method.Method (below), which every row of ours_collectives.csv and fidelity.csv
+carries. Run it with the package importable (`pip install -e . --no-deps`, or PYTHONPATH=src).
+The committed comparisons are under data/measured/ (data/sources.yaml, role `fidelity`); `--compare` on
+one of them rebuilds its table from its raw files (copy the folder first: it rewrites fidelity.csv).
 """
 from __future__ import annotations
 
@@ -35,13 +39,29 @@ from pathlib import Path
 
 import pandas as pd
 
+from helpers.interconnect import collectives, copies as copybench, fidelity, recorded_labels
+from helpers.interconnect.method import Method
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-from helpers.interconnect import collectives, copies as copybench, fidelity  # noqa: E402
-
 ENV = {**fidelity.TOOL_ENV, "NCCL_DEBUG": "VERSION"}
 MAX_BYTES = 256 * 2**20
+
+# ---- our methods, each set against the nccl-tests command timed the same way
+EAGER = Method()                                              # our default: eager, CUDA events, one buffer
+TORCH_EAGER = Method(timer="host", rotate_bytes=MAX_BYTES)    # nccl-tests' clock and rotation
+TORCH_GRAPH = TORCH_EAGER.but(harness="graph")                # ... and its -G 1
+NCCL_EAGER, NCCL_GRAPH = TORCH_EAGER.but(api="nccl"), TORCH_GRAPH.but(api="nccl")   # sglang's pynccl call
+DIRECT_EAGER = Method.direct(timer="host", rotate_bytes=MAX_BYTES)   # torch.cuda.nccl, one process (-g N)
+DIRECT_GRAPH = DIRECT_EAGER.but(harness="graph")
+
+
+def oop(m: Method) -> Method:
+    return m.but(placement="out-of-place")
+
+
+def aligned(m: Method, lead_us: int | None = None) -> Method:
+    """m with every rank launched at one shared deadline (worker --rank-start aligned)."""
+    return m.but(start="aligned", start_lead_us=lead_us)
 FAILED_MARK = "[fidelity: the tool exited with status"
 SIZES = [8 * 2**k for k in range(26)]      # 8 B .. 256 MiB, x2: all_reduce_perf -b 8 -e 256M -f 2
 
@@ -154,51 +174,39 @@ def main(argv=None) -> int:
         sh([str(p2p_bin)], out / f"p2pBandwidthLatencyTest_reversed{'' if k == 0 else f'.r{k + 1}'}.txt", 180,
            {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in reversed(range(n)))})
 
-    # ---- ours: collectives through torch.distributed (torchrun, one process per GPU)
-    runs = [  # (variant, harness, timer, placement, rotate, start, api)
-        ("default", "eager", "events", "in-place", 0, "barrier", "torch"),
-        ("default", "eager", "host", "in-place", MAX_BYTES, "barrier", "torch"),
-        ("default", "eager", "host", "out-of-place", MAX_BYTES, "barrier", "torch"),
-        ("default", "graph", "host", "in-place", MAX_BYTES, "barrier", "torch"),
-        ("default", "graph", "host", "out-of-place", MAX_BYTES, "barrier", "torch"),
-        # ncclAllReduce called directly on a communicator of our own (helpers.interconnect.nccl): the call that
-        # sglang's pynccl makes in its decode graphs and that nccl-tests times, with a real out-of-place
-        ("default", "eager", "host", "in-place", MAX_BYTES, "barrier", "nccl"),
-        ("default", "graph", "host", "in-place", MAX_BYTES, "barrier", "nccl"),
-        ("default", "graph", "host", "out-of-place", MAX_BYTES, "barrier", "nccl"),
-    ]
-    # With several ranks: the graph harness once more with every rank launched at one shared deadline
-    # (helpers.interconnect.worker --rank-start aligned): what is left of the gap once start skew is gone
-    aligned = [("graph", "host", "in-place", MAX_BYTES, "aligned", api) for api in ("torch", "nccl")] if n > 1 else []
-    runs += [("default",) + x for x in aligned]
+    # ---- ours: collectives through torchrun, one process per GPU; ncclAllReduce on a communicator of
+    # our own (helpers.interconnect.nccl) is the call sglang's pynccl makes in its decode graphs and the one
+    # nccl-tests times, with a real out-of-place
+    runs = [("default", m) for m in (EAGER, TORCH_EAGER, oop(TORCH_EAGER), TORCH_GRAPH, oop(TORCH_GRAPH),
+                                     NCCL_EAGER, NCCL_GRAPH, oop(NCCL_GRAPH))]
+    # With several ranks: the graph harness once more with every rank launched at one shared deadline:
+    # what is left of the gap once start skew is gone
+    launched_together = [aligned(TORCH_GRAPH), aligned(NCCL_GRAPH)] if n > 1 else []
+    runs += [("default", m) for m in launched_together]
     for v in variants[1:]:
-        runs += [(v, "eager", "host", "in-place", MAX_BYTES, "barrier", "torch"),
-                 (v, "graph", "host", "in-place", MAX_BYTES, "barrier", "torch")]
-        runs += [(v,) + x for x in aligned]
+        runs += [(v, m) for m in [TORCH_EAGER, TORCH_GRAPH] + launched_together]
     results = []
-    for v, h, tm, pl, rot, start, api in runs:
+    for v, m in runs:
         t0 = time.perf_counter()
         r = collectives.run_collectives("nccl", n, SIZES, ops=("all_reduce",), warmup=5, iters=20, repeats=5,
-                                        timeout_s=120, harness=h, timer=tm, placement=pl, rotate_bytes=rot,
-                                        variant=v, env={"NCCL_DEBUG": "VERSION", **collectives.NCCL_VARIANTS[v]},
-                                        workdir="/tmp/fidelity-points", start=start, api=api)
-        print(f"ours {v} {api} {h}/{tm}/{pl}/rotate={rot}/{start}: {r.status} {len(r.rows)} points in "
-              f"{time.perf_counter() - t0:.1f} s {r.message[-800:]}", flush=True)
+                                        timeout_s=120, variant=v, method=m,
+                                        env={"NCCL_DEBUG": "VERSION", **collectives.NCCL_VARIANTS[v]},
+                                        workdir="/tmp/fidelity-points")
+        print(f"ours {v} {m.label}: {r.status} {len(r.rows)} points in {time.perf_counter() - t0:.1f} s "
+              f"{r.message[-800:]}", flush=True)
         if r.status != "ok":
             print(r.log[-3000:])
         results.append(r)
     # ---- ours: ncclAllReduce called directly (torch.cuda.nccl, one process, -g n's shape)
-    direct_runs = [("eager", "host", pl, MAX_BYTES) for pl in ("in-place", "out-of-place")]
-    if n == 1:
-        direct_runs += [("graph", "host", pl, MAX_BYTES) for pl in ("in-place", "out-of-place")]
-    for h, tm, pl, rot in direct_runs:
+    direct_runs = [DIRECT_EAGER, oop(DIRECT_EAGER)] + ([DIRECT_GRAPH, oop(DIRECT_GRAPH)] if n == 1 else [])
+    for m in direct_runs:
         t0 = time.perf_counter()
         try:
-            r = collectives.measure_direct(SIZES, placement=pl, harness=h, timer=tm, rotate_bytes=rot, gpus=n)
-            print(f"ours direct {h}/{tm}/{pl}: {len(r.rows)} points in {time.perf_counter() - t0:.1f} s", flush=True)
+            r = collectives.measure_direct(SIZES, method=m, gpus=n)
+            print(f"ours direct {m.label}: {len(r.rows)} points in {time.perf_counter() - t0:.1f} s", flush=True)
             results.append(r)
         except Exception as e:  # reported, the rest goes on
-            print(f"ours direct {h}/{tm}/{pl}: {type(e).__name__}: {e}", flush=True)
+            print(f"ours direct {m.label}: {type(e).__name__}: {e}", flush=True)
     coll = collectives.tidy(results, device_label=device)
     coll.to_csv(out / "ours_collectives.csv", index=False)
     torch_nccl = fidelity.nccl_tests_version("\n".join(r.log for r in results))
@@ -251,7 +259,9 @@ def compare(out: Path) -> pd.DataFrame:
             print(f"compare: {f.name}: the tool failed there; left out", file=sys.stderr)
             continue
         tool_txt[f.stem] = text
-    coll = pd.read_csv(out / "ours_collectives.csv")
+    # files written before methods were objects carry harness labels: mapped once, here
+    coll = recorded_labels.from_tidy(pd.read_csv(out / "ours_collectives.csv"), rotate_bytes=MAX_BYTES,
+                                     stream=recorded_labels.STUDY_STREAM.get(out.resolve().name, "side"))
     cp = pd.read_csv(out / "ours_copies.csv") if (out / "ours_copies.csv").stat().st_size > 1 else pd.DataFrame()
 
     def runs_of(name, parse):
@@ -274,52 +284,39 @@ def compare(out: Path) -> pd.DataFrame:
         return fidelity.median_of_runs(runs)
 
     rows = []
-    # how far ahead the aligned start's deadline lay (runs before the worker recorded it: LEGACY_LEAD_US)
-    leads = coll.start_lead_us.dropna() if "start_lead_us" in coll.columns else pd.Series(dtype=float)
-    ahead = f" {(leads.iloc[0] if len(leads) else fidelity.LEGACY_LEAD_US) / 1000:g} ms ahead"
+    # the aligned start's lead as this run recorded it (runs before the worker recorded one: LEGACY_LEAD_US)
+    leads = coll[coll.start == "aligned"].start_lead_us.dropna()
+    lead = int(leads.iloc[0]) if len(leads) else None
     direct = coll[coll.backend == "nccl-direct"]
     coll = coll[coll.backend != "nccl-direct"]
     for v, g in [(v, g) for v in variants for g in shapes]:
-        vs = "" if v == "default" else f", {v}"
         mine = coll[coll.variant == v]
         # torch.distributed has no out-of-place all-reduce: ours is a copy then the in-place call. On one
         # rank NCCL's out-of-place call is itself a copy, so the two match in method; across ranks ours
         # does the copy on top, so that comparison is shown but not counted as the same method.
         oop_same = n == 1
-        nt = parsed(_tool_name(v, False, g), g + vs)
+        setting = fidelity.tool_setting(g, False, v)
+        nt = parsed(_tool_name(v, False, g), setting)
         if nt is not None:
-            rows += fidelity.compare_all_reduce(nt, mine, g + vs, "eager+host_timer+rotate",
-                                                LABELS["eager+host_timer+rotate"], True, device,
-                                                placements=("in-place",))
-            rows += fidelity.compare_all_reduce(nt, mine, g + vs, "eager+host_timer+rotate",
-                                                LABELS["eager+host_timer+rotate"] + OOP_NOTE[oop_same], oop_same,
-                                                device, placements=("out-of-place",))
-            if v == "default":
-                rows += fidelity.compare_all_reduce(nt, mine, g, "eager", LABELS["eager"], False, device,
-                                                    placements=("in-place",))
-            h = "eager+host_timer+rotate+libnccl"
-            rows += fidelity.compare_all_reduce(nt, mine, g + vs, h, LABELS[h], True, device,
-                                                placements=("in-place",))
+            pairs = [(TORCH_EAGER, True), (oop(TORCH_EAGER), oop_same)] + ([(EAGER, False)] if v == "default" else [])
+            pairs += [(NCCL_EAGER, True)]
+            for m, same in pairs:
+                rows += fidelity.compare_all_reduce(nt, mine, setting, m, same, device)
             if v == "default" and g.startswith("-g"):   # the direct calls drive every GPU from one thread
-                rows += fidelity.compare_all_reduce(nt, direct, g, "eager+host_timer+rotate",
-                                                    LABELS["direct eager"], True, device)
-        ng = parsed(_tool_name(v, True, g), f"{g} -G 1{vs}")
+                for m in (DIRECT_EAGER, oop(DIRECT_EAGER)):
+                    rows += fidelity.compare_all_reduce(nt, direct, setting, m, True, device)
+        setting = fidelity.tool_setting(g, True, v)
+        ng = parsed(_tool_name(v, True, g), setting)
         if ng is not None:
-            rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", "graph+host_timer+rotate",
-                                                LABELS["graph+host_timer+rotate"], True, device,
-                                                placements=("in-place",))
-            rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", "graph+host_timer+rotate",
-                                                LABELS["graph+host_timer+rotate"] + OOP_NOTE[oop_same], oop_same,
-                                                device, placements=("out-of-place",))
-            for h in ("graph+host_timer+rotate+aligned", "graph+host_timer+rotate+aligned+libnccl"):
-                rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", h, LABELS[h] + ahead, True, device,
-                                                    placements=("in-place",))
-            # NCCL's own call: out of place is the same method as the tool's, and counted
-            rows += fidelity.compare_all_reduce(ng, mine, f"{g} -G 1{vs}", "graph+host_timer+rotate+libnccl",
-                                                LABELS["graph+host_timer+rotate+libnccl"], True, device)
+            pairs = [(TORCH_GRAPH, True), (oop(TORCH_GRAPH), oop_same), (aligned(TORCH_GRAPH, lead), True),
+                     (aligned(NCCL_GRAPH, lead), True),
+                     # NCCL's own call: out of place is the same method as the tool's, and counted
+                     (NCCL_GRAPH, True), (oop(NCCL_GRAPH), True)]
+            for m, same in pairs:
+                rows += fidelity.compare_all_reduce(ng, mine, setting, m, same, device)
             if v == "default" and g.startswith("-g"):
-                rows += fidelity.compare_all_reduce(ng, direct, f"{g} -G 1", "graph+host_timer+rotate",
-                                                    LABELS["direct graph"], True, device)
+                for m in (DIRECT_GRAPH, oop(DIRECT_GRAPH)):
+                    rows += fidelity.compare_all_reduce(ng, direct, setting, m, True, device)
     p2p_runs = runs_of("p2pBandwidthLatencyTest", fidelity.parse_p2p)
     if p2p_runs and len(cp):   # the median of the tool's runs, cell by cell, and each run against it
         rows += fidelity.copy_rows(fidelity.median_p2p(p2p_runs), cp, device)
@@ -340,25 +337,11 @@ def compare(out: Path) -> pd.DataFrame:
     return table
 
 
-LABELS = {"eager": "torch.distributed eager, CUDA events, one buffer (our default)",
-          "eager+host_timer+rotate": "torch.distributed eager, host timer, rotating buffers",
-          "graph+host_timer+rotate": "torch.distributed in one CUDA graph, host timer, rotating buffers",
-          "graph+host_timer+rotate+aligned": "torch.distributed in one CUDA graph, host timer, rotating buffers, "
-                                             "ranks launched at one deadline",
-          "eager+host_timer+rotate+libnccl": "ncclAllReduce on our own communicator (ctypes, as sglang's pynccl), "
-                                             "eager, host timer, rotating buffers",
-          "graph+host_timer+rotate+libnccl": "ncclAllReduce on our own communicator (ctypes, as sglang's pynccl) in "
-                                             "one CUDA graph, host timer, rotating buffers",
-          "graph+host_timer+rotate+aligned+libnccl": "ncclAllReduce on our own communicator (ctypes, as sglang's "
-                                                     "pynccl) in one CUDA graph, host timer, rotating buffers, "
-                                                     "ranks launched at one deadline",
-          "direct eager": "ncclAllReduce direct (torch.cuda.nccl), eager, host timer, rotating buffers",
-          "direct graph": "ncclAllReduce direct (torch.cuda.nccl) in one CUDA graph, host timer, rotating buffers"}
-OOP_NOTE = {True: "", False: "; out of place = a copy, then the in-place all-reduce"}
+
 def _tool_name(variant: str, graph: bool, shape: str) -> str:
     kind = "" if shape.startswith("-g") else "_procs" if shape.startswith("-np") else "_threads"
     base = "nccl_tests_all_reduce" + kind + ("_graph" if graph else "")
-    return base if variant == "default" else f"{base}_{collectives._slug(variant)}"
+    return base if variant == "default" else f"{base}_{collectives.slug(variant)}"
 
 
 if __name__ == "__main__":

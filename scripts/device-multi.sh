@@ -16,6 +16,7 @@ cd "$(dirname "$0")/.."
 STEPS=${STEPS:-fidelity book tests}
 BUDGET_S=${BUDGET_S:-580}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"   # the benchmark scripts import the helpers package
 { nvidia-smi; nvidia-smi topo -m; nvidia-smi topo -p2p r; } > "$OUT/nvidia-smi.txt" 2>&1
 has() { case " $STEPS " in *" $1 "*) return 0;; *) return 1;; esac; }
 if has fidelity; then

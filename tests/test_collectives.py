@@ -11,6 +11,7 @@ import torch
 
 from helpers.interconnect import collectives, suite as ic
 from helpers.interconnect.collectives import CollectiveConfigError
+from helpers.interconnect.method import Method, MethodError
 
 
 # ---------------------------------------------------------------- arithmetic (nccl-tests PERFORMANCE.md)
@@ -39,7 +40,7 @@ def test_tidy_applies_the_arithmetic():
     r = collectives.RunResult("default", "nccl", 4, "ok", 0, 1.0, "", rows=[{
         "op": "all_reduce", "backend": "nccl", "variant": "default", "world_size": 4, "dtype": "float32",
         "count": 256, "size_bytes": 1024, "iters": 20, "repeats": 3, "warmup": 5, "times_us": [10.0, 12.0, 11.0],
-        "placement": "in-place", "device": "GPU"}])
+        **Method().as_row(), "device": "GPU"}])
     t = collectives.tidy([r]).iloc[0]
     assert t.time_us == 11.0 and t.time_us_min == 10.0 and t.time_us_max == 12.0
     assert t.algbw_GBps == pytest.approx(1024 / 11e3)
@@ -76,13 +77,21 @@ def test_bad_sizes(sizes, msg):
 def test_bad_ops_and_variants():
     with pytest.raises(CollectiveConfigError, match="ops"):
         collectives.run_collectives("gloo", 2, [64], ops=["broadcast_all"])
-    with pytest.raises(CollectiveConfigError, match="unknown NCCL variant"):
-        collectives.run_variants(["NCCL_GO_FAST"], 2, [64])
+    with pytest.raises(CollectiveConfigError, match="must be a helpers.interconnect.method.Method"):
+        collectives.run_collectives("gloo", 2, [64], method={"harness": "graph"})
+
+
+def test_tidy_refuses_a_point_of_another_method():
+    p = {"op": "all_reduce", "backend": "gloo", "variant": "default", "world_size": 2, "dtype": "float32",
+         "count": 16, "size_bytes": 64, "iters": 2, "repeats": 1, "warmup": 1, "times_us": [3.0],
+         **Method(timer="host").as_row(), "device": "cpu"}
+    with pytest.raises(MethodError, match="not by the run's method 'eager'"):
+        collectives.tidy([collectives.RunResult("default", "gloo", 2, "ok", 0, 1.0, "", rows=[p])])
 
 
 def test_plans_by_machine():
     cpu = ic.plan_collectives(ic.Machine(0, "", 2, 0))
-    assert cpu.runs == [("gloo", 2, "default", "CPU processes", {})] and "no GPU" in cpu.statements[0]
+    assert cpu.runs == [("gloo", 2, "default", "CPU processes", ic.EAGER_METHOD)] and "no GPU" in cpu.statements[0]
     one = ic.plan_collectives(ic.Machine(1, "H200", 16, 0))
     assert [r[:3] for r in one.runs] == [("nccl", 1, "default"), ("gloo", 2, "default")]
     assert "one GPU" in one.statements[0] and "skipped" in one.statements[0]
@@ -90,14 +99,14 @@ def test_plans_by_machine():
     assert {r[2] for r in eight.runs} == set(collectives.NCCL_VARIANTS) | {ic.REPEAT_VARIANT}
     assert all(r[1] == 8 for r in eight.runs)
     # the default once eager (the investigation's way), then every variant by the variant method
-    assert eight.runs[0][2:] == ("default", "one process per GPU, eager", {})
+    assert eight.runs[0][2:] == ("default", "one process per GPU, eager", Method())
     assert [r[2] for r in eight.runs[1:]] == list(collectives.NCCL_VARIANTS) + [ic.REPEAT_VARIANT]
     assert all(r[4] == ic.VARIANT_METHOD for r in eight.runs[1:])
     some = ic.plan_collectives(ic.Machine(2, "GPU", 64, 2), variants="ALGO=Ring")
-    assert [(r[2], r[4].get("harness", "eager")) for r in some.runs] == \
+    assert [(r[2], r[4].harness) for r in some.runs] == \
         [("default", "eager"), ("default", "graph"), ("ALGO=Ring", "graph"), (ic.REPEAT_VARIANT, "graph")]
     none = ic.plan_collectives(ic.Machine(2, "GPU", 64, 2), variants="none")
-    assert [(r[2], r[4]) for r in none.runs] == [("default", {})]
+    assert [(r[2], r[4]) for r in none.runs] == [("default", ic.EAGER_METHOD)]
     with pytest.raises(CollectiveConfigError, match="more ranks than the 2 GPUs"):
         ic.plan_collectives(ic.Machine(2, "GPU", 64, 2), world_size=4)
     with pytest.raises(CollectiveConfigError, match="unknown variant"):
@@ -151,7 +160,6 @@ def test_a_failed_run_is_reported_and_the_next_still_runs(tmp_path):
 
 # ---------------------------------------------------------------- nccl-tests' timing method (fidelity options)
 @pytest.mark.parametrize("kw,msg", [
-    ({"harness": "graph"}, "harness = 'graph' needs CUDA graphs"),
     ({"harness": "replay"}, "harness = 'replay'"),
     ({"timer": "wallclock"}, "timer = 'wallclock'"),
     ({"placement": "sideways"}, "placement = 'sideways'"),
@@ -160,31 +168,30 @@ def test_a_failed_run_is_reported_and_the_next_still_runs(tmp_path):
     ({"start": "whenever"}, "start = 'whenever'"),
 ])
 def test_bad_timing_method(kw, msg):
-    with pytest.raises(CollectiveConfigError, match=msg):
-        collectives.run_collectives("gloo", 2, [64], **kw)
+    with pytest.raises(MethodError, match=msg):
+        collectives.run_collectives("gloo", 2, [64], method=Method(**kw))
 
 
-def test_harness_label_names_the_method():
-    assert collectives._harness_label({}) == "eager"
-    assert collectives._harness_label({"harness": "graph", "timer": "host", "rotate_bytes": 2**28}) == \
-        "graph+host_timer+rotate"
-    assert collectives._harness_label({"harness": "eager", "timer": "events", "rotate_bytes": 0}) == "eager"
-    assert collectives._harness_label({"harness": "graph", "timer": "host", "start": "aligned"}) == \
-        "graph+host_timer+aligned"
+def test_a_method_the_backend_cannot_run_is_refused_before_launching():
+    with pytest.raises(MethodError, match="harness = 'graph' needs CUDA graphs"):
+        collectives.run_collectives("gloo", 2, [64], method=Method(harness="graph"))
+    with pytest.raises(MethodError, match="measured by collectives.measure_direct"):
+        collectives.run_collectives("gloo", 2, [64], method=Method.direct())
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.integration
 def test_aligned_start_runs_and_records_the_launch_skew(tmp_path):
     # two gloo processes on this host: both record their launch instant on the shared monotonic clock
+    m = Method(timer="host", start="aligned")
     r = collectives.run_collectives("gloo", 2, [64, 4096], ops=("all_reduce",), warmup=1, iters=4, repeats=3,
-                                    timeout_s=90, workdir=tmp_path, timer="host", start="aligned")
+                                    timeout_s=90, workdir=tmp_path, method=m)
     assert r.status == "ok", r.message + r.log[-2000:]
     for p in r.rows:
         assert p["start"] == "aligned" and len(p["start_skew_us"]) == 3
         assert all(0 <= s < 1e6 for s in p["start_skew_us"])     # under a second apart: one deadline
     t = collectives.tidy([r])
-    assert (t.harness == "eager+host_timer+aligned").all() and (t.start_skew_us >= 0).all()
+    assert (t.method == m.label).all() and (t.start_skew_us >= 0).all() and (t.start == "aligned").all()
     b = collectives.run_collectives("gloo", 2, [64], ops=("all_reduce",), warmup=1, iters=4, repeats=2,
                                     timeout_s=90, workdir=tmp_path)
     assert b.status == "ok" and b.rows[0]["start"] == "barrier" and len(b.rows[0]["start_skew_us"]) == 2
@@ -192,15 +199,15 @@ def test_aligned_start_runs_and_records_the_launch_skew(tmp_path):
     assert (t.start_lead_us == 300).all() and (t.late_starts >= 0).all()
     # a longer lead: every rank still meets the deadline, and the point records the lead it used
     lg = collectives.run_collectives("gloo", 2, [64], ops=("all_reduce",), warmup=1, iters=4, repeats=2,
-                                     timeout_s=90, workdir=tmp_path, start="aligned", start_lead_us=30000)
+                                     timeout_s=90, workdir=tmp_path, method=Method(start="aligned", start_lead_us=30000))
     assert lg.status == "ok" and lg.rows[0]["start_lead_us"] == 30000 and lg.rows[0]["late_starts"] == 0
     # a deadline 1 us ahead has passed before any rank can wait for it: every repeat is counted late
     sh = collectives.run_collectives("gloo", 2, [64], ops=("all_reduce",), warmup=1, iters=4, repeats=3,
-                                     timeout_s=90, workdir=tmp_path, start="aligned", start_lead_us=1)
+                                     timeout_s=90, workdir=tmp_path, method=Method(start="aligned", start_lead_us=1))
     assert sh.status == "ok" and sh.rows[0]["late_starts"] == 3
     assert collectives.tidy([sh]).late_starts.iloc[0] == 3
-    with pytest.raises(CollectiveConfigError, match="start_lead_us = 0 must be an integer >= 1"):
-        collectives.run_collectives("gloo", 2, [64], start="aligned", start_lead_us=0)
+    with pytest.raises(MethodError, match="start_lead_us = 0 must be an integer >= 1"):
+        Method(start="aligned", start_lead_us=0)
 
 
 @pytest.mark.timeout(120)
@@ -208,12 +215,12 @@ def test_aligned_start_runs_and_records_the_launch_skew(tmp_path):
 def test_host_timer_out_of_place_and_rotation_run_for_real(tmp_path):
     # two gloo processes; the worker checks the out-of-place result (the sum lands in the second buffer)
     r = collectives.run_collectives("gloo", 2, [64, 4096], ops=("all_reduce",), warmup=2, iters=4, repeats=2,
-                                    timeout_s=90, workdir=tmp_path, timer="host", placement="out-of-place",
-                                    rotate_bytes=8192)
+                                    timeout_s=90, workdir=tmp_path,
+                                    method=Method(timer="host", placement="out-of-place", rotate_bytes=8192))
     assert r.status == "ok", r.message + r.log[-2000:]
     t = collectives.tidy([r])
     assert set(t.size_bytes) == {64, 4096} and (t.time_us > 0).all()
-    assert (t.placement == "out-of-place").all() and (t.harness == "eager+host_timer+rotate").all()
+    assert (t.placement == "out-of-place").all() and (t.method == "eager+host_timer+rotate_8KiB+out_of_place").all()
     assert all(p["rotate_bytes"] == 8192 and p["timer"] == "host" for p in r.rows)
 
 
@@ -234,28 +241,30 @@ def test_fit_table_columns_and_recorded_row():
 @pytest.mark.timeout(180)
 def test_graph_harness_and_out_of_place_on_one_gpu(tmp_path):
     r = collectives.run_collectives("nccl", 1, [4096, 2**20], ops=("all_reduce",), warmup=2, iters=5, repeats=2,
-                                    timeout_s=150, workdir=tmp_path, harness="graph", timer="host",
-                                    placement="out-of-place", rotate_bytes=2**22)
+                                    timeout_s=150, workdir=tmp_path, method=Method(
+                                        harness="graph", timer="host", placement="out-of-place", rotate_bytes=2**22))
     assert r.status == "ok", r.message + r.log[-2000:]
     t = collectives.tidy([r])
-    assert (t.harness == "graph+host_timer+rotate").all() and (t.time_us > 0).all()
+    assert (t.method == "graph+host_timer+rotate_4MiB+out_of_place").all() and (t.time_us > 0).all()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
 def test_direct_nccl_without_a_gpu_is_a_clear_error():
     with pytest.raises(CollectiveConfigError, match="measure_direct needs a CUDA GPU"):
         collectives.measure_direct([64])
-    with pytest.raises(CollectiveConfigError, match="timer = 'sundial'"):
-        collectives.measure_direct([64], timer="sundial")
+    with pytest.raises(MethodError, match="timer = 'sundial'"):
+        collectives.measure_direct([64], method=Method.direct(timer="sundial"))
+    with pytest.raises(MethodError, match="measured with api='direct'"):
+        collectives.measure_direct([64], method=Method())
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 def test_direct_nccl_graph_out_of_place_on_one_gpu():
-    r = collectives.measure_direct([4096, 2**20], placement="out-of-place", harness="graph", rotate_bytes=2**22,
-                                   iters=5, repeats=2)
+    m = Method.direct(placement="out-of-place", harness="graph", timer="host", rotate_bytes=2**22)
+    r = collectives.measure_direct([4096, 2**20], method=m, iters=5, repeats=2)
     t = collectives.tidy([r])
-    assert (t.backend == "nccl-direct").all() and (t.harness == "graph+host_timer+rotate").all()
+    assert (t.backend == "nccl-direct").all() and (t.method == m.label).all()
     assert (t.time_us > 0).all()
 
 
@@ -263,35 +272,34 @@ def test_direct_nccl_bad_gpu_count_and_graph_across_gpus_are_clear_errors():
     with pytest.raises(CollectiveConfigError, match="gpus = 0"):
         collectives.measure_direct([64], gpus=0)
     with pytest.raises(CollectiveConfigError, match="harness='graph' needs gpus=1"):
-        collectives.measure_direct([64], harness="graph", gpus=2)
+        collectives.measure_direct([64], method=Method.direct(harness="graph"), gpus=2)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_direct_nccl_and_torchrun_across_two_gpus(tmp_path):
-    r = collectives.measure_direct([4096, 2**20], placement="out-of-place", gpus=2, rotate_bytes=2**22,
-                                   iters=5, repeats=2)
+    r = collectives.measure_direct([4096, 2**20], method=Method.direct(placement="out-of-place", rotate_bytes=2**22),
+                                   gpus=2, iters=5, repeats=2)
     t = collectives.tidy([r])
-    assert (t.world_size == 2).all() and (t.time_us > 0).all()
+    assert (t.world_size == 2).all() and (t.time_us > 0).all() and (t.timer == "host").all()   # several GPUs
     r2 = collectives.run_collectives("nccl", 2, [4096, 2**20], warmup=2, iters=5, repeats=2, timeout_s=150,
-                                     workdir=tmp_path, harness="graph", timer="host", rotate_bytes=2**22)
+                                     workdir=tmp_path, method=Method(harness="graph", timer="host", rotate_bytes=2**22))
     assert r2.status == "ok", r2.message + r2.log[-2000:]
     t2 = collectives.tidy([r2])
     assert set(t2.op) == {"all_reduce", "all_to_all"} and (t2.world_size == 2).all()
 
 
 def test_nccl_api_needs_the_nccl_backend_and_a_known_name():
-    with pytest.raises(CollectiveConfigError, match="api = 'nccl' calls libnccl"):
-        collectives.check_method("gloo", "eager", "host", "in-place", 0, api="nccl")
-    with pytest.raises(CollectiveConfigError, match="api = 'mpi' is not known"):
-        collectives.check_method("nccl", "eager", "host", "in-place", 0, api="mpi")
-    assert collectives._harness_label({"harness": "graph", "timer": "host", "api": "nccl"}) == "graph+host_timer+libnccl"
-    assert collectives._harness_label({"harness": "graph", "timer": "host"}) == "graph+host_timer"
-    assert collectives._harness_label({"harness": "graph", "stream": "legacy"}) == "graph+legacy_stream"
-    with pytest.raises(CollectiveConfigError, match="stream = 'blue' is not known"):
-        collectives.run_collectives("gloo", 2, [64], stream="blue")
-    with pytest.raises(CollectiveConfigError, match="control = 'gloo'"):
-        collectives.run_collectives("gloo", 2, [64], control="gloo")
+    with pytest.raises(MethodError, match="api = 'nccl' calls libnccl"):
+        Method(api="nccl", timer="host").check_backend("gloo")
+    with pytest.raises(MethodError, match="api = 'mpi' is not known"):
+        Method(api="mpi")
+    with pytest.raises(MethodError, match="stream = 'blue' is not known"):
+        collectives.run_collectives("gloo", 2, [64], method=Method(stream="blue"))
+    with pytest.raises(MethodError, match="control = 'gloo'"):
+        collectives.run_collectives("gloo", 2, [64], method=Method(control="gloo"))
+    with pytest.raises(MethodError, match="stream = 'legacy' places GPU work"):
+        collectives.run_collectives("gloo", 2, [64], method=Method(stream="legacy"))
 
 
 def test_nccl_api_worker_refuses_gloo_with_a_clear_error(tmp_path):
@@ -300,7 +308,7 @@ def test_nccl_api_worker_refuses_gloo_with_a_clear_error(tmp_path):
     p = subprocess.run([sys.executable, "-m", "helpers.interconnect.worker", "--backend", "gloo", "--sizes", "64",
                         "--api", "nccl", "--out", str(tmp_path / "o.jsonl")], capture_output=True, text=True,
                        timeout=120, env=env)
-    assert p.returncode != 0 and "--api nccl needs --backend nccl" in p.stderr
+    assert p.returncode != 0 and "api = 'nccl' calls libnccl" in p.stderr and "backend 'gloo'" in p.stderr
 
 
 @pytest.mark.integration
@@ -337,26 +345,27 @@ def test_ncclbind_on_a_cpu_build_says_what_is_missing():
 def test_nccl_api_eager_and_graph_on_every_gpu(tmp_path):
     n = min(torch.cuda.device_count(), 2)
     for harness, placement in (("eager", "in-place"), ("graph", "out-of-place")):
+        m = Method(harness=harness, timer="host", placement=placement, rotate_bytes=2**22, api="nccl",
+                   start="aligned" if n > 1 else "barrier")
         r = collectives.run_collectives("nccl", n, [4096, 2**20], warmup=2, iters=5, repeats=2, timeout_s=150,
-                                        workdir=tmp_path, harness=harness, timer="host", placement=placement,
-                                        rotate_bytes=2**22, api="nccl", start="aligned" if n > 1 else "barrier")
+                                        workdir=tmp_path, method=m)
         assert r.status == "ok", r.message + r.log[-2000:]
         t = collectives.tidy([r])
         assert set(t.op) == {"all_reduce", "all_to_all"} and (t.world_size == n).all() and (t.time_us > 0).all()
-        assert t.harness.str.endswith("+libnccl").all()
+        assert (t.api == "nccl").all() and set(t.method) == {m.label, m.for_op("all_to_all").label}
 
 
 def test_best_variant_ranks_the_variant_method_rows_and_says_when_a_win_is_clear():
-    def row(variant, harness, t, p10, p90, size=12288):
-        return {"op": "all_reduce", "backend": "nccl", "variant": variant, "world_size": 2, "harness": harness,
+    def row(variant, method, t, p10, p90, size=12288):
+        return {"op": "all_reduce", "backend": "nccl", "variant": variant, "world_size": 2, "method": method,
                 "size_bytes": size, "time_us": t, "time_us_p10": p10, "time_us_p90": p90}
-    g = ic.VARIANT_HARNESS_LABEL
+    g = ic.VARIANT_METHOD.label
     sweep = pd.DataFrame([
         row("default", "eager", 40.0, 30.0, 60.0), row("PROTO=LL", "eager", 20.0, 19.0, 21.0),   # eager: ignored
         row("default", g, 10.0, 9.8, 10.2), row("PROTO=LL", g, 8.0, 7.9, 8.1), row("ALGO=Ring", g, 9.9, 9.0, 11.0),
         row("default", g, 30.0, 29.0, 31.0, size=49152), row("ALGO=Ring", g, 29.5, 29.0, 31.0, size=49152),
     ])
-    assert set(ic.variant_rows(sweep).harness) == {g}
+    assert set(ic.variant_rows(sweep).method) == {g}
     best = ic.best_variant(sweep, [12288, 49152, 196608]).set_index("size_bytes")
     assert list(best.index) == [12288, 49152]                      # no row at 196608: left out
     assert best.loc[12288, "best_variant"] == "PROTO=LL" and best.loc[12288, "clear_win"]
@@ -370,7 +379,7 @@ def test_best_variant_ranks_the_variant_method_rows_and_says_when_a_win_is_clear
     # the ranking without a variant: the next best takes its place
     assert ic.best_variant(sweep, [12288], exclude=["PROTO=LL"]).iloc[0].best_variant == "ALGO=Ring"
     # a run made before the variant method existed: the eager rows are used
-    old = sweep[sweep.harness == "eager"]
+    old = sweep[sweep.method == "eager"]
     assert ic.best_variant(old, [12288]).iloc[0].best_variant == "PROTO=LL"
 
 
@@ -382,8 +391,8 @@ def test_a_failed_launch_reports_the_failing_ranks_own_error():
         "[rank0]: Traceback (most recent call last):", "[rank0]: RuntimeError: peer went away",
         "Traceback (most recent call last):", "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
         "helpers.interconnect.worker FAILED", "Root Cause (first observed failure):"])
-    msg = collectives._tail(out)
+    msg = collectives.failure_message(out)
     assert "invalid usage (ALGO=Tree)" in msg and "ChildFailedError" not in msg and "[rank0]" not in msg
     assert msg.startswith("[rank1]: torch.distributed.DistBackendError")   # the cause first, then the traceback
     assert msg.index("traceback:") < msg.index("line 3, in main")
-    assert collectives._tail("just a plain error\n***\n") == "just a plain error"
+    assert collectives.failure_message("just a plain error\n***\n") == "just a plain error"

@@ -6,8 +6,10 @@ import math
 import pandas as pd
 import pytest
 
-from helpers.interconnect import collectives, copies as copybench, fidelity
+from helpers.book import plotting
+from helpers.interconnect import collectives, copies as copybench, fidelity, studies
 from helpers.interconnect.fidelity import ToolOutputError
+from helpers.interconnect.method import Method
 
 
 def _nccl_line(size, t_oop, t_ip, wrong=0):
@@ -100,21 +102,25 @@ def test_row_ratio_and_tolerance():
     assert r["within_tolerance"] is None and math.isnan(r["tolerance"])
 
 
-def _ours(times: dict, harness="eager+host_timer+rotate", placement="in-place"):
+HOST = Method(timer="host", rotate_bytes=2**28)
+
+
+def _ours(times: dict, method=HOST):
     rows = [{"op": "all_reduce", "backend": "nccl", "variant": "default", "world_size": 1, "dtype": "float32",
              "count": s // 4, "size_bytes": s, "iters": 20, "repeats": 1, "warmup": 5, "times_us": [t],
-             "placement": placement, "device": "GPU", "harness": harness.split("+")[0],
-             "timer": "host" if "host_timer" in harness else "events",
-             "rotate_bytes": 2**28 if "rotate" in harness else 0} for s, t in times.items()]
-    return collectives.tidy([collectives.RunResult("default", "nccl", 1, "ok", 0, 1.0, "", rows=rows)])
+             **method.as_row(), "device": "GPU"} for s, t in times.items()]
+    return collectives.tidy([collectives.RunResult("default", "nccl", 1, "ok", 0, 1.0, "", rows=rows, method=method)])
 
 
 def test_compare_and_verdict_fail_when_one_size_is_off():
     nt = fidelity.parse_nccl_tests(NCCL_OUT)
+    oop = HOST.but(placement="out-of-place")
     ours = pd.concat([_ours({8: 0.53, 1024: 0.51, 268435456: 0.80}),
-                      _ours({8: 4.2, 1024: 4.3, 268435456: 161.0}, placement="out-of-place")])
-    rows = fidelity.compare_all_reduce(nt, ours, "-g 1", "eager+host_timer+rotate", "ours", True, "GPU")
+                      _ours({8: 4.2, 1024: 4.3, 268435456: 161.0}, method=oop)])
+    rows = (fidelity.compare_all_reduce(nt, ours, "-g 1", HOST, True, "GPU")
+            + fidelity.compare_all_reduce(nt, ours, "-g 1", oop, True, "GPU"))
     t = pd.DataFrame(rows, columns=fidelity.COLUMNS)
+    assert set(t.method) == {HOST.label, oop.label} and set(t.ours_method) == {HOST.description, oop.description}
     assert len(t) == 6 and set(t.tool_setting) == {"-g 1, in-place", "-g 1, out-of-place"}
     v = fidelity.verdict(t).set_index("tool_setting")
     assert not v.loc["-g 1, in-place", "holds"] and v.loc["-g 1, in-place", "within"] == 2
@@ -122,18 +128,21 @@ def test_compare_and_verdict_fail_when_one_size_is_off():
     assert v.loc["-g 1, out-of-place", "holds"]
     assert v.loc["-g 1, in-place", "within_from_bytes"] != v.loc["-g 1, in-place", "within_from_bytes"]  # NaN
     assert v.loc["-g 1, out-of-place", "within_from_bytes"] == 8
-    fig = fidelity.plot_ratios(t)
+    fig = plotting.fidelity_ratio_figure(t, fidelity.TOLERANCES["all_reduce_time"])
     assert len(fig.axes) == 2 and fig.axes[0].get_lines()
 
 
-def test_committed_file_loads_or_is_absent(tmp_path):
-    t = fidelity.load_committed()
-    if t is not None:   # the measured file is committed: it has the columns and a verdict
-        assert list(t.columns[:len(fidelity.COLUMNS)]) == fidelity.COLUMNS and len(fidelity.verdict(t))
-    assert fidelity.load_committed(str(tmp_path / "absent.csv")) is None
+def test_the_registered_comparisons_load_with_their_methods(tmp_path):
+    t = studies.fidelity_tables()
+    assert set(fidelity.COLUMNS) <= set(t.columns) and len(fidelity.verdict(t))
+    assert set(t.setup) == {"1x NVIDIA H200", "2x NVIDIA H200"}
+    ar = t[t.quantity == "all_reduce time per call"]
+    assert ar.method.notna().all() and t[t.copy_harness.notna()].method.isna().all()
+    fig = plotting.fidelity_ratio_figure(t[t.setup == "2x NVIDIA H200"], fidelity.TOLERANCES["all_reduce_time"])
+    assert fig.axes[1].get_legend_handles_labels()[1]
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ToolOutputError, match="lacks columns"):
-        fidelity.load_committed(str(tmp_path / "bad.csv"))
+        studies.read_fidelity(tmp_path / "bad.csv", "bad")
 
 
 def test_verdict_ignores_rows_of_another_method_and_reads_a_saved_csv(tmp_path):
@@ -300,28 +309,61 @@ def test_reversed_p2p_runs_are_reindexed_and_each_direction_is_compared_where_it
 
 
 def test_gap_summary_sets_each_method_against_the_one_process_per_gpu_tool():
+    m = Method(harness="graph", timer="host", start="aligned")
+    tool = {"who": "nccl-tests", "tool_shape": "-np 2 -g 1", **{c: None for c in Method().as_row()},
+            "method": "nccl-tests -np 2 -g 1"}
+    ours = {"who": "ours", "tool_shape": None, **m.as_row()}
     rows = []
     for size in (8, 1024, 2**20):
-        for method, setting, t, skew in [("nccl-tests -np 2 -g 1", "default", 6.0, None),
-                                         ("ours, aligned start", "default", 9.0, 0.2),
-                                         ("nccl-tests -np 2 -g 1", "GRAPH_MIXING_SUPPORT=0", 8.0, None),
-                                         ("ours, aligned start", "GRAPH_MIXING_SUPPORT=0", 6.0, 1.0)]:
-            rows.append({"iters": 20, "method": method, "nccl_setting": setting, "size_bytes": size,
+        for who, setting, t, skew in [(tool, "default", 6.0, None), (ours, "default", 9.0, 0.2),
+                                      (tool, "GRAPH_MIXING_SUPPORT=0", 8.0, None),
+                                      (ours, "GRAPH_MIXING_SUPPORT=0", 6.0, 1.0)]:
+            rows.append({"iters": 20, **who, "nccl_setting": setting, "size_bytes": size,
                          "time_us": t * (10 if size == 2**20 else 1), "time_us_p10": t, "time_us_p90": t,
                          "start_skew_us": skew})
     s = fidelity.gap_summary(pd.DataFrame(rows)).set_index(["method", "nccl_setting"])
-    ours = s.loc[("ours, aligned start", "default")]
-    assert ours.gap_us == pytest.approx(3.0) and ours.ratio == pytest.approx(1.5) and ours.start_skew_us == 0.2
+    mine = s.loc[(m.label, "default")]
+    assert mine.gap_us == pytest.approx(3.0) and mine.ratio == pytest.approx(1.5) and mine.start_skew_us == 0.2
+    assert mine.start_lead_us == m.start_lead_us and mine.who == "ours"     # the method's fields come along
     # compared under the same NCCL setting: the tool's own mixing-off time is the reference there
-    assert s.loc[("ours, aligned start", "GRAPH_MIXING_SUPPORT=0")].ratio == pytest.approx(0.75)
+    assert s.loc[(m.label, "GRAPH_MIXING_SUPPORT=0")].ratio == pytest.approx(0.75)
     assert s.loc[("nccl-tests -np 2 -g 1", "default")].gap_us == 0.0
     with pytest.raises(ToolOutputError, match="lacks columns"):
         fidelity.gap_summary(pd.DataFrame({"iters": [20]}))
-    assert fidelity.load_gap() is not None                    # the committed measurement is in the checkout
 
 
-def test_lead_ms_reads_the_lead_a_label_names_and_the_legacy_lead_where_it_names_none():
-    assert fidelity.lead_ms("ours, aligned start 0.2 ms ahead, non-blocking stream") == 0.2
-    assert fidelity.lead_ms("torch.distributed ..., ranks launched at one deadline 0.3 ms ahead, in-place") == 0.3
-    assert fidelity.lead_ms("ours, aligned start, non-blocking stream") == fidelity.LEGACY_LEAD_US / 1000
-    assert fidelity.lead_ms("ours, barrier start, non-blocking stream") is None
+def test_the_registered_gap_studies_load_with_their_methods():
+    for role in studies.GAP_ROLES:
+        g = studies.gap(role)
+        assert set(fidelity.GAP_COLUMNS) <= set(g.columns) and set(g.who) == {"ours", "nccl-tests"}
+        assert g[g.who == "ours"].rotate_bytes.eq(2**20).all()
+    idle = fidelity.gap_summary(studies.gap("allreduce-gap-idle"))
+    leads = set(idle[(idle.who == "ours") & (idle.start == "aligned") & (idle.api == "torch")
+                     & (idle.stream == "side")].start_lead_us)
+    assert leads == {200, 2000, 20000}
+
+
+@pytest.mark.integration
+def test_compare_rebuilds_the_committed_two_gpu_table_from_its_raw_files(tmp_path):
+    """benchmarks/fidelity.py --compare on a copy of the registered study gives the committed comparison:
+    the same rows in the same order, the same numbers, and the methods the recorded strings map to."""
+    import shutil
+    import subprocess
+    import sys
+
+    from helpers import repo_root
+    from helpers.book import recorded
+
+    st = [s for s in recorded.measured_studies("fidelity") if s.id == "fidelity-h200x2-20261129e"][0]
+    d = tmp_path / st.id
+    shutil.copytree(st.path, d)
+    p = subprocess.run([sys.executable, str(repo_root() / "benchmarks" / "fidelity.py"), "--compare", str(d)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    old, new = studies.read_fidelity(st.path / "fidelity.csv", st.id), studies.read_fidelity(d / "fidelity.csv", st.id)
+    key = ["quantity", "tool_setting", "size_bytes", "method", "copy_harness", "same_method", "setup"]
+    pd.testing.assert_frame_equal(old[key], new[key])
+    for c in ("tool_value", "ours_value", "ratio"):
+        assert old[c].equals(new[c]), c
+    assert (new.dropna(subset=["method"]).ours_method
+            == [Method.from_row(r).description for _, r in new.dropna(subset=["method"]).iterrows()]).all()

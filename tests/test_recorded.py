@@ -67,3 +67,40 @@ def test_hardware_items_are_cited():
     hw = recorded.hardware()
     assert hw["gpu_count"].value == "8"
     assert hw["p2p_read_all_pairs"].seed_file.endswith(".txt")
+
+
+def test_every_measured_study_is_registered_with_its_provenance():
+    """Every folder under data/measured/ has a sources.yaml entry (machine, date, commit, command, role) and
+    a README, and every measured entry has its folder."""
+    found = recorded.measured_studies()
+    folders = {p.name for p in (recorded.data_dir() / "measured").iterdir() if p.is_dir()}
+    assert {s.id for s in found} == folders and folders
+    for s in found:
+        assert all(s.entry.get(k) for k in recorded.schema()["_measured"]["keys"]), s.id
+        assert (s.path / "README.md").exists(), s.id
+    assert recorded.study("allreduce-gap-idle").id == "allreduce-gap-h200x2-20261129c"
+
+
+def test_an_unregistered_study_or_an_incomplete_entry_is_refused(tmp_path, monkeypatch):
+    real = recorded.schema()
+    monkeypatch.setattr(recorded, "schema", lambda: real)
+    monkeypatch.setattr(recorded, "data_dir", lambda: tmp_path)
+    (tmp_path / "measured" / "study-x").mkdir(parents=True)
+    monkeypatch.setattr(recorded, "sources", lambda: {})
+    with pytest.raises(recorded.DataError, match="data/measured/study-x/ has no entry in data/sources.yaml"):
+        recorded.measured_studies()
+    entry = {"kind": "measured", "file": "data/measured/study-x/", "title": "t", "machine": "m", "date": "d",
+             "commit": "c", "command": "python3 x.py", "role": "fidelity"}
+    monkeypatch.setattr(recorded, "sources", lambda: {"study-x": {**entry, "commit": ""}})
+    with pytest.raises(recorded.DataError, match="'study-x' lacks \\['commit'\\]"):
+        recorded.measured_studies()
+    monkeypatch.setattr(recorded, "sources", lambda: {"study-x": {**entry, "role": "decoration"}})
+    with pytest.raises(recorded.DataError, match="role 'decoration'"):
+        recorded.measured_studies()
+    monkeypatch.setattr(recorded, "sources", lambda: {"study-x": entry, "study-y": {**entry, "file": "data/measured/study-y/"}})
+    with pytest.raises(recorded.DataError, match="'study-y' names file"):
+        recorded.measured_studies()
+    monkeypatch.setattr(recorded, "sources", lambda: {"study-x": entry})
+    assert [s.id for s in recorded.measured_studies("fidelity")] == ["study-x"]
+    with pytest.raises(recorded.DataError, match="exactly one measured study of role 'allreduce-gap-idle'"):
+        recorded.study("allreduce-gap-idle")

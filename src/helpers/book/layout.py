@@ -60,6 +60,22 @@ RESULTS: dict[tuple[str, str], Result] = {
                FIT_COLUMNS),
         Result("06_vm_p2p", "collective_sweep", "collective_sweep.csv",
                "every collective point measured by the VM/P2P chapter"),
+        Result("07_decode_step", "step_times", "step_times.csv",
+               "the emulated decode step timed on this machine: per point the step, each component and op alone",
+               ("model", "device", "tp", "dtype", "attention", "batch", "context", "mode", "what", "median_us",
+                "p10_us", "p90_us", "repeats", "kernels")),
+        Result("07_decode_step", "step_bytes", "step_bytes.csv",
+               "bytes one rank reads per component of the emulated step (emulated and checkpoint precision)",
+               ("batch", "context", "component", "bytes_emulated", "bytes_checkpoint", "distinct_experts")),
+        Result("07_decode_step", "step_meta", "step_meta.json",
+               "the decode-step measurement's launch floor, copy bandwidth, memory plan and device"),
+        Result("07_decode_step", "sharding_check", "sharding_check.csv",
+               "the two-rank gloo step against the unsharded one (and a wrong split), scaled-down model"),
+        Result("07_decode_step", "split", "split.csv", "each component of the step alone at batch 1 and the largest"),
+        Result("07_decode_step", "op_fidelity", "op_fidelity.csv",
+               "each op of the step beside aiconfigurator's kernel for it, here and projected to the recorded GPU"),
+        Result("07_decode_step", "tuning_bounds", "tuning_bounds.csv",
+               "the most each tuning the investigation tried could have sped one stream up"),
         Result("07_diagnosis", "prediction", "prediction.csv", "the decode-step budget per scenario and batch"),
     )
 }
@@ -67,7 +83,8 @@ RESULTS: dict[tuple[str, str], Result] = {
 #: What a chapter reads from another: chapter -> [(producer chapter, result name)]. A missing need
 #: stops the run before it starts (see check_needs); the diagnosis in mode "recorded" needs nothing.
 NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
-    "07_diagnosis": (("06_vm_p2p", "fits"),),
+    "07_diagnosis": (("06_vm_p2p", "fits"),),   # 07_decode_step's step_* are optional: without them it uses
+                                                # the committed H200 measurement (helpers.model.measured)
 }
 #: Chapters whose needs are waived in a mode that uses recorded inputs only.
 RECORDED_MODES = ("recorded",)

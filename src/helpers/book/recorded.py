@@ -139,6 +139,57 @@ def load(name: str) -> pd.DataFrame:
     return validate(name, df)
 
 
+@dataclass(frozen=True)
+class Study:
+    """One measured study: a folder data/measured/<id>/ and its entry in data/sources.yaml."""
+
+    id: str
+    path: Path
+    role: str
+    entry: dict
+
+
+def measured_studies(role: str | None = None) -> list[Study]:
+    """The registered measured studies (of one `role`), checked both ways: every folder under
+    data/measured/ has a sources.yaml entry with the keys data/schema.yaml's `_measured` lists, and every
+    measured entry names its folder, which exists."""
+    spec = schema()["_measured"]
+    src = sources()
+    root = data_dir() / "measured"
+    entries = {k: v for k, v in src.items() if v.get("kind") == "measured"}
+    folders = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.exists() else []
+    for f in folders:
+        if f not in entries:
+            raise DataError(f"data/measured/{f}/ has no entry in data/sources.yaml: add one with the keys "
+                            f"{spec['keys']} (kind: measured), or remove the folder")
+    out = []
+    for k, v in entries.items():
+        missing = [key for key in spec["keys"] if not v.get(key)]
+        if missing:
+            raise DataError(f"data/sources.yaml: measured study {k!r} lacks {missing}; every measured study "
+                            f"needs {spec['keys']}")
+        if v["file"].rstrip("/") != f"data/measured/{k}" or k not in folders:
+            raise DataError(f"data/sources.yaml: measured study {k!r} names file {v['file']!r}; expected the "
+                            f"folder data/measured/{k}/, which must exist")
+        if v["role"] not in spec["roles"]:
+            raise DataError(f"data/sources.yaml: measured study {k!r} has role {v['role']!r}; known roles "
+                            f"(data/schema.yaml _measured): {spec['roles']}")
+        if role is None or v["role"] == role:
+            out.append(Study(k, root / k, v["role"], v))
+    if role is not None and role not in spec["roles"]:
+        raise DataError(f"no study role {role!r}; known roles (data/schema.yaml _measured): {spec['roles']}")
+    return out
+
+
+def study(role: str) -> Study:
+    """The one registered study of `role`; an error names the role and the studies found."""
+    found = measured_studies(role)
+    if len(found) != 1:
+        raise DataError(f"expected exactly one measured study of role {role!r} in data/sources.yaml, found "
+                        f"{[s.id for s in found]}")
+    return found[0]
+
+
 def tables() -> list[str]:
     """Names of every table in the schema."""
     return [k for k in schema() if not k.startswith("_")]

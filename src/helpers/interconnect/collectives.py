@@ -6,6 +6,7 @@ result with its error instead of an exception, so one NCCL variant failing does 
 torchrun runs under a keeper (helpers.book.procs): it and its workers die with the process that
 launched them, also on kill -9. `resume_collectives` keeps the points an earlier launch with the same
 settings wrote into a work folder and launches only for the points still missing.
+How the collectives are timed is one helpers.interconnect.method.Method, which every result row carries.
 
 The figures follow nccl-tests (doc/PERFORMANCE.md and src/common.cu): time is the mean over ranks of
 (block time / iterations); algbw = S / t with S the message size in bytes per rank; busbw = algbw x
@@ -27,17 +28,11 @@ import numpy as np
 import pandas as pd
 
 from helpers.book import procs
-from helpers.interconnect import worker as collective_worker
 from helpers.interconnect.copies import parse_sizes
+from helpers.interconnect.method import COLUMNS as METHOD_COLUMNS, Method, MethodError
 
 OPS = ("all_reduce", "all_to_all")
 BACKENDS = ("gloo", "nccl")
-HARNESSES = ("eager", "graph")          # graph: the block captured in one CUDA graph (nccl-tests -G)
-TIMERS = ("events", "host")             # host: nccl-tests' clock (first launch to end of a synchronize)
-PLACEMENTS = ("in-place", "out-of-place")
-STARTS = ("barrier", "aligned")         # aligned: every rank launches at one deadline on the host clock
-STREAMS = ("side", "legacy")            # legacy: the GPU work on the legacy default stream
-APIS = ("torch", "nccl")                # nccl: ncclAllReduce called directly (helpers.interconnect.nccl), as sglang's pynccl
 
 #: Always in the workers' environment: no NVLink SHARP multicast, no symmetric-memory multicast.
 BASE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "OMP_NUM_THREADS": "1"}
@@ -111,12 +106,16 @@ class RunResult:
     message: str
     rows: list = field(default_factory=list)
     log: str = ""                   # the launcher's and workers' combined output
-    harness: str = "eager"          # the timing method, labelled as in tidy's harness column
+    method: Method = field(default_factory=Method)   # how the run was timed (every row says so too)
 
     def summary(self) -> dict:
         return {"variant": self.variant, "backend": self.backend, "world_size": self.world_size,
-                "harness": self.harness, "status": self.status, "returncode": self.returncode, "wall_s": round(self.wall_s, 2),
-                "points": len(self.rows), "message": self.message}
+                "method": self.method.label, "status": self.status, "returncode": self.returncode,
+                "wall_s": round(self.wall_s, 2), "points": len(self.rows), "message": self.message}
+
+
+#: The columns of RunResult.summary, in order (the suite's run table).
+SUMMARY_COLUMNS = ["variant", "backend", "world_size", "method", "status", "returncode", "wall_s", "points", "message"]
 
 
 def check_request(backend: str, world_size, ops: Sequence[str]) -> None:
@@ -151,76 +150,34 @@ def check_request(backend: str, world_size, ops: Sequence[str]) -> None:
                                         f"the processes would share cores and time the scheduler: use world_size <= {n}")
 
 
-def check_method(backend: str, harness: str, timer: str, placement: str, rotate_bytes, start: str = "barrier",
-                 api: str = "torch", control: str = "backend", stream: str = "side") -> None:
-    """Raise CollectiveConfigError for a timing method that does not exist or cannot run on `backend`."""
-    if stream not in STREAMS:
-        raise CollectiveConfigError(f"stream = {stream!r} is not known; choose one of {STREAMS} (side: a "
-                                    "non-blocking stream, as nccl-tests uses; legacy: the legacy default stream)")
-    if control not in ("backend", "gloo") or (control == "gloo" and api != "nccl"):
-        raise CollectiveConfigError(f"control = {control!r}: choose 'backend', or 'gloo' with api='nccl' (barriers "
-                                    "and timings through gloo, so our NCCL communicator is the process's only one)")
-    if api not in APIS:
-        raise CollectiveConfigError(f"api = {api!r} is not known; choose one of {APIS} (nccl: the collective is "
-                                    "issued as an NCCL call, as sglang's pynccl does)")
-    if api == "nccl" and backend != "nccl":
-        raise CollectiveConfigError(f"api = 'nccl' calls libnccl on CUDA tensors, which backend {backend!r} "
-                                    "does not use; use backend='nccl' on a GPU or api='torch'")
-    if start not in STARTS:
-        raise CollectiveConfigError(f"start = {start!r} is not known; choose one of {STARTS} (aligned: the "
-                                    "ranks launch at one shared deadline, one host only)")
-    if harness not in HARNESSES:
-        raise CollectiveConfigError(f"harness = {harness!r} is not known; choose one of {HARNESSES}")
-    if harness == "graph" and backend != "nccl":
-        raise CollectiveConfigError(f"harness = 'graph' needs CUDA graphs, which backend {backend!r} cannot "
-                                    "capture; use backend='nccl' on a GPU or harness='eager'")
-    if timer not in TIMERS:
-        raise CollectiveConfigError(f"timer = {timer!r} is not known; choose one of {TIMERS}")
-    if placement not in PLACEMENTS:
-        raise CollectiveConfigError(f"placement = {placement!r} is not known; choose one of {PLACEMENTS}")
-    if isinstance(rotate_bytes, bool) or not isinstance(rotate_bytes, (int, np.integer)) or rotate_bytes < 0:
-        raise CollectiveConfigError(f"rotate_bytes = {rotate_bytes!r} must be an integer >= 0 (0: one buffer; "
-                                    "nccl-tests rotates within its max size, e.g. 268435456)")
-
-
 def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = OPS, variant: str = "default",
                     env: dict[str, str] | None = None, warmup: int = 5, iters: int = 20, repeats: int = 3,
                     dtype: str = "float32", timeout_s: float = 120, hang_rank: int = -1,
-                    workdir: str | Path | None = None, harness: str = "eager", timer: str = "events",
-                    placement: str = "in-place", rotate_bytes: int = 0, start: str = "barrier",
-                    api: str = "torch", control: str = "backend", stream: str = "side",
-                    start_lead_us: int = collective_worker.START_LEAD_US, points: str | Path | None = None) -> RunResult:
-    """Launch one sweep with torchrun and collect its points. Bad requests raise CollectiveConfigError;
-    a run that fails or hangs returns a RunResult with status 'failed' or 'timeout' and the error text.
-
-    The defaults are the eager harness timed with CUDA events, all_reduce in place, one buffer. For
-    nccl-tests' method use timer="host", rotate_bytes=<its max size> and harness="graph" for its -G 1;
-    placement="out-of-place" copies the input into a second buffer and reduces that; start="aligned"
-    launches every rank at one deadline on the host clock instead of as its barrier returns; api="nccl"
-    issues each collective as an NCCL call on a communicator of its own, as sglang's decode does through
-    its pynccl binding, instead of through torch.distributed; with it, control="gloo" keeps torch's own
-    NCCL communicator out of the process. stream="legacy" puts the GPU work on the legacy default stream
-    instead of a non-blocking one (see helpers.interconnect.worker). start_lead_us: with start="aligned",
-    how far ahead rank 0 sets the deadline (the GPU idles about that long before each timed block, and a
-    longer idle slows the block: see helpers.interconnect.worker.START_LEAD_US)."""
+                    workdir: str | Path | None = None, method: Method = Method(),
+                    points: str | Path | None = None) -> RunResult:
+    """Launch one sweep with torchrun and collect its points, timed by `method` (default: the eager
+    harness with CUDA events through torch.distributed, in place, one buffer; see
+    helpers.interconnect.method.Method for nccl-tests' method and the others). Bad requests raise
+    CollectiveConfigError (a method that cannot run on `backend`: MethodError); a run that fails or hangs
+    returns a RunResult with status 'failed' or 'timeout' and the error text."""
+    if not isinstance(method, Method):
+        raise CollectiveConfigError(f"method = {method!r} must be a helpers.interconnect.method.Method")
     check_request(backend, world_size, ops)
-    check_method(backend, harness, timer, placement, rotate_bytes, start, api, control, stream)
+    method.check_backend(backend)
     sizes = parse_sizes(sizes)
-    for k, v in (("warmup", warmup), ("iters", iters), ("repeats", repeats), ("start_lead_us", start_lead_us)):
+    for k, v in (("warmup", warmup), ("iters", iters), ("repeats", repeats)):
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == "warmup" else 1):
             raise CollectiveConfigError(f"{k} = {v!r} must be an integer >= {0 if k == 'warmup' else 1}")
     if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
         raise CollectiveConfigError(f"timeout_s = {timeout_s!r} must be a positive number of seconds")
     wd = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="collectives-"))
     wd.mkdir(parents=True, exist_ok=True)
-    out = Path(points) if points else wd / f"points-{backend}-{world_size}-{_slug(variant)}-{os.getpid()}-{time.time_ns()}.jsonl"
+    out = Path(points) if points else wd / f"points-{backend}-{world_size}-{slug(variant)}-{os.getpid()}-{time.time_ns()}.jsonl"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
            "-m", "helpers.interconnect.worker", "--backend", backend, "--ops", ",".join(ops),
            "--sizes", ",".join(str(s) for s in sizes), "--dtype", dtype, "--warmup", str(warmup),
            "--iters", str(iters), "--repeats", str(repeats), "--variant", variant, "--out", str(out),
-           "--hang-rank", str(hang_rank), "--harness", harness, "--timer", timer, "--placement", placement,
-           "--rotate-bytes", str(int(rotate_bytes)), "--rank-start", start,  # not --start: torchrun would take it for --start-method
-           "--api", api, "--control", control, "--stream", stream, "--start-lead-us", str(start_lead_us)]
+           "--hang-rank", str(hang_rank)] + method.cli_args()
     full_env = {**os.environ, **BASE_ENV, **(env or {})}
     # the workers import helpers.interconnect.worker: make sure they find this package even where it is
     # used from a source tree that is on the parent's sys.path only (benchmarks/fidelity.py, a notebook)
@@ -234,7 +191,7 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
     try:
         text, _ = proc.communicate(timeout=timeout_s)
         status = "ok" if proc.returncode == 0 else "failed"
-        msg = "" if status == "ok" else _tail(text)
+        msg = "" if status == "ok" else failure_message(text)
     except subprocess.TimeoutExpired:
         procs.stop(proc)
         text = _drain(proc)
@@ -246,16 +203,14 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
         raise
     wall = time.perf_counter() - t0
     rows = _read_points(out)
-    label = _harness_label({"harness": harness, "timer": timer, "rotate_bytes": rotate_bytes, "start": start,
-                            "api": api, "control": control, "stream": stream})
-    return RunResult(variant, backend, world_size, status, proc.returncode, wall, msg, rows, text or "", label)
+    return RunResult(variant, backend, world_size, status, proc.returncode, wall, msg, rows, text or "", method)
 
 
-def _slug(s: str) -> str:
+def slug(s: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in s)
 
 
-def _tail(text: str | None, n: int = 1500) -> str:
+def failure_message(text: str | None, n: int = 1500) -> str:
     """The part of a failed launch's output that says why: the first failing rank's own lines (torch
     prefixes a worker's uncaught error with '[rankN]:'), else the end of the output. torchrun's own
     summary, which follows and names no cause, is left out where a rank's lines exist."""
@@ -287,9 +242,17 @@ def _read_points(path: Path) -> list[dict]:
     return read_rows(path)
 
 
+#: tidy's columns: the point, its method (label and fields), the time spread and the derived bandwidths.
+TIDY_COLUMNS = (["op", "backend", "variant", "world_size"] + list(METHOD_COLUMNS)
+                + ["dtype", "count", "size_bytes", "iters", "repeats", "warmup", "time_us", "time_us_p10",
+                   "time_us_p90", "time_us_min", "time_us_max", "algbw_GBps", "busbw_GBps", "start_skew_us",
+                   "late_starts", "device", "kind"])
+
+
 def tidy(results: Sequence[RunResult], device_label: str = "") -> pd.DataFrame:
-    """One row per op x size x variant (x backend x world size): time spread over repeats, algbw, busbw;
-    for an aligned start also the deadline's lead and how many timed blocks a rank started late."""
+    """One row per op x size x variant (x backend x world size) x method: the method's label and fields
+    (as the worker recorded them with the point), the time spread over repeats, algbw, busbw; for an
+    aligned start also how many timed blocks a rank started late."""
     rows = []
     for r in results:
         for p in r.rows:
@@ -298,42 +261,46 @@ def tidy(results: Sequence[RunResult], device_label: str = "") -> pd.DataFrame:
             skew = p.get("start_skew_us")
             n = int(p["world_size"])
             dev = device_label or p.get("device", "")
+            m = Method.from_row(p)
+            if m != r.method.for_op(p["op"]):
+                raise MethodError(f"a point of the {r.variant} run was timed by {m.label!r}, not by the run's "
+                                  f"method {r.method.for_op(p['op']).label!r}: its points file is not this run's")
             rows.append({
-                "op": p["op"], "backend": p["backend"], "variant": p["variant"], "world_size": n,
-                "harness": _harness_label(p), "placement": p["placement"], "dtype": p["dtype"], "count": p["count"],
-                "size_bytes": p["size_bytes"], "iters": p["iters"], "repeats": p["repeats"], "warmup": p["warmup"],
+                "op": p["op"], "backend": p["backend"], "variant": p["variant"], "world_size": n, **m.as_row(),
+                "dtype": p["dtype"], "count": p["count"], "size_bytes": p["size_bytes"], "iters": p["iters"],
+                "repeats": p["repeats"], "warmup": p["warmup"],
                 "time_us": med, "time_us_p10": float(np.percentile(t, 10)), "time_us_p90": float(np.percentile(t, 90)),
                 "time_us_min": float(t.min()), "time_us_max": float(t.max()),
                 "algbw_GBps": float(algbw_GBps(p["size_bytes"], med)),
                 "busbw_GBps": float(busbw_GBps(p["op"], p["size_bytes"], med, n)),
                 "start_skew_us": float(np.median(skew)) if skew else np.nan,
-                "start_lead_us": p.get("start_lead_us") if p.get("start_lead_us") is not None else np.nan,
                 "late_starts": p.get("late_starts", np.nan),
                 "device": dev, "kind": f"measured: this machine ({p['backend']}, {n} processes)",
             })
-    cols = ["op", "backend", "variant", "world_size", "harness", "placement", "dtype", "count", "size_bytes",
-            "iters", "repeats", "warmup", "time_us", "time_us_p10", "time_us_p90", "time_us_min", "time_us_max",
-            "algbw_GBps", "busbw_GBps", "start_skew_us", "start_lead_us", "late_starts", "device", "kind"]
-    return pd.DataFrame(rows, columns=cols)
+    return pd.DataFrame(rows, columns=TIDY_COLUMNS)
 
 
-def measure_direct(sizes, placement: str = "in-place", harness: str = "eager", timer: str = "host",
-                   rotate_bytes: int = 0, warmup: int = 5, iters: int = 20, repeats: int = 5,
-                   dtype: str = "float32", gpus: int = 1) -> RunResult:
+def measure_direct(sizes, method: Method = Method.direct(timer="host"), warmup: int = 5, iters: int = 20,
+                   repeats: int = 5, dtype: str = "float32", gpus: int = 1) -> RunResult:
     """ncclAllReduce called directly (torch.cuda.nccl, one process driving GPUs 0..gpus-1 in one NCCL
-    group call), as nccl-tests -g <gpus> calls it: no torch.distributed process group, no side stream, a
-    real out-of-place call. Same timing options as the torchrun worker; the host timer waits for every
-    GPU. The graph harness needs gpus=1 (one capture cannot hold several devices' streams). Returns a
-    RunResult whose rows `tidy` reads (backend 'nccl-direct'). This isolates the timing method from
-    torch.distributed's own per-call cost."""
+    group call), as nccl-tests -g <gpus> calls it: no torch.distributed process group, the legacy default
+    stream, a real out-of-place call. `method` is a Method.direct(...) (api 'direct'): the same timing
+    options as the torchrun worker; with several GPUs the host timer, which waits for every GPU, is used
+    and recorded whatever was asked. The graph harness needs gpus=1 (one capture cannot hold several
+    devices' streams). Returns a RunResult whose rows `tidy` reads (backend 'nccl-direct'). This isolates
+    the timing method from torch.distributed's own per-call cost."""
     import torch
 
-    check_method("nccl", harness, timer, placement, rotate_bytes)
+    if not isinstance(method, Method):
+        raise CollectiveConfigError(f"method = {method!r} must be a helpers.interconnect.method.Method")
+    method.check_backend("nccl-direct")
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise CollectiveConfigError(f"gpus = {gpus!r} must be an integer >= 1")
-    if harness == "graph" and gpus > 1:
+    if method.harness == "graph" and gpus > 1:
         raise CollectiveConfigError("measure_direct: harness='graph' needs gpus=1 (one CUDA graph capture holds "
                                     "one device's stream); use harness='eager' or the torchrun worker")
+    method = method if gpus == 1 else method.but(timer="host")
+    harness, timer, placement, rotate_bytes = method.harness, method.timer, method.placement, method.rotate_bytes
     if not torch.cuda.is_available():
         raise CollectiveConfigError("measure_direct needs a CUDA GPU: torch sees none here; "
                                     "use run_collectives('gloo', ...) on a CPU machine")
@@ -423,49 +390,10 @@ def measure_direct(sizes, placement: str = "in-place", harness: str = "eager", t
                     times.append((time.perf_counter() - t0) * 1e6 / iters)
             rows.append({"op": "all_reduce", "backend": "nccl-direct", "variant": "default", "world_size": gpus,
                          "dtype": dtype, "count": count, "size_bytes": nbytes, "iters": iters, "repeats": repeats,
-                         "warmup": warmup, "times_us": times, "placement": placement, "harness": harness,
-                         "timer": "host" if gpus > 1 else timer, "rotate_bytes": rotate_bytes,
+                         "warmup": warmup, "times_us": times, **method.as_row(),
                          "device": torch.cuda.get_device_name(dev)})
             del px, py, views, graph
-    label = _harness_label({"harness": harness, "timer": "host" if gpus > 1 else timer, "rotate_bytes": rotate_bytes})
-    return RunResult("default", "nccl-direct", gpus, "ok", 0, time.perf_counter() - t_start, "", rows, "", label)
-
-
-def _harness_label(point: dict) -> str:
-    """'eager' / 'graph', with '+host_timer' where the block was timed by nccl-tests' host clock and
-    '+rotate' where buffers rotated, '+aligned' where ranks launched at one deadline, '+libnccl' where the
-    collective was an NCCL call of our own rather than torch.distributed's, '+gloo_control' where the
-    barriers went through gloo, '+legacy_stream' where the GPU work went to the legacy default stream.
-    Older points (no such fields) are eager with CUDA events through torch.distributed; the GPU points
-    among them ran on the legacy default stream, as the worker did before it had --stream."""
-    label = point.get("harness", "eager")
-    if point.get("timer", "events") == "host":
-        label += "+host_timer"
-    if point.get("rotate_bytes", 0):
-        label += "+rotate"
-    if point.get("start", "barrier") == "aligned":
-        label += "+aligned"
-    if point.get("api", "torch") == "nccl":
-        label += "+libnccl"
-    if point.get("control", "backend") == "gloo":
-        label += "+gloo_control"
-    if point.get("stream") == "legacy":
-        label += "+legacy_stream"
-    return label
-
-
-def run_variants(variants: Sequence[str], world_size: int, sizes, ops: Sequence[str] = OPS,
-                 timeout_s: float = 120, progress: bool = False, **kw) -> list[RunResult]:
-    """One NCCL sweep per variant; a failing or hanging variant is reported and the rest still run."""
-    unknown = [v for v in variants if v not in NCCL_VARIANTS]
-    if unknown:
-        raise CollectiveConfigError(f"unknown NCCL variant(s) {unknown}; choose from {list(NCCL_VARIANTS)}")
-    it = variants
-    if progress:
-        from tqdm.auto import tqdm
-        it = tqdm(variants, desc="NCCL variants")
-    return [run_collectives("nccl", world_size, sizes, ops, variant=v, env=NCCL_VARIANTS[v],
-                            timeout_s=timeout_s, **kw) for v in it]
+    return RunResult("default", "nccl-direct", gpus, "ok", 0, time.perf_counter() - t_start, "", rows, "", method)
 
 
 def resume_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = OPS,
@@ -485,12 +413,13 @@ def resume_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] 
         return run_collectives(backend, world_size, sizes, ops, **kw)
     sizes = parse_sizes(sizes)
     ops = list(ops)
-    settings = {k: v for k, v in kw.items() if k not in ("timeout_s", "workdir", "points")}
-    settings.update(backend=backend, world_size=world_size, base_env=BASE_ENV)
+    method = kw.get("method", Method())
+    settings = {k: v for k, v in kw.items() if k not in ("timeout_s", "workdir", "points", "method")}
+    settings.update(backend=backend, world_size=world_size, base_env=BASE_ENV, method=method.as_row())
     key = hashlib.sha1(json.dumps(settings, sort_keys=True, default=repr).encode()).hexdigest()[:12]
     wd = Path(workdir)
     wd.mkdir(parents=True, exist_ok=True)
-    path = wd / f"points-{backend}-{world_size}-{_slug(str(kw.get('variant', 'default')))}-{key}.jsonl"
+    path = wd / f"points-{backend}-{world_size}-{slug(str(kw.get('variant', 'default')))}-{key}.jsonl"
     if not path.with_suffix(".settings.json").exists():
         path.with_suffix(".settings.json").write_text(json.dumps(settings, indent=1, sort_keys=True, default=repr))
     import torch
@@ -527,7 +456,6 @@ def resume_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] 
         status, msg, rc = bad[0].status, bad[0].message, bad[0].returncode
     else:
         status, msg, rc = ("ok", "", 0) if not left else ("failed", f"points still missing after the launch: {left}", 1)
-    label = launches[0].harness if launches else _harness_label(kw)
     return RunResult(str(kw.get("variant", "default")), backend, world_size, status, rc,
                      sum(x.wall_s for x in launches), msg, list(rows.values()),
-                     "\n".join(x.log for x in launches), label)
+                     "\n".join(x.log for x in launches), method)

@@ -4,7 +4,10 @@ Issue 4 asks that helpers.interconnect.collectives and helpers.interconnect.copi
 cuda-samples' p2pBandwidthLatencyTest do, so that on the same machine all-reduce times agree within
 `TOLERANCES["all_reduce_time"]` at every size and large-copy bandwidth within
 `TOLERANCES["copy_bandwidth"]`. benchmarks/fidelity.py runs both tools and our harness on a GPU host;
-this module parses the tools' printed output and builds the comparison table (`COLUMNS`).
+this module parses the tools' printed output and builds the comparison table (`COLUMNS`): every row
+names the tool's setting and our method, as a helpers.interconnect.method.Method (its label and fields)
+for an all-reduce and as a copy harness for a copy. helpers.interconnect.studies loads the registered
+comparisons; benchmarks/allreduce_gap.py's table is summarised by `gap_summary`.
 
 How the tools count (read from their sources):
 - all_reduce_perf: per size, one untimed call, then `iters` (20) calls timed by a host clock from the
@@ -30,10 +33,15 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from helpers.interconnect.method import COLUMNS as METHOD_COLUMNS, Method
+
 TOLERANCES = {"all_reduce_time": 0.10, "copy_bandwidth": 0.05}
 
-COLUMNS = ["quantity", "tool", "tool_setting", "size_bytes", "unit", "tool_value", "ours_value", "ours_method",
-           "same_method", "ratio", "tolerance", "within_tolerance", "kind"]
+#: Every comparison table has these (files written before methods were objects: these only).
+BASE_COLUMNS = ["quantity", "tool", "tool_setting", "size_bytes", "unit", "tool_value", "ours_value", "ours_method",
+                "same_method", "ratio", "tolerance", "within_tolerance", "kind"]
+#: ... and today also the setup, the copy harness of a copy row and the method of an all-reduce row.
+COLUMNS = BASE_COLUMNS + ["setup", "copy_harness"] + list(METHOD_COLUMNS)
 
 P2P_LARGE_BYTES = 40_000_000 * 4    # p2pBandwidthLatencyTest's default numElems ints
 P2P_SMALL_BYTES = 4 * 4             # its latency copy: one int4
@@ -212,35 +220,45 @@ def p2p_self_rows(runs: list[dict], device: str) -> list[dict]:
 
 
 def row(quantity: str, tool: str, tool_setting: str, size_bytes: int, unit: str, tool_value: float,
-        ours_value: float, ours_method: str, same_method: bool, tolerance: float | None, device: str) -> dict:
-    """One comparison row: ratio = ours / tool; within_tolerance only where a tolerance applies."""
+        ours_value: float, ours_method: str, same_method: bool, tolerance: float | None, device: str,
+        method: Method | None = None, copy_harness: str | None = None) -> dict:
+    """One comparison row: ratio = ours / tool; within_tolerance only where a tolerance applies. Ours is
+    an all-reduce timed by `method` (its columns fill the row), a copy by `copy_harness`, or neither (a
+    tool against itself); `ours_method` describes it for a reader."""
     ratio = ours_value / tool_value if tool_value and not math.isnan(tool_value) else float("nan")
     within = None
     if tolerance is not None and not math.isnan(ratio):
         within = bool(abs(ratio - 1) <= tolerance)
+    mcols = method.as_row() if method is not None else {c: None for c in METHOD_COLUMNS}
     return {"quantity": quantity, "tool": tool, "tool_setting": tool_setting, "size_bytes": int(size_bytes),
             "unit": unit, "tool_value": tool_value, "ours_value": ours_value, "ours_method": ours_method,
             "same_method": bool(same_method), "ratio": ratio,
             "tolerance": float("nan") if tolerance is None else tolerance, "within_tolerance": within,
-            "kind": f"measured: {device}, tool and ours on the same machine in one session"}
+            "kind": f"measured: {device}, tool and ours on the same machine in one session", "setup": device,
+            "copy_harness": copy_harness, **mcols}
 
 
-def compare_all_reduce(tool: pd.DataFrame, ours: pd.DataFrame, tool_setting: str, ours_harness: str,
-                       ours_method: str, same_method: bool, device: str,
-                       placements: Iterable[str] = ("in-place", "out-of-place")) -> list[dict]:
-    """Rows for every size both tables have: nccl-tests' time against our median time per call.
-    `ours` is helpers.interconnect.collectives.tidy output filtered to one harness label."""
-    o = ours[(ours.op == "all_reduce") & (ours.harness == ours_harness)]
+def tool_setting(shape: str, graph: bool = False, variant: str = "default") -> str:
+    """How a comparison row names an nccl-tests command: '-np 2 -g 1 -G 1, GRAPH_MIXING_SUPPORT=0' (the
+    rows add ', in-place' or ', out-of-place')."""
+    return shape + (" -G 1" if graph else "") + ("" if variant == "default" else f", {variant}")
+
+
+def compare_all_reduce(tool: pd.DataFrame, ours: pd.DataFrame, setting: str, method: Method, same_method: bool,
+                       device: str) -> list[dict]:
+    """Rows for every size both tables have: nccl-tests' time (the column of `method`'s placement) against
+    our median time per call by `method`. `ours` is helpers.interconnect.collectives.tidy output;
+    `setting` is tool_setting(...) of the nccl-tests command."""
+    o = ours[(ours.op == "all_reduce") & (ours.method == method.label)]
+    col = "ip_time_us" if method.placement == "in-place" else "oop_time_us"
+    mine = o.set_index("size_bytes").time_us
     out = []
-    for placement in placements:
-        col = "ip_time_us" if placement == "in-place" else "oop_time_us"
-        mine = o[o.placement == placement].set_index("size_bytes").time_us
-        for _, r in tool.iterrows():
-            s = int(r.size_bytes)
-            if s in mine.index:
-                out.append(row("all_reduce time per call", "nccl-tests all_reduce_perf",
-                               f"{tool_setting}, {placement}", s, "us", float(r[col]), float(mine[s]),
-                               f"{ours_method}, {placement}", same_method, TOLERANCES["all_reduce_time"], device))
+    for _, r in tool.iterrows():
+        s = int(r.size_bytes)
+        if s in mine.index:
+            out.append(row("all_reduce time per call", "nccl-tests all_reduce_perf", f"{setting}, {method.placement}",
+                           s, "us", float(r[col]), float(mine[s]), method.description, same_method,
+                           TOLERANCES["all_reduce_time"], device, method=method))
     return out
 
 
@@ -278,7 +296,7 @@ def copy_rows(m: dict, cp: pd.DataFrame, device: str) -> list[dict]:
             how = b.loc[h, "issued_by"] if "issued_by" in b.columns and h in b.index else None
             return COPY_HARNESS_LABELS[h] + (f"; {how}" if path == "peer" and isinstance(how, str) else "")
         # The tool's P2P=Enabled matrix times GPU 0 -> GPU 1 first: its first peer copy, with no warm-up,
-        # which ours has. Measured on two H200s (fidelity-h200x2-20261129d): whichever direction the tool
+        # which ours has. Measured on two H200s (data/measured/fidelity-h200x2-20261129e): whichever direction the tool
         # times first reads ~8 % low, so that cell is shown, not counted; p2p_order_rows sets ours against
         # the figure the tool reports for the direction when it comes second.
         first = path == "peer" and (i, j) == (0, 1)
@@ -286,12 +304,12 @@ def copy_rows(m: dict, cp: pd.DataFrame, device: str) -> list[dict]:
             rows.append(row(f"{what} bandwidth{counted}", "p2pBandwidthLatencyTest",
                             f"unidirectional, {setting}" + (", timed first (no warm-up copy)" if first else ""),
                             big, "GB/s", bw_m[i][j], float(b.loc[h, "p2ptest_GBps"]), label(h),
-                            same and h == "queued" and not first, tol, device))
+                            same and h == "queued" and not first, tol, device, copy_harness=h))
         if len(lat_m) > i and len(lat_m[i]) > j:
             for h in sm.index:
                 rows.append(row(f"{what}, 16 B, GPU time per copy", "p2pBandwidthLatencyTest",
                                 f"latency, {setting}, GPU", small, "us", lat_m[i][j], float(sm.loc[h, "time_us"]),
-                                label(h), same and h == "queued", None, device))
+                                label(h), same and h == "queued", None, device, copy_harness=h))
         if path == "peer" and len(bw_m) > j and len(bw_m[j]) > i:
             # The link is symmetric, but the tool times GPU 0 -> GPU 1 first, straight after enabling peer
             # access and with no warm-up copy, and GPU 1 -> GPU 0 later: its two directions are set against
@@ -306,27 +324,30 @@ def copy_rows(m: dict, cp: pd.DataFrame, device: str) -> list[dict]:
                 rows.append(row(f"{what} bandwidth", "p2pBandwidthLatencyTest",
                                 f"unidirectional, P2P=Enabled (writes), GPU {j} -> GPU {i} (the other direction)",
                                 big, "GB/s", bw_m[j][i], float(b.loc["queued", "p2ptest_GBps"]),
-                                label("queued") + f"; GPU {i} -> GPU {j}", False, tol, device))
+                                label("queued") + f"; GPU {i} -> GPU {j}", False, tol, device,
+                                copy_harness="queued"))
             # our own GPU 1 -> GPU 0 copy against the tool's: the same direction and method, counted
             bb = back[(back.size_bytes == big) & (back.harness == "queued")]
             if len(bb):
                 rows.append(row(f"GPU {j} -> GPU {i} peer copy bandwidth", "p2pBandwidthLatencyTest",
                                 f"unidirectional, P2P=Enabled (writes), GPU {j} -> GPU {i}", big, "GB/s",
                                 bw_m[j][i], float(bb.iloc[0]["p2ptest_GBps"]),
-                                label("queued") + f"; GPU {j} -> GPU {i}", True, tol, device))
+                                label("queued") + f"; GPU {j} -> GPU {i}", True, tol, device,
+                                copy_harness="queued"))
             bs = back[(back.size_bytes == small) & (back.harness == "queued")]
             if len(bs) and len(lat_m) > j and len(lat_m[j]) > i:
                 rows.append(row(f"GPU {j} -> GPU {i} peer copy, 16 B, GPU time per copy", "p2pBandwidthLatencyTest",
                                 f"latency, {setting.replace(f'GPU {i} -> GPU {j}', f'GPU {j} -> GPU {i}')}, GPU",
                                 small, "us", lat_m[j][i], float(bs.iloc[0]["time_us"]),
-                                label("queued") + f"; GPU {j} -> GPU {i}", True, None, device))
+                                label("queued") + f"; GPU {j} -> GPU {i}", True, None, device,
+                                copy_harness="queued"))
         cpu_m = m.get(f"lat_p2p_{p2p}_cpu") or []
         if path == "same_device" and "eager" in sm.index and cpu_m:
             rows.append(row("same-device copy, 16 B, host time per copy", "p2pBandwidthLatencyTest",
                             "latency, P2P=Disabled, CPU, diagonal", small, "us", cpu_m[0][0],
                             float(sm.loc["eager", "time_us"]),
                             COPY_HARNESS_LABELS["eager"] + "; includes the copy and a final synchronize", False,
-                            None, device))
+                            None, device, copy_harness="eager"))
     return rows
 
 
@@ -374,7 +395,7 @@ def p2p_order_rows(forward: dict, backward: dict, cp: pd.DataFrame, device: str)
                             f"{setting}, timed after GPU {j} -> GPU {i} ({second_order})", big, "GB/s", second,
                             float(mine.iloc[0]["p2ptest_GBps"]),
                             COPY_HARNESS_LABELS["queued"] + (f"; {how}" if isinstance(how, str) else "")
-                            + f"; GPU {i} -> GPU {j}", True, tol, device))
+                            + f"; GPU {i} -> GPU {j}", True, tol, device, copy_harness="queued"))
     return rows
 
 
@@ -389,7 +410,7 @@ def median_of_runs(runs: list[pd.DataFrame]) -> pd.DataFrame:
     return first.merge(med, on="size_bytes")
 
 
-def tool_self_rows(runs: list[pd.DataFrame], tool_setting: str, device: str,
+def tool_self_rows(runs: list[pd.DataFrame], setting: str, device: str,
                    placements: Iterable[str] = ("in-place", "out-of-place")) -> list[dict]:
     """nccl-tests against itself: each run's time per call over the median of all runs of the same
     command, per size. Whether the tool holds the all-reduce tolerance against its own repeats is the
@@ -401,7 +422,7 @@ def tool_self_rows(runs: list[pd.DataFrame], tool_setting: str, device: str,
             col = "ip_time_us" if placement == "in-place" else "oop_time_us"
             for _, x in r.iterrows():
                 out.append(row("all_reduce time per call, nccl-tests against its own runs", "nccl-tests all_reduce_perf",
-                               f"{tool_setting}, {placement}", int(x.size_bytes), "us", float(med.loc[x.size_bytes, col]),
+                               f"{setting}, {placement}", int(x.size_bytes), "us", float(med.loc[x.size_bytes, col]),
                                float(x[col]), f"nccl-tests run {k + 1} of {len(runs)} (tool: median of the runs)", True,
                                TOLERANCES["all_reduce_time"], device))
     return out
@@ -410,160 +431,61 @@ def tool_self_rows(runs: list[pd.DataFrame], tool_setting: str, device: str,
 def verdict(table: pd.DataFrame) -> pd.DataFrame:
     """Per quantity, tool setting and our method, over the rows whose timing method is nccl-tests' or
     p2pBandwidthLatencyTest's (`same_method`): how many rows, how many within tolerance, the worst
-    ratio (ours / tool) and whether the tolerance holds at every size."""
+    ratio (ours / tool), whether the tolerance holds at every size and the smallest size from which it
+    holds at every larger one. Each verdict keeps its rows' setup, copy harness and method columns."""
+    carried = [c for c in ["setup", "copy_harness"] + list(METHOD_COLUMNS) if c in table.columns]
+    cols = ["quantity", "tool_setting", "ours_method", "tolerance", "rows", "within", "worst_ratio", "holds",
+            "within_from_bytes"] + carried
     t = table[table.same_method.astype(bool) & table.tolerance.notna()].copy()
     if t.empty:
-        return pd.DataFrame(columns=["quantity", "tool_setting", "ours_method", "tolerance", "rows", "within",
-                                     "worst_ratio", "holds"])
+        return pd.DataFrame(columns=cols)
     t["within_tolerance"] = t.within_tolerance.astype(str).str.lower().eq("true")
-    t["dev"] = (t.ratio - 1).abs()
     g = t.groupby(["quantity", "tool_setting", "ours_method"], sort=False)
     out = g.agg(tolerance=("tolerance", "first"), rows=("ratio", "size"), within=("within_tolerance", "sum"),
-                worst_ratio=("ratio", lambda r: float(r.loc[(r - 1).abs().idxmax()]))).reset_index()
+                worst_ratio=("ratio", lambda r: float(r.loc[(r - 1).abs().idxmax()])),
+                **{c: (c, "first") for c in carried}).reset_index()
     out["holds"] = out.within == out.rows
-    # the smallest size from which every larger size is within tolerance (NaN if not even the largest)
-    def _from(g):
+
+    def _from(g):  # the smallest size from which every larger size is within tolerance (NaN if none)
         g = g.sort_values("size_bytes")
         bad = g[~g.within_tolerance]
         rest = g if bad.empty else g[g.size_bytes > bad.size_bytes.max()]
         return float(rest.size_bytes.min()) if len(rest) else float("nan")
     out["within_from_bytes"] = [_from(t[(t.quantity == q) & (t.tool_setting == ts) & (t.ours_method == m)])
                                 for q, ts, m in zip(out.quantity, out.tool_setting, out.ours_method)]
-    return out
+    return out[cols]
 
 
-RESULT_FILES = ("benchmarks/results/fidelity-h200-20261129.csv",            # one H200
-                "benchmarks/results/fidelity-h200x2-20261129e/fidelity.csv")   # two H200s, NVLink
-#: benchmarks/allreduce_gap.py on two H200s: launch stream, graph length, NCCL graph mixing, the call
-#: (allreduce-gap-h200x2-20261129/ is the earlier run: start skew and launch shape)
-GAP_FILE = "benchmarks/results/allreduce-gap-h200x2-20261129b/allreduce_gap.csv"
-#: the same study with the aligned start's deadline 0.2, 2 and 20 ms ahead and a barrier start, 20 per graph
-IDLE_FILE = "benchmarks/results/allreduce-gap-h200x2-20261129c/allreduce_gap.csv"
-#: The aligned start's lead wherever a label names none: the worker's lead before it recorded one, and the
-#: lead of benchmarks/allreduce_gap.py's aligned arms (kept at 2 ms so its runs stay comparable)
-LEGACY_LEAD_US = 2000
-
-
-def lead_ms(label: str) -> float | None:
-    """How far ahead an aligned start set its deadline, in ms, from a method label: the 'X ms ahead' it
-    names, LEGACY_LEAD_US for an aligned label that names none, None for a label of another start."""
-    m = re.search(r"([\d.]+) ms ahead", label)
-    if m:
-        return float(m.group(1))
-    return LEGACY_LEAD_US / 1000 if ("aligned" in label or "one deadline" in label) else None
-
-GAP_COLUMNS = ["iters", "method", "nccl_setting", "size_bytes", "time_us", "time_us_p10", "time_us_p90",
-               "start_skew_us"]
+#: benchmarks/allreduce_gap.py's table: per block length (collectives per CUDA graph), who timed it (ours, or
+#: nccl-tests with its launch shape), our method's label and fields (the tool's rows: 'nccl-tests <shape>'
+#: and none), the NCCL setting and the size; median, p10 and p90 time per call and our launch skew.
+GAP_COLUMNS = ["iters", "who", "tool_shape"] + list(METHOD_COLUMNS) + [
+    "nccl_setting", "size_bytes", "time_us", "time_us_p10", "time_us_p90", "start_skew_us"]
+GAP_SUMMARY_COLUMNS = ["iters", "who", "method", "nccl_setting", "time_us", "gap_us", "ratio", "start_skew_us",
+                       "tool_shape"] + [c for c in METHOD_COLUMNS if c != "method"]
 
 
 def gap_summary(df: pd.DataFrame, below: int = 65536) -> pd.DataFrame:
-    """Per block length (collectives per CUDA graph), method and NCCL setting, over the sizes below
-    `below`: the median time per call, the median gap and ratio to nccl-tests with one process per GPU
-    (method starting 'nccl-tests -np') under the same NCCL setting, and the median launch skew between
-    ranks (ours only)."""
+    """Per block length, method and NCCL setting, over the sizes below `below`: the median time per call,
+    the median gap and ratio to nccl-tests with one process per GPU (tool_shape '-np ...') under the same
+    NCCL setting, and the median launch skew between ranks (ours only)."""
     missing = [c for c in GAP_COLUMNS if c not in df.columns]
     if missing:
         raise ToolOutputError(f"all-reduce gap table lacks columns {missing}; expected {GAP_COLUMNS} "
-                              "(benchmarks/allreduce_gap.py writes them)")
+                              "(benchmarks/allreduce_gap.py writes them; helpers.interconnect.studies loads a "
+                              "committed one)")
     small = df[df.size_bytes < below]
-    ref = (small[small.method.str.startswith("nccl-tests -np")]
-           .set_index(["iters", "nccl_setting", "size_bytes"]).time_us)
+    tool = small[small.who == "nccl-tests"]
+    ref = tool[tool.tool_shape.astype(str).str.startswith("-np")].set_index(["iters", "nccl_setting", "size_bytes"]).time_us
     out = []
     for (it, m, st), g in small.groupby(["iters", "method", "nccl_setting"], sort=False):
         r = ref.reindex(list(zip(g.iters, g.nccl_setting, g.size_bytes))).to_numpy(dtype=float)
         have = np.isfinite(r).any()
+        first = g.iloc[0]
         out.append({"iters": int(it), "method": m, "nccl_setting": st, "time_us": float(g.time_us.median()),
                     "gap_us": float(np.nanmedian(g.time_us.to_numpy() - r)) if have else np.nan,
                     "ratio": float(np.nanmedian(g.time_us.to_numpy() / r)) if have else np.nan,
-                    "start_skew_us": float(g.start_skew_us.median()) if g.start_skew_us.notna().any() else np.nan})
-    return pd.DataFrame(out, columns=["iters", "method", "nccl_setting", "time_us", "gap_us", "ratio",
-                                      "start_skew_us"])
-
-
-def load_gap(path: str | None = None) -> pd.DataFrame | None:
-    """The committed all-reduce gap measurement (GAP_FILE), or None where it is not in this checkout."""
-    from helpers import repo_root
-
-    f = repo_root() / (path or GAP_FILE)
-    return pd.read_csv(f) if f.exists() else None
-
-
-def setup_of(kind: str) -> str:
-    """'2x NVIDIA H200' from a row's kind ('measured: 2x NVIDIA H200, tool and ours ...')."""
-    m = re.match(r"measured: ([^,]+)", str(kind))
-    return m.group(1) if m else "unknown"
-
-
-def load_committed(path: str | None = None) -> pd.DataFrame | None:
-    """The committed comparisons (measured by benchmarks/fidelity.py on the lent H200 machines), with a
-    `setup` column ('1x NVIDIA H200', '2x NVIDIA H200'); `path` loads one file. None if none is there."""
-    from helpers import repo_root
-
-    frames = []
-    for rel in ([path] if path else RESULT_FILES):
-        f = repo_root() / rel
-        if not f.exists():
-            continue
-        t = pd.read_csv(f)
-        missing = [c for c in COLUMNS if c not in t.columns]
-        if missing:
-            raise ToolOutputError(f"{f} lacks columns {missing}; expected helpers.interconnect.fidelity.COLUMNS "
-                                  "(re-run benchmarks/fidelity.py on a GPU host)")
-        t["setup"] = t.kind.map(setup_of)
-        frames.append(t)
-    return pd.concat(frames, ignore_index=True) if frames else None
-
-
-def short_method(m: str) -> str:
-    """A short legend label for an ours_method string."""
-    if "copybench" in m:
-        return m.split(" (")[0]
-    who = ("ncclAllReduce per process" if "pynccl" in m else "direct ncclAllReduce" if "direct" in m
-           else "torch.distributed")
-    how = "graph" if "graph" in m else "eager"
-    return f"{who}, {how}" + (", aligned start" if "aligned" in m or "one deadline" in m else "")
-
-
-def plot_ratios(table: pd.DataFrame):
-    """Ours / tool against message size for the all-reduce rows timed by nccl-tests' method, one panel
-    per nccl-tests mode (eager, -G 1), with the tolerance band shaded and, where the tool ran more than
-    once, each of its runs against their median in grey (the tool's own noise)."""
-    import matplotlib
-    import matplotlib.ticker  # noqa: F401  (matplotlib.ticker below)
-
-    from helpers.book import plotting
-
-    t = table[table.quantity.str.startswith("all_reduce") & table.same_method.astype(bool)
-              & table.tool_setting.str.contains("in-place")]
-    if t.tool_setting.str.startswith("-np").any():   # the like-for-like launch shape, where it ran
-        t = t[t.tool_setting.str.startswith("-np")]
-    fig, axes = plotting.figure(ncols=2, width=11, height=5.6)
-    tol = TOLERANCES["all_reduce_time"]
-    for ax, graph in zip(axes[0], (False, True)):
-        sub = t[t.tool_setting.str.contains("-G") == graph]
-        noise = sub[sub.quantity.str.contains("against its own runs")]
-        for _, g in noise.groupby(["tool_setting", "ours_method"], sort=False):
-            g = g.sort_values("size_bytes")
-            ax.plot(g.size_bytes, g.ratio, color="0.6", lw=0.8, zorder=1)
-        if len(noise):
-            ax.plot([], [], color="0.6", lw=0.8, label="nccl-tests run / median of its runs")
-        mine = sub[~sub.quantity.str.contains("against its own runs")]
-        for (ts, m), g in mine.groupby(["tool_setting", "ours_method"], sort=False):
-            g = g.sort_values("size_bytes")
-            shape = ts.split(", ")[0].replace(" -G 1", "")
-            rest = ts.split(", ")[1:-1]
-            label = f"{short_method(m)} vs {shape}" + (f" ({', '.join(rest)})" if rest else "")
-            plotting.size_sweep(ax, g.size_bytes, g.ratio, label, ls="--" if rest else "-")
-        ax.axhspan(1 - tol, 1 + tol, color="0.85", zorder=0)
-        ax.set_yscale("log")
-        lo, hi = ax.get_ylim()
-        ticks = [x for x in (0.25, 0.5, 0.7, 1, 1.5, 2, 3, 5, 10, 20) if lo <= x <= hi]
-        ax.set_yticks(ticks, [f"{x:g}" for x in ticks])
-        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.set_xlabel("message size")
-        ax.set_ylabel("ours / nccl-tests, time per call")
-        ax.text(0.02, 0.95, "nccl-tests -G 1 (one CUDA graph)" if graph else "nccl-tests eager",
-                transform=ax.transAxes, va="top")
-        if ax.get_legend_handles_labels()[0]:   # below the panel: the curves fill the plot area
-            ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
-    return fig
+                    "start_skew_us": float(g.start_skew_us.median()) if g.start_skew_us.notna().any() else np.nan,
+                    **{c: first[c] for c in GAP_SUMMARY_COLUMNS if c in first.index and c not in
+                       ("iters", "method", "nccl_setting", "time_us", "start_skew_us")}})
+    return pd.DataFrame(out, columns=GAP_SUMMARY_COLUMNS)

@@ -7,23 +7,27 @@
   library's own floor (no data crosses a link) and gloo between two CPU processes is measured too.
 - no GPU: CPU memcpy and gloo between CPU processes, labelled as such.
 
-`fit_table` gives the alpha-beta fits that the diagnosis chapter reads (`FIT_COLUMNS`, exactly);
-`recorded_fit` fits the original VM's copy sweep. The figure functions draw through helpers.book.plotting.
+`fit_table` gives the alpha-beta fits that the diagnosis chapter reads (`FIT_COLUMNS`, and `method`:
+the label of a collective fit's method); `recorded_fit` fits the original VM's copy sweep. Every
+collective run is timed by one helpers.interconnect.method.Method; the figures are in helpers.book.plotting.
 """
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from helpers.interconnect import fits as alphabeta, collectives, copies as copybench
-from helpers.book import layout, plotting, recorded
+from helpers.interconnect.method import Method, MethodError
+from helpers.book import layout, recorded
 
-FIT_COLUMNS = list(layout.FIT_COLUMNS)
+#: the diagnosis reads these (helpers.book.layout); `harness` is the method's harness field ('graph' for
+#: the CUDA-graph harness) and `method` the collective method's label (a copy fit: its copy harness)
+FIT_COLUMNS = list(layout.FIT_COLUMNS) + ["method"]
 
 RECORDED_PATH = "recorded_vm_gpu0_to_gpu1"
 #: How the NCCL variants are timed on two GPUs or more: as sglang's decode step issues its all-reduce when
@@ -32,8 +36,9 @@ RECORDED_PATH = "recorded_vm_gpu0_to_gpu1"
 #: rank launching at one shared deadline, on a non-blocking stream. With the eager harness a per-call host
 #: cost of tens of us, which moves between launches, decided which variant "won" at decode sizes; this
 #: method leaves only what NCCL and the link do.
-VARIANT_METHOD = {"harness": "graph", "timer": "host", "start": "aligned", "api": "nccl"}
-VARIANT_HARNESS_LABEL = collectives._harness_label(VARIANT_METHOD)   # "graph+host_timer+aligned+libnccl"
+VARIANT_METHOD = Method(harness="graph", timer="host", start="aligned", api="nccl")
+#: how the investigation timed (and the suite times every sweep but the variants)
+EAGER_METHOD = Method()
 #: The default launched once more after every variant, by VARIANT_METHOD: how far one setting moves
 #: between two launches, which a variant's win must exceed before it counts.
 REPEAT_VARIANT = "default, second launch"
@@ -93,14 +98,14 @@ def message_sizes(preset: Preset, scope: str = "copy", multiple_of: int = 1) -> 
 
 @dataclass
 class CollectivePlan:
-    runs: list = field(default_factory=list)      # (backend, world_size, variant, note, method)
+    runs: list = field(default_factory=list)      # (backend, world_size, variant, note, Method)
     statements: list = field(default_factory=list)
 
 
 def plan_collectives(m: Machine, world_size: int = 0, variants="all") -> CollectivePlan:
     """Which collective sweeps this machine can run, and a plain statement for what it cannot. Each run
-    is (backend, world_size, variant, note, method): method {} is the eager harness with CUDA events (the
-    investigation's way); on two GPUs or more the default also runs, with every variant, by
+    is (backend, world_size, variant, note, method): EAGER_METHOD is the eager harness with CUDA events
+    (the investigation's way); on two GPUs or more the default also runs, with every variant, by
     VARIANT_METHOD."""
     p = CollectivePlan()
     names = list(collectives.NCCL_VARIANTS) if variants == "all" else ([] if variants in ("none", "") else
@@ -114,15 +119,15 @@ def plan_collectives(m: Machine, world_size: int = 0, variants="all") -> Collect
         if n > m.gpus:
             raise collectives.CollectiveConfigError(
                 f"world_size = {n} is more ranks than the {m.gpus} GPUs here; use world_size <= {m.gpus} (0 = all)")
-        p.runs.append(("nccl", n, "default", "one process per GPU, eager", {}))
+        p.runs.append(("nccl", n, "default", "one process per GPU, eager", EAGER_METHOD))
         if names:
             for v in (["default"] if "default" not in names else []) + names:
-                p.runs.append(("nccl", n, v, "one process per GPU, variant sweep", dict(VARIANT_METHOD)))
+                p.runs.append(("nccl", n, v, "one process per GPU, variant sweep", VARIANT_METHOD))
             p.runs.append(("nccl", n, REPEAT_VARIANT, "the default again: the launch-to-launch spread",
-                           dict(VARIANT_METHOD)))
+                           VARIANT_METHOD))
     else:
         if m.gpus == 1:
-            p.runs.append(("nccl", 1, "default", "one rank: the library floor, no data crosses a link", {}))
+            p.runs.append(("nccl", 1, "default", "one rank: the library floor, no data crosses a link", EAGER_METHOD))
             p.statements.append(
                 "This machine has one GPU, so no collective crosses a GPU-to-GPU link and the NCCL variants "
                 "(which change how data crosses links) have nothing to change: they are skipped. NCCL on one "
@@ -133,7 +138,7 @@ def plan_collectives(m: Machine, world_size: int = 0, variants="all") -> Collect
                 "process through shared memory and sockets), not between GPUs, and the NCCL variants are skipped.")
         n = world_size or min(2, m.cpus)
         if n >= 2:
-            p.runs.append(("gloo", n, "default", "CPU processes", {}))
+            p.runs.append(("gloo", n, "default", "CPU processes", EAGER_METHOD))
         else:
             p.statements.append("Only one CPU core: a two-process gloo exchange would time the scheduler; skipped.")
     return p
@@ -176,15 +181,12 @@ def run_suite(preset: str | Preset = "quick", out_dir: str | Path | None = None,
                 results.append(collectives.resume_collectives(
                     backend, n, sizes, variant=variant, env=collectives.NCCL_VARIANTS.get(variant, {}),
                     warmup=pr.coll_warmup, iters=pr.coll_iters, repeats=pr.coll_repeats, timeout_s=timeout_s,
-                    workdir=wd, **method))
-            except collectives.CollectiveConfigError as e:
-                results.append(collectives.RunResult(variant, backend, n, "failed", None, 0.0, str(e),
-                                                     harness=collectives._harness_label(method)))
+                    workdir=wd, method=method))
+            except (collectives.CollectiveConfigError, MethodError) as e:
+                results.append(collectives.RunResult(variant, backend, n, "failed", None, 0.0, str(e), method=method))
     out["collective_results"] = results
     out["collective_sweep"] = collectives.tidy(results)
-    out["collective_runs"] = pd.DataFrame([r.summary() for r in results],
-                                          columns=["variant", "backend", "world_size", "harness", "status",
-                                                   "returncode", "wall_s", "points", "message"])
+    out["collective_runs"] = pd.DataFrame([r.summary() for r in results], columns=collectives.SUMMARY_COLUMNS)
     out["timings_s"]["collectives"] = time.perf_counter() - t0 - out["timings_s"]["copies"]
     out["fits"] = pd.concat([recorded_fit(), fit_table(out["copy_sweep"], out["collective_sweep"], m)],
                             ignore_index=True)
@@ -230,7 +232,7 @@ def recorded_device() -> str:
 def recorded_fit() -> pd.DataFrame:
     rec = recorded_copy_sweep()
     row = _fit_row(rec["size_bytes"], rec["time_us"], scope="copy", path=RECORDED_PATH, harness="eager",
-                   variant="n/a", backend="cuda", world_size=2, device=recorded_device(),
+                   method="eager", variant="n/a", backend="cuda", world_size=2, device=recorded_device(),
                    kind="derived: fit to recorded")
     return pd.DataFrame([row], columns=FIT_COLUMNS)
 
@@ -244,127 +246,33 @@ def fit_table(copy_sweep: pd.DataFrame | None, collective_sweep: pd.DataFrame | 
                 continue
             two = path in ("peer",) or (path == "host_bounce" and m is not None and m.gpus > 1)
             rows.append(_fit_row(g["size_bytes"], g["time_us"], scope="copy", path=path, harness=harness,
-                                 variant="default", backend="cpu" if path == "cpu_memcpy" else "cuda",
+                                 method=harness, variant="default", backend="cpu" if path == "cpu_memcpy" else "cuda",
                                  world_size=2 if two else 1, device=g["device"].iloc[0], kind="measured"))
     if collective_sweep is not None and len(collective_sweep):
-        keys = ["op", "harness", "variant", "backend", "world_size"]
-        for (op, harness, variant, backend, n), g in collective_sweep.groupby(keys, sort=False):
+        keys = ["op", "method", "variant", "backend", "world_size"]
+        for (op, method, variant, backend, n), g in collective_sweep.groupby(keys, sort=False):
             if g["size_bytes"].nunique() < 2:
                 continue
             dev = g["device"].iloc[0]
-            rows.append(_fit_row(g["size_bytes"], g["time_us"], scope="collective", path=op, harness=harness,
-                                 variant=variant, backend=backend, world_size=int(n),
+            rows.append(_fit_row(g["size_bytes"], g["time_us"], scope="collective", path=op,
+                                 harness=g["harness"].iloc[0], method=method, variant=variant, backend=backend, world_size=int(n),
                                  device=f"{n}x {dev}" if backend == "nccl" else f"{n} CPU processes",
                                  kind="measured"))
     return pd.DataFrame(rows, columns=FIT_COLUMNS)
 
 
-# ------------------------------------------------------------------------------------------ figures
-_HARNESS_STYLE = {"eager": "-", "graph": "--", "queued": ":"}
-
-
-def plot_copy(copy_sweep: pd.DataFrame | None, what: str = "time_us", show_recorded: bool = True,
-              harnesses=("eager", "graph")):
-    """Copy time (or bandwidth) against size per path and harness, the original VM beside it."""
-    fig, ax = plotting.figure(width=7.2, height=4.2)
-    if copy_sweep is not None and len(copy_sweep):
-        copy_sweep = copy_sweep[copy_sweep.harness.isin(harnesses)]
-        for i, ((path, harness), g) in enumerate(copy_sweep.groupby(["path", "harness"], sort=False)):
-            g = g.sort_values("size_bytes")
-            lo = g[what.replace("time_us", "time_us_p10")] if what == "time_us" else None
-            hi = g[what.replace("time_us", "time_us_p90")] if what == "time_us" else None
-            lab = "cpu memcpy" if path == "cpu_memcpy" else path.replace("_", " ")
-            plotting.size_sweep(ax, g["size_bytes"], g[what], f"{lab}, {harness} (measured)", lower=lo, upper=hi,
-                                color=plotting.CYCLE[list(copybench.PATHS).index(path) % len(plotting.CYCLE)],
-                                ls=_HARNESS_STYLE.get(harness, "-"))
-    if show_recorded:
-        rec = recorded_copy_sweep()
-        col = "time_us" if what == "time_us" else "bandwidth_GBps"
-        plotting.size_sweep(ax, rec["size_bytes"], rec[col], "GPU0 to GPU1, eager (recorded: original VM)",
-                            color=plotting.PALETTE["recorded"], marker="s", lw=2.2)
-        if what == "time_us":
-            f = recorded_fit().iloc[0]
-            xs = np.geomspace(rec["size_bytes"].min(), rec["size_bytes"].max(), 30)
-            ax.plot(xs, f.alpha_us + xs / (f.beta_GBps * 1e3), color=plotting.PALETTE["model"], lw=1,
-                    ls=(0, (1, 1)), label="alpha-beta fit to the recorded sweep (derived)")
-    ax.set_yscale("log")
-    ax.set_xlabel("message size")
-    ax.set_ylabel("time per copy (us)" if what == "time_us" else "bandwidth (GB/s)")
-    ax.legend(fontsize=7, loc="upper left")
-    return fig
-
-
-def plot_harness(copy_sweep: pd.DataFrame | None):
-    """Per decode size: the recorded VM copy beside this machine's same-device eager and graph copy."""
-    rec = recorded_copy_sweep()
-    fig, ax = plotting.figure(width=7.0, height=3.8)
-    x = np.arange(len(rec))
-    bars = [("GPU0 to GPU1, eager (recorded: original VM)", rec["time_us"].to_numpy(), plotting.PALETTE["recorded"])]
-    if copy_sweep is not None and len(copy_sweep):
-        floor_path = "same_device" if (copy_sweep["path"] == "same_device").any() else "cpu_memcpy"
-        for h, c in (("eager", plotting.PALETTE["measured"]), ("graph", "#92c5de"), ("queued", "#d1e5f0")):
-            g = copy_sweep[(copy_sweep.path == floor_path) & (copy_sweep.harness == h)].set_index("size_bytes")
-            if len(g):
-                vals = [g["time_us"].get(s, np.nan) for s in rec["size_bytes"]]
-                name = "same GPU" if floor_path == "same_device" else "cpu memcpy"
-                bars.append((f"{name}, {h} (measured: this machine)", np.array(vals), c))
-        hb = copy_sweep[(copy_sweep.path == "host_bounce") & (copy_sweep.harness == "eager")].set_index("size_bytes")
-        if len(hb):
-            bars.append(("GPU to pinned host to GPU, eager (measured: this machine)",
-                         np.array([hb["time_us"].get(s, np.nan) for s in rec["size_bytes"]]), "#4d9221"))
-    w = 0.8 / len(bars)
-    for i, (lab, vals, c) in enumerate(bars):
-        ax.bar(x + (i - (len(bars) - 1) / 2) * w, vals, w, label=lab, color=c)
-    ax.set_xticks(x, [f"{int(t)} tok\n{s / 1024:g} KiB" for t, s in zip(rec["tokens"], rec["size_bytes"])])
-    ax.set_yscale("log")
-    ax.set_ylabel("time per copy (us)")
-    ax.set_xlabel("message size (tokens x hidden x 2 B)")
-    ax.legend(fontsize=7, loc="upper left")
-    return fig
-
-
-def plot_collectives(sweep: pd.DataFrame | None, variants_only: bool = False, statement: str = ""):
-    """Collective time against size: one line per op/backend/world size, or per NCCL variant."""
-    fig, ax = plotting.figure(width=7.2, height=4.2)
-    if sweep is None or not len(sweep):
-        ax.text(0.5, 0.5, statement or "no collective measured on this machine", ha="center", va="center",
-                transform=ax.transAxes, wrap=True, fontsize=9)
-        ax.set_axis_off()
-        return fig
-    if variants_only:
-        sweep = variant_rows(sweep)
-        keys = ["variant"]
-    else:
-        sweep = sweep[(sweep.variant == "default") & ~(sweep.harness == VARIANT_HARNESS_LABEL)]
-        keys = ["op", "backend", "world_size"]
-    for i, (k, g) in enumerate(sweep.groupby(keys, sort=False)):
-        k = k if isinstance(k, tuple) else (k,)
-        g = g.sort_values("size_bytes")
-        # more series than colours: the second round of colours is dashed, so no two lines look alike
-        style = {"color": plotting.CYCLE[i % len(plotting.CYCLE)], "ls": "-" if i < len(plotting.CYCLE) else "--"}
-        if variants_only:
-            lab = k[0] if k[0].startswith("default") else f"NCCL_{k[0]}"
-        else:
-            unit = ("GPU" if k[1] == "nccl" else "process") + ("" if k[2] == 1 else ("s" if k[1] == "nccl" else "es"))
-            lab = f"{k[0].replace('_', '-')}, {k[1]}, {k[2]} {unit}"
-        plotting.size_sweep(ax, g["size_bytes"], g["time_us"], lab + " (measured)", lower=g["time_us_p10"],
-                            upper=g["time_us_p90"], **style)
-    for s in copybench.decode_message_sizes()["size_bytes"]:
-        ax.axvline(s, color="#999999", lw=0.6, ls=":")
-    ax.set_yscale("log")
-    ax.set_xlabel("message size per rank (dotted: decode sizes)")
-    ax.set_ylabel("time per collective (us)")
-    ax.legend(fontsize=7, loc="upper left")
-    return fig
-
-
+# ------------------------------------------------------------------------------------------ variants
 def variant_rows(sweep: pd.DataFrame) -> pd.DataFrame:
     """The NCCL all-reduce rows the variant comparison uses: those timed by VARIANT_METHOD where the run
-    has them, else (runs made before it existed) the eager rows."""
+    has them, else (runs made before it existed) those timed by EAGER_METHOD. `sweep` is a tidy table
+    with method columns (a run recorded before them: helpers.interconnect.recorded_labels.from_tidy)."""
+    if "method" not in sweep.columns:
+        raise MethodError("variant_rows needs the sweep's method columns (collectives.tidy writes them; map an "
+                          "older table with helpers.interconnect.recorded_labels.from_tidy)")
     s = sweep[(sweep.backend == "nccl") & (sweep.op == "all_reduce")]
-    if "harness" in s.columns and (s.harness == VARIANT_HARNESS_LABEL).any():
-        return s[s.harness == VARIANT_HARNESS_LABEL]
-    return s[s.harness == "eager"] if "harness" in s.columns else s
+    if (s.method == VARIANT_METHOD.label).any():
+        return s[s.method == VARIANT_METHOD.label]
+    return s[s.method == EAGER_METHOD.label]
 
 
 def best_variant(sweep: pd.DataFrame, sizes, exclude=()) -> pd.DataFrame:

@@ -9,6 +9,8 @@ result. Rank 0 appends one JSON line per finished point to --out, so a killed ru
 all_reduce through torch.distributed is in place (the API has no separate output buffer), so it is
 compared with nccl-tests' in-place columns; all_to_all_single is out of place.
 
+The timing method is helpers.interconnect.method.Method: its options below are written by Method.cli_args
+and read back by Method.from_args, and every point carries the method's label and fields (Method.as_row).
 Options that make the timing match nccl-tests' own (benchmarks/fidelity.py compares the two):
   --harness graph      the `iters` collectives are captured in one CUDA graph and the graph is replayed
                        (nccl-tests -G 1): torch's per-call dispatch cost is left out
@@ -53,12 +55,7 @@ import os
 import sys
 import time
 
-# The aligned start's deadline lies START_LEAD_US after rank 0 picks it; the GPU idles about that long before
-# each timed block, and idling costs time. Measured on two H200s (benchmarks/results/allreduce-gap-h200x2-
-# 20261129c, 20 all-reduces per CUDA graph, below 64 KiB, median per call): 0.2 ms ahead 6.80 us, 2 ms 7.40 us,
-# 20 ms 9.85 us; nccl-tests -np 2 -G 1 6.43 us. The all-reduce that carries the deadline takes tens of us, so
-# 0.3 ms lets every rank have it in time; a rank that gets it late launches at once and is counted (late_starts).
-START_LEAD_US = 300
+from helpers.interconnect.method import Method, MethodError
 
 
 def _now_ns() -> int:
@@ -66,7 +63,7 @@ def _now_ns() -> int:
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
-def _parse(argv):
+def parse_args(argv):
     ap = argparse.ArgumentParser(prog="python -m helpers.interconnect.worker")
     ap.add_argument("--backend", required=True, choices=["gloo", "nccl"])
     ap.add_argument("--ops", default="all_reduce,all_to_all")
@@ -76,24 +73,7 @@ def _parse(argv):
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--variant", default="default")
-    ap.add_argument("--harness", default="eager", choices=["eager", "graph"])
-    ap.add_argument("--timer", default="events", choices=["events", "host"])
-    ap.add_argument("--placement", default="in-place", choices=["in-place", "out-of-place"],
-                    help="all_reduce only; all_to_all is always out of place")
-    ap.add_argument("--rotate-bytes", type=int, default=0,
-                    help="pool size for rotating buffer offsets (nccl-tests style); 0 keeps one buffer")
-    ap.add_argument("--rank-start", dest="start", default="barrier", choices=["barrier", "aligned"],
-                    help="how ranks start a timed block: as their barrier returns, or at one shared deadline")
-    ap.add_argument("--start-lead-us", type=int, default=START_LEAD_US,
-                    help="aligned start: how far ahead of now rank 0 sets the deadline (the GPU idles that long)")
-    ap.add_argument("--api", default="torch", choices=["torch", "nccl"],
-                    help="issue collectives through torch.distributed or as NCCL calls (helpers.interconnect.nccl)")
-    ap.add_argument("--control", default="backend", choices=["backend", "gloo"],
-                    help="with --api nccl: the process group for barriers and timings (gloo: torch makes no NCCL "
-                         "communicator of its own)")
-    ap.add_argument("--stream", default="side", choices=["side", "legacy"],
-                    help="GPU work on a stream created non-blocking, as nccl-tests' (side), or on the legacy "
-                         "default stream (legacy)")
+    Method.add_arguments(ap)   # --api, --harness, --timer, --placement, --rotate-bytes, --rank-start, ...
     ap.add_argument("--out", required=True)
     ap.add_argument("--hang-rank", type=int, default=-1,
                     help="testing only: this rank sleeps forever before the first collective")
@@ -101,13 +81,12 @@ def _parse(argv):
 
 
 def main(argv=None) -> int:
-    a = _parse(argv if argv is not None else sys.argv[1:])
-    if a.api == "nccl" and a.backend != "nccl":
-        raise SystemExit(f"--api nccl needs --backend nccl (a CUDA GPU per rank); got --backend {a.backend}")
-    if a.control == "gloo" and a.api != "nccl":
-        raise SystemExit("--control gloo is for --api nccl (torch.distributed's collectives need their backend)")
-    if a.start_lead_us < 1:
-        raise SystemExit(f"--start-lead-us {a.start_lead_us}: give a lead of 1 us or more (default {START_LEAD_US})")
+    a = parse_args(argv if argv is not None else sys.argv[1:])
+    try:   # the method is built once, from the options collectives.run_collectives wrote (Method.cli_args)
+        method = Method.from_args(a)
+        method.check_backend(a.backend)
+    except MethodError as e:
+        raise SystemExit(f"helpers.interconnect.worker: {e}") from None
     stacks_after = float(os.environ.get("COLLECTIVE_WORKER_STACKS_AFTER_S", "0") or 0)
     if stacks_after > 0:  # diagnosing a hang: every thread's stack goes to stderr after this many seconds
         import faulthandler
@@ -121,25 +100,25 @@ def main(argv=None) -> int:
     if a.backend == "nccl":
         torch.cuda.set_device(local)
         device = torch.device("cuda", local)
-        if a.control == "gloo":   # no NCCL communicator of torch's in the process: ours is the only one
+        if method.control == "gloo":   # no NCCL communicator of torch's in the process: ours is the only one
             dist.init_process_group("gloo")
         else:
             dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
-    ctrl = torch.device("cpu") if a.control == "gloo" else device   # where barriers' and timings' tensors live
+    ctrl = torch.device("cpu") if method.control == "gloo" else device   # where barriers' and timings' tensors live
     # The control plane uses all-reduces only (barrier, sums, maxima): the NCCL variants' environment
     # applies to torch's communicator too, and NCCL_ALGO=Tree leaves NCCL no algorithm for an all-gather
     # or a broadcast (measured on two H200s: "no algorithm/protocol available for function AllGather").
     # torchrun tells each rank how many ranks share its node: all of them share one host when that is all.
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     one_host = local_world == world
-    if a.start == "aligned" and not one_host:
+    if method.start == "aligned" and not one_host:
         raise SystemExit(f"--rank-start aligned needs every rank on one host (they share its monotonic clock); "
                          f"{local_world} of the {world} ranks are on this one: use --rank-start barrier")
     comm = None
-    if a.api == "nccl":  # a communicator of our own, as sglang's pynccl makes: rank 0's id goes to every rank
+    if method.api == "nccl":  # a communicator of our own, as sglang's pynccl makes: rank 0's id goes to every rank
         from helpers.interconnect import nccl as ncclbind
 
         lib = ncclbind.library()
@@ -189,7 +168,7 @@ def main(argv=None) -> int:
         if not ok:
             raise RuntimeError(f"{op} gave a wrong result on rank {rank} (count {count})")
 
-    if gpu and a.stream == "side":
+    if gpu and method.stream == "side":
         # every op, event and graph launch from here on goes to a stream created non-blocking, as
         # nccl-tests creates its streams, not to the legacy default stream, which the driver also orders
         # against the device's other blocking streams (see --stream in the module docstring)
@@ -203,11 +182,12 @@ def main(argv=None) -> int:
             if count == 0:
                 continue
             nbytes = count * esize
-            placement = a.placement if op == "all_reduce" else "out-of-place"
+            m = method.for_op(op)               # all_to_all is always out of place
+            placement = m.placement
             check(op, count, placement)
             # nccl-tests' offsets: iteration i at (i mod rotate/size) x size; only the first
             # max(iters, warmup) offsets are ever used, so only those are allocated
-            steps = max(1, a.rotate_bytes // nbytes) if a.rotate_bytes > 0 else 1
+            steps = max(1, m.rotate_bytes // nbytes) if m.rotate_bytes > 0 else 1
             steps = min(steps, max(a.iters, a.warmup, 1))
             pool_x = torch.zeros(count * steps, dtype=dtype, device=device)   # zeros: repeated sums stay finite
             pool_y = torch.zeros_like(pool_x)
@@ -223,7 +203,7 @@ def main(argv=None) -> int:
                 run(op, x, y, placement)
             sync()
             graph = None
-            if a.harness == "graph":
+            if m.harness == "graph":
                 side = torch.cuda.Stream(device)
                 side.wait_stream(torch.cuda.current_stream(device))
                 with torch.cuda.stream(side):
@@ -240,8 +220,8 @@ def main(argv=None) -> int:
                 dist.barrier()
                 sync()
                 was_late = 0
-                if a.start == "aligned":
-                    dl = torch.tensor([_now_ns() + a.start_lead_us * 1000 if rank == 0 else 0], dtype=torch.int64,
+                if m.start == "aligned":
+                    dl = torch.tensor([_now_ns() + m.start_lead_us * 1000 if rank == 0 else 0], dtype=torch.int64,
                                       device=ctrl)
                     dist.all_reduce(dl, op=dist.ReduceOp.MAX)   # rank 0's deadline; the others sent 0
                     deadline = int(dl.item())
@@ -250,7 +230,7 @@ def main(argv=None) -> int:
                         pass
                 issue = graph.replay if graph is not None else (lambda: block(a.iters))
                 launched_ns = _now_ns()
-                if gpu and a.timer == "events":
+                if gpu and m.timer == "events":
                     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     s.record()
                     issue()
@@ -276,11 +256,7 @@ def main(argv=None) -> int:
                     "op": op, "backend": a.backend, "variant": a.variant, "world_size": world,
                     "dtype": a.dtype, "count": count, "size_bytes": nbytes, "iters": a.iters,
                     "repeats": a.repeats, "warmup": a.warmup, "times_us": times,
-                    "placement": placement, "harness": a.harness, "timer": a.timer,
-                    "rotate_bytes": a.rotate_bytes, "start": a.start,
-                    "start_lead_us": a.start_lead_us if a.start == "aligned" else None,
-                    "api": a.api, "control": a.control,
-                    "stream": a.stream if gpu else None,
+                    **m.as_row(),                                  # the method: its label and every field
                     "start_skew_us": skews if skews else None, "late_starts": late,
                     "device": torch.cuda.get_device_name(device) if gpu else "cpu",
                 }) + "\n")
@@ -289,7 +265,7 @@ def main(argv=None) -> int:
     if out is not None:
         out.close()
     dist.barrier()
-    if a.harness == "graph" and gpu and world > 1:
+    if method.harness == "graph" and gpu and world > 1:
         # Measured on two H200s (torch 2.11, NCCL 2.28): after NCCL collectives were captured in CUDA
         # graphs, destroy_process_group never returns on either rank, though every point is written.
         # The results are on disk and the barrier above has passed, so leave without the teardown.

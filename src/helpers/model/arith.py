@@ -82,6 +82,7 @@ class ModelConfig:
     moe_intermediate: int
     dense_intermediate: int
     nextn_layers: int = 0
+    routed_scaling: float = 1.0   # routed_scaling_factor: the routed experts' output scale
     precision: Mapping[str, str] = field(default_factory=dict)
     precision_assumed: tuple[str, ...] = ()
     published_total: float | None = None
@@ -157,6 +158,7 @@ class ModelConfig:
             moe_intermediate=int(moe.get("moe_intermediate_size", 0)),
             dense_intermediate=int(dense.get("intermediate_size", 0)),
             nextn_layers=int(a.get("num_nextn_predict_layers", 0)),
+            routed_scaling=float(moe.get("routed_scaling_factor", 1.0)),
             precision=prec, precision_assumed=assumed,
             published_total=pub.get("total_parameters"), published_active=pub.get("active_parameters"),
             published_source=pub.get("source"),

@@ -1,0 +1,119 @@
+"""Time one tensor-parallel rank's share of a decode step (helpers.model.step) and print the figures.
+
+On a GPU (default there): the model's real per-rank shapes (GLM-5 at TP8), batches 1-64 at two contexts,
+CUDA graphs and eager, each component alone under graphs. On a CPU (default there): the scaled-down
+model (data/models/glm5-mini.yaml), eager, plus the two-rank gloo check of the sharded step against the
+unsharded one.
+
+    python benchmarks/bench_step.py                         # whatever this machine has
+    python benchmarks/bench_step.py --device cuda --out DIR  # write timings.csv, bytes.csv, meta.json
+    python benchmarks/bench_step.py --device cpu --check     # CPU, with the sharding check
+    torchrun --nproc-per-node 8 benchmarks/bench_step.py     # TP8 over 8 GPUs, NCCL inside the step
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+from helpers.model import step, steptime
+
+
+def _ints(s: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in s.split(",") if x)
+
+
+def _points(s: str) -> tuple[tuple[int, int], ...]:
+    if s == "none":
+        return ()
+    return tuple(tuple(int(v) for v in p.split("x")) for p in s.split(","))
+
+
+def _distributed(device: str):
+    """Under torchrun (WORLD_SIZE > 1): one process per rank, NCCL on GPUs, gloo on CPUs."""
+    import os
+
+    import torch.distributed as dist
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None, device
+    if device.startswith("cuda"):
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        device = f"cuda:{local}"
+    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    return dist.group.WORLD, device
+
+
+def main(argv=None) -> int:
+    cuda = torch.cuda.is_available()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if cuda else "cpu")
+    ap.add_argument("--model", default=None, help="data/models/<name>.yaml (default: glm5 on a GPU, glm5-mini on a CPU)")
+    ap.add_argument("--tp", type=int, default=None, help="TP degree whose per-rank shapes are built (default 8; 2 on a CPU)")
+    ap.add_argument("--batches", type=_ints, default=None)
+    ap.add_argument("--contexts", type=_ints, default=None)
+    ap.add_argument("--modes", default=None, help="graph,eager (CPU: eager)")
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--eager-repeats", type=int, default=3)
+    ap.add_argument("--time-limit-s", type=float, default=60.0, help="per point")
+    ap.add_argument("--moe-held", type=int, default=None, help="distinct MoE layers to hold (default: as many as fit)")
+    ap.add_argument("--no-components", action="store_true")
+    ap.add_argument("--op-level", default=None, help="batch x context points timed op by op, e.g. 1x384,64x384 "
+                    "(default: those two on a GPU, none on a CPU; 'none' for none)")
+    ap.add_argument("--sparse", default=None, help="batch x context points also timed with DSA sparse attention "
+                    "(default on a GPU: 1x8192,64x8192; 'none' for none)")
+    ap.add_argument("--check", action="store_true", help="also run the 2-rank gloo sharding check on the CPU")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args(argv)
+    gpu = a.device.startswith("cuda")
+    group, a.device = _distributed(a.device)
+    if group is not None and a.tp is None:
+        import torch.distributed as dist
+        a.tp = dist.get_world_size()
+    cfg = steptime.SweepConfig(
+        model=a.model or ("glm5" if gpu else "glm5-mini"), tp=a.tp or (8 if gpu else 2),
+        batches=a.batches or ((1, 2, 4, 8, 16, 32, 64) if gpu else (1, 8)),
+        contexts=a.contexts or ((384, 8192) if gpu else (96, 384)),
+        modes=tuple((a.modes or ("graph,eager" if gpu else "eager")).split(",")), device=a.device,
+        repeats=a.repeats, eager_repeats=a.eager_repeats, components=not a.no_components,
+        time_limit_s=a.time_limit_s, moe_held=a.moe_held,
+        op_level=_points(a.op_level) if a.op_level else (((1, 384), (64, 384)) if gpu else ()),
+        sparse_points=_points(a.sparse) if a.sparse else (((1, 8192), (64, 8192)) if gpu else ()))
+    t0 = time.monotonic()
+    res = steptime.sweep(cfg, a.out, progress=lambda s: print(s, flush=True), group=group)
+    if group is not None:
+        import torch.distributed as dist
+        rank = dist.get_rank()
+        dist.destroy_process_group()
+        if rank:
+            return 0
+    t = res["timings"]
+    print(f"sweep: {len(t)} rows in {time.monotonic() - t0:.1f} s wall ({res['meta']['sweep_s']:.1f} s in sweep)")
+    steps = t[t.what == "step"].copy()
+    steps["tok_s"] = steps.batch * 1e6 / steps.median_us
+    print(steps[["batch", "context", "mode", "attention", "median_us", "p10_us", "p90_us", "tok_s", "kernels"]]
+          .to_string(index=False))
+    comp = t[(t.what != "step") & ~t.what.str.startswith("op:")]
+    if len(comp):
+        piv = comp.pivot_table(index=["attention", "context", "batch"], columns="what", values="median_us")
+        print("per component, us (alone, " + ("graphs" if gpu else "eager") + "):")
+        print(piv.round(1).to_string())
+    if a.check:
+        t1 = time.monotonic()
+        ref = step.unsharded_logits(step.ma.load_model("glm5-mini"), 4, 96)
+        out = step.run_sharded("glm5-mini", 2, 4, 96)
+        chk = step.compare_logits(ref, out["sharded"])
+        print(f"2-rank gloo check: rel err {chk.rel_err:.2e} (tolerance {chk.tolerance:.0e}), tokens agree "
+              f"{chk.tokens_agree}: {'ok' if chk.ok else 'FAILED'} in {time.monotonic() - t1:.1f} s")
+        if a.out:
+            with open(f"{a.out}/check.json", "w") as f:
+                json.dump({**chk.__dict__, "ok": chk.ok}, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

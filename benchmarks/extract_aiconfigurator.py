@@ -1,0 +1,293 @@
+"""Extract the rows of NVIDIA aiconfigurator's measured kernel tables that the book uses into tidy CSVs.
+
+aiconfigurator-core (PyPI, Apache-2.0) ships per-operation kernel times measured on real machines
+(parquet tables under `aiconfigurator_core/systems/data/<system>/`). The book uses:
+
+- the RTX PRO 6000 Blackwell Server Edition tables (`rtx_pro_6000_server`, the original GPUs) for the
+  decode-step budget on measured kernels;
+- the H200 SXM tables (`h200_sxm`, the lent GPU) for a like-for-like check of the torch emulation of the
+  decode step (chapter "The decode step, rebuilt").
+
+Only GLM-5's per-rank shapes at tensor parallelism 8 (and the grid points around them, for
+interpolation) are kept. Latencies are converted from the tables' milliseconds to microseconds.
+
+It also runs aiconfigurator's own estimator for the deployment (GLM-5-NVFP4, SGLang 0.5.14, TP8) at the
+recorded workload and records what it returns, or the error it raises.
+
+Run it in a scratch environment that has the wheel and pyarrow (not project dependencies):
+
+    pip download --no-deps aiconfigurator-core==0.12.0 -d /tmp/aic
+    python -m venv /tmp/aicvenv && /tmp/aicvenv/bin/pip install /tmp/aic/aiconfigurator_core-0.12.0-*.whl
+    /tmp/aicvenv/bin/python benchmarks/extract_aiconfigurator.py --out data/reference
+
+It imports nothing from this repository (the scratch environment need not have it installed).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+import pandas as pd
+
+SOURCE = "aiconfigurator-core-0.12.0"
+FRAMEWORK = "sglang"
+VERSION = "0.5.14"
+SYSTEMS = {"rtx_pro_6000_server": "RTX PRO 6000 Blackwell Server Edition", "h200_sxm": "NVIDIA H200"}
+
+# GLM-5 at TP8, per rank (from data/models/glm5.yaml: hidden 6144, q_lora 2048, kv_lora 512, rope 64,
+# 64 heads x (192 + 64) qk and 256 v, indexer 32 x 128, 256 experts of 2048, dense 12288, vocab 154880).
+TP = 8
+HIDDEN = 6144
+GEMMS = {  # name: (n, k): the projections of one rank's decode step
+    "fused q_a + kv_a": (2048 + 512 + 64, HIDDEN),
+    "q_b": (64 // TP * 256, 2048),
+    "o_proj": (HIDDEN, 64 // TP * 256),
+    "indexer wq_b": (32 * 128, 2048),
+    "indexer wk": (128, HIDDEN),
+    "indexer weights_proj": (32, HIDDEN),
+    "router": (256, HIDDEN),
+    "shared gate_up": (2 * 2048 // TP, HIDDEN),
+    "shared down": (HIDDEN, 2048 // TP),
+    "dense gate_up": (2 * 12288 // TP, HIDDEN),
+    "dense down": (HIDDEN, 12288 // TP),
+    "lm_head": (154880 // TP, HIDDEN),
+}
+GEMM_DTYPES = ("bfloat16", "nvfp4")
+MOE_SHAPE = {"hidden_size": HIDDEN, "inter_size": 2048, "num_experts": 256, "topk": 8}
+HEADS_PER_RANK = 64 // TP
+
+
+def data_root(site: Path) -> Path:
+    root = site / "aiconfigurator_core" / "systems" / "data"
+    if not root.is_dir():
+        raise SystemExit(f"{root} does not exist: pass --site, the folder that holds aiconfigurator_core/")
+    return root
+
+
+def bracket(grid, x) -> list:
+    """The grid values around x (x itself when it is on the grid)."""
+    g = sorted(set(int(v) for v in grid))
+    if x in g:
+        return [x]
+    lo = [v for v in g if v < x]
+    hi = [v for v in g if v > x]
+    if not lo or not hi:
+        raise ValueError(f"{x} lies outside the grid {g[0]}..{g[-1]}")
+    return [lo[-1], hi[0]]
+
+
+def gemm_rows(root: Path, system: str) -> pd.DataFrame:
+    path = root / system / "gemm" / FRAMEWORK / VERSION / "gemm_perf.parquet"
+    df = pd.read_parquet(path)
+    keep = []
+    for name, (n, k) in GEMMS.items():
+        for dt in GEMM_DTYPES:
+            d = df[df["gemm_dtype"] == dt]
+            if not len(d):
+                continue
+            try:
+                ns, ks = bracket(d["n"], n), bracket(d["k"], k)
+            except ValueError:   # outside this dtype's grid (nvfp4 starts at 128): not kept
+                continue
+            keep.append(d[d["n"].isin(ns) & d["k"].isin(ks)])
+    out = pd.concat(keep).drop_duplicates()
+    return pd.DataFrame({
+        "system": SYSTEMS[system], "framework": f"{FRAMEWORK} {VERSION}", "kernel_source": out["kernel_source"],
+        "gemm_dtype": out["gemm_dtype"], "m": out["m"], "n": out["n"], "k": out["k"],
+        "latency_us": out["latency"] * 1e3, "source": SOURCE,
+        "note": f"{system}/gemm/{FRAMEWORK}/{VERSION}/gemm_perf.parquet",
+    }).sort_values(["system", "gemm_dtype", "n", "k", "m"])
+
+
+def moe_rows(root: Path, system: str) -> pd.DataFrame:
+    path = root / system / "moe" / FRAMEWORK / VERSION / "moe_perf.parquet"
+    df = pd.read_parquet(path)
+    m = pd.Series(True, index=df.index)
+    for c, v in MOE_SHAPE.items():
+        m &= df[c] == v
+    d = df[m & (df["moe_tp_size"] == TP) & (df["moe_ep_size"] == 1)]
+    return pd.DataFrame({
+        "system": SYSTEMS[system], "framework": f"{FRAMEWORK} {VERSION}", "kernel_source": d["kernel_source"],
+        "moe_dtype": d["moe_dtype"], "num_tokens": d["num_tokens"], "hidden_size": d["hidden_size"],
+        "inter_size": d["inter_size"], "num_experts": d["num_experts"], "topk": d["topk"],
+        "moe_tp_size": d["moe_tp_size"], "moe_ep_size": d["moe_ep_size"], "distribution": d["distribution"],
+        "latency_us": d["latency"] * 1e3, "source": SOURCE,
+        "note": f"{system}/moe/{FRAMEWORK}/{VERSION}/moe_perf.parquet",
+    }).sort_values(["system", "moe_dtype", "distribution", "num_tokens"])
+
+
+def attention_rows(root: Path, system: str) -> pd.DataFrame:
+    """MLA decode attention (absorbed, latent 512 + rope 64), its two head-wise bmms, and (H200 only)
+    SGLang's whole GLM-5 DSA attention module. `context` = isl + step, the KV entries read."""
+    frames = []
+    base = root / system
+    p = base / "mla" / FRAMEWORK / VERSION / "generation_mla_perf.parquet"
+    d = pd.read_parquet(p)
+    d = d[d["num_heads"] == HEADS_PER_RANK]
+    frames.append(pd.DataFrame({
+        "op": "mla_generation", "kernel_source": d["kernel_source"], "model": "",
+        "gemm_dtype": d["mla_dtype"], "kv_cache_dtype": d["kv_cache_dtype"], "heads_per_rank": d["num_heads"],
+        "tp_size": d["tp_size"], "batch_size": d["batch_size"], "context": d["isl"] + d["step"],
+        "latency_us": d["latency"] * 1e3, "note": str(p.relative_to(root)) + "; DeepSeek latent dims (512 + 64)"}))
+    p = base / "mla_bmm" / FRAMEWORK / VERSION / "mla_bmm_perf.parquet"
+    d = pd.read_parquet(p)
+    d = d[d["num_heads"] == HEADS_PER_RANK]
+    frames.append(pd.DataFrame({
+        "op": d["op_name"], "kernel_source": d["kernel_source"], "model": "", "gemm_dtype": d["bmm_dtype"],
+        "kv_cache_dtype": "", "heads_per_rank": d["num_heads"], "tp_size": TP, "batch_size": d["num_tokens"],
+        "context": pd.NA, "latency_us": d["latency"] * 1e3,
+        "note": str(p.relative_to(root)) + "; no head-dimension column: repeated keys are averaged by the book"}))
+    p = base / "sparse_attention" / FRAMEWORK / VERSION / "dsa_generation_module_perf.parquet"
+    if p.exists():
+        d = pd.read_parquet(p)
+        d = d[(d["model"] == "zai-org/GLM-5") & (d["tp_size"] == TP)]
+        frames.append(pd.DataFrame({
+            "op": d["op_name"], "kernel_source": d["kernel_source"], "model": d["model"],
+            "gemm_dtype": d["gemm_type"], "kv_cache_dtype": d["kv_cache_dtype"], "heads_per_rank": d["num_heads"],
+            "tp_size": d["tp_size"], "batch_size": d["batch_size"], "context": d["isl"] + d["step"],
+            "latency_us": d["latency"] * 1e3,
+            "note": str(p.relative_to(root)) + "; whole module: projections, indexer, attention, o_proj"}))
+    out = pd.concat(frames, ignore_index=True)
+    out.insert(0, "system", SYSTEMS[system])
+    out.insert(1, "framework", f"{FRAMEWORK} {VERSION}")
+    out["source"] = SOURCE
+    cols = ["system", "framework", "op", "kernel_source", "model", "gemm_dtype", "kv_cache_dtype", "heads_per_rank",
+            "tp_size", "batch_size", "context", "latency_us", "source", "note"]
+    return out[cols].sort_values(["system", "op", "kernel_source", "gemm_dtype", "kv_cache_dtype", "batch_size",
+                                  "context"])
+
+
+def comm_rows(root: Path, system: str) -> pd.DataFrame:
+    frames = []
+    for p in sorted((root / system / "comm" / "nccl").glob("*/nccl_perf.parquet")):
+        d = pd.read_parquet(p)
+        d = d[(d["nccl_dtype"] == "half") & d["op_name"].isin(["all_reduce", "all_gather"])]
+        frames.append(pd.DataFrame({
+            "library": f"nccl {p.parent.name}", "kernel_source": d["kernel_source"], "op": d["op_name"],
+            "dtype": d["nccl_dtype"], "num_gpus": d["num_gpus"], "message_bytes": d["message_size"],
+            "latency_us": d["latency"] * 1e3, "note": str(p.relative_to(root))}))
+    p = root / system / "comm" / FRAMEWORK / VERSION / "custom_allreduce_perf.parquet"
+    if p.exists():
+        d = pd.read_parquet(p)
+        frames.append(pd.DataFrame({
+            "library": f"{FRAMEWORK} {VERSION} custom all-reduce", "kernel_source": d["kernel_source"],
+            "op": d["op_name"], "dtype": d["allreduce_dtype"], "num_gpus": d["num_gpus"],
+            "message_bytes": d["message_size"], "latency_us": d["latency"] * 1e3, "note": str(p.relative_to(root))}))
+    out = pd.concat(frames, ignore_index=True)
+    out.insert(0, "system", SYSTEMS[system])
+    out["source"] = SOURCE
+    # the book uses the newest NCCL version of each system only
+    newest = max((str(v) for v in out.loc[out.library.str.startswith("nccl"), "library"]),
+                 key=lambda s: tuple(int(x) for x in s.split()[1].split(".")))
+    out = out[(out.library == newest) | ~out.library.str.startswith("nccl")]
+    out = out[["system", "library", "kernel_source", "op", "dtype", "num_gpus", "message_bytes", "latency_us",
+               "source", "note"]]
+    return out.sort_values(["system", "library", "kernel_source", "op", "num_gpus", "message_bytes"])
+
+
+# --------------------------------------------------------------------------------------------------
+# aiconfigurator's own estimate
+
+ESTIMATE_BATCHES = (1, 64)
+ISL, OSL = 256, 256  # the recorded sweep_256_256 workload
+
+
+def _estimate(model_path: str, system: str, **kw) -> list[dict]:
+    from aiconfigurator_core.sdk.engine import EngineHandle
+
+    rows = []
+    h = EngineHandle.compile(model_path, system, FRAMEWORK, backend_version=VERSION, tp_size=TP, moe_tp_size=TP,
+                             moe_ep_size=1, **kw)
+    for b in ESTIMATE_BATCHES:
+        ms = h.decode_step_latency(b, ISL, OSL)
+        rows.append({"batch": b, "quantity": "decode_step", "value": ms * 1e3, "unit": "us"})
+        _, gen = h.run_static_per_op(batch_size=b, isl=ISL, osl=OSL)
+        total = sum(v[1] for v in gen)
+        for name, lat_ms, _energy, how in gen:   # generation ops summed over the OSL steps: keep shares
+            rows.append({"batch": b, "quantity": f"share of generation: {name} ({how})",
+                         "value": lat_ms / total if total else float("nan"), "unit": "fraction"})
+    return rows
+
+
+def _error_text(e: BaseException, site: Path) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:400]}".replace(str(site), "<site-packages>")
+
+
+def estimate_rows(site: Path) -> pd.DataFrame:
+    rows = []
+    common = {"system": SYSTEMS["rtx_pro_6000_server"], "tp": TP, "isl": ISL, "osl": OSL, "source": SOURCE}
+    # 1. the stock model: GLM-5-NVFP4 as aiconfigurator ships it
+    try:
+        for r in _estimate("nvidia/GLM-5-NVFP4", "rtx_pro_6000_server"):
+            rows.append({**common, "model": "nvidia/GLM-5-NVFP4", "substitution": "none", "status": "ok", **r,
+                         "note": "stock estimate"})
+    except Exception as e:  # noqa: BLE001 - the error itself is the record
+        for b in ESTIMATE_BATCHES:
+            rows.append({**common, "model": "nvidia/GLM-5-NVFP4", "substitution": "none", "status": "failed",
+                         "batch": b, "quantity": "decode_step", "value": pd.NA, "unit": "us",
+                         "note": _error_text(e, site)})
+    # 2. a documented substitution: GLM-5's configuration under aiconfigurator's DeepSeek-V3 (dense MLA)
+    #    graph, bf16 KV cache (the only MLA tables this system has)
+    cfg_dir = site / "aiconfigurator_core" / "model_configs"
+    tmp = Path(tempfile.mkdtemp(prefix="glm5-as-dsv3-"))
+    try:
+        cfg = json.loads((cfg_dir / "nvidia--GLM-5-NVFP4_config.json").read_text())
+        cfg["architectures"] = ["DeepseekV3ForCausalLM"]
+        cfg["model_type"] = "deepseek_v3"
+        (tmp / "config.json").write_text(json.dumps(cfg))
+        shutil.copy(cfg_dir / "nvidia--GLM-5-NVFP4_hf_quant_config.json", tmp / "hf_quant_config.json")
+        sub = "DeepseekV3ForCausalLM graph, bf16 KV cache"
+        desc = ("GLM-5-NVFP4 config with architecture DeepseekV3ForCausalLM: dense MLA decode (as SGLang runs GLM-5 "
+               "on SM120) in place of DSA; bf16 KV cache and bf16 attention; aiconfigurator's DeepSeek-V3 graph keeps "
+               "DeepSeek's fixed attention widths (qkv_a 2112, q_lora 1536, v_head 128) and has no indexer")
+        for r in _estimate(str(tmp), "rtx_pro_6000_server", kvcache_quant_mode="bfloat16",
+                           fmha_quant_mode="bfloat16"):
+            note = (f"decode_step_latency(batch, isl, osl), the mean generation step; {desc}"
+                    if r["quantity"] == "decode_step" else "run_static_per_op generation ops, share of their sum")
+            rows.append({**common, "model": "nvidia/GLM-5-NVFP4", "substitution": sub, "status": "ok", **r,
+                         "note": note})
+    except Exception as e:  # noqa: BLE001
+        traceback.print_exc()
+        rows.append({**common, "model": "nvidia/GLM-5-NVFP4", "substitution": "DeepseekV3ForCausalLM",
+                     "status": "failed", "batch": pd.NA, "quantity": "decode_step", "value": pd.NA, "unit": "us",
+                     "note": _error_text(e, site)})
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    cols = ["system", "model", "substitution", "status", "tp", "batch", "isl", "osl", "quantity", "value", "unit",
+            "source", "note"]
+    return pd.DataFrame(rows)[cols]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--site", type=Path, default=None,
+                    help="folder holding aiconfigurator_core/ (default: the installed package's parent)")
+    ap.add_argument("--out", type=Path, default=Path("data/reference"), help="output folder")
+    ap.add_argument("--no-estimate", action="store_true", help="skip running aiconfigurator's estimator")
+    a = ap.parse_args(argv)
+    if a.site is None:
+        import aiconfigurator_core
+        a.site = Path(aiconfigurator_core.__file__).parent.parent
+    root = data_root(a.site)
+    a.out.mkdir(parents=True, exist_ok=True)
+    tables = {
+        "aic_gemm.csv": pd.concat([gemm_rows(root, s) for s in SYSTEMS]),
+        "aic_moe.csv": pd.concat([moe_rows(root, s) for s in SYSTEMS]),
+        "aic_attention.csv": pd.concat([attention_rows(root, s) for s in SYSTEMS]),
+        "aic_comm.csv": pd.concat([comm_rows(root, s) for s in SYSTEMS]),
+    }
+    if not a.no_estimate:
+        tables["aic_estimate.csv"] = estimate_rows(a.site)
+    for name, df in tables.items():
+        df.to_csv(a.out / name, index=False, float_format="%.6g")
+        print(f"{a.out / name}: {len(df)} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,477 @@
+"""The decode-step budget on measured compute, for the recorded GPUs (8x RTX PRO 6000, TP8).
+
+Two ways to price one decode step of GLM-5 on the recorded GPU class, neither fitted to the observations
+they are checked against:
+
+1. **Measured kernels** (`kernel_terms`): every operation SGLang runs for which aiconfigurator ships a
+   kernel time measured on RTX PRO 6000 Blackwell Server Edition takes that time (GEMMs by dtype, the
+   flashinfer_cutlass NVFP4 MoE kernel, MLA decode attention and its two bmms, NCCL all-reduce and
+   all-gather over 8 GPUs), interpolated between grid points where the shape falls between them. The
+   small operations the tables do not cover (norms, rotary embedding, KV stores, the indexer's scores
+   and top-k, top-k routing, activations, residual adds, embedding, sampling) cost one kernel each of the
+   graph-replay floor measured on this run's GPU (measured floor x assumed count, labelled so). As SGLang
+   does under CUDA graphs, the shared expert runs beside the routed experts (time = the longer of the
+   two, aiconfigurator's own rule).
+2. **Projection of this run's emulated step** (`projected_terms`, derived): each component's time on
+   the recorded GPU = its launch floor (its kernels x the floor, both measured here) + the rest of its
+   measured time x (its bytes at the checkpoint's precision / the bytes the emulation read) x (this GPU's
+   datasheet bandwidth / the recorded GPU's). Stated in words: the component reaches the same fraction of
+   the datasheet bandwidth on the recorded GPU as it did here, at the same shape and batch.
+
+`op_fidelity` sets this run's per-op times beside aiconfigurator's for the same operation: on the same
+GPU class (H200, like for like in bf16) and, projected, on the recorded one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from helpers.book import layout, recorded
+from helpers.model import arith as ma
+from helpers.model import budget as bd
+from helpers.model import kernels as kt
+from helpers.model import step as stp
+
+STEP_CHAPTER = "07_decode_step"
+STEP_ROLE = "decode-step"     # the measured study (data/sources.yaml role) used where this run has none
+TP = 8
+
+
+class MeasuredBudgetError(LookupError):
+    """A measurement or table row the budget needs is missing."""
+
+
+# --------------------------------------------------------------------------------------------------
+# The step measurement the projection uses
+
+
+@dataclass(frozen=True)
+class StepMeasurement:
+    timings: pd.DataFrame
+    bytes: pd.DataFrame
+    meta: dict
+    where: str            # "this run" or the data/ folder
+    device: str
+    source: str
+
+    def floor_us(self) -> float:
+        v = self.meta.get("graph_us_per_kernel")
+        if not v:
+            raise MeasuredBudgetError(f"{self.where}: no graph launch floor (meta graph_us_per_kernel): the "
+                                      f"measurement was not made with CUDA graphs")
+        return float(v)
+
+    def row(self, batch: int, context: int, what: str, mode: str = "graph", attention: str = "dense") -> pd.Series:
+        t = self.timings
+        r = t[(t["batch"] == batch) & (t["context"] == context) & (t["what"] == what) & (t["mode"] == mode)
+              & (t["attention"] == attention)]
+        if len(r) != 1:
+            raise MeasuredBudgetError(f"{self.where}: {len(r)} timing rows for batch {batch}, context {context}, "
+                                      f"'{what}', {mode}, {attention} (expected one)")
+        return r.iloc[0]
+
+    def component_bytes(self, batch: int, context: int, component: str, attention: str = "dense") -> pd.Series:
+        b = self.bytes
+        r = b[(b["batch"] == batch) & (b["context"] == context) & (b["component"] == component)]
+        if "attention" in b.columns:
+            r = r[r["attention"] == attention]
+        if len(r) != 1:
+            raise MeasuredBudgetError(f"{self.where}: {len(r)} byte rows for batch {batch}, context {context}, "
+                                      f"component '{component}'")
+        return r.iloc[0]
+
+
+def _real_model(t: pd.DataFrame, model_name: str) -> bool:
+    return len(t) and (t["model"] == model_name).all() and t["device"].astype(str).str.startswith("cuda").all() \
+        and (t["tp"] == TP).all()
+
+
+def step_measurement(run_dir: str | Path | None, model: str = "glm5") -> StepMeasurement:
+    """This run's decode-step measurement (07_decode_step's results) where it timed the real model's TP8
+    shapes on a GPU with graphs; otherwise the committed measured study of role STEP_ROLE under data/measured/."""
+    name = ma.load_model(model).name
+    if run_dir:
+        t = layout.load_if_present(run_dir, STEP_CHAPTER, "step_times")
+        if t is not None and _real_model(t, name) and (t["mode"] == "graph").any():
+            b = layout.load(run_dir, STEP_CHAPTER, "step_bytes")
+            meta = layout.load(run_dir, STEP_CHAPTER, "step_meta")
+            return StepMeasurement(t, b, meta, "this run", str(meta.get("device_name", "")), "this run")
+    import json
+
+    s = recorded.study(STEP_ROLE)
+    rel = f"measured/{s.id}"
+    t = recorded.load(f"{rel}/timings.csv")
+    b = recorded.load(f"{rel}/bytes.csv")
+    meta = json.loads((recorded.data_dir() / rel / "meta.json").read_text())
+    return StepMeasurement(t, b, meta, f"data/{rel}", str(meta.get("device_name", "")), s.id)
+
+
+def gpu_bandwidth(system: str) -> bd.Quantity:
+    return bd.mem_bandwidth(system)
+
+
+# --------------------------------------------------------------------------------------------------
+# What SGLang runs per decode step on one rank, and the kernel each op is priced with
+
+#: ops the aiconfigurator tables price (name in helpers.model.budget's op lists -> pricing)
+PRICED = {"fused q_a + kv_a projection", "q_b projection", "absorbed k (bmm)", "attention", "absorbed v (bmm)",
+          "o_proj", "all-reduce", "indexer wq_b", "indexer wk", "indexer weights_proj", "gate_up", "down",
+          "router", "shared gate_up", "shared down", "quantize input", "permute", "grouped gemm 1",
+          "activation + quantize", "grouped gemm 2", "unpermute + reduce", "embedding all-reduce", "lm_head",
+          "logits all-gather"}
+
+
+def small_op_counts(m: ma.ModelConfig) -> dict[str, int]:
+    """Kernels per layer (and for the head) that no aiconfigurator table prices: the budget's op lists
+    (one kernel per listed operation, assumed) minus the priced ones."""
+    att = [o for o in bd.ATTENTION_OPS if o not in PRICED]
+    idx = [o for o in bd.INDEXER_OPS if o not in PRICED] if m.has_indexer else []
+    return {"attention": len(att), "indexer": len(idx),
+            "dense": len([o for o in bd.DENSE_MLP_OPS if o not in PRICED]),
+            "moe": len([o for o in bd.MOE_OPS if o not in PRICED]),
+            "head": len([o for o in bd.HEAD_OPS if o not in PRICED])}
+
+
+def kernel_terms(m: ma.ModelConfig, batch: int, context: int, floor_us: float, system: str = kt.RTX,
+                 distribution: str = kt.AIC_DISTRIBUTION, overlap_shared: bool = True,
+                 collectives: bool = True) -> pd.DataFrame:
+    """The step on measured kernels, one row per operation kind: component, op, count per step, us per
+    call, us per step, and the kind of each figure."""
+    sh = stp.shard_sizes(m, TP)
+    b, h = int(batch), m.hidden
+    att_fmt = m.fmt("attention")
+    rows = []
+
+    def add(component, op, count, us, kind, source):
+        rows.append({"component": component, "op": op, "count": count, "us_each": us, "us_step": count * us,
+                     "kind": kind, "source": source})
+
+    tab = f"aiconfigurator {system}"
+    L, Lm, Ld = m.layers, m.moe_layers, m.dense_layers
+    for op, n, k in (("fused q_a + kv_a", m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim, h),
+                     ("q_b", sh.heads * m.qk_head_dim, m.q_lora_rank), ("o_proj", h, sh.heads * m.v_head_dim)):
+        add("attention", op, L, kt.gemm_us(system, att_fmt, b, n, k), "measured", f"{tab} GEMM {att_fmt}")
+    add("attention", "absorbed k (bmm)", L, kt.mla_bmm_us(system, "mla_gen_pre", b), "measured",
+        f"{tab} mla_gen_pre bf16 (DeepSeek head dims)")
+    add("attention", "attention", L, kt.mla_us(system, b, context, "bfloat16"), "measured",
+        f"{tab} MLA decode, bf16 KV (latent 512 + 64)")
+    add("attention", "absorbed v (bmm)", L, kt.mla_bmm_us(system, "mla_gen_post", b), "measured",
+        f"{tab} mla_gen_post bf16 (DeepSeek head dims)")
+    if m.has_indexer:
+        for op, n, k in (("indexer wq_b", m.index_n_heads * m.index_head_dim, m.q_lora_rank),
+                         ("indexer wk", m.index_head_dim, h), ("indexer weights_proj", m.index_n_heads, h)):
+            add("indexer", op, L, kt.gemm_us(system, att_fmt, b, n, k), "measured", f"{tab} GEMM {att_fmt}")
+    small = small_op_counts(m)
+    add("norms and small ops", "attention small ops (norms, rope, KV store, residual)", L * small["attention"],
+        floor_us, "measured floor x assumed count", "graph floor of this run's GPU x budget op list")
+    if m.has_indexer:
+        add("indexer", "indexer small ops (k_norm, rope, key store, scores, top-k)", L * small["indexer"],
+            floor_us, "measured floor x assumed count", "graph floor of this run's GPU x budget op list")
+    if Ld:
+        f = m.fmt("dense_mlp")
+        add("shared/dense MLP", "dense gate_up", Ld, kt.gemm_us(system, f, b, 2 * sh.dense_inter, h), "measured",
+            f"{tab} GEMM {f}")
+        add("shared/dense MLP", "dense down", Ld, kt.gemm_us(system, f, b, h, sh.dense_inter), "measured",
+            f"{tab} GEMM {f}")
+        add("norms and small ops", "dense activation", Ld * small["dense"], floor_us,
+            "measured floor x assumed count", "graph floor x budget op list")
+    if Lm:
+        ef, sf = m.fmt("routed_experts"), m.fmt("shared_experts")
+        router = kt.gemm_us(system, "bf16", b, m.n_routed, h)
+        experts = kt.moe_us(system, ef, b, distribution)
+        shared = kt.gemm_us(system, sf, b, 2 * sh.shared_inter, h) + kt.gemm_us(system, sf, b, h, sh.shared_inter)
+        add("moe", "router", Lm, router, "measured", f"{tab} GEMM bf16")
+        add("moe", "routed experts (fused MoE kernel)", Lm, experts, "measured",
+            f"{tab} {kt.moe_kernel(system, ef)} {ef}, {distribution}")
+        add("shared/dense MLP", "shared expert (gate_up + down)", Lm, shared, "measured", f"{tab} GEMM {sf}")
+        add("norms and small ops", "MoE small ops (top-k, activation, add)", Lm * small["moe"], floor_us,
+            "measured floor x assumed count", "graph floor x budget op list")
+        if overlap_shared:
+            hidden = min(shared, router + experts)
+            add("shared/dense MLP", "shared expert beside the routed ones (overlap)", Lm, -hidden, "derived",
+                "SGLang runs the shared expert on a second stream: time = the longer path (aiconfigurator's rule)")
+    add("lm_head", "lm_head", 1, kt.gemm_us(system, m.fmt("embeddings"), b, sh.vocab, h), "measured",
+        f"{tab} GEMM {m.fmt('embeddings')}")
+    add("norms and small ops", "head small ops (embedding, final norm, sampling)", small["head"], floor_us,
+        "measured floor x assumed count", "graph floor x budget op list")
+    if collectives:
+        for c in ma.collective_schedule(m):
+            tokens = b
+            op = c.kind
+            us = kt.comm_us(system, op, TP, tokens * c.bytes_per_token)
+            add("collectives", c.name, c.per_step, us, "measured", f"{tab} NCCL {op} x{TP}")
+    return pd.DataFrame(rows)
+
+
+def components(terms: pd.DataFrame) -> pd.DataFrame:
+    """us per step by component (rows summed)."""
+    return terms.groupby("component", sort=False)["us_step"].sum().rename("us").reset_index()
+
+
+# --------------------------------------------------------------------------------------------------
+# The projection of this run's emulated step to the recorded GPU
+
+
+def projected_terms(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: int, target: str = kt.RTX,
+                    collectives: bool = True) -> pd.DataFrame:
+    """Each component of this run's emulated step moved to `target` (see the module docstring)."""
+    floor = meas.floor_us()
+    here = gpu_bandwidth(_spec_name(meas.device))
+    there = gpu_bandwidth(target)
+    ratio_bw = here.value / there.value
+    rows = []
+    for comp in ("attention", "indexer", "moe", "shared/dense MLP", "norms and small ops", "lm_head"):
+        r = meas.row(batch, context, comp)
+        kernels = float(r["kernels"]) if pd.notna(r["kernels"]) else float("nan")
+        launch = kernels * floor if np.isfinite(kernels) else 0.0
+        rest = max(0.0, float(r["median_us"]) - launch)
+        by = meas.component_bytes(batch, context, comp)
+        br = float(by["bytes_checkpoint"]) / float(by["bytes_emulated"]) if float(by["bytes_emulated"]) else 1.0
+        proj = launch + rest * br * ratio_bw
+        rows.append({"component": comp, "measured_us": float(r["median_us"]), "kernels": kernels,
+                     "launch_us": launch, "bytes_ratio": br, "bandwidth_ratio": ratio_bw, "us": proj,
+                     "kind": "derived", "source": f"{meas.where}: projected to {target}"})
+    if collectives:
+        for c in ma.collective_schedule(m):
+            us = kt.comm_us(target, c.kind, TP, batch * c.bytes_per_token)
+            rows.append({"component": "collectives", "measured_us": np.nan, "kernels": np.nan, "launch_us": np.nan,
+                         "bytes_ratio": np.nan, "bandwidth_ratio": np.nan, "us": c.per_step * us,
+                         "kind": "measured", "source": f"aiconfigurator {target} NCCL {c.kind} x{TP}"})
+    return pd.DataFrame(rows)
+
+
+def _spec_name(device_name: str) -> str:
+    """The gpu_specs.csv system for a device name torch reports."""
+    specs = recorded.load("reference/gpu_specs.csv")
+    for s in specs["system"].unique():
+        if str(s).lower() in device_name.lower() or device_name.lower() in str(s).lower():
+            return str(s)
+    raise MeasuredBudgetError(f"no data/reference/gpu_specs.csv row for the device '{device_name}'; known: "
+                              f"{sorted(specs['system'].unique())}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-op fidelity: this run's ops against aiconfigurator's
+
+
+def _gemm_ops(m: ma.ModelConfig) -> list[tuple]:
+    """(op name in helpers.model.step, layers it runs in, n, k, precision group, step weight names)."""
+    sh = stp.shard_sizes(m, TP)
+    h = m.hidden
+    out = [("fused q_a + kv_a", m.layers, m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim, h, "attention", ["qkv_a"]),
+           ("q_b", m.layers, sh.heads * m.qk_head_dim, m.q_lora_rank, "attention", ["q_b"]),
+           ("o_proj", m.layers, h, sh.heads * m.v_head_dim, "attention", ["o_proj"]),
+           ("lm_head", 1, sh.vocab, h, "embeddings", ["lm_head"])]
+    if m.has_indexer:
+        out += [("indexer wq_b", m.layers, m.index_n_heads * m.index_head_dim, m.q_lora_rank, "attention", ["idx_wq_b"]),
+                ("indexer weights_proj", m.layers, m.index_n_heads, h, "attention", ["idx_weights_proj"])]
+    if m.moe_layers:
+        out += [("router", m.moe_layers, m.n_routed, h, "router", ["router"]),
+                ("shared gate_up", m.moe_layers, 2 * sh.shared_inter, h, "shared_experts", ["s_w13"]),
+                ("shared down", m.moe_layers, h, sh.shared_inter, "shared_experts", ["s_w2"])]
+    if m.dense_layers:
+        out += [("dense gate_up", m.dense_layers, 2 * sh.dense_inter, h, "dense_mlp", ["d_w13"]),
+                ("dense down", m.dense_layers, h, sh.dense_inter, "dense_mlp", ["d_w2"])]
+    return out
+
+
+EXPERT_OPS = ("permute", "grouped gemm 1", "expert activation", "grouped gemm 2", "combine")
+
+
+def op_fidelity(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: int, target: str = kt.RTX
+                ) -> pd.DataFrame:
+    """Per operation, per layer: this run's time (measured, graphs, the op alone over every layer divided by
+    its layers), aiconfigurator's time for the same operation on this run's GPU class where it has one
+    (like for like: bf16), the projection of this run's time to `target` and aiconfigurator's time there
+    (at the checkpoint's precision)."""
+    floor = meas.floor_us()
+    here_sys = _spec_name(meas.device)
+    aic_here = kt.H200 if here_sys == kt.H200 else None
+    bw = gpu_bandwidth(here_sys).value / gpu_bandwidth(target).value
+    specs = {s.name: s for s in stp.attention_specs(m) + stp.mlp_specs(m, True) + stp.mlp_specs(m, False)
+             + stp.head_specs(m)}
+    nb = stp.BYTES[str(meas.timings["dtype"].iloc[0])]
+    rows = []
+
+    def op_time(name):
+        r = meas.row(batch, context, f"op:{name}")
+        return float(r["median_us"]), float(r["kernels"]) if pd.notna(r["kernels"]) else np.nan
+
+    def project(t, kernels, layers, emul_bytes, ckpt_bytes):
+        launch = (kernels / layers) * floor if np.isfinite(kernels) else 0.0
+        return launch + max(0.0, t - launch) * (ckpt_bytes / emul_bytes) * bw
+
+    for name, layers, n, k, group, wnames in _gemm_ops(m):
+        t, kern = op_time(name)
+        t /= layers
+        vals = sum(float(np.prod(stp.local_shape(specs[w], TP))) for w in wnames)
+        fmt = m.fmt(group)
+        ckpt = vals * ma.FORMATS[fmt]["bytes_per_value"]
+        emul = vals * nb
+        rows.append({"op": name, "ours_us": t, "aic_here_us": kt.gemm_us(aic_here, "bf16", batch, n, k) if aic_here else np.nan,
+                     "projected_us": project(t, kern, layers, emul, ckpt),
+                     "aic_target_us": kt.gemm_us(target, fmt if group != "router" else "bf16", batch, n, k),
+                     "target_dtype": fmt if group != "router" else "bf16", "bytes_emulated": emul})
+    # attention core and its two bmms
+    t, kern = op_time("attention")
+    kvb = batch * context * (m.kv_lora_rank + m.qk_rope_head_dim)
+    rows.append({"op": "attention", "ours_us": t / m.layers,
+                 "aic_here_us": kt.mla_us(aic_here, batch, context) if aic_here else np.nan,
+                 "projected_us": project(t / m.layers, kern, m.layers, kvb * nb,
+                                         kvb * ma.FORMATS[m.fmt("kv_cache")]["bytes_per_value"]),
+                 "aic_target_us": kt.mla_us(target, batch, context), "target_dtype": "bf16 KV",
+                 "bytes_emulated": kvb * nb})
+    for name, aop, w in (("absorbed k (bmm)", "mla_gen_pre", "w_kc"), ("absorbed v (bmm)", "mla_gen_post", "w_vc")):
+        t, kern = op_time(name)
+        vals = float(np.prod(stp.local_shape(specs[w], TP)))
+        rows.append({"op": name, "ours_us": t / m.layers,
+                     "aic_here_us": kt.mla_bmm_us(aic_here, aop, batch) if aic_here else np.nan,
+                     "projected_us": project(t / m.layers, kern, m.layers, vals * nb, vals * 2),
+                     "aic_target_us": kt.mla_bmm_us(target, aop, batch), "target_dtype": "bf16",
+                     "bytes_emulated": vals * nb})
+    if m.moe_layers:
+        ts = [op_time(o) for o in EXPERT_OPS]
+        t = sum(x[0] for x in ts) / m.moe_layers
+        kern = sum(x[1] for x in ts)
+        dist = float(meas.component_bytes(batch, context, "moe")["distinct_experts"])
+        vals = dist * 3 * m.hidden * stp.shard_sizes(m, TP).moe_inter
+        ef = m.fmt("routed_experts")
+        rows.append({"op": "routed experts (permute .. combine)", "ours_us": t,
+                     "aic_here_us": kt.moe_us(aic_here, "bf16", batch) if aic_here else np.nan,
+                     "projected_us": project(t, kern, m.moe_layers, vals * nb, vals * ma.FORMATS[ef]["bytes_per_value"]),
+                     "aic_target_us": kt.moe_us(target, ef, batch), "target_dtype": ef, "bytes_emulated": vals * nb})
+    df = pd.DataFrame(rows)
+    df.insert(0, "batch", batch)
+    df.insert(1, "context", context)
+    df["ours_GBps"] = df["bytes_emulated"] / df["ours_us"] / 1e3
+    df["ratio_here"] = df["ours_us"] / df["aic_here_us"]
+    df["ratio_projected"] = df["projected_us"] / df["aic_target_us"]
+    return df
+
+
+# --------------------------------------------------------------------------------------------------
+# The comparison the diagnosis shows
+
+
+def budgets_table(m: ma.ModelConfig, old_pred: pd.DataFrame, meas: StepMeasurement, context: int,
+                  tolerance: float = 0.25) -> pd.DataFrame:
+    """Predicted and observed output tokens/s at concurrency 1 (per stream) and 64 (aggregate), per system
+    and budget: the old budget (assumed compute), measured kernels, the projection of this run, and
+    aiconfigurator's own estimate; with the relative error against the observation."""
+    obs = bd.primary_observations()
+    floor = meas.floor_us()
+    rows = []
+    for r in obs.itertuples():
+        b = int(r.concurrency)
+        bare = r.system != "original VM"
+        old_scen = bd.BAREMETAL_SCENARIO if bare else bd.VM_SCENARIO
+        p = old_pred[(old_pred["scenario"] == old_scen) & (old_pred["batch"] == b)
+                     & np.isclose(old_pred["prefill_ratio"].astype(float), 0.0)]
+        if not len(p):
+            raise MeasuredBudgetError(f"the old prediction has no row for '{old_scen}' at batch {b}")
+        entries = [("old budget (assumed compute)", float(p["total_ms"].iloc[0]) * 1e3, "assumed compute")]
+        kt_ = kernel_terms(m, b, context, floor, collectives=bare)
+        pj = projected_terms(meas, m, b, context, collectives=bare)
+        entries.append(("measured kernels (aiconfigurator RTX PRO 6000)" + ("" if bare else ", compute only"),
+                        float(kt_["us_step"].sum()), "measured"))
+        entries.append((f"projection of this run's step ({meas.device})" + ("" if bare else ", compute only"),
+                        float(pj["us"].sum()), "derived"))
+        if bare:
+            est, status, _ = kt.estimate_step_us(b)
+            if est is not None:
+                entries.append((f"aiconfigurator estimate ({status})", est, "reference"))
+        for name, us, kind in entries:
+            pred = b * 1e6 / us
+            rows.append({"system": r.system, "concurrency": b, "budget": name, "kind": kind, "step_ms": us / 1e3,
+                         "predicted_tok_s": pred, "observed_tok_s": r.observed,
+                         "rel_err": (pred - r.observed) / r.observed,
+                         "within_tolerance": abs(pred - r.observed) / r.observed <= tolerance})
+    return pd.DataFrame(rows)
+
+
+def vm_gap(m: ma.ModelConfig, meas: StepMeasurement, context: int) -> pd.DataFrame:
+    """On the original VM, with compute from measured kernels: the step time left for the collectives at
+    concurrency 1 and 64, per collective (derived), beside what each costs on bare metal (aiconfigurator,
+    NCCL over 8 RTX PRO 6000)."""
+    obs = bd.primary_observations()
+    vm = obs[obs["system"] == "original VM"]
+    n = ma.collectives_per_step(m)
+    rows = []
+    for r in vm.itertuples():
+        b = int(r.concurrency)
+        compute = float(kernel_terms(m, b, context, meas.floor_us(), collectives=False)["us_step"].sum())
+        observed = b / r.observed * 1e6
+        bare = kernel_terms(m, b, context, meas.floor_us())
+        bare_coll = float(bare.loc[bare["component"] == "collectives", "us_step"].sum())
+        ar = kt.comm_us(kt.RTX, "all_reduce", TP, b * m.hidden * 2)
+        rows.append({"concurrency": b, "observed_step_ms": observed / 1e3, "compute_ms": compute / 1e3,
+                     "left_for_collectives_ms": (observed - compute) / 1e3, "collectives": n,
+                     "per_collective_us": (observed - compute) / n, "bare_metal_allreduce_us": ar,
+                     "bare_metal_collectives_ms": bare_coll / 1e3, "message_bytes": b * m.hidden * 2})
+    return pd.DataFrame(rows)
+
+
+def host_allreduce(message_bytes: float) -> pd.DataFrame:
+    """Measured and reference all-reduce times through host memory (data/reference/host_allreduce.csv)
+    at the message size nearest `message_bytes`, per system."""
+    d = recorded.load("reference/host_allreduce.csv")
+    out = []
+    for sysname, g in d.groupby("system", sort=False):
+        i = (np.log(g["message_bytes"].astype(float)) - np.log(float(message_bytes))).abs().idxmin()
+        out.append(g.loc[i])
+    return pd.DataFrame(out).reset_index(drop=True)
+
+
+MEASURED = "measured kernels (aiconfigurator RTX PRO 6000)"
+
+
+def _pick(table: pd.DataFrame, system: str, concurrency: int, starts: str) -> pd.Series:
+    r = table[(table["system"] == system) & (table["concurrency"] == concurrency)
+              & table["budget"].str.startswith(starts)]
+    if len(r) != 1:
+        raise MeasuredBudgetError(f"budgets table: {len(r)} rows for {system!r} at {concurrency} with a budget "
+                                  f"starting {starts!r}; budgets there: {sorted(table['budget'].unique())}")
+    return r.iloc[0]
+
+
+def goal(table: pd.DataFrame, terms: dict[int, pd.DataFrame], tolerance: float = 0.25,
+         system: str = "bare metal (reference)") -> pd.DataFrame:
+    """The issue's goal per concurrency: the measured-kernel budget within `tolerance` of the observation,
+    and at least as close as aiconfigurator's own estimate; where the step misses, how much each of its two
+    largest components would have to shrink (or grow) to close the gap alone (derived)."""
+    rows = []
+    for c in sorted(terms):
+        ours = _pick(table, system, c, "measured kernels")
+        try:
+            aic = _pick(table, system, c, "aiconfigurator estimate")
+            aic_err = abs(float(aic["rel_err"]))
+        except MeasuredBudgetError:
+            aic_err = float("nan")
+        comp = components(terms[c]).sort_values("us", ascending=False)
+        observed_ms = c / float(ours["observed_tok_s"]) * 1e3
+        gap_ms = float(ours["step_ms"]) - observed_ms
+        big = comp.iloc[:2]
+        rows.append({"concurrency": c, "rel_err": float(ours["rel_err"]), "within": abs(float(ours["rel_err"])) <= tolerance,
+                     "aic_rel_err": aic_err, "as_close_as_aic": bool(abs(float(ours["rel_err"])) <= aic_err)
+                     if np.isfinite(aic_err) else None,
+                     "predicted_ms": float(ours["step_ms"]), "observed_ms": observed_ms, "gap_ms": gap_ms,
+                     "largest": str(big.iloc[0]["component"]), "largest_ms": float(big.iloc[0]["us"]) / 1e3,
+                     "largest_change": -gap_ms / (float(big.iloc[0]["us"]) / 1e3),
+                     "second": str(big.iloc[1]["component"]), "second_ms": float(big.iloc[1]["us"]) / 1e3,
+                     "second_change": -gap_ms / (float(big.iloc[1]["us"]) / 1e3)})
+    return pd.DataFrame(rows)
+
+
+def aic_shares(batch: int) -> pd.DataFrame:
+    """aiconfigurator's estimate split by its own operation names (share of its generation time), for the
+    substitution it could run."""
+    e = kt.estimate()
+    e = e[(e["batch"] == batch) & e["quantity"].str.startswith("share of generation") & (e["status"] == "ok")]
+    if not len(e):
+        raise MeasuredBudgetError(f"aic_estimate.csv has no per-op shares for batch {batch}")
+    step_us, _, _ = kt.estimate_step_us(batch)
+    return pd.DataFrame({"op": e["quantity"].str.replace("share of generation: ", "", regex=False),
+                         "share": e["value"].astype(float), "ms": e["value"].astype(float) * step_us / 1e3})

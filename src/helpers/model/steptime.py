@@ -1,0 +1,340 @@
+"""Timing the emulated decode step (helpers.model.step): whole step and per component, with CUDA graphs
+(the step captured once and replayed) and eagerly, median of repeats with the 10th-90th percentile
+spread; the per-kernel launch floor and a copy bandwidth of the device; and a sweep over batch and
+context with progress per point, a time limit per point and resumable results.
+
+On a GPU every repeat is timed with CUDA events around one step (or one component alone: only the ops of
+that component, over every layer, captured in a graph of their own); on a CPU with perf_counter.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from . import arith as ma
+from . import step as stp
+
+TIMING_COLUMNS = ("model", "device", "tp", "dtype", "attention", "batch", "context", "mode", "what", "median_us",
+                  "p10_us", "p90_us", "repeats", "time_limited", "kernels")
+
+
+class TimeLimit(RuntimeError):
+    """A point ran past its time limit."""
+
+
+def _sync(device: str) -> None:
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _summary(ts_us: list[float]) -> dict:
+    a = np.asarray(ts_us, dtype=float)
+    return {"median_us": float(np.median(a)), "p10_us": float(np.percentile(a, 10)),
+            "p90_us": float(np.percentile(a, 90)), "repeats": int(a.size)}
+
+
+def capture(fn: Callable[[], None], warmup: int = 2):
+    """A CUDA graph of `fn` (warmed up on a side stream first, as CUDA graph capture requires). The
+    graph is kept after instantiation (keep_graph) so that its kernels can be counted."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(max(1, warmup)):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    try:
+        g = torch.cuda.CUDAGraph(keep_graph=True)
+    except TypeError:                 # older torch: no keep_graph; debug mode keeps it instead
+        g = torch.cuda.CUDAGraph()
+        try:
+            g.enable_debug_mode()
+        except Exception:  # noqa: BLE001
+            pass
+    with torch.cuda.graph(g):
+        fn()
+    torch.cuda.synchronize()
+    return g
+
+
+COUNT_ERRORS: list[str] = []   # why kernel counting failed, where it did (kept for the run's meta)
+
+
+def graph_kernels(g) -> int | None:
+    """Kernel nodes in a captured graph: through cuda-bindings (cudaGraphGetNodes) where installed, else
+    from the graph's debug dump; None (and the reason in COUNT_ERRORS) where neither works."""
+    try:
+        from cuda.bindings import runtime as rt
+
+        handle = rt.cudaGraph_t(init_value=g.raw_cuda_graph())
+        err, _, n = rt.cudaGraphGetNodes(handle, 0)
+        err, nodes, n = rt.cudaGraphGetNodes(handle, n)
+        if err != rt.cudaError_t.cudaSuccess:
+            raise RuntimeError(str(err))
+        count = 0
+        for node in nodes[:n]:
+            e2, t = rt.cudaGraphNodeGetType(node)
+            count += int(t == rt.cudaGraphNodeType.cudaGraphNodeTypeKernel)
+        return count
+    except Exception as e:  # noqa: BLE001 - fall back to the dump
+        if len(COUNT_ERRORS) < 4:
+            COUNT_ERRORS.append(f"cuda-bindings: {type(e).__name__}: {str(e)[:200]}")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            p = os.path.join(tmp, "g.dot")
+            g.debug_dump(p)
+            return len(re.findall(r"\bKERNEL\b", Path(p).read_text(errors="replace")))
+    except Exception as e:  # noqa: BLE001 - a missing debug facility only loses the count
+        if len(COUNT_ERRORS) < 8:
+            COUNT_ERRORS.append(f"debug_dump: {type(e).__name__}: {str(e)[:200]}")
+        return None
+
+
+def time_fn(fn: Callable[[], None], device: str, repeats: int, warmup: int = 1, deadline: float | None = None,
+            barrier: Callable[[], None] | None = None) -> dict:
+    """Median and spread of `repeats` calls of `fn` (after `warmup`), stopping early at `deadline`
+    (time.monotonic()) with at least one repeat."""
+    if repeats < 1:
+        raise stp.StepError(f"repeats = {repeats}: expected at least 1")
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    ts, limited = [], False
+    cuda = str(device).startswith("cuda")
+    for i in range(repeats):
+        if barrier is not None:
+            barrier()
+        if cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            ts.append(a.elapsed_time(b) * 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            ts.append((time.perf_counter() - t0) * 1e6)
+        if deadline is not None and time.monotonic() > deadline and i + 1 < repeats:
+            limited = True
+            break
+    out = _summary(ts)
+    out["time_limited"] = limited
+    return out
+
+
+def time_point(st: stp.DecodeStep, graphs: bool, repeats: int = 10, warmup: int = 2, components: bool = True,
+               time_limit_s: float | None = None, barrier: Callable[[], None] | None = None,
+               ops: bool = False) -> list[dict]:
+    """Rows for one (batch, context): the whole step; with `components`, each component alone (what =
+    the component); with `ops`, each op alone over every layer (what = "op:<name>")."""
+    rm = st.rm
+    dev = rm.device
+    deadline = time.monotonic() + time_limit_s if time_limit_s else None
+    mode = "graph" if graphs else "eager"
+    base = {"model": rm.m.name, "device": dev, "tp": rm.tp, "dtype": rm.dtype, "attention": st.attention,
+            "batch": st.b, "context": st.c, "mode": mode}
+    what = [("step", None, None)] + ([(c, [c], None) for c in st.components_present()] if components else [])
+    what += [(f"op:{o}", None, [o]) for o in st.op_names()] if ops else []
+    rows, keep = [], []
+    for name, comps, names in what:
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeLimit(f"batch {st.b} x context {st.c} ({mode}) ran past its {time_limit_s:.0f} s limit "
+                            f"before timing '{name}'")
+        fn = (lambda c=comps, n=names: st.run(c, n))
+        kernels = None
+        if graphs:
+            g = capture(fn, warmup)
+            keep.append(g)
+            kernels = graph_kernels(g)
+            fn = g.replay
+        r = time_fn(fn, dev, repeats, 0 if graphs else warmup, deadline, barrier)
+        rows.append({**base, "what": name, **r, "kernels": kernels})
+    del keep
+    return rows
+
+
+def launch_floor(device: str, n: int = 1000, repeats: int = 5) -> dict:
+    """Per-kernel cost of a minimal kernel (a one-element add): replayed from a CUDA graph and launched
+    eagerly from Python (measured)."""
+    x = torch.zeros(1, device=device)
+
+    def many():
+        for _ in range(n):
+            x.add_(1.0)
+    out = {"n_kernels": n}
+    e = time_fn(many, device, repeats, 1)
+    out["eager_us_per_kernel"] = e["median_us"] / n
+    if str(device).startswith("cuda"):
+        g = capture(many, 1)
+        r = time_fn(g.replay, device, repeats, 1)
+        out["graph_us_per_kernel"] = r["median_us"] / n
+        out["graph_kernels_counted"] = graph_kernels(g)   # a check of the counter: should be n
+        del g
+    return out
+
+
+def copy_bandwidth(device: str, nbytes: int = 2 * 2**30, repeats: int = 5) -> dict:
+    """Device-to-device copy of `nbytes` (measured): bytes read + bytes written per second, GB/s."""
+    if not str(device).startswith("cuda"):
+        nbytes = min(nbytes, 64 * 2**20)
+    n = nbytes // 2
+    a = torch.empty(n, dtype=torch.bfloat16, device=device).normal_()
+    b = torch.empty_like(a)
+    r = time_fn(lambda: b.copy_(a), device, repeats, 1)
+    gbps = 2 * n * 2 / (r["median_us"] * 1e-6) / 1e9
+    del a, b
+    return {"copy_bytes": int(n * 2), "copy_us": r["median_us"], "copy_GBps": gbps}
+
+
+@dataclass
+class SweepConfig:
+    model: str = "glm5"
+    tp: int = 8
+    batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    contexts: tuple[int, ...] = (384, 8192)
+    modes: tuple[str, ...] = ("graph", "eager")
+    dtype: str = "bf16"
+    attention: str = "dense"
+    device: str = "cuda"
+    repeats: int = 10
+    eager_repeats: int = 3
+    components: bool = True
+    op_level: tuple[tuple[int, int], ...] = ((1, 384), (64, 384))   # (batch, context) points timed op by op
+    sparse_points: tuple[tuple[int, int], ...] = ()   # (batch, context) also timed with DSA sparse attention
+    time_limit_s: float = 60.0
+    moe_held: int | None = None
+    seed: int = 0
+
+
+def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callable[[str], None] = print,
+          group=None) -> dict:
+    """Every (context, batch, mode) point of `cfg` on one rank: returns {"timings": DataFrame, "meta":
+    dict, "bytes": DataFrame}. With `out_dir`, finished points are appended to timings.csv as they
+    finish and a rerun skips them (resume).
+
+    With `group` (a torch.distributed process group of cfg.tp processes, one per GPU or CPU rank), every
+    process builds its own rank's shard and the step's all-reduces and logits all-gather run over the
+    group inside the step; every rank times every point (the same points, no time limit, so that the
+    collectives stay matched) and rank 0 alone writes and reports."""
+    for mode in cfg.modes:
+        if mode not in ("graph", "eager"):
+            raise stp.StepError(f"mode {mode!r}: expected 'graph' or 'eager'")
+    if "graph" in cfg.modes and not str(cfg.device).startswith("cuda"):
+        raise stp.StepError("CUDA graphs need a CUDA device; on the CPU use modes ('eager',)")
+    m = ma.load_model(cfg.model)
+    t_start = time.monotonic()
+    rank, barrier = 0, None
+    if group is not None:
+        import torch.distributed as dist
+
+        world = dist.get_world_size(group)
+        if world != cfg.tp:
+            raise stp.StepError(f"a process group of {world} ranks runs TP{world}, not TP{cfg.tp}: set tp = {world}")
+        rank = dist.get_rank(group)
+        barrier = (lambda: dist.barrier(group=group))
+        cfg = replace(cfg, time_limit_s=None)
+        if rank:
+            progress, out_dir = (lambda s: None), None
+    out = Path(out_dir) if out_dir else None
+    done = set()
+    rows: list[dict] = []
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        p = out / "timings.csv"
+        if p.exists():
+            old = pd.read_csv(p)
+            rows = old.to_dict("records")
+            done = {(int(r["batch"]), int(r["context"]), r["mode"], r["attention"]) for r in rows}
+    bmax, cmax = max(cfg.batches), max(cfg.contexts)
+    free = stp.device_free_bytes(cfg.device)
+    plan = stp.plan_memory(m, cfg.tp, cfg.dtype, bmax, cmax, free, cfg.moe_held, reserve_bytes=stp.reserve_for(cfg.device))
+    progress(f"memory: {plan.describe()}")
+    t0 = time.monotonic()
+    rm, _ = stp.build_rank(m, cfg.tp, rank, bmax, cmax, cfg.device, cfg.dtype, cfg.seed, plan=plan)
+    _sync(cfg.device)
+    meta = {"config": asdict(cfg), "plan": asdict(plan), "build_s": time.monotonic() - t0,
+            "torch": torch.__version__, "device_name": _device_name(cfg.device)}
+    meta.update(launch_floor(cfg.device))
+    meta.update(copy_bandwidth(cfg.device))
+    progress(f"built one rank in {meta['build_s']:.1f} s; launch floor {meta.get('graph_us_per_kernel', float('nan')):.2f} "
+             f"us/kernel (graph), {meta['eager_us_per_kernel']:.2f} us (eager); copy {meta['copy_GBps']:.0f} GB/s")
+    modes, moe_impl = tuple(cfg.modes), "grouped_mm"
+    try:   # one eager step first: a device whose torch lacks torch._grouped_mm falls back to a loop
+        stp.DecodeStep(rm, min(cfg.batches), min(cfg.contexts), attention=cfg.attention, group=group).run()
+        _sync(cfg.device)
+    except (RuntimeError, NotImplementedError) as e:
+        moe_impl = "loop"
+        meta["grouped_mm_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        modes = tuple(mo for mo in modes if mo != "graph")
+        progress(f"torch._grouped_mm failed ({meta['grouped_mm_error']}); experts run one matmul each, eager only")
+    meta["moe_impl"] = moe_impl
+    points = [(c, b, mode, cfg.attention) for c in cfg.contexts for b in cfg.batches for mode in modes]
+    points += [(c, b, modes[0], "sparse") for b, c in cfg.sparse_points if cfg.attention != "sparse"]
+    routing, byte_rows, failures = {}, [], []
+    cuda = str(cfg.device).startswith("cuda")
+    for i, (c, b, mode, att) in enumerate(points, 1):
+        st = stp.DecodeStep(rm, b, c, attention=att, seed=cfg.seed + 1, moe_impl=moe_impl, group=group)
+        st.record_routing = True
+        st.run()
+        st.record_routing = False
+        if rm.m.moe_layers:
+            routing[(b, c)] = st.distinct_experts()
+        if mode == modes[0]:
+            bt = stp.component_bytes(m, cfg.tp, b, c, routing.get((b, c), 0.0), cfg.dtype, att)
+            byte_rows += [{"batch": b, "context": c, "attention": att, "distinct_experts": routing.get((b, c), 0.0),
+                           **r} for r in bt.to_dict("records")]
+        label = f"batch {b} context {c} {mode}" + (" sparse" if att == "sparse" else "")
+        if (b, c, mode, att) in done:
+            progress(f"[{i}/{len(points)}] {label}: done before, skipped")
+            continue
+        t1 = time.monotonic()
+        try:
+            new = time_point(st, mode == "graph", cfg.repeats if mode == "graph" else cfg.eager_repeats,
+                             2 if mode == "graph" else 1, cfg.components and (mode == "graph" or not cuda),
+                             cfg.time_limit_s, barrier,
+                             ops=(b, c) in set(map(tuple, cfg.op_level)) and mode == modes[0] and att == cfg.attention)
+        except TimeLimit as e:
+            failures.append(str(e))
+            progress(f"[{i}/{len(points)}] {e}")
+            continue
+        finally:
+            del st
+            if str(cfg.device).startswith("cuda"):
+                torch.cuda.empty_cache()
+        rows += new
+        if out is not None:
+            pd.DataFrame(rows).to_csv(out / "timings.csv", index=False)
+        s = next(r for r in new if r["what"] == "step")
+        progress(f"[{i}/{len(points)}] {label}: step {s['median_us'] / 1e3:.2f} ms "
+                 f"({s['p10_us'] / 1e3:.2f}-{s['p90_us'] / 1e3:.2f}), {b * 1e6 / s['median_us']:.0f} tok/s, "
+                 f"point {time.monotonic() - t1:.1f} s")
+    meta["distinct_experts"] = {f"{b}x{c}": v for (b, c), v in routing.items()}
+    meta["kernel_count_errors"] = list(COUNT_ERRORS)
+    meta["failures"] = failures
+    meta["sweep_s"] = time.monotonic() - t_start
+    timings = pd.DataFrame(rows, columns=list(TIMING_COLUMNS))
+    bytes_df = pd.DataFrame(byte_rows)
+    if out is not None:
+        timings.to_csv(out / "timings.csv", index=False)
+        bytes_df.to_csv(out / "bytes.csv", index=False)
+        (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
+    return {"timings": timings, "bytes": bytes_df, "meta": meta}
+
+
+def _device_name(device: str) -> str:
+    if str(device).startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    import platform
+    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
