@@ -59,8 +59,11 @@ def book(tmp_path):
     shutil.copytree(ROOT / "data", root / "data")
     shutil.copy(ROOT / "_config.yml", root / "_config.yml")
     (root / "intro.md").write_text("# Mini\n\nA test book.\n")
+    (root / "appendix").mkdir()
+    (root / "appendix" / "status.md").write_text("# Run status\n\nplaceholder\n")
     (root / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: notebooks/01_first\n"
-                                   "  - file: notebooks/02_slow\n  - file: notebooks/03_after\n")
+                                   "  - file: notebooks/02_slow\n  - file: notebooks/03_after\n"
+                                   "  - file: appendix/status\n")
     ok = "glue('answer', 42.0, display=False)\n"
     _nb(root / "notebooks" / "01_first.ipynb", ok, "First")
     _nb(root / "notebooks" / "02_slow.ipynb", SLOW_BODY, "Slow")
@@ -128,6 +131,14 @@ def test_an_interrupted_run_tells_the_truth_and_resumes_without_repeating(book, 
         assert m["status"] == "interrupted" and "SIGTERM" in m["chapters"][1]["error"]["evalue"]
     else:
         assert [c["status"] for c in m["chapters"]] == ["ok", "running", "pending"]
+        # the unfinished run renders, strictly, and says what did not finish and how to go on
+        r = subprocess.run([sys.executable, "-m", "helpers.book.runbook", "--render", str(run)], cwd=book,
+                           env={**os.environ, "BOOK_ROOT": str(book)}, capture_output=True, text=True, timeout=240)
+        assert r.returncode == 0, r.stdout + r.stderr
+        page = (book / "_build" / "html" / "notebooks" / "02_slow.html").read_text()
+        assert "did not finish" in page and "--resume" in page
+        status = (book / "_build" / "html" / "appendix" / "status.html").read_text()
+        assert "1 running" in status and "1 pending" in status
     first_nb = (run / "notebooks" / "01_first.ipynb").stat().st_mtime_ns
 
     r = subprocess.run([sys.executable, "-m", "helpers.book.runbook", "--resume", "r", "--no-build"], cwd=book,
