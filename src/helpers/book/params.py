@@ -9,7 +9,9 @@ starts (helpers.book.precheck).
 """
 from __future__ import annotations
 
+import ast
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -109,13 +111,40 @@ def problem(name: str, value: Any, spec: Spec) -> str | None:
     return None
 
 
+def injected_names(namespace: dict) -> set[str]:
+    """The names papermill injected into a notebook's kernel: the assignments of its injected-parameters
+    cell (the executed cell that starts with papermill's '# Parameters' comment), read from IPython's
+    input history in `namespace`. Empty outside a papermill run."""
+    history = namespace.get("_ih") or namespace.get("In") or []
+    for src in reversed(list(history)):
+        if isinstance(src, str) and src.lstrip().startswith("# Parameters\n"):
+            try:
+                tree = ast.parse(src)
+            except SyntaxError:
+                return set()
+            return {t.id for node in tree.body if isinstance(node, ast.Assign)
+                    for t in node.targets if isinstance(t, ast.Name)}
+    return set()
+
+
 def validate(values: dict[str, Any], specs: dict[str, Spec]) -> dict[str, Any]:
     """Check every parameter in `values` against `specs`; return the normalised values.
 
-    Raises ParameterError with one line per bad parameter, naming its value and the allowed values."""
+    Raises ParameterError with one line per bad parameter, naming its value and the allowed values. In a
+    notebook executed by papermill, a parameter passed to it that it does not have (`-p bogus 1`) is an
+    error too, not papermill's warning."""
     unknown = set(values) - set(specs)
     if unknown:
         raise ParameterError(f"no spec for parameter(s) {sorted(unknown)}; add one to the validate() call")
+    try:
+        caller = sys._getframe(1).f_globals
+    except ValueError:
+        caller = {}
+    passed = injected_names(caller) - set(values)
+    if passed:
+        raise ParameterError(f"parameter(s) {sorted(passed)} were passed to this notebook, which has no such "
+                             f"parameter; its parameters: {', '.join(sorted(values))}. Fix: remove them from the "
+                             "target's parameters file or the -p options")
     out, bad = {}, []
     for name, spec in specs.items():
         if name not in values:

@@ -146,8 +146,9 @@ class Server:
 
     def __init__(self, spec: ServerSpec, log_path: str | os.PathLike, startup_timeout_s: float = 120.0,
                  stop_grace_s: float = 10.0, tail_lines: int = 400):
-        if startup_timeout_s <= 0:
-            raise ValueError(f"startup_timeout_s = {startup_timeout_s}: expected a positive number of seconds")
+        for k, v in (("startup_timeout_s", startup_timeout_s), ("stop_grace_s", stop_grace_s)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):
+                raise ValueError(f"{k} = {v!r}: expected a positive, finite number of seconds")
         self.spec = spec
         self.log_path = Path(log_path)
         self.startup_timeout_s = float(startup_timeout_s)
