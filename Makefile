@@ -1,41 +1,68 @@
-# Two commands: `make book` and `make test`. Everything installs into .venv from pyproject.toml.
-PY      ?= python3
-VENV    ?= .venv
-BIN     := $(VENV)/bin
-TARGET  ?= auto
-RUN     ?=
+# Two commands: `make book` and `make test`. Everything installs into .venv from pyproject.toml
+# (scripts/book-env.sh chooses the environment: over PY's own CUDA torch where PY has one and an
+# NVIDIA driver answers, else a fresh venv, with torch pinned to the CPU build where no driver answers).
+PY       ?= python3
+VENV     ?= .venv
+BIN      := $(VENV)/bin
+TARGET   ?= auto
+RUN      ?=
+RUN_ID   ?=
+PARAMS   ?=
+ENV_KIND ?= auto
+WHEELS   ?=
 PYTEST_ARGS ?=
+export PY VENV ENV_KIND WHEELS
 
-.PHONY: help install book render test test-fast test-integration bench strip clean
+RUNBOOK_ARGS = $(if $(strip $(RUN_ID)),--run-id $(RUN_ID)) $(foreach p,$(PARAMS),-p $(p))
+ENV_INPUTS   = pyproject.toml constraints/cpu.txt scripts/book-env.sh
+
+.PHONY: help install install-run install-site book run render test test-fast test-integration bench strip clean clean-env
 
 help:
 	@echo "make book                 execute target \$$TARGET (default auto) and build _build/html/index.html"
 	@echo "make book TARGET=recorded render the recorded investigation only"
 	@echo "make book RUN=runs/<id>   re-render an existing run without measuring"
+	@echo "make run TARGET=h200 WHEELS=.whl   execute only (no book toolchain), from a wheel folder, no registry"
+	@echo "make render RUN=runs/<id> build the site from a run (the book toolchain only)"
 	@echo "make test                 the whole test suite (no GPU needed)"
 	@echo "make test-fast            the unit tests only (seconds), with their time"
 	@echo "make test-integration     the tests that start real processes (servers, workers)"
 	@echo "make bench                time executing and building the book for each target"
 	@echo "make strip                clear outputs from the source notebooks"
+	@echo "variables: PY=python (whose torch to use), ENV_KIND=auto|host|isolated, WHEELS=dir/,"
+	@echo "           RUN_ID=name, PARAMS='[CHAPTER.]NAME=VALUE ...' (target overrides)"
 
-$(BIN)/python:
-	$(PY) -m venv $(VENV)
+# One stamp per set of extras: executing (run), building the site (site), everything (book and tests).
+$(VENV)/.installed: $(ENV_INPUTS)
+	bash scripts/book-env.sh run,site,test
+	touch $@
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+$(VENV)/.installed-run: $(ENV_INPUTS)
+	bash scripts/book-env.sh run
+	touch $@
+
+$(VENV)/.installed-site: $(ENV_INPUTS)
+	bash scripts/book-env.sh site
 	touch $@
 
 install: $(VENV)/.installed
+install-run: $(if $(wildcard $(VENV)/.installed),$(VENV)/.installed,$(VENV)/.installed-run)
+install-site: $(if $(wildcard $(VENV)/.installed),$(VENV)/.installed,$(VENV)/.installed-site)
 
 book: install
 ifneq ($(strip $(RUN)),)
 	$(BIN)/python -m helpers.book.runbook --render $(RUN)
 else
-	$(BIN)/python -m helpers.book.runbook --target $(TARGET)
+	$(BIN)/python -m helpers.book.runbook --target $(TARGET) $(RUNBOOK_ARGS)
 endif
 	@echo "open _build/html/index.html"
 
-render: install
+# Execute here, render anywhere: `make run` needs no book toolchain (and with WHEELS=dir/ no registry);
+# copy runs/<id>/ to any checkout and `make render RUN=runs/<id>` (or `make book RUN=...`) there.
+run: install-run
+	$(BIN)/python -m helpers.book.runbook --target $(TARGET) --no-build $(RUNBOOK_ARGS)
+
+render: install-site
 	$(BIN)/python -m helpers.book.runbook --render $(or $(RUN),runs/latest)
 
 test: install
@@ -58,3 +85,6 @@ strip: install
 
 clean:
 	rm -rf _build
+
+clean-env:
+	rm -rf $(VENV)

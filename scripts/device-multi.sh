@@ -42,7 +42,8 @@ if has book; then
 fi
 left=$((BUDGET_S - SECONDS - 10))
 if has tests && [ "$left" -gt 30 ]; then
-  PYTHONPATH=/tmp/site:$PWD/src timeout "$left" python3 -m pytest -q -m gpu -p no:cacheprovider \
+  py=.venv/bin/python; [ -x "$py" ] || py=python3   # the book step's environment, where it ran
+  PYTHONPATH=$PWD/src timeout "$left" "$py" -m pytest -q -m gpu -p no:cacheprovider \
     tests/test_copybench.py tests/test_collectives.py > "$OUT/pytest-gpu.log" 2>&1
   echo "gpu tests rc $? at ${SECONDS} s"; tail -5 "$OUT/pytest-gpu.log"
 fi

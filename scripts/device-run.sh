@@ -1,29 +1,32 @@
 #!/usr/bin/env bash
-# Execute the book on a GPU host that has python3 with torch, NCCL and nvidia-ml-py but no package
-# registry (set BOOK_COMMIT to the commit sent, since the copy there has no .git): the missing
-# pure-Python pieces (papermill, ipykernel, transformers' serving extras) travel
-# as wheels in .whl/ (see README, "GPU hosts"). Writes runs/<RUN_ID>/ and, where $OUT is set, a
-# tarball of it there. Usage: RUN_ID=h200-YYYYMMDD TARGET=h200 scripts/device-run.sh
+# Execute the book on a GPU host with no package registry by the README's GPU-host command,
+#   make run TARGET=$TARGET WHEELS=.whl RUN_ID=$RUN_ID
+# (python3 there has the CUDA torch, so `make` builds .venv over it and installs only what is missing,
+# from the wheels in .whl/: scripts/device-wheels.txt lists them and how to download them). Stops, as
+# Ctrl-C would (finished chapters stay in the manifest), before the caller's limit; writes
+# runs/<RUN_ID>/ and, where $OUT is set, a tarball of it there. Where the copy has no .git, set
+# BOOK_COMMIT to the commit sent. Where there is no make, runs what `make run` runs.
+# Usage: RUN_ID=h200-YYYYMMDD TARGET=h200 BOOK_COMMIT=<sha> [LIMIT_S=500] scripts/device-run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${RUN_ID:?set RUN_ID}"
 TARGET=${TARGET:-h200}
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD/src
-else
-  export PYTHONPATH=$PWD/src
-fi
 # NVLink multicast stays off on shared hosts.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
+wheels=()
+[ ! -d .whl ] || wheels=(WHEELS=.whl)
 status=0
-# Stop (as Ctrl-C would: finished chapters are kept in the manifest) before the caller's own limit.
-timeout -s INT "${LIMIT_S:-500}" python3 -m helpers.book.runbook --target "$TARGET" --no-build \
-  --run-id "$RUN_ID" || status=$?
-if [ -n "${OUT:-}" ]; then
+if command -v make >/dev/null 2>&1; then
+  timeout -s INT "${LIMIT_S:-500}" make run TARGET="$TARGET" RUN_ID="$RUN_ID" ${wheels[@]+"${wheels[@]}"} || status=$?
+else
+  echo "no make here: running what \`make run\` runs"
+  env ${wheels[@]+"${wheels[@]}"} bash scripts/book-env.sh run \
+    && timeout -s INT "${LIMIT_S:-500}" .venv/bin/python -m helpers.book.runbook --target "$TARGET" --no-build \
+         --run-id "$RUN_ID" || status=$?
+fi
+if [ -n "${OUT:-}" ] && [ -d "runs/$RUN_ID" ]; then
   tar -czf "$OUT/$RUN_ID.tgz" -C runs "$RUN_ID"
   cp "runs/$RUN_ID/manifest.json" "$OUT/manifest.json"
 fi

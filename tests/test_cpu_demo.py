@@ -13,6 +13,9 @@ from helpers import repo_root
 from helpers.book import results
 from helpers.serving import demo
 
+# The serving chapters start real servers: minutes on 2 cores, longer on a loaded machine.
+pytestmark = pytest.mark.timeout(1800)
+
 ROOT = repo_root()
 SERVING = ["02_nan_crash", "03_baselines_tuning", "04_moe_runners"]
 

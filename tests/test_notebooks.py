@@ -2,8 +2,6 @@
 papermill under the `recorded` and `auto` targets followed by a strict book build."""
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -55,25 +53,8 @@ def test_bad_parameter_fails_at_once_naming_it(doc, tmp_path):
     assert "parameter 'mode' = 'bogus'" in ei.value.evalue and "recorded" in ei.value.evalue
 
 
-def _run(target, tmp_path_factory, build):
-    runs = tmp_path_factory.mktemp(f"runs-{target}")
-    args = [sys.executable, "-m", "helpers.book.runbook", "--target", target, "--runs-dir", str(runs),
-            "--run-id", target]
-    if not build:
-        args.append("--no-build")
-    proc = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=1800)
-    manifest = json.loads((runs / target / "manifest.json").read_text())
-    return proc, manifest, runs / target
-
-
-@pytest.fixture(scope="module")
-def recorded_run(tmp_path_factory):
-    return _run("recorded", tmp_path_factory, build=False)
-
-
-@pytest.fixture(scope="module")
-def auto_run(tmp_path_factory):
-    return _run("auto", tmp_path_factory, build=True)
+# recorded_run and auto_run: one execution of the whole book per target, shared with the other chapter
+# tests (tests/conftest.py)
 
 
 def _check(run, stem):

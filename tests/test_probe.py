@@ -1,5 +1,6 @@
-"""Tests of helpers.machine.probe: the live probe on this machine, its parsers against fixture text, the
-verdict function on synthetic machines (the original VM's situation among them) and the CLI."""
+"""Tests of the environment probe (helpers.machine: probe, parsers, verdicts, recorded_machine, report): the live
+probe on this machine, its parsers against fixture text, the verdict function on synthetic machines (the
+original VM's situation among them), the CLI and the chapter's tables."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.machine import probe
+from helpers.machine import parsers, probe, recorded_machine, report, verdicts
 from helpers.book import recorded
 
 FIX = Path(__file__).parent / "fixtures" / "probe"
@@ -54,8 +55,8 @@ def test_live_probe_structure_and_speed():
     assert TOP_KEYS <= set(r), f"missing keys {TOP_KEYS - set(r)}"
     assert r["schema_version"] == probe.SCHEMA_VERSION and r["source"] == "measured"
     json.dumps(r)  # JSON-able as it stands
-    assert set(by_check(r["verdicts"])) == CHECK_NAMES == set(probe.CHECKS)
-    assert all(v["verdict"] in probe.VERDICTS and v["reason"] for v in r["verdicts"])
+    assert set(by_check(r["verdicts"])) == CHECK_NAMES == set(verdicts.CHECKS)
+    assert all(v["verdict"] in verdicts.VERDICTS and v["reason"] for v in r["verdicts"])
     assert r["cpu"]["logical_cpus"] >= 1 and r["cpu"]["model"]
     assert r["memory"]["total_bytes"] > 0
     assert r["virtualization"]["kind"] in ("bare metal", "vm", "container", "container in vm", "unknown")
@@ -70,10 +71,10 @@ def test_live_probe_structure_and_speed():
 def test_live_probe_says_plainly_there_is_no_gpu():
     r = probe.probe()
     assert r["nvml"]["available"] is False
-    assert r["nvml"]["statement"].startswith(probe.NO_GPU_STATEMENT)
+    assert r["nvml"]["statement"].startswith(verdicts.NO_GPU_STATEMENT)
     assert r["gpus"] == [] and r["p2p_read"] is None
     v = by_check(r["verdicts"])
-    assert v["gpus"]["verdict"] == "n/a" and probe.NO_GPU_STATEMENT in v["gpus"]["reason"]
+    assert v["gpus"]["verdict"] == "n/a" and verdicts.NO_GPU_STATEMENT in v["gpus"]["reason"]
     assert v["p2p_read"]["verdict"] == "n/a"
     # everything else is still reported
     assert r["numa"]["count"] >= 1 and r["software"]["python"]
@@ -102,7 +103,7 @@ def test_live_probe_on_a_gpu():
     if n > 1:
         m = r["p2p_read"]
         assert len(m) == n and all(len(row) == n for row in m)
-        assert all(c in probe.P2P_LEGEND for row in m for c in row)
+        assert all(c in parsers.P2P_LEGEND for row in m for c in row)
     assert r["software"]["driver"] == r["nvml"]["driver_version"]
     assert r["errors"] == [], r["errors"]
 
@@ -110,7 +111,7 @@ def test_live_probe_on_a_gpu():
 # --------------------------------------------------------------------------- parsers
 
 def test_parse_cpuinfo_kvm_guest_has_hypervisor_flag():
-    c = probe.parse_cpuinfo((FIX / "cpuinfo_kvm.txt").read_text())
+    c = parsers.parse_cpuinfo((FIX / "cpuinfo_kvm.txt").read_text())
     assert c["hypervisor_flag"] is True
     assert c["model"] == "AMD EPYC 7763 64-Core Processor" and c["vendor"] == "AuthenticAMD"
     assert (c["logical_cpus"], c["sockets"], c["cores_per_socket"], c["threads_per_core"], c["physical_cores"]) == \
@@ -118,7 +119,7 @@ def test_parse_cpuinfo_kvm_guest_has_hypervisor_flag():
 
 
 def test_parse_cpuinfo_bare_metal_has_no_hypervisor_flag():
-    c = probe.parse_cpuinfo((FIX / "cpuinfo_baremetal.txt").read_text())
+    c = parsers.parse_cpuinfo((FIX / "cpuinfo_baremetal.txt").read_text())
     assert c["hypervisor_flag"] is False
     assert (c["logical_cpus"], c["sockets"], c["cores_per_socket"], c["threads_per_core"], c["physical_cores"]) == \
         (4, 1, 2, 2, 2)
@@ -126,44 +127,44 @@ def test_parse_cpuinfo_bare_metal_has_no_hypervisor_flag():
 
 def test_parse_cpuinfo_rejects_other_text():
     with pytest.raises(ValueError, match="/proc/cpuinfo"):
-        probe.parse_cpuinfo("MemTotal: 12 kB\n")
+        parsers.parse_cpuinfo("MemTotal: 12 kB\n")
 
 
 def test_parse_cpulist():
-    assert probe.parse_cpulist("0-3,8,10-11") == [0, 1, 2, 3, 8, 10, 11]
-    assert probe.parse_cpulist("\n") == []
+    assert parsers.parse_cpulist("0-3,8,10-11") == [0, 1, 2, 3, 8, 10, 11]
+    assert parsers.parse_cpulist("\n") == []
     with pytest.raises(ValueError, match="backwards"):
-        probe.parse_cpulist("5-2")
+        parsers.parse_cpulist("5-2")
 
 
 def test_parse_meminfo_system_and_node():
-    m = probe.parse_meminfo((FIX / "meminfo.txt").read_text())
+    m = parsers.parse_meminfo((FIX / "meminfo.txt").read_text())
     assert m["MemTotal"] == 16384000 * 1024 and m["SwapTotal"] == 0 and m["HugePages_Total"] == 0
-    assert probe.parse_meminfo((FIX / "node1_meminfo.txt").read_text())["MemTotal"] == 8192000 * 1024
+    assert parsers.parse_meminfo((FIX / "node1_meminfo.txt").read_text())["MemTotal"] == 8192000 * 1024
 
 
 def test_container_and_kernel_hints():
-    assert probe.container_hints_from_cgroup((FIX / "cgroup_docker.txt").read_text()) == \
+    assert parsers.container_hints_from_cgroup((FIX / "cgroup_docker.txt").read_text()) == \
         ["/proc/1/cgroup mentions docker"]
-    assert probe.container_hints_from_cgroup((FIX / "cgroup_host.txt").read_text()) == []
-    assert probe.kernel_hints("Linux version 4.4.0", "console=ttyS0 --firecracker-init") == \
+    assert parsers.container_hints_from_cgroup((FIX / "cgroup_host.txt").read_text()) == []
+    assert parsers.kernel_hints("Linux version 4.4.0", "console=ttyS0 --firecracker-init") == \
         ["Firecracker (kernel command line)"]
-    assert probe.kernel_hints("Linux version 6.8.0-generic", "ro quiet") == []
+    assert parsers.kernel_hints("Linux version 6.8.0-generic", "ro quiet") == []
 
 
 def test_dmi_hypervisor():
-    assert probe.dmi_hypervisor("Standard PC (Q35 + ICH9, 2009)", "QEMU") == "QEMU"
-    assert probe.dmi_hypervisor("VMware Virtual Platform") == "VMware"
-    assert probe.dmi_hypervisor("Virtual Machine", "Microsoft Corporation") == "Hyper-V"
-    assert probe.dmi_hypervisor("PowerEdge R760xa", "Dell Inc.") is None
-    assert probe.dmi_hypervisor(None, None) is None
+    assert parsers.dmi_hypervisor("Standard PC (Q35 + ICH9, 2009)", "QEMU") == "QEMU"
+    assert parsers.dmi_hypervisor("VMware Virtual Platform") == "VMware"
+    assert parsers.dmi_hypervisor("Virtual Machine", "Microsoft Corporation") == "Hyper-V"
+    assert parsers.dmi_hypervisor("PowerEdge R760xa", "Dell Inc.") is None
+    assert parsers.dmi_hypervisor(None, None) is None
 
 
 def test_pci_bus_id_to_sysfs():
-    assert probe.pci_bus_id_to_sysfs("00000000:17:00.0") == "0000:17:00.0"
-    assert probe.pci_bus_id_to_sysfs("00000001:C1:00.0") == "0001:c1:00.0"
+    assert parsers.pci_bus_id_to_sysfs("00000000:17:00.0") == "0000:17:00.0"
+    assert parsers.pci_bus_id_to_sysfs("00000001:C1:00.0") == "0001:c1:00.0"
     with pytest.raises(ValueError, match="domain:bus:device.function"):
-        probe.pci_bus_id_to_sysfs("GPU-0")
+        parsers.pci_bus_id_to_sysfs("GPU-0")
 
 
 def _config_with_acs(ctl: int) -> bytes:
@@ -177,37 +178,37 @@ def _config_with_acs(ctl: int) -> bytes:
 
 
 def test_parse_acs():
-    flags = probe.parse_acs(_config_with_acs(0b0001101))  # source validation, request + completion redirect
+    flags = parsers.parse_acs(_config_with_acs(0b0001101))  # source validation, request + completion redirect
     assert flags["source_validation"] and flags["request_redirect"] and flags["completion_redirect"]
     assert not flags["translation_blocking"] and not flags["upstream_forwarding"]
-    assert not any(probe.parse_acs(_config_with_acs(0)).values())
+    assert not any(parsers.parse_acs(_config_with_acs(0)).values())
     no_acs = bytearray(4096)
     no_acs[0x100:0x104] = (0x0001 | (1 << 16)).to_bytes(4, "little")  # AER only, end of chain
-    assert probe.parse_acs(bytes(no_acs)) is None
+    assert parsers.parse_acs(bytes(no_acs)) is None
     with pytest.raises(ValueError, match="as root"):
-        probe.parse_acs(bytes(64))
+        parsers.parse_acs(bytes(64))
 
 
 def test_gpu_numa_node_sources():
-    assert probe.affinity_nodes([0b101, 1]) == [0, 2, 64]
-    assert probe.gpu_numa_node("1\n", [0]) == (1, "sysfs")  # the kernel's answer wins
-    assert probe.gpu_numa_node("-1", [1]) == (1, "nvml")  # one node in NVML's mask
-    assert probe.gpu_numa_node("-1", [0, 1]) == (None, None)  # every node: no affinity
-    assert probe.gpu_numa_node(None, None) == (None, None)
-    assert probe.gpu_numa_node("garbage", []) == (None, None)
+    assert parsers.affinity_nodes([0b101, 1]) == [0, 2, 64]
+    assert parsers.gpu_numa_node("1\n", [0]) == (1, "sysfs")  # the kernel's answer wins
+    assert parsers.gpu_numa_node("-1", [1]) == (1, "nvml")  # one node in NVML's mask
+    assert parsers.gpu_numa_node("-1", [0, 1]) == (None, None)  # every node: no affinity
+    assert parsers.gpu_numa_node(None, None) == (None, None)
+    assert parsers.gpu_numa_node("garbage", []) == (None, None)
 
 
 def test_parse_sm_and_link():
-    assert probe.parse_sm("SM120") == (12, 0) and probe.parse_sm("sm_90") == (9, 0)
-    assert probe.parse_sm("SM103") == (10, 3)
+    assert parsers.parse_sm("SM120") == (12, 0) and parsers.parse_sm("sm_90") == (9, 0)
+    assert parsers.parse_sm("SM103") == (10, 3)
     with pytest.raises(ValueError, match="SM<major><minor>"):
-        probe.parse_sm("Blackwell")
-    assert probe.parse_pcie_link("PCIe Gen5 x16") == (5, 16)
-    assert probe.parse_pcie_link("unknown") == (None, None)
+        parsers.parse_sm("Blackwell")
+    assert parsers.parse_pcie_link("PCIe Gen5 x16") == (5, 16)
+    assert parsers.parse_pcie_link("unknown") == (None, None)
 
 
 def test_classify_virtualization():
-    c = probe.classify_virtualization
+    c = parsers.classify_virtualization
     assert c({"vm": "none", "container": "none", "cpuinfo_hypervisor_flag": False})["kind"] == "bare metal"
     assert c({"vm": "none", "container": "docker", "cpuinfo_hypervisor_flag": False})["kind"] == "container"
     kvm = c({"vm": "kvm", "container": "none", "dmi_product_name": "Standard PC (Q35 + ICH9, 2009)"})
@@ -278,8 +279,8 @@ def _machine(n, code, kind="vm", numa_nodes=2, gpu_numa=None, arch="9.0", width=
              "numa_node": gpu_numa if gpu_numa is None else i * numa_nodes // n} for i in range(n)]
     virt = {"vm": "kvm" if kind == "vm" else "none", "container": "none",
             "cpuinfo_hypervisor_flag": kind == "vm"}
-    virt.update(probe.classify_virtualization(virt))
-    return {"source": "measured", "gpus": gpus, "p2p_read": probe.p2p_all(n, code) if n else None,
+    virt.update(parsers.classify_virtualization(virt))
+    return {"source": "measured", "gpus": gpus, "p2p_read": parsers.p2p_all(n, code) if n else None,
             "nvml": {"available": True, "statement": f"{n} NVIDIA GPU(s) visible to NVML"},
             "numa": {"count": numa_nodes}, "virtualization": virt,
             "iommu": {"groups_present": kind != "vm", "gpu_groups": {f"0000:{i:02x}:00.0": str(i) for i in range(n)},
@@ -289,25 +290,25 @@ def _machine(n, code, kind="vm", numa_nodes=2, gpu_numa=None, arch="9.0", width=
 
 
 def test_verdicts_kvm_vm_with_all_pairs_ns_are_problems():
-    v = by_check(probe.judge(_machine(8, "NS", kind="vm", gpu_numa=None)))
+    v = by_check(verdicts.judge(_machine(8, "NS", kind="vm", gpu_numa=None)))
     assert v["p2p_read"]["verdict"] == "problem" and "host memory" in v["p2p_read"]["reason"]
     assert v["virtualization"]["verdict"] == "warn" and "kvm" in v["virtualization"]["reason"]
     assert v["gpu_numa_affinity"]["verdict"] == "warn" and "unknown" in v["gpu_numa_affinity"]["reason"]
-    assert probe.worst(list(v.values())) == "problem"
+    assert verdicts.worst(list(v.values())) == "problem"
 
 
 def test_verdicts_bare_metal_all_ok_box_is_ok():
-    verdicts = probe.judge(_machine(8, "OK", kind="bare metal", gpu_numa=0))
-    bad = [v for v in verdicts if v["verdict"] != "ok"]
+    judged = verdicts.judge(_machine(8, "OK", kind="bare metal", gpu_numa=0))
+    bad = [v for v in judged if v["verdict"] != "ok"]
     assert bad == [], bad
-    assert probe.worst(verdicts) == "ok"
+    assert verdicts.worst(judged) == "ok"
 
 
 def test_verdicts_partial_p2p_narrow_link_sm120_cuda_mismatch():
     m = _machine(4, "OK", kind="bare metal", gpu_numa=0, arch="12.0", width=(8, 16),
                  torch_cuda="13.0", cuda_driver="12.8")
     m["p2p_read"][0][3] = m["p2p_read"][3][0] = "TNS"
-    v = by_check(probe.judge(m))
+    v = by_check(verdicts.judge(m))
     assert v["p2p_read"]["verdict"] == "warn" and "2 of 12" in v["p2p_read"]["reason"]
     assert v["pcie_link"]["verdict"] == "warn" and "x8 of x16" in v["pcie_link"]["reason"]
     assert v["gpu_architecture"]["verdict"] == "warn" and "SM120" in v["gpu_architecture"]["reason"]
@@ -317,19 +318,19 @@ def test_verdicts_partial_p2p_narrow_link_sm120_cuda_mismatch():
 def test_verdicts_one_numa_node_and_acs_redirect():
     m = _machine(2, "OK", kind="bare metal", numa_nodes=1, gpu_numa=None)
     m["iommu"]["acs"]["bridges"] = {"0000:16:01.0": {"request_redirect": True}}
-    v = by_check(probe.judge(m))
+    v = by_check(verdicts.judge(m))
     assert v["gpu_numa_affinity"]["verdict"] == "ok" and "one NUMA node" in v["gpu_numa_affinity"]["reason"]
     assert v["iommu_acs"]["verdict"] == "warn" and "0000:16:01.0" in v["iommu_acs"]["reason"]
 
 
 def test_verdict_rejects_unknown_verdict_word():
     with pytest.raises(ValueError, match="not one of"):
-        probe.Verdict("x", "fine", "because")
+        verdicts.Verdict("x", "fine", "because")
 
 
 def test_original_vm_from_recorded_facts():
     hw = recorded.hardware()
-    r = probe.from_recorded(hw)
+    r = recorded_machine.from_recorded(hw)
     n = int(hw["gpu_count"].value)
     code = hw["p2p_read_all_pairs"].value
     assert len(r["gpus"]) == n and len(r["p2p_read"]) == n
@@ -348,7 +349,7 @@ def test_verdicts_on_a_real_single_h200_probe():
     """Output of `python -m helpers.machine.probe` on the device machine (one H200 in a Firecracker VM, before
     the NUMA affinity fallback to NVML was added), hostname and UUID scrubbed."""
     r = json.loads((FIX / "h200_firecracker_probe.json").read_text())
-    v = by_check(probe.judge(r))
+    v = by_check(verdicts.judge(r))
     assert v["gpus"]["verdict"] == "warn" and "one GPU" in v["gpus"]["reason"]
     assert v["gpu_architecture"]["verdict"] == "ok" and v["pcie_link"]["verdict"] == "ok"
     assert v["p2p_read"]["verdict"] == "n/a" and v["cuda_stack"]["verdict"] == "ok"
@@ -359,14 +360,14 @@ def test_verdicts_on_a_real_single_h200_probe():
 
 def test_p2p_all_rejects_unknown_code():
     with pytest.raises(ValueError, match="legend"):
-        probe.p2p_all(2, "MAYBE")
+        parsers.p2p_all(2, "MAYBE")
 
 
 def test_p2p_matrix_figure():
     from helpers.book import plotting
 
     fig, ax = plotting.figure()
-    plotting.p2p_matrix(ax, probe.p2p_all(3, "NS"), "recorded: original VM")
+    plotting.p2p_matrix(ax, parsers.p2p_all(3, "NS"), "recorded: original VM")
     assert len(ax.texts) == 9 and "recorded" in ax.get_xlabel()
     fig, ax = plotting.figure()
     plotting.p2p_matrix(ax, None, "no GPU pair on this machine")
@@ -384,7 +385,7 @@ def test_fingerprint_keys():
     assert set(fp) == set(probe.FINGERPRINT_KEYS)
     assert fp["logical_cpus"] >= 1 and fp["memory_gib"] > 0 and fp["gpu_count"] == len(fp["gpu_names"])
     json.dumps(fp)
-    rec = probe.fingerprint(probe.from_recorded(recorded.hardware()))
+    rec = probe.fingerprint(recorded_machine.from_recorded(recorded.hardware()))
     assert rec["gpu_count"] == int(recorded.hardware()["gpu_count"].value) and rec["virtualization"].startswith("vm")
 
 
@@ -405,36 +406,76 @@ def test_cli_help_and_json():
 # --------------------------------------------------------------------------- the chapter's tables
 
 def test_p2p_summary():
-    assert probe.p2p_summary(None) == "no GPU pair" and probe.p2p_summary([["X"]]) == "no GPU pair"
-    m = probe.p2p_all(3, "OK")
+    assert report.p2p_summary(None) == "no GPU pair" and report.p2p_summary([["X"]]) == "no GPU pair"
+    m = parsers.p2p_all(3, "OK")
     m[0][1] = "CNS"
-    assert probe.p2p_summary(m) == "CNS on 1 of 6 ordered pairs, OK on 5 of 6 ordered pairs"
+    assert report.p2p_summary(m) == "CNS on 1 of 6 ordered pairs, OK on 5 of 6 ordered pairs"
 
 
 def test_side_by_side_recorded_only_and_with_a_probe():
     hw = recorded.hardware()
-    t = probe.side_by_side(hw, None)
-    assert list(t.columns) == ["item", probe.RECORDED_COL, probe.MEASURED_COL, "note"]
-    assert (t[probe.MEASURED_COL] == probe.NOT_PROBED).all()
-    rec = dict(zip(t["item"], t[probe.RECORDED_COL]))
+    t = report.side_by_side(hw, None)
+    assert list(t.columns) == ["item", report.RECORDED_COL, report.MEASURED_COL, "note"]
+    assert (t[report.MEASURED_COL] == report.NOT_PROBED).all()
+    rec = dict(zip(t["item"], t[report.RECORDED_COL]))
     assert rec["GPU count"] == str(hw["gpu_count"].value) and rec["CPU model"] == hw["cpu_model"].value
     assert rec["P2P read"].startswith(hw["p2p_read_all_pairs"].value + " on ")
 
     h200 = json.loads((FIX / "h200_firecracker_probe.json").read_text())
-    mea = dict(zip(*probe.side_by_side(hw, h200)[["item", probe.MEASURED_COL]].T.values))
+    mea = dict(zip(*report.side_by_side(hw, h200)[["item", report.MEASURED_COL]].T.values))
     assert mea["GPU model"] == "NVIDIA H200" and mea["GPU count"] == "1" and mea["GPU architecture"] == "SM90"
     assert mea["GPU PCIe link"] == "Gen5 x16 now, Gen5 x16 max" and mea["P2P read"] == "no GPU pair"
     assert "GiB" in mea["GPU memory"] and mea["hypervisor"] == "Firecracker"
 
-    live = dict(zip(*probe.side_by_side(hw, probe.probe())[["item", probe.MEASURED_COL]].T.values))
-    assert probe.NOT_PROBED not in live.values() and not any(v.startswith("unknown (") for v in live.values())
+    live = dict(zip(*report.side_by_side(hw, probe.probe())[["item", report.MEASURED_COL]].T.values))
+    assert report.NOT_PROBED not in live.values() and not any(v.startswith("unknown (") for v in live.values())
 
 
 def test_verdict_table():
-    rec = probe.from_recorded(recorded.hardware())
-    t = probe.verdict_table(rec, None)
-    assert list(t["check"]) == list(probe.CHECKS)
-    assert (t[f"{probe.MEASURED_COL}: verdict"] == "not probed").all()
-    assert t.set_index("check").loc["p2p_read", f"{probe.RECORDED_COL}: verdict"] == "problem"
-    t2 = probe.verdict_table(rec, probe.probe())
-    assert t2[f"{probe.MEASURED_COL}: verdict"].isin(probe.VERDICTS).all()
+    rec = recorded_machine.from_recorded(recorded.hardware())
+    t = report.verdict_table(rec, None)
+    assert list(t["check"]) == list(verdicts.CHECKS)
+    assert (t[f"{report.MEASURED_COL}: verdict"] == "not probed").all()
+    assert t.set_index("check").loc["p2p_read", f"{report.RECORDED_COL}: verdict"] == "problem"
+    t2 = report.verdict_table(rec, probe.probe())
+    assert t2[f"{report.MEASURED_COL}: verdict"].isin(verdicts.VERDICTS).all()
+
+
+def test_verdict_tally_and_picks():
+    v = verdicts.judge(_machine(8, "NS", kind="vm", gpu_numa=None))
+    c = verdicts.counts(v)
+    assert list(c) == list(verdicts.VERDICTS) and sum(c.values()) == len(verdicts.CHECKS)
+    assert verdicts.counts_text(v) == ", ".join(f"{k} {w}" for w, k in c.items())
+    assert [x["check"] for x in verdicts.with_verdict(v, "problem")] == ["p2p_read"]
+    with pytest.raises(ValueError, match="'bad'"):
+        verdicts.with_verdict(v, "bad")
+
+
+def test_recorded_facts_the_chapter_cites():
+    hw = recorded.hardware()
+    f = report.recorded_facts(hw)
+    n = int(hw["gpu_count"].value)
+    assert f["rec_gpu_count"] == n and f["rec_pairs"] == n * (n - 1)
+    assert f["rec_p2p_code"] == hw["p2p_read_all_pairs"].value and f["rec_virt"] == hw["virtualization"].value
+    assert (f["rec_n_problem"], f["rec_n_warn"]) == (1, 3)
+    assert f["rec_flagged"].split("; ")[1] == "p2p_read (problem)"  # the problem the chapter's prose names
+    assert "probe" in f["rec_unknown"].split(", ")
+
+
+def test_a_recorded_item_the_chapter_cites_missing_fails_naming_it():
+    hw = dict(recorded.hardware())
+    del hw["hypervisor"]
+    with pytest.raises(KeyError, match="no item 'hypervisor'"):
+        report.recorded_facts(hw)
+
+
+def test_here_phrases_probed_and_not():
+    assert report.here_phrases(None)["here_probe"] == report.NOT_PROBED
+    h200 = json.loads((FIX / "h200_firecracker_probe.json").read_text())
+    h = report.here_phrases(h200)
+    assert "GPUs seen: 1 (NVIDIA H200)" in h["here_probe"] and h["here_verdicts"].endswith("the worst is warn")
+    assert report.p2p_panel_label(h200).endswith("(one GPU, so no GPU pair)")
+    assert "not probed" in report.p2p_panel_label(None)
+    tables = report.probe_tables(h200)
+    assert {"fingerprint", "gpus", "numa", "virtualization", "software"} <= set(tables)
+    assert tables["gpus"].name.tolist() == ["NVIDIA H200"]

@@ -146,3 +146,16 @@ def test_memory_fraction_and_graph_variants(recorded_config):
 
     with pytest.raises(ParameterError, match="turbo"):
         live.check_names("variants", ["turbo"], live.VARIANTS["sglang"], "sglang")
+
+
+def test_commands_per_flag_set_and_the_refusal():
+    cfg = sg.SGLangConfig("/m", decode_backend="trtllm", tp_size=8)
+    t = sg.commands(cfg)
+    assert list(t["flag set"]) == list(sg.FLAG_SETS)
+    cmd = dict(zip(t["flag set"], t.iloc[:, 1]))
+    assert "--nsa-decode-backend trtllm" in cmd["early-2026"] and "--dsa-decode-backend trtllm" in cmd["0.5.23"]
+    msg = sg.refusal(sg.SGLangConfig("m", ep_size=8, enable_ep_moe=True), "0.5.23")
+    assert "--enable-ep-moe" in msg and "ep_size" in msg
+    with pytest.raises(ValueError, match="expected a refusal"):
+        sg.refusal(cfg, "0.5.23")
+

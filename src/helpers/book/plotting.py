@@ -91,6 +91,8 @@ def kind_color(kind: str) -> str:
     return PALETTE.get(kind, PALETTE["other"])
 
 
+# ---- serving and machine figures
+
 #: colours of the `nvidia-smi topo -p2p` legend codes in `p2p_matrix`
 P2P_COLORS = {"OK": "#4d9221", "CNS": "#e08214", "GNS": "#e08214", "TNS": "#e08214", "NS": "#b2182b",
               "U": "#bababa", "X": "#ffffff"}
@@ -128,6 +130,109 @@ def p2p_matrix(ax, codes, label: str | None = None) -> None:
     present = [k for k in keys if k != "X" and any(k in row for row in codes)]
     ax.legend(handles=[Patch(color=P2P_COLORS[k], label=k) for k in present], loc="upper left",
               bbox_to_anchor=(1.01, 1.0), fontsize=8)
+
+
+def outcome_matrix(rows, outcomes):
+    """One marker per server configuration at its outcome. `rows`: (label, outcome, kind) with kind
+    "recorded" or "measured"; `outcomes`: the outcome words in axis order (classify.OUTCOMES)."""
+    rows = list(rows)
+    unknown = sorted({o for _, o, _ in rows} - set(outcomes))
+    if unknown:
+        raise ValueError(f"outcome_matrix: outcome(s) {unknown} are not among {list(outcomes)}")
+    fig, ax = figure(height=2.8 if len(rows) < 10 else 4.2)
+    for i, (_, outcome, kind) in enumerate(rows):
+        ax.plot([list(outcomes).index(outcome)], [i], "s", ms=9, color=kind_color(kind))
+    ax.set_yticks(range(len(rows)), [f"{kind}: {label}" for label, _, kind in rows], fontsize=7)
+    ax.set_xticks(range(len(outcomes)), list(outcomes), fontsize=8, rotation=20)
+    ax.set_xlim(-0.5, len(outcomes) - 0.5)
+    ax.invert_yaxis()
+    ax.set_xlabel("outcome")
+    return fig
+
+
+SWEEP_MARKERS = {"256/256": "o", "128/512": "s", "unstated": "D"}
+
+
+def serving_sweeps(rec, live, log_point: dict | None, per_stream: bool, live_label: str = "measured: this machine"):
+    """Output throughput (or per-stream tokens/s: throughput / concurrency) against concurrency: recorded
+    points by workload and experiment, stated ranges, the server-log point, and live sweeps by variant and
+    workload (dashed). `rec` is helpers.serving.report.recorded_points(); `live` a sweep table or None."""
+    import pandas as pd
+
+    fig, ax = figure()
+    outp = rec[rec.metric == "output_throughput"]
+    for (wl, exp), g in outp.groupby(["workload", "experiment"], sort=False):
+        g = g[g.value.notna()].drop_duplicates(["concurrency", "value"])
+        if g.empty:
+            continue
+        y = g.value.astype(float) / (g.concurrency.astype(float) if per_stream else 1.0)
+        ax.plot(g.concurrency.astype(float), y, marker=SWEEP_MARKERS.get(wl, "D"), ls="none",
+                color=kind_color("recorded"), alpha=0.85, ms=5, label=f"recorded: {exp.replace('_', ' ')} ({wl})")
+    ranges = outp[outp.value.isna() & outp.value_low.notna()]
+    for r in ranges.itertuples():
+        div = float(r.concurrency) if per_stream else 1.0
+        ax.vlines(float(r.concurrency) * 1.04, float(r.value_low) / div, float(r.value_high) / div,
+                  color=kind_color("recorded"), lw=3, alpha=0.4)
+    if len(ranges):
+        ax.plot([], [], color=kind_color("recorded"), lw=3, alpha=0.4, label="recorded: stated ranges at 64")
+    if log_point:
+        y = log_point["value"] / (log_point["concurrency"] if per_stream else 1.0)
+        ax.plot([log_point["concurrency"]], [y], marker="*", ms=11, ls="none", color=kind_color("recorded"),
+                label="recorded: one server-log decode batch")
+    if live is not None and len(live):
+        for i, ((var, wl), g) in enumerate(live.groupby(["variant", "workload"], sort=False)):
+            g = g.sort_values("concurrency")
+            y = pd.to_numeric(g.output_throughput) / (g.concurrency.astype(float) if per_stream else 1.0)
+            ax.plot(g.concurrency.astype(float), y, marker=SWEEP_MARKERS.get(wl, "^"), ls="--", ms=4,
+                    color=CYCLE[i % len(CYCLE)] if i else kind_color("measured"), label=f"{live_label}: {var} ({wl})")
+    concurrency_axis(ax)
+    ax.set_yscale("log")
+    ax.set_ylabel("per-stream output (tok/s per request)" if per_stream else "output throughput (tok/s)")
+    ax.legend(fontsize=7, loc="best")
+    return fig
+
+
+def runner_spread(rec_runners, spread, by: str = "runner"):
+    """Recorded runner figures (points, and bars for stated ranges) and live runners' mean with the
+    min-max of their repeats (helpers.serving.report.repeat_spread), against concurrency."""
+    import pandas as pd
+
+    fig, ax = figure()
+    for i, r in enumerate(rec_runners.itertuples()):
+        c = float(r.concurrency) * (1 + 0.05 * i)
+        if pd.notna(r.value):
+            ax.plot([c], [float(r.value)], "o", color=kind_color("recorded"), ms=5)
+        else:
+            ax.vlines(c, float(r.value_low), float(r.value_high), color=kind_color("recorded"), lw=3, alpha=0.5)
+        ax.annotate(f"recorded: {r.moe_runner}", (c, float(r.value) if pd.notna(r.value) else float(r.value_high)),
+                    fontsize=6, xytext=(3, 3), textcoords="offset points")
+    if spread is not None and len(spread):
+        for i, (name, g) in enumerate(spread.groupby(by, sort=False)):
+            g = g.sort_values("concurrency")
+            x = g.concurrency.astype(float) * (1 + 0.04 * i)
+            line, = ax.plot(x, g["mean"], marker="o", ms=4, ls="--", color=CYCLE[i % len(CYCLE)],
+                            label=f"measured: {name} (mean, min-max of repeats)")
+            ax.vlines(x, g["min"], g["max"], color=line.get_color(), lw=2, alpha=0.6)
+    concurrency_axis(ax)
+    ax.set_yscale("log")
+    ax.set_ylabel("output throughput (tok/s)")
+    if ax.get_legend_handles_labels()[0]:  # recorded runners are annotated, not in the legend
+        ax.legend(fontsize=7)
+    return fig
+
+
+def ep_tp_volume(wide, tp_col: str, ep_col: str):
+    """Bytes one GPU sends per MoE layer against the tokens in the batch: TP ring all-reduce and EP
+    dispatch + combine (`wide`: index tokens, one column per layout; both derived)."""
+    fig, ax = figure()
+    ax.plot(wide.index, wide[tp_col], marker="o", ms=3.5, label=f"{tp_col} (ring), derived")
+    ax.plot(wide.index, wide[ep_col], marker="s", ms=3.5, label=f"{ep_col} (dispatch + combine), derived")
+    concurrency_axis(ax)
+    ax.set_xlabel("tokens in the decode batch")
+    size_axis(ax, "y")
+    ax.set_ylabel("bytes sent per gpu per moe layer")
+    ax.legend()
+    return fig
 
 
 def as_image(fig, dpi: int | None = None):

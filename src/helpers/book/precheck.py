@@ -3,8 +3,10 @@
 Every chapter validates its parameters in the cell after its `parameters` cell, with one call:
 
     P = params.validate({"mode": mode, ...}, {"mode": params.choice("recorded", "auto"), ...})
+    P = params.validate({k: v for k, v in globals().items() if k in ex.NAN_PARAMS}, ex.NAN_PARAMS)
 
-That call is the one place a chapter says what its parameters may be. `chapter_checks(notebook)` reads
+That call is the one place a chapter says what its parameters may be (inline, or a spec dictionary
+the package holds). `chapter_checks(notebook)` reads
 it from the notebook (parsed, not executed: only the cell's imports and the spec dictionary itself are
 evaluated), so the runbook can check a target's values and the command line's `-p` values against the
 same specs before anything runs, and a typo costs one message instead of a run of failed chapters.
@@ -51,7 +53,7 @@ def _validate_call(tree: ast.AST) -> ast.Call | None:
         if isinstance(node, ast.Call):
             f = node.func
             name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-            if name == "validate" and len(node.args) >= 2 and isinstance(node.args[0], ast.Dict):
+            if name == "validate" and len(node.args) >= 2:
                 return node
     return None
 
@@ -91,10 +93,11 @@ def chapter_checks(notebook: str | Path) -> ChapterChecks:
     except Exception as e:  # noqa: BLE001 - name what could not be read
         raise PrecheckError(f"{nb_path}: cannot evaluate the specs of its params.validate() call "
                             f"({type(e).__name__}: {e}); they may use only the cell's imports") from None
-    values_expr = {}
-    for k, v in zip(call.args[0].keys, call.args[0].values):
-        if isinstance(k, ast.Constant):
-            values_expr[k.value] = v
+    values_expr = {}   # a literal {"name": expr} gives the expression checked; otherwise the value itself is
+    if isinstance(call.args[0], ast.Dict):
+        for k, v in zip(call.args[0].keys, call.args[0].values):
+            if isinstance(k, ast.Constant):
+                values_expr[k.value] = v
     bad = [k for k, s in specs.items() if not isinstance(s, P.Spec)]
     if bad:
         raise PrecheckError(f"{nb_path}: validate() specs {bad} are not params.Spec objects")

@@ -136,7 +136,9 @@ def load(name: str) -> pd.DataFrame:
         known = ", ".join(k for k in schema() if not k.startswith("_"))
         raise DataError(f"data/{name} does not exist; known tables: {known}")
     df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    return validate(name, df)
+    out = validate(name, df)
+    out.attrs["table"] = f"data/{name}"  # named in value()'s errors
+    return out
 
 
 @dataclass(frozen=True)
@@ -195,15 +197,32 @@ def tables() -> list[str]:
     return [k for k in schema() if not k.startswith("_")]
 
 
-def value(df: pd.DataFrame, **where) -> float:
-    """The single `value` of the row matching `where` (column=value pairs); error if not exactly one."""
+def value(df: pd.DataFrame, column: str = "value", **where):
+    """The `column` of the row of `df` matching `where` (column=value pairs), for example
+    `value(serving, experiment="sweep_256_256", metric="output_throughput", concurrency=64)`.
+
+    Rows that repeat one figure (the same figure from several sources) count once. A DataError names the
+    table, the condition and what the table holds instead when no row matches (a renamed label, a removed
+    row), when the matching rows disagree, or when the cell is empty."""
+    table = df.attrs.get("table", "the table")
+    cond = ", ".join(f"{k}={v!r}" for k, v in where.items())
+    for k in (*where, column):
+        if k not in df.columns:
+            raise DataError(f"{table} has no column '{k}' (columns: {', '.join(df.columns)})")
     m = pd.Series(True, index=df.index)
     for k, v in where.items():
-        m &= df[k] == v
-    rows = df[m]
-    if len(rows) != 1:
-        raise DataError(f"expected exactly one row where {where}, found {len(rows)}")
-    return rows.iloc[0]["value"]
+        hit = m & (df[k] == v).fillna(False).astype(bool)
+        if not hit.any():
+            have = ", ".join(sorted(str(x) for x in df.loc[m, k].dropna().unique())) or "none"
+            raise DataError(f"{table} has no row where {cond}: no {k}={v!r} among the rows matching the "
+                            f"conditions before it ({k} there: {have})")
+        m = hit
+    vals = df.loc[m, column].drop_duplicates()
+    if len(vals) > 1:
+        raise DataError(f"{table}: the {int(m.sum())} rows where {cond} disagree on {column} ({list(vals)})")
+    if pd.isna(vals.iloc[0]):
+        raise DataError(f"{table}: the row where {cond} has no {column}")
+    return vals.iloc[0]
 
 
 @dataclass(frozen=True)

@@ -45,10 +45,10 @@ from pathlib import Path
 import yaml
 
 from helpers import __version__, repo_root
-from helpers.book import layout, precheck, procs
+from helpers.book import environment, layout, precheck, procs
 
 TARGETS_DIR = "targets"
-_TARGET_KEYS = {"description", "parameters", "chapters", "skip", "execution_timeout"}
+_TARGET_KEYS = {"description", "parameters", "chapters", "skip", "execution_timeout", "requires"}
 ALWAYS = ("run_dir",)  # parameters the runbook itself sets
 #: a chapter's status in the manifest
 STATUSES = ("pending", "running", "ok", "failed", "interrupted", "skipped")
@@ -116,6 +116,7 @@ class Target:
     chapters: dict = field(default_factory=dict)
     skip: list = field(default_factory=list)
     execution_timeout: int = 900
+    requires: dict = field(default_factory=dict)  # see unmet_requirements
     path: str = ""                                  # the file it was read from
     origins: dict = field(default_factory=dict)     # (chapter or "", parameter) -> where the value came from
     overrides: list = field(default_factory=list)   # the -p items applied
@@ -127,14 +128,15 @@ class Target:
         """What the manifest records, so that --resume runs the same plan."""
         return {"target": self.name, "target_file": self.path, "description": self.description,
                 "parameters": self.parameters, "chapters": self.chapters, "skip": self.skip,
-                "execution_timeout": self.execution_timeout, "overrides": self.overrides,
+                "execution_timeout": self.execution_timeout, "requires": self.requires,
+                "overrides": self.overrides,
                 "origins": [[c, n, w] for (c, n), w in self.origins.items()]}
 
     @classmethod
     def from_plan(cls, p: dict) -> "Target":
         t = cls(p["target"], p.get("description", ""), dict(p.get("parameters") or {}),
                 {k: dict(v or {}) for k, v in (p.get("chapters") or {}).items()}, list(p.get("skip") or []),
-                int(p.get("execution_timeout", 900)), p.get("target_file", ""),
+                int(p.get("execution_timeout", 900)), dict(p.get("requires") or {}), p.get("target_file", ""),
                 {(c, n): w for c, n, w in p.get("origins") or []}, list(p.get("overrides") or []))
         return t
 
@@ -222,6 +224,11 @@ def load_target(name: str, root: Path | None = None) -> Target:
                    f"(the time limit of one notebook cell); got {timeout!r}"
                    + (" (0 would remove the time limit)" if timeout == 0 and not isinstance(timeout, bool) else ""))
         timeout = 900
+    try:
+        requires = _requires(path, raw.get("requires"))
+    except RunbookError as e:
+        bad.append(str(e).split(": ", 1)[1])
+        requires = {}
     if bad:
         raise RunbookError("\n".join(f"{path}: {b}" for b in bad))
     try:
@@ -230,7 +237,7 @@ def load_target(name: str, root: Path | None = None) -> Target:
         shown = str(path)
     is_path = "/" in name or name.endswith((".yaml", ".yml"))
     return Target(path.stem if is_path else name, desc, dict(params),
-                  {str(k): dict(v) for k, v in chap.items()}, list(skip), int(timeout), shown)
+                  {str(k): dict(v) for k, v in chap.items()}, list(skip), int(timeout), requires, shown)
 
 
 def parse_chapters(text: str | None, root: Path | None = None) -> list[str] | None:
@@ -308,11 +315,75 @@ def plan(target: Target, root: Path | None = None, only: list[str] | None = None
                 problems.append(str(e))
     if problems:
         raise RunbookError("\n".join(problems))
+    unmet = unmet_requirements(target, steps)
+    if unmet:
+        raise RunbookError(f"target {target.name!r} cannot run here:\n  - " + "\n  - ".join(unmet))
     selected = [st["stem"] for st in steps if not st["skip"]]
     needs = layout.check_needs(selected, run_dir, {st["stem"]: st["parameters"].get("mode") for st in steps})
     if needs:
         raise RunbookError("\n".join(needs))
     return steps
+
+
+_REQUIRE_KEYS = ("parameters", "paths", "packages")
+
+
+def _requires(path: Path, raw) -> dict:
+    """A target's `requires` as {kind: {name: what it is}}; a list gives names without a description."""
+    if not raw:
+        return {}
+    if not isinstance(raw, dict) or set(raw) - set(_REQUIRE_KEYS):
+        raise RunbookError(f"{path}: `requires` takes the keys {', '.join(_REQUIRE_KEYS)}, each a list of names "
+                           f"or a mapping name -> what it is; got {raw!r}")
+    return {k: ({str(n): "" for n in v} if isinstance(v, list) else {str(n): str(d or "") for n, d in v.items()})
+            for k, v in raw.items() if v}
+
+
+def unmet_requirements(target: Target, steps: list[dict]) -> list[str]:
+    """What a target's `requires` asks for and this plan lacks, one sentence each (empty: all met).
+
+    `parameters` must be set (not empty) and `paths` must exist on this machine, in every chapter that
+    declares them and will run live (selected, its mode not "recorded"); `packages` must be importable
+    by this Python (the one that runs the kernels) where any such chapter runs, or, if the target names
+    no parameters, where any selected chapter runs other than recorded. Chapters skipped or recorded need
+    nothing, so `--chapters` or `-p CHAPTER.mode=recorded` narrow what is required."""
+    req = target.requires or {}
+    if not req:
+        return []
+    running = [st for st in steps if not st["skip"] and st["parameters"].get("mode") != "recorded"]
+    names = set(req.get("parameters", {})) | set(req.get("paths", {}))
+    users = [st for st in running if names & set(st["declared"])] if names else running
+    how = (f"Set it with `-p NAME=...` (make: PARAMS=NAME=...), or copy {TARGETS_DIR}/{target.name}.yaml to "
+           f"{TARGETS_DIR}/<yours>.yaml and set it under `parameters`")
+
+    def need(stems):
+        return f"{stems[0]} needs it" if len(stems) == 1 else f"{', '.join(stems[:-1])} and {stems[-1]} need it"
+
+    out = []
+    for kind in ("parameters", "paths"):
+        for name, what in req.get(kind, {}).items():
+            values = {st["stem"]: st["parameters"].get(name) for st in users if name in st["declared"]}
+            label = f"`{name}`" + (f" ({what})" if what else "")
+            unset = [s for s, v in values.items() if v in (None, "", [], {})]
+            missing = [s for s, v in values.items() if s not in unset and kind == "paths"
+                       and not Path(str(v)).expanduser().exists()]
+            if unset:
+                out.append(f"{label} is not set; {need(unset)}. " + how.replace("NAME", name))
+            elif missing:
+                out.append(f"{label} = {values[missing[0]]!r} does not exist on this machine; {need(missing)}. "
+                           + how.replace("NAME", name))
+    if users:
+        import importlib.util
+
+        for pkg, what in req.get("packages", {}).items():
+            if importlib.util.find_spec(pkg) is None:
+                out.append(f"the Python package `{pkg}`" + (f" ({what})" if what else "") + " is not importable by "
+                           f"{sys.executable}, which runs the chapters; {need([st['stem'] for st in users])}. Install "
+                           "it there, or run the book with a Python that has it (make: PY=/path/to/that/python; "
+                           "see appendix/rerun.md)")
+    if out:
+        out.append("Chapters left out (--chapters) or set to recorded (-p CHAPTER.mode=recorded) need none of this")
+    return out
 
 
 def apply_overrides(target: Target, items: list[str]) -> None:
@@ -394,6 +465,14 @@ def fingerprint() -> dict:
     except Exception as exc:  # noqa: BLE001 - the run must go on; say why the probe failed
         return {"hostname": socket.gethostname(), "platform": platform.platform(),
                 "logical_cpus": os.cpu_count(), "probe_error": f"{type(exc).__name__}: {exc}"}
+
+
+def _environment_record() -> dict:
+    """Which Python environment runs the book and why (helpers.book.environment); never fails the run."""
+    try:
+        return environment.record()
+    except Exception as exc:  # noqa: BLE001 - say why instead of stopping the run
+        return {"kind": "unknown", "reason": f"the environment could not be read ({type(exc).__name__}: {exc})"}
 
 
 def _now() -> str:
@@ -521,7 +600,8 @@ def new_manifest(target: Target, run_dir: Path, root: Path, steps: list[dict], o
         recs.append(rec)
     return {"run_id": run_dir.name, "target": target.name, "target_description": target.description,
             "started": _now(), "finished": None, "status": "running", "hardware": fingerprint(),
-            "versions": versions(root), "plan": {**target.as_plan(), "only": only}, "sessions": [],
+            "versions": versions(root), "environment": _environment_record(),
+            "plan": {**target.as_plan(), "only": only}, "sessions": [],
             "chapters": recs}
 
 
@@ -724,6 +804,7 @@ def status_page(manifest: dict, titles: dict[str, str]) -> str:
     lines += ["", "## Software versions", "", row("package", "version"), row("---", "---")]
     for k, v in (m.get("versions") or {}).items():
         lines.append(row(k, v))
+    lines += environment.lines(m)
     lines += ["", "## Parameters per chapter", "", row("chapter", "parameters"), row("---", "---")]
     for c in m["chapters"]:
         p = {k: v for k, v in (c.get("parameters") or {}).items() if k != "run_dir"}

@@ -3,5 +3,6 @@
 Modules: `server` (process lifecycle), `transformers_serve` and `sglang` (command builders), `client`
 (the load generator and bench_serving-style metrics), `classify` (ok / nan / crash / ... per
 attempt), `tiny_model` (random-weight models built at run time), `sweep` (resumable sweeps and
-attempt matrices).
+attempt matrices), `live` (engines, variants and server specs), `experiments` (what each serving chapter
+runs live, and its parameter specs), `report` (the chapters' tables and the figures their prose cites).
 """

@@ -32,7 +32,9 @@ from helpers.serving import client as cl
 from helpers.serving.fetch import Deadlines, RequestTimeout, fetch
 from helpers.serving.server import Server, ServerExited, ServerSpec, StartupTimeout
 
-OUTCOMES = ("ok", "nan", "crash", "startup-timeout", "hang", "error", "wrong-answer", "unsupported")
+#: the outcome words, from a serving configuration to a failure to start (the recorded backend matrix
+#: uses the same words; plotting.outcome_matrix draws them in this order)
+OUTCOMES = ("ok", "wrong-answer", "nan", "crash", "hang", "error", "unsupported", "startup-timeout")
 
 NAN_PATTERNS = re.compile(
     r"probability tensor contains either|\bnan\b.*(logit|prob|output|tensor)|device-side assert|"
@@ -180,7 +182,7 @@ def attempt(name: str, spec: ServerSpec, model: str, log_dir: str | Path, startu
         left = request_timeout_s - (time.monotonic() - t_req)
         if sm.kind != "timeout" and left > 0.05 and srv.running():
             prompts = cl.make_prompts(decode_concurrency, 32, seed=1)
-            results, _ = cl._run(cl.run_requests(spec.base_url, model, prompts, decode_tokens, decode_concurrency,
+            results, _ = cl.run_sync(cl.run_requests(spec.base_url, model, prompts, decode_tokens, decode_concurrency,
                                                  deadlines=phase.within(left)))
         a.request_s = round(time.monotonic() - t_req, 2)
         a.decode_completed = sum(r.ok for r in results)

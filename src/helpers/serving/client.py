@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -275,8 +275,9 @@ async def run_requests(base_url: str, model: str, prompts: Sequence[str], max_to
     return list(results), time.perf_counter() - t_origin
 
 
-def _run(coro):
-    """Run a coroutine from synchronous code (in a fresh loop on a worker thread inside a Jupyter kernel)."""
+def run_sync(coro):
+    """Run a coroutine to completion, also from inside a running event loop (a Jupyter kernel), where it
+    runs in a fresh loop on a worker thread."""
     return _run_coro(coro)
 
 
@@ -331,8 +332,8 @@ def run_point(base_url: str, model: str, workload: Workload, concurrency: int, n
         raise BenchmarkError(f"num_requests = {num_requests}: expected at least 1")
     prompts = make_prompts(num_requests + warmup, workload.input_len, tokenizer, seed)
     if warmup:
-        _run(run_requests(base_url, model, prompts[:warmup], min(workload.output_len, 8), 1, timeout_s, chat))
-    results, duration = _run(run_requests(base_url, model, prompts[warmup:], workload.output_len, concurrency,
+        run_sync(run_requests(base_url, model, prompts[:warmup], min(workload.output_len, 8), 1, timeout_s, chat))
+    results, duration = run_sync(run_requests(base_url, model, prompts[warmup:], workload.output_len, concurrency,
                                           timeout_s, chat))
     row = {"workload": workload.name, "input_len": workload.input_len, "output_len": workload.output_len,
            "concurrency": concurrency, "num_requests": num_requests}
@@ -375,7 +376,3 @@ def parse_bench_serving_jsonl(path) -> "pd.DataFrame":  # noqa: F821
         row["tool"] = "sglang.bench_serving"
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def result_dict(r: RequestResult) -> dict:
-    return asdict(r)

@@ -7,7 +7,6 @@ time) and "sglang" (the investigation's server; needs sglang, GPUs and a real ch
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -172,10 +171,6 @@ def attempt_runner(name: str, spec: ServerSpec, model: str, log_dir: Path, start
     return a.as_row()
 
 
-def clean(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def _workloads(v):
     if not isinstance(v, list) or not v:
         raise ValueError
@@ -196,6 +191,13 @@ def workloads_param():
     from helpers.book import params
 
     return params.Spec("a non-empty list of 'INPUT/OUTPUT' token counts, e.g. ['256/256', '128/512']", _workloads)
+
+
+def workload_param():
+    """params.Spec for one 'INPUT/OUTPUT' workload string (a Workload once validated)."""
+    from helpers.book import params
+
+    return params.Spec("'INPUT/OUTPUT' token counts, e.g. '256/256'", lambda v: _workloads([v])[0])
 
 
 def names_param(what: str):

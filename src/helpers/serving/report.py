@@ -1,22 +1,74 @@
-"""The serving chapters' tables and figures: recorded points, the seeds' disagreements settled from
-data, live sweeps beside them, and the spread across repeats.
+"""The serving chapters' tables and the figures their prose cites: the recorded backend matrix and
+serving points, the seeds' disagreements settled from data, live sweeps beside them, and the spread
+across repeats.
 
-Per-stream tokens/s is derived the same way for every series: output throughput / concurrency (the
-nominal number of requests in flight), so recorded and measured points compare like with like.
+Every figure the prose cites is picked by `helpers.book.recorded.value`, which names the table, the
+condition and what the table holds instead when a row is missing or a label was renamed; nothing here
+returns a blank. Phrases that depend on whether a live run happened (`*_status`, `*_phrase`) are short
+and chosen here, so the chapters' sentences stay in their Markdown. Per-stream tokens/s is derived the
+same way for every series: output throughput / concurrency (the nominal number of requests in flight),
+so recorded and measured points compare like with like.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from helpers.book import plotting, recorded
-
-SWEEP_EXPERIMENTS = {"sweep_256_256": "256/256", "sweep_128_512": "128/512", "first_baseline": "256/256"}
+from helpers.book import recorded
+from helpers.book.recorded import value
 
 
 def recorded_serving() -> pd.DataFrame:
     return recorded.load("recorded/serving.csv")
 
+
+# ---------------------------------------------------------------------------- the NaN crash (chapter 02)
+
+def matrix_facts(matrix: pd.DataFrame) -> dict:
+    """What the prose says about the recorded backend matrix: how many configurations, how many ended
+    in each outcome, and the decode backend that worked."""
+    counts = matrix.outcome.value_counts()
+    return {"rec_n_configs": int(len(matrix)), "rec_n_nan": int(counts.get("nan", 0)),
+            "rec_n_ok": int(counts.get("ok", 0)), "rec_n_unsupported": int(counts.get("unsupported", 0)),
+            "rec_ok_decode": str(value(matrix, "backend", component="nsa_decode", outcome="ok"))}
+
+
+def matrix_rows(matrix: pd.DataFrame, live: pd.DataFrame | None) -> list[tuple[str, str, str]]:
+    """(label, outcome, kind) per configuration for plotting.outcome_matrix: recorded, then live."""
+    rows = [(f"{r.component} {r.backend}", r.outcome, "recorded") for r in matrix.itertuples()]
+    return rows + ([(r.name, r.outcome, "measured") for r in live.itertuples()] if live is not None else [])
+
+
+def matrix_status(live: pd.DataFrame | None, where: str, why: str) -> str:
+    """This run's live matrix in a phrase: where and how it ran, or why it did not."""
+    if live is None:
+        return f"no live matrix ({why})"
+    return (f"{len(live)} configurations were launched live ({where}), ending in {live.outcome.nunique()} "
+            f"different outcomes in {live.wall_s.sum():.0f} s")
+
+
+def matrix_live_facts(live: pd.DataFrame | None, where: str) -> dict:
+    """The live matrix's figures (empty without one)."""
+    if live is None:
+        return {}
+    return {"live_where": where, "live_n": int(len(live)), "live_classes": int(live.outcome.nunique()),
+            "live_wall_s": float(live.wall_s.sum())}
+
+
+def failure_logs(live: pd.DataFrame | None, lines: int = 6) -> str:
+    """Markdown: the last lines of each failed attempt's log, then the backend lines the server logged."""
+    if live is None:
+        return ""
+    out = [f"**{r.name}** ({r.outcome}): last lines of its log\n\n```text\n"
+           + "\n".join(str(r.log_excerpt or "").splitlines()[-lines:]) + "\n```"
+           for r in live[live.outcome != "ok"].itertuples()]
+    backend = [ln for bl in live.backend_lines for ln in (bl or [])]
+    if backend:
+        out.append("Backend lines the server logged:\n\n```text\n" + "\n".join(backend[:lines]) + "\n```")
+    return "\n\n".join(out)
+
+
+# ---------------------------------------------------------------------------- baselines (chapter 03)
 
 def recorded_points(df: pd.DataFrame | None = None) -> pd.DataFrame:
     """The recorded output/total throughput points with a workload label (one row per source)."""
@@ -30,11 +82,30 @@ def recorded_points(df: pd.DataFrame | None = None) -> pd.DataFrame:
                 "approx", "source", "note", "kind"]].reset_index(drop=True)
 
 
+def recorded_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Every recorded serving figure but the user's targets, for the folded table."""
+    return df[df.experiment != "target"][["experiment", "input_len", "output_len", "concurrency", "metric", "value",
+                                          "value_low", "value_high", "approx", "unit", "source"]]
+
+
 def server_log_point(df: pd.DataFrame | None = None) -> dict:
     """The one decode-batch line of the server log (running requests, generation throughput)."""
     df = recorded_serving() if df is None else df
-    r = df[(df.experiment == "server_log_decode_batch") & (df.metric == "generation_throughput")].iloc[0]
-    return {"concurrency": int(r.concurrency), "value": float(r.value), "source": r.source}
+    where = {"experiment": "server_log_decode_batch", "metric": "generation_throughput"}
+    return {"concurrency": int(value(df, "concurrency", **where)), "value": float(value(df, **where)),
+            "source": str(value(df, "source", **where))}
+
+
+def sweep_facts(df: pd.DataFrame) -> dict:
+    """The recorded sweep figures the prose cites: single stream, 64 in flight, the first baseline's
+    achieved concurrency, the server-log batch, and the scaling derived from them."""
+    out = lambda c: float(value(df, experiment="sweep_256_256", metric="output_throughput", concurrency=c))  # noqa: E731
+    single, sat = out(1), out(64)
+    log = server_log_point(df)
+    return {"rec_achieved_conc": float(value(df, experiment="first_baseline", metric="achieved_concurrency")),
+            "rec_single": single, "rec_sat_256": sat, "rec_log_conc": log["concurrency"],
+            "rec_log_tok_s": log["value"], "rec_scaling_256": sat / single, "rec_per_stream_64": sat / 64,
+            "rec_step_growth": single / (sat / 64)}
 
 
 def total_disagreement(df: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -44,6 +115,9 @@ def total_disagreement(df: pd.DataFrame | None = None) -> pd.DataFrame:
     rows = []
     for exp in ("first_baseline", "sweep_256_256"):
         sub = df[(df.experiment == exp) & (df.concurrency == 64)]
+        if sub.empty:
+            raise recorded.DataError(f"data/recorded/serving.csv has no rows of experiment '{exp}' at concurrency "
+                                     "64, which the total-throughput disagreement compares")
         for src in sorted(set(sub.source)):
             s = sub[sub.source == src]
             tot = s[s.metric == "total_throughput"].value
@@ -54,6 +128,18 @@ def total_disagreement(df: pd.DataFrame | None = None) -> pd.DataFrame:
                              "total/output (derived)": float(tot.iloc[0] / out.iloc[0]),
                              "approx": bool(s.approx.any())})
     return pd.DataFrame(rows)
+
+
+def total_facts(tot: pd.DataFrame, df: pd.DataFrame) -> dict:
+    """How far apart the two totals are, how well each agrees with its own output figure, and the
+    run-to-run spread the investigation recorded for one MoE runner (the noise to judge them by)."""
+    lo, hi = tot["total_tok_s (recorded)"].min(), tot["total_tok_s (recorded)"].max()
+    ratio = tot["total/output (derived)"]
+    where = {"experiment": "moe_runner_cutlass", "metric": "output_throughput", "concurrency": 64}
+    n_lo, n_hi = float(value(df, "value_low", **where)), float(value(df, "value_high", **where))
+    return {"tot_lo": float(lo), "tot_hi": float(hi), "tot_gap_pct": float(100 * (hi - lo) / lo),
+            "ratio_spread_pct": float(100 * (ratio.max() / ratio.min() - 1)), "ratio_mean": float(ratio.mean()),
+            "noise_pct": 100 * (n_hi - n_lo) / n_lo}
 
 
 def saturation_claims(df: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -69,56 +155,63 @@ def saturation_claims(df: pd.DataFrame | None = None) -> pd.DataFrame:
                ].drop_duplicates(["experiment", "figure", "source"]).reset_index(drop=True)
 
 
-def nearest_workload(value: float, claims: pd.DataFrame) -> tuple[str, float]:
-    """The workload whose exact recorded figure is closest to `value`, and the relative gap."""
+def nearest_workload(figure: float, claims: pd.DataFrame) -> tuple[str, float]:
+    """The workload whose exact recorded figure is closest to `figure`, and the relative gap."""
     exact = claims[claims.value.notna() & (claims.workload != "not stated")]
-    gaps = (exact.value.astype(float) - value).abs() / exact.value.astype(float)
+    if exact.empty:
+        raise recorded.DataError("no saturation claim with a stated workload and an exact figure to compare with")
+    gaps = (exact.value.astype(float) - figure).abs() / exact.value.astype(float)
     i = gaps.idxmin()
     return str(exact.workload[i]), float(gaps[i])
 
 
+def saturation_facts(df: pd.DataFrame, claims: pd.DataFrame) -> dict:
+    """The summary's "roughly" figure and the workload it matches, the stated range, and the decode-heavy
+    sweep's figure at 64."""
+    at64 = {"metric": "output_throughput", "concurrency": 64}
+    approx = float(value(df, experiment="summary_311", **at64))
+    wl, gap = nearest_workload(approx, claims)
+    return {"sat_approx": approx, "sat_match_wl": wl, "sat_match_gap_pct": 100 * gap,
+            "sat_rng_lo": float(value(df, "value_low", experiment="mem_fraction_cuda_graphs", **at64)),
+            "sat_rng_hi": float(value(df, "value_high", experiment="mem_fraction_cuda_graphs", **at64)),
+            "sat_512": float(value(df, experiment="sweep_128_512", **at64))}
+
+
+def profile_facts(gpu_profile: pd.DataFrame) -> dict:
+    """The original VM's GPUs under load (recorded): busy fraction and power against TDP."""
+    return {"rec_util": float(value(gpu_profile, metric="gpu_utilization")),
+            "rec_pow": float(value(gpu_profile, metric="power_fraction_of_tdp"))}
+
+
+def profile_phrase(prof: pd.DataFrame | None, why_none: str) -> str:
+    """This machine's GPU profile at the highest concurrency swept, or why none was sampled."""
+    top = None if prof is None else prof.dropna(subset=["util_gpu_pct"]).sort_values("concurrency")
+    if top is None or top.empty:
+        return f"none was sampled ({why_none})"
+    t = top.iloc[-1]
+    return (f"at concurrency {int(t.concurrency)} this machine's GPU was busy {t.util_gpu_pct:.0f} % of the time, "
+            f"its memory {t.util_mem_pct:.0f} %, at {t.power_pct_of_limit:.0f} % of its power limit (measured, "
+            f"median over {int(t.n_samples)} samples)")
+
+
+def sweep_status(live: pd.DataFrame | None, where: str, why: str) -> str:
+    """This run's live sweep in a phrase: how many points where, or why none ran."""
+    if live is None:
+        return f"no live sweep ({why})"
+    return (f"{len(live)} points were swept live on {where}, with {int(live.failed.sum())} failed requests "
+            f"in {live.duration_s.sum():.0f} s of benchmarking")
+
+
+def sweep_live_facts(live: pd.DataFrame | None, where: str) -> dict:
+    """The live sweep's size, failures and benchmarking time (empty without one)."""
+    if live is None:
+        return {}
+    return {"live_where": where, "live_points": int(len(live)), "live_failed": int(live.failed.sum()),
+            "live_duration_s": float(live.duration_s.sum())}
+
+
 def per_stream(df: pd.DataFrame, value_col: str = "output_throughput") -> pd.Series:
     return df[value_col].astype(float) / df["concurrency"].astype(float)
-
-
-def plot_sweeps(rec: pd.DataFrame, live: pd.DataFrame | None, log_point: dict | None, per_stream_axis: bool,
-                live_label: str = "measured: this machine"):
-    """Output throughput (or per-stream tokens/s) against concurrency: recorded points by workload and
-    source, the server-log point, and live sweeps by variant and workload (dashed lines)."""
-    fig, ax = plotting.figure()
-    markers = {"256/256": "o", "128/512": "s", "unstated": "D"}
-    outp = rec[rec.metric == "output_throughput"]
-    for (wl, exp), g in outp.groupby(["workload", "experiment"], sort=False):
-        g = g[g.value.notna()].drop_duplicates(["concurrency", "value"])
-        if g.empty:
-            continue
-        y = g.value.astype(float) / (g.concurrency.astype(float) if per_stream_axis else 1.0)
-        ax.plot(g.concurrency.astype(float), y, marker=markers.get(wl, "D"), ls="none",
-                color=plotting.kind_color("recorded"), alpha=0.85, ms=5,
-                label=f"recorded: {exp.replace('_', ' ')} ({wl})")
-    ranges = outp[outp.value.isna() & outp.value_low.notna()]
-    for r in ranges.itertuples():
-        div = float(r.concurrency) if per_stream_axis else 1.0
-        ax.vlines(float(r.concurrency) * 1.04, float(r.value_low) / div, float(r.value_high) / div,
-                  color=plotting.kind_color("recorded"), lw=3, alpha=0.4)
-    if len(ranges):
-        ax.plot([], [], color=plotting.kind_color("recorded"), lw=3, alpha=0.4, label="recorded: stated ranges at 64")
-    if log_point:
-        y = log_point["value"] / (log_point["concurrency"] if per_stream_axis else 1.0)
-        ax.plot([log_point["concurrency"]], [y], marker="*", ms=11, ls="none", color=plotting.kind_color("recorded"),
-                label="recorded: one server-log decode batch")
-    if live is not None and len(live):
-        for i, ((var, wl), g) in enumerate(live.groupby(["variant", "workload"], sort=False)):
-            g = g.sort_values("concurrency")
-            y = per_stream(g) if per_stream_axis else g.output_throughput.astype(float)
-            ax.plot(g.concurrency.astype(float), y, marker=markers.get(wl, "^"), ls="--", ms=4,
-                    color=plotting.CYCLE[i % len(plotting.CYCLE)] if i else plotting.kind_color("measured"),
-                    label=f"{live_label}: {var} ({wl})")
-    plotting.concurrency_axis(ax)
-    ax.set_yscale("log")
-    ax.set_ylabel("per-stream output (tok/s per request)" if per_stream_axis else "output throughput (tok/s)")
-    ax.legend(fontsize=7, loc="best")
-    return fig
 
 
 def headline_table(rec: pd.DataFrame, live: pd.DataFrame | None, where: str) -> pd.DataFrame:
@@ -143,6 +236,47 @@ def headline_table(rec: pd.DataFrame, live: pd.DataFrame | None, where: str) -> 
                          "max_concurrency": int(top.concurrency), "saturated_tok_s": float(top.output_throughput),
                          "scaling (derived)": float(top.output_throughput / one.iloc[0]) if len(one) else np.nan})
     return pd.DataFrame(rows)
+
+
+def live_headline(head: pd.DataFrame) -> dict:
+    """The first measured row of the headline table (empty without a live sweep)."""
+    m = head[head.who.str.startswith("measured")]
+    if m.empty:
+        return {}
+    r = m.iloc[0]
+    return {"live_single": float(r.single_stream_tok_s), "live_sat": float(r.saturated_tok_s),
+            "live_sat_c": int(r.max_concurrency), "live_scaling": float(r["scaling (derived)"]),
+            "live_variant": str(r.variant)}
+
+
+def scaling_phrase(head: pd.DataFrame, why_none: str) -> str:
+    """How this run's first live variant scaled from one stream to its best point, or why there is none."""
+    f = live_headline(head)
+    if not f:
+        return f"no live sweep ({why_none})"
+    return (f"variant {f['live_variant']} scaled {f['live_scaling']:.1f}x from one stream to its best point, "
+            f"at concurrency {f['live_sat_c']} (measured; derived from the table above)")
+
+
+# ---------------------------------------------------------------------------- MoE runners (chapter 04)
+
+def recorded_runners(df: pd.DataFrame) -> pd.DataFrame:
+    """The recorded MoE-runner figures."""
+    rr = df[df.experiment.str.startswith("moe_runner")]
+    if rr.empty:
+        raise recorded.DataError("data/recorded/serving.csv has no experiment starting with 'moe_runner'")
+    return rr
+
+
+def runner_facts(df: pd.DataFrame) -> dict:
+    """The two runners recorded at 64 in flight: flashinfer_cutlass's stated range, flashinfer_cutedsl's
+    figure, and whether the figure lies inside the range."""
+    at64 = {"metric": "output_throughput", "concurrency": 64}
+    lo = float(value(df, "value_low", experiment="moe_runner_cutlass", **at64))
+    hi = float(value(df, "value_high", experiment="moe_runner_cutlass", **at64))
+    dsl = float(value(df, experiment="moe_runner_cutedsl", **at64))
+    return {"rec_cutlass_lo": lo, "rec_cutlass_hi": hi, "rec_cutedsl": dsl,
+            "rec_inside": "inside" if lo <= dsl <= hi else "outside", "rec_spread_pct": 100 * (hi - lo) / lo}
 
 
 def repeat_spread(df: pd.DataFrame, by: str = "runner") -> pd.DataFrame:
@@ -170,26 +304,23 @@ def distinguishable(spread: pd.DataFrame, by: str = "runner") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot_runners(rec_runners: pd.DataFrame, spread: pd.DataFrame | None, by: str = "runner"):
-    """Recorded runner figures at 64 (points and ranges) and live runners' mean with min-max across repeats."""
-    fig, ax = plotting.figure()
-    for i, r in enumerate(rec_runners.itertuples()):
-        c = float(r.concurrency) * (1 + 0.05 * i)
-        if pd.notna(r.value):
-            ax.plot([c], [float(r.value)], "o", color=plotting.kind_color("recorded"), ms=5)
-        else:
-            ax.vlines(c, float(r.value_low), float(r.value_high), color=plotting.kind_color("recorded"), lw=3, alpha=0.5)
-        ax.annotate(f"recorded: {r.moe_runner}", (c, float(r.value) if pd.notna(r.value) else float(r.value_high)),
-                    fontsize=6, xytext=(3, 3), textcoords="offset points")
-    if spread is not None and len(spread):
-        for i, (name, g) in enumerate(spread.groupby(by, sort=False)):
-            g = g.sort_values("concurrency")
-            x = g.concurrency.astype(float) * (1 + 0.04 * i)
-            line, = ax.plot(x, g["mean"], marker="o", ms=4, ls="--", color=plotting.CYCLE[i % len(plotting.CYCLE)],
-                            label=f"measured: {name} (mean, min-max of repeats)")
-            ax.vlines(x, g["min"], g["max"], color=line.get_color(), lw=2, alpha=0.6)
-    plotting.concurrency_axis(ax)
-    ax.set_yscale("log")
-    ax.set_ylabel("output throughput (tok/s)")
-    ax.legend(fontsize=7)
-    return fig
+def runner_live_facts(spread: pd.DataFrame | None, verdicts: pd.DataFrame | None) -> dict:
+    """The live comparison's noise and how many runner pairs differ beyond it (empty without one)."""
+    if spread is None or verdicts is None:
+        return {}
+    return {"live_max_noise_pct": float(spread.range_pct.max()), "live_n_real": int((~verdicts.ranges_overlap).sum()),
+            "live_n_pairs": int(len(verdicts))}
+
+
+def runner_phrase(spread: pd.DataFrame | None, verdicts: pd.DataFrame | None, repeats: int, why_none: str,
+                  status: pd.DataFrame | None = None) -> str:
+    """The live comparison in a phrase: the noise across repeats and the pairs beyond it, or why none ran
+    (`status`: the runners' launch outcomes, where the comparison ran but no runner served)."""
+    f = runner_live_facts(spread, verdicts)
+    if not f and status is not None:
+        return f"no runner served, so none was swept ({', '.join(f'{r.runner}: {r.outcome}' for r in status.itertuples())})"
+    if not f:
+        return f"no live comparison ({why_none})"
+    return (f"across {repeats} repeats one runner's output throughput varied by up to {f['live_max_noise_pct']:.1f} % "
+            f"(max-min over mean), and {f['live_n_real']} of {f['live_n_pairs']} runner pairs differ by more than "
+            "their repeat ranges (measured)")

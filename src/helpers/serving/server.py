@@ -26,7 +26,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from helpers.book import procs
 from helpers.serving.fetch import Deadlines, RequestTimeout, fetch

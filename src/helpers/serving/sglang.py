@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 
 from helpers.serving.server import ServerSpec, free_port
 
@@ -153,6 +153,23 @@ def build_argv(cfg: SGLangConfig, flag_set: str, host: str = "127.0.0.1", port: 
     return a
 
 
+def commands(cfg: SGLangConfig, port: int = 30000):
+    """`cfg`'s launch command under every flag set, one row each (derived from the configuration)."""
+    import pandas as pd
+
+    return pd.DataFrame([{"flag set": fs, "command (derived from the recorded configuration)":
+                          " ".join(build_argv(cfg, fs, port=port, python="python3")[1:])} for fs in FLAG_SETS])
+
+
+def refusal(cfg: SGLangConfig, flag_set: str) -> str:
+    """The message with which `build_argv` refuses `cfg` under `flag_set`; ValueError if it accepts it."""
+    try:
+        build_argv(cfg, flag_set)
+    except UnsupportedOption as e:
+        return str(e)
+    raise ValueError(f"flag set {flag_set!r} accepts {cfg}; expected a refusal")
+
+
 def flags_from_help(help_text: str) -> set[str]:
     """The long options listed by `python -m sglang.launch_server --help`."""
     return set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", help_text))
@@ -226,6 +243,3 @@ def backend_lines(log_text: str) -> list[str]:
     """Lines of a server log that name the attention / sparse-attention / MoE backends it chose."""
     return [ln.strip() for ln in log_text.splitlines() if _BACKEND_LINE.search(ln)]
 
-
-def config_fields() -> list[str]:
-    return [f.name for f in fields(SGLangConfig)]

@@ -122,7 +122,6 @@ def _tokenizer(vocab_size: int):
 
 
 SMOKE_PROMPT = "What is 3+5?"
-SMOKE_ANSWER = "8"
 #: what a taught model replies: the answer as a whole word, then text (generation never stops early)
 TAUGHT_REPLY = "8 is the sum of three and five."
 

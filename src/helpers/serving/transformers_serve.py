@@ -22,8 +22,6 @@ from helpers.serving.server import ServerSpec, free_port
 CPU_MEMORY_MB = 2048
 #: the continuous-batching cache of a CPU server: blocks of the paged cache, tokens per batch
 CPU_CB_CACHE = {"cb_num_blocks": 128, "cb_max_batch_tokens": 1024}
-#: attention implementations `transformers serve --attn-implementation` accepts (5.x)
-ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,113 @@
+"""The provenance appendix's tables and the headline figures the book's first page cites: where every
+recorded number comes from, where the sources disagree, and the figures `intro.md` takes from this
+page (`{glue:}` keys starting with `arc_`).
+
+Each figure is picked with `helpers.book.recorded.value`, which names the table, the condition and what
+is there instead when a row or a label is missing, so a renamed label fails the build instead of
+emptying a sentence of the first page.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from helpers.book import recorded
+from helpers.book.recorded import value
+from helpers.model import arith as ma
+
+
+def all_tables() -> dict[str, pd.DataFrame]:
+    return {name: recorded.load(name) for name in recorded.tables()}
+
+
+def sources_table(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Every source with how many rows of data/ cite it."""
+    cited = pd.concat([t["source"] for t in tables.values()]).value_counts()
+    return pd.DataFrame([{"source id": k, "kind": v["kind"], "file": v["file"], "what it is": v["title"],
+                          "rows citing it": int(cited.get(k, 0))} for k, v in recorded.sources().items()])
+
+
+def tables_summary(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Every table with its rows, columns, sources and phases."""
+    return pd.DataFrame([{"table": f"data/{name}", "rows": len(df), "columns": ", ".join(df.columns),
+                          "sources": ", ".join(sorted(df["source"].unique())),
+                          "phases": ", ".join(sorted(df["phase"].unique())) if "phase" in df else ""}
+                         for name, df in tables.items()])
+
+
+def _figure(r) -> str:
+    if pd.notna(r["value"]):
+        return ("~" if r["approx"] else "") + f"{r['value']:g}"
+    return f"{r['value_low']:g}-{r['value_high']:g}"
+
+
+def disagreements(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The quantities the seeds state differently: hidden size, total tok/s at 64, saturated output tok/s."""
+    claims, serving = tables["recorded/model_claims.csv"], tables["recorded/serving.csv"]
+    hidden = claims[claims.quantity == "hidden_size"]
+    tot64 = serving[(serving.metric == "total_throughput") & (serving.concurrency == 64)]
+    out64 = serving[(serving.metric == "output_throughput") & (serving.concurrency == 64)]
+    for name, df in (("hidden-size claims", hidden), ("totals at 64", tot64), ("outputs at 64", out64)):
+        if df.empty:
+            raise recorded.DataError(f"data/ has no {name}, which the provenance appendix compares")
+    return pd.concat([
+        pd.DataFrame({"quantity": "hidden size", "claimed": hidden.value, "source": hidden.source,
+                      "context": hidden.note}),
+        pd.DataFrame({"quantity": "total tok/s at concurrency 64", "claimed": tot64.apply(_figure, axis=1),
+                      "source": tot64.source, "context": tot64.experiment + ": " + tot64.note.fillna("")}),
+        pd.DataFrame({"quantity": "saturated output tok/s", "claimed": out64.apply(_figure, axis=1),
+                      "source": out64.source, "context": out64.experiment + " (" +
+                      out64.input_len.astype("string").fillna("?") + " in / " +
+                      out64.output_len.astype("string").fillna("?") + " out)"}),
+    ], ignore_index=True)
+
+
+def settled_facts(tables: dict[str, pd.DataFrame]) -> dict:
+    """The figures with which the appendix settles each disagreement."""
+    claims, serving = tables["recorded/model_claims.csv"], tables["recorded/serving.csv"]
+    copy = tables["recorded/copy_sweep.csv"]
+    hidden = claims[claims.quantity == "hidden_size"]
+    if hidden.empty:
+        raise recorded.DataError("data/recorded/model_claims.csv has no hidden_size claim")
+    at64 = {"concurrency": 64}
+    return {"cfg_hidden": recorded.model_config("glm5")["architecture"]["hidden_size"],
+            "hidden_claims": ", ".join(f"{v} ({s})" for v, s in zip(hidden.value, hidden.source)),
+            "tot64_first": value(serving, metric="total_throughput", experiment="first_baseline", **at64),
+            "tot64_sweep": value(serving, metric="total_throughput", experiment="sweep_256_256", **at64),
+            "out64_sweep": value(serving, metric="output_throughput", experiment="sweep_256_256", **at64),
+            "out64_heavy": value(serving, metric="output_throughput", experiment="sweep_128_512", **at64),
+            "out64_roughly": value(serving, metric="output_throughput", experiment="summary_311", **at64),
+            "n_coll": ma.collectives_per_step(ma.load_model("glm5")),
+            "copy_tokens": _and(sorted(int(t) for t in copy[copy.tokens.notna()].tokens.unique()))}
+
+
+def _and(items: list) -> str:
+    """"1, 4, 16 and 64"."""
+    words = [str(x) for x in items]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+#: the bare-metal system the first page compares with (data/reference/baremetal.csv)
+BAREMETAL = "8x RTX PRO 6000 bare metal P2P on TP8 MTP off (cutlass MoE)"
+
+
+def headline(tables: dict[str, pd.DataFrame]) -> dict:
+    """The figures the book's first page quotes (glue key -> value), each from data/."""
+    hw, serving = tables["recorded/hardware.csv"], tables["recorded/serving.csv"]
+    copy, ref = tables["recorded/copy_sweep.csv"], tables["reference/baremetal.csv"]
+    item = lambda k: value(hw, item=k)  # noqa: E731
+    small = {"path": "gpu0_to_gpu1", "tokens": 1}
+    sweep = {"experiment": "sweep_256_256"}
+    bare = {"system": BAREMETAL, "metric": "output_throughput"}
+    return {
+        "arc_gpu_count": int(item("gpu_count")), "arc_gpu_model": item("gpu_model"),
+        "arc_gpu_arch": item("gpu_architecture"), "arc_model": item("model"),
+        "arc_params_b": recorded.model_config("glm5")["published"]["total_parameters"] / 1e9,
+        "arc_single_stream": value(serving, **sweep, metric="output_throughput", concurrency=1),
+        "arc_out64": value(serving, **sweep, metric="output_throughput", concurrency=64),
+        "arc_tot64": value(serving, **sweep, metric="total_throughput", concurrency=64),
+        "arc_target_single": value(serving, experiment="target", metric="output_throughput"),
+        "arc_target_total": value(serving, experiment="target", metric="total_throughput"),
+        "arc_copy_label": value(copy, "label", **small), "arc_copy_latency": value(copy, "latency_us", **small),
+        "arc_p2p": item("p2p_read_all_pairs"), "arc_virt": item("virtualization"),
+        "arc_bare_single": value(ref, **bare, concurrency=1), "arc_bare_out64": value(ref, **bare, concurrency=64),
+    }

@@ -1,0 +1,211 @@
+"""The environment chapter's tables and the phrases its prose takes: the original machine's recorded
+facts, this machine's probe, the two side by side and their verdicts.
+
+Every pick of a recorded item raises a KeyError naming it (and the table it should be in) instead of
+leaving a blank; phrases that depend on whether this machine was probed come from `here_phrases`, so
+the chapter's sentences stay in its Markdown.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from helpers.machine.parsers import ordered_pairs
+from helpers.machine.probe import fingerprint
+from helpers.machine.recorded_machine import from_recorded
+from helpers.machine.verdicts import CHECKS, NO_GPU_STATEMENT, counts_text, with_verdict, worst
+
+NOT_PROBED = "not probed (mode recorded)"
+RECORDED_COL = "recorded: original VM"
+MEASURED_COL = "measured: this machine"
+#: the items of data/recorded/hardware.csv the chapter's prose cites: glue key -> item
+PROSE_ITEMS = {"rec_gpu_model": "gpu_model", "rec_arch": "gpu_architecture", "rec_virt": "virtualization",
+               "rec_hypervisor": "hypervisor", "rec_dmi": "dmi_product", "rec_p2p_code": "p2p_read_all_pairs",
+               "rec_gpu_affinity": "gpu_numa_affinity"}
+
+
+def recorded_item(hw: dict, item: str):
+    """The value of one recorded hardware item; KeyError naming it when data/recorded/hardware.csv lacks it."""
+    if item not in hw:
+        raise KeyError(f"data/recorded/hardware.csv has no item '{item}', which the environment chapter cites "
+                       f"(items there: {', '.join(hw)})")
+    return hw[item].value
+
+
+def hardware_table(hw: dict) -> pd.DataFrame:
+    """Every recorded item of the original machine with its unit and source."""
+    return pd.DataFrame([{"item": k, "value": c.value, "unit": c.unit, "source": c.source, "kind": "recorded"}
+                         for k, c in hw.items()])
+
+
+def checks_table() -> pd.DataFrame:
+    """What each check of `verdicts.judge` asks, and why it matters."""
+    return pd.DataFrame([{"check": k, "asks": q, "matters because": w} for k, (q, w) in CHECKS.items()])
+
+
+def recorded_facts(hw: dict) -> dict:
+    """The figures the chapter's prose cites about the original machine (glue key -> value): its recorded
+    items, the derived pair count and the verdicts' tally."""
+    rec = from_recorded(hw)
+    n = int(recorded_item(hw, "gpu_count"))
+    flagged = with_verdict(rec["verdicts"], "problem", "warn")
+    return {"rec_gpu_count": n, **{k: str(recorded_item(hw, item)) for k, item in PROSE_ITEMS.items()},
+            "rec_pairs": len(ordered_pairs(rec["p2p_read"])),
+            "rec_numa_nodes": int(recorded_item(hw, "numa_nodes")),
+            "rec_n_problem": len(with_verdict(rec["verdicts"], "problem")),
+            "rec_n_warn": len(with_verdict(rec["verdicts"], "warn")),
+            "rec_flagged": "; ".join(f"{v['check']} ({v['verdict']})" for v in flagged),
+            "rec_unknown": ", ".join(v["check"] for v in with_verdict(rec["verdicts"], "n/a"))}
+
+
+def here_phrases(res: dict | None) -> dict:
+    """The phrases the chapter's prose takes about this machine (glue key -> text): what the probe saw,
+    its verdicts, and a summary; `res` None means not probed (mode recorded)."""
+    if res is None:
+        return {"here_probe": NOT_PROBED, "here_verdicts": f"{NOT_PROBED}, so it has no verdicts",
+                "here_summary": NOT_PROBED}
+    statement, kind = res["nvml"]["statement"], res["virtualization"]["kind"]
+    names = sorted({g.get("name") or "unknown" for g in res["gpus"]})
+    seen = f"{len(res['gpus'])} ({', '.join(names)})" if names else "0"
+    return {"here_probe": f"{statement}; kind of machine: {kind}; GPUs seen: {seen}; the probe took "
+                          f"{1e3 * res['duration_s']:.0f} ms, and {len(res['errors'])} of its steps failed",
+            "here_verdicts": f"{counts_text(res['verdicts'])} (measured); the worst is {worst(res['verdicts'])}",
+            "here_summary": f"{statement}; {kind}; verdicts {counts_text(res['verdicts'])} (measured)"}
+
+
+def p2p_panel_label(res: dict | None) -> str:
+    """Whose P2P matrix the right-hand panel shows, or why it shows none."""
+    if res is None:
+        return "measured: this machine (not probed, mode recorded)"
+    if len(res["gpus"]) < 2:
+        return f"measured: this machine ({'one GPU' if res['gpus'] else 'no GPU'}, so no GPU pair)"
+    return "measured: this machine, NVML P2P read status"
+
+
+#: the probe's virtualization evidence, in the order the chapter shows it
+VIRT_EVIDENCE = ("systemd_detect_virt", "vm", "container", "cpuinfo_hypervisor_flag", "dmi_product_name",
+                 "dmi_sys_vendor", "container_hints", "kernel_hints", "hypervisor", "kind")
+GPU_COLUMNS = ("index", "name", "architecture", "memory_total_bytes", "pcie_gen_current", "pcie_gen_max",
+               "pcie_width_current", "pcie_width_max", "power_limit_w", "numa_node", "iommu_group")
+
+
+def probe_tables(res: dict) -> dict[str, pd.DataFrame]:
+    """This machine's probe as tables: fingerprint, GPUs (where there are any), NUMA nodes, virtualization
+    evidence, software and failed steps (where any failed)."""
+    out = {"fingerprint": pd.DataFrame([fingerprint(res)]).T.rename(columns={0: MEASURED_COL})}
+    if res["gpus"]:
+        out["gpus"] = pd.DataFrame(res["gpus"])[list(GPU_COLUMNS)].assign(kind="measured")
+    out["numa"] = pd.DataFrame(res["numa"]["nodes"]).assign(kind="measured")
+    out["virtualization"] = pd.DataFrame([{"evidence": k, "value": res["virtualization"].get(k)}
+                                          for k in VIRT_EVIDENCE])
+    out["software"] = pd.DataFrame([res["software"]]).T.rename(columns={0: MEASURED_COL})
+    if res["errors"]:
+        out["failed steps"] = pd.DataFrame({"failed probe step": res["errors"]})
+    return out
+
+
+def p2p_summary(m: list[list[str]] | None) -> str:
+    """One line for a P2P matrix: "OK on 12 of 12 ordered pairs" or "NS on 56 of 56 ordered pairs"."""
+    if not m or len(m) < 2:
+        return "no GPU pair"
+    pairs = ordered_pairs(m)
+    counts = {c: pairs.count(c) for c in dict.fromkeys(sorted(pairs))}
+    return ", ".join(f"{c} on {k} of {len(pairs)} ordered pairs" for c, k in counts.items())
+
+
+def _gb(b: int | None) -> str | None:
+    return None if not b else f"{b / 1e9:.1f} GB ({b / 2**30:.1f} GiB)"
+
+
+def side_by_side(hw: dict, res: dict | None):
+    """A DataFrame comparing the original machine (recorded, `recorded.hardware()`) with a probe
+    result (`res`; None = not probed): item, the two columns, and a note on what each side is."""
+    def rec(item):
+        c = hw.get(item)
+        if c is None:
+            return "not recorded"
+        return f"{c.value} {c.unit}".strip()
+
+    rec_res = from_recorded(hw)
+    rows = []
+
+    def row(item, recorded_value, measure, note=""):
+        if res is None:
+            m = NOT_PROBED
+        else:
+            try:
+                m = measure(res)
+            except Exception as exc:  # noqa: BLE001 - one odd field must not hide the table
+                m = f"unknown ({type(exc).__name__})"
+            m = "unknown" if m in (None, "") else str(m)
+        rows.append({"item": item, RECORDED_COL: recorded_value, MEASURED_COL: m, "note": note})
+
+    gpus = (res or {}).get("gpus") or []
+    no_gpu = "no GPU"
+
+    def per_gpu(fn):
+        vals = [fn(g) for g in gpus]
+        if not vals:
+            return no_gpu
+        uniq = list(dict.fromkeys(vals))
+        return str(uniq[0]) if len(uniq) == 1 else "; ".join(f"GPU {g['index']}: {v}" for g, v in zip(gpus, vals))
+
+    row("GPU model", rec("gpu_model"),
+        lambda r: per_gpu(lambda g: g.get("name")) if gpus else (r["nvml"].get("statement") or NO_GPU_STATEMENT))
+    row("GPU count", rec("gpu_count"), lambda r: len(r.get("gpus") or []))
+    row("GPU architecture", rec("gpu_architecture"), lambda r: per_gpu(lambda g: g.get("architecture")),
+        "compute capability as SM<major><minor>")
+    row("GPU memory", rec("gpu_memory"), lambda r: per_gpu(lambda g: _gb(g.get("memory_total_bytes"))),
+        "recorded: as written (per GPU); measured: NVML's total per GPU")
+    row("GPU PCIe link", rec("gpu_link"),
+        lambda r: per_gpu(lambda g: f"Gen{g.get('pcie_gen_current')} x{g.get('pcie_width_current')} now, "
+                                    f"Gen{g.get('pcie_gen_max')} x{g.get('pcie_width_max')} max"),
+        "recorded: as installed in the host; measured: what the driver reports")
+    row("GPU power", rec("gpu_tdp"), lambda r: per_gpu(
+        lambda g: f"{g['power_limit_w']:.0f} W" if g.get("power_limit_w") else None),
+        "recorded: TDP; measured: enforced power limit (not the same quantity)")
+    row("GPU NUMA affinity", rec("gpu_numa_affinity"),
+        lambda r: per_gpu(lambda g: "unknown" if g.get("numa_node") is None else f"node {g['numa_node']}"),
+        "recorded: nvidia-smi topo -m; measured: sysfs numa_node, else NVML memory affinity")
+    row("P2P read", p2p_summary(rec_res["p2p_read"]), lambda r: p2p_summary(r.get("p2p_read")),
+        "recorded: one code for every pair, expanded to the matrix (derived); measured: NVML P2P status")
+    row("virtualization", rec("virtualization"),
+        lambda r: f"{r['virtualization'].get('kind')} (systemd-detect-virt --vm: "
+                  f"{r['virtualization'].get('vm') or 'absent'})",
+        "systemd-detect-virt")
+    row("hypervisor", rec("hypervisor"), lambda r: r["virtualization"].get("hypervisor") or "none detected")
+    row("DMI product name", rec("dmi_product"), lambda r: r["virtualization"].get("dmi_product_name") or "not readable")
+    row("IOMMU", f"dmesg IOMMU messages: {rec('iommu_messages_in_dmesg')}",
+        lambda r: f"{r['iommu'].get('group_count')} IOMMU group(s) in sysfs; ACS {r['iommu'].get('acs', {}).get('status')}",
+        "different evidence: recorded from dmesg, measured from /sys/kernel/iommu_groups")
+    row("CPU model", rec("cpu_model"), lambda r: r["cpu"].get("model"))
+    row("logical CPUs", rec("cpu_count"), lambda r: r["cpu"].get("logical_cpus"))
+    row("NUMA nodes", rec("numa_nodes"), lambda r: r["numa"].get("count"))
+    row("CPUs per NUMA node", rec("cpus_per_numa_node"),
+        lambda r: ", ".join(str(n["cpu_count"]) for n in r["numa"].get("nodes", [])))
+    row("host memory", rec("memory"), lambda r: _gb(r["memory"].get("total_bytes")),
+        "measured: MemTotal of /proc/meminfo")
+    row("swap", rec("swap"), lambda r: "none" if not r["memory"].get("swap_total_bytes")
+        else _gb(r["memory"]["swap_total_bytes"]))
+    row("NVIDIA driver", rec("driver"), lambda r: r["nvml"].get("driver_version") or "none")
+    row("CUDA", f"toolkit {rec('cuda_toolkit')}",
+        lambda r: f"driver supports {r['software'].get('cuda_driver') or 'n/a'}; torch built for "
+                  f"{r['software'].get('torch_cuda') or 'CPU only'}",
+        "not the same quantity: recorded the installed toolkit, measured the driver's and torch's CUDA")
+    row("torch", rec("torch"), lambda r: r["software"].get("torch") or "not installed")
+    row("sglang", rec("sglang"), lambda r: r["software"].get("sglang") or "not installed")
+    return pd.DataFrame(rows)
+
+
+def verdict_table(recorded_res: dict, measured_res: dict | None):
+    """A DataFrame of every check: what it asks, and the verdict and reason for each machine."""
+    rec = {v["check"]: v for v in recorded_res["verdicts"]}
+    mea = {v["check"]: v for v in measured_res["verdicts"]} if measured_res else {}
+    rows = []
+    for check, (question, why) in CHECKS.items():
+        r, m = rec.get(check, {}), mea.get(check, {})
+        rows.append({"check": check, "asks": question, "matters because": why,
+                     f"{RECORDED_COL}: verdict": r.get("verdict", "n/a"),
+                     f"{RECORDED_COL}: reason": r.get("reason", ""),
+                     f"{MEASURED_COL}: verdict": m.get("verdict", "not probed") if measured_res else "not probed",
+                     f"{MEASURED_COL}: reason": m.get("reason", "") if measured_res else NOT_PROBED})
+    return pd.DataFrame(rows)

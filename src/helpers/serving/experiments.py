@@ -1,0 +1,243 @@
+"""What the serving chapters run live, one call each: the NaN matrix (chapter 02), the baseline sweep
+(chapter 03) and the MoE-runner comparison (chapter 04).
+
+Each chapter's parameter specs live here (`NAN_PARAMS`, `BASELINE_PARAMS`, `RUNNER_PARAMS`), so a chapter
+validates its parameters cell in one line; `*_plan(P)` decides whether the live part runs on this machine
+and says why (a `mode = "live"` that cannot run is refused with a ParameterError). Every run writes its
+finished points at once to a JSON-lines file in the chapter's results folder and resumes from it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from helpers.book import params, recorded, results
+from helpers.machine import gpumon
+from helpers.serving import classify, client as cl, demo, live, sglang as sg, sweep, tiny_model
+from helpers.serving.server import Server
+
+_MODE = {"mode": params.choice("recorded", "auto", "live"), "run_dir": params.string()}
+_SGLANG = {"model_path": params.string(), "flag_set": params.choice("auto", *sg.FLAG_SETS),
+           "tp_size": params.number(1, 64, integer=True)}
+_TINY = {"tiny_hidden": params.number(8, 8192, integer=True), "tiny_layers": params.number(1, 64, integer=True),
+         "tiny_experts": params.number(1, 256, integer=True),
+         "tiny_moe_intermediate": params.number(8, 16384, integer=True),
+         "tiny_heads": params.number(1, 128, integer=True)}
+_SWEEP = {"concurrencies": params.number_list(1, 4096, integer=True),
+          "requests_per_concurrency": params.number(1, 1000, integer=True),
+          "startup_timeout_s": params.number(1, 3600), "request_timeout_s": params.number(1, 3600)}
+_ENGINE = {"engine": params.choice(*live.ENGINES), "device": params.choice("cpu", "cuda")}
+
+NAN_PARAMS = {**_MODE, **_ENGINE, **_SGLANG, "startup_timeout_s": params.number(1, 3600),
+              "never_healthy_timeout_s": params.number(1, 600),
+              "decode_concurrency": params.number(1, 256, integer=True),
+              "decode_tokens": params.number(1, 4096, integer=True), "request_timeout_s": params.number(1, 3600)}
+BASELINE_PARAMS = {**_MODE, "server_url": params.string(), "served_model": params.string(), **_ENGINE, **_SGLANG,
+                   **_TINY, **_SWEEP, "workloads": live.workloads_param(),
+                   "variants": live.names_param("server variant"),
+                   "variant_workloads": params.choice("first", "all")}
+RUNNER_PARAMS = {**_MODE, **_ENGINE, **_SGLANG, **_TINY, **_SWEEP, "runners": live.names_param("MoE runner"),
+                 "repeats": params.number(1, 20, integer=True), "workload": live.workload_param()}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Whether a chapter's live part runs on this machine, and why (or why not)."""
+    live: bool
+    why: str
+
+
+def _plan(P: dict, ready: bool, why: str, auto_runs: bool) -> Plan:
+    if P["mode"] == "live" and not ready:
+        raise params.ParameterError(f"mode='live' with engine={P['engine']!r} cannot run here: {why}. Use "
+                                    "mode='auto' (recorded where it cannot run) or engine='transformers'")
+    return Plan(P["mode"] == "live" or (P["mode"] == "auto" and ready and auto_runs), why)
+
+
+def nan_plan(P: dict) -> Plan:
+    """The NaN matrix runs live in mode "live", and in mode "auto" wherever its engine can run."""
+    if P["engine"] == "sglang":
+        return _plan(P, *live.sglang_ready(P["model_path"]), auto_runs=True)
+    return _plan(P, True, "transformers serve with tiny random-weight models built here", auto_runs=True)
+
+
+def baseline_plan(P: dict) -> Plan:
+    """The sweep runs live in mode "live", and in mode "auto" against a given server or with sglang."""
+    if P["server_url"]:
+        return _plan(P, True, f"benchmarking the running server at {P['server_url']}", auto_runs=True)
+    if P["mode"] != "recorded":
+        live.check_names("variants", P["variants"], live.VARIANTS[P["engine"]], P["engine"])
+    if P["engine"] == "sglang":
+        return _plan(P, *live.sglang_ready(P["model_path"]), auto_runs=True)
+    return _plan(P, True, f"transformers serve on {P['device']} with a tiny random-weight MoE model built here",
+                 auto_runs=False)
+
+
+def runner_plan(P: dict) -> Plan:
+    """The comparison runs live in mode "live", and in mode "auto" with sglang."""
+    if P["mode"] != "recorded":
+        live.check_names("runners", P["runners"], live.RUNNERS[P["engine"]], P["engine"])
+    if P["engine"] == "sglang":
+        return _plan(P, *live.sglang_ready(P["model_path"]), auto_runs=True)
+    return _plan(P, True, f"transformers serve on {P['device']}: experts implementations of a tiny random-weight "
+                 "MoE", auto_runs=False)
+
+
+def _sglang_base(P: dict) -> tuple[sg.SGLangConfig, dict, str, dict]:
+    """The recorded launch configuration at this run's TP size, its environment, the flag set and the versions."""
+    vers = sg.installed_versions()
+    fs = sg.flag_set_for(vers["sglang"]) if P["flag_set"] == "auto" else P["flag_set"]
+    base, env, _ = sg.from_launch_table(recorded.load("recorded/launch_config.csv"), P["model_path"])
+    return sg.SGLangConfig(**{**base.as_dict(), "tp_size": P["tp_size"]}), env, fs, vers
+
+
+def _tiny(P: dict) -> tuple[Path, int]:
+    spec = live.tiny_spec(P["tiny_hidden"], P["tiny_layers"], P["tiny_experts"], P["tiny_moe_intermediate"],
+                          P["tiny_heads"], P["device"])
+    return live.build_tiny(spec, device=P["device"]), tiny_model.param_count(spec)
+
+
+# ---------------------------------------------------------------------------- chapter 02
+
+def nan_matrix(P: dict, out: Path, matrix: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Launch, smoke-test, decode, classify and stop every configuration (the demo's stand-ins under
+    transformers serve, or the recorded decode backends under sglang); saves live_matrix.csv."""
+    attempts, logs = out / "attempts.jsonl", out / "logs"
+    common = {"decode_concurrency": P["decode_concurrency"], "decode_tokens": P["decode_tokens"],
+              "request_timeout_s": P["request_timeout_s"], "backend_line_parser": sg.backend_lines}
+    if P["engine"] == "transformers":
+        models = demo.models(live.model_cache() / "demo")
+
+        def run_one(name):
+            spec, model = demo.server_spec(name, models, device=P["device"])
+            limit = P["never_healthy_timeout_s"] if name == "never-healthy" else P["startup_timeout_s"]
+            a = classify.attempt(name, spec, model, logs, startup_timeout_s=limit, **common)
+            return {**a.as_row(), "stands_for": demo.DEMO_CONFIGS[name].stands_for}
+
+        df = sweep.run_matrix(attempts, list(demo.DEMO_CONFIGS), run_one)
+        where = f"measured: this machine, transformers serve on {P['device']}, tiny random-weight models"
+    else:
+        base, env, fs, vers = _sglang_base(P)
+        tried = {f"decode={b}": b for b in matrix[matrix.component == "nsa_decode"].backend}
+
+        def run_one(name):
+            spec = live.sglang_spec(base, env, fs, "cuda-graph", name=name.replace("=", "-"),
+                                    decode_backend=tried[name])
+            a = classify.attempt(name.replace("=", "-"), spec, base.served_model_name or base.model_path, logs,
+                                 startup_timeout_s=P["startup_timeout_s"], **common)
+            return {**a.as_row(), "stands_for": name, "flag_set": fs, **{f"{k}_version": v for k, v in vers.items()}}
+
+        df = sweep.run_matrix(attempts, list(tried), run_one)
+        where = f"measured: this machine, sglang {vers['sglang']} (flag set {fs})"
+    results.save_table(out, "live_matrix", df.drop(columns=["log_excerpt"], errors="ignore"))
+    return df, where
+
+
+# ---------------------------------------------------------------------------- chapter 03
+
+def baseline_sweep(P: dict, out: Path) -> tuple[pd.DataFrame, str, dict]:
+    """Sweep concurrency for every workload and server variant (a given server, or one launched per
+    variant); saves sweep.csv. Returns the rows, where they were measured, and facts to glue."""
+    rows, logs, wls, facts = out / "sweep.jsonl", out / "logs", P["workloads"], {}
+    point = {"per_concurrency": P["requests_per_concurrency"], "timeout_s": P["request_timeout_s"]}
+    if P["server_url"]:
+        model = P["served_model"] or cl.served_model(P["server_url"])
+        df = sweep.sweep(rows, P["server_url"], model, wls, P["concurrencies"], labels={"variant": "external"},
+                         tokenizer=live.tokenizer_for(P["model_path"] or None), **point)
+        df = df.assign(**{c: df.get(c) for c in ("server_peak_rss_mib", "server_memory_cap_mib")})  # not ours: unknown
+        results.save_table(out, "sweep", df)
+        return df, f"the server at {P['server_url']}", facts
+    if P["engine"] == "transformers":
+        model_dir, n_params = _tiny(P)
+        facts["tiny_params_m"] = n_params / 1e6
+        model, tok = str(model_dir), live.tokenizer_for(model_dir)
+        where = f"this machine, transformers serve on {P['device']}, a random-weight MoE of {n_params / 1e6:.1f} M parameters"
+        spec_for = lambda var: live.transformers_spec(model_dir, var, P["device"])  # noqa: E731
+    else:
+        base, env, fs, vers = _sglang_base(P)
+        model, tok = base.served_model_name or P["model_path"], live.tokenizer_for(P["model_path"])
+        where = f"this machine, sglang {vers['sglang']} TP{P['tp_size']}"
+        spec_for = lambda var: live.sglang_spec(base, env, fs, var)  # noqa: E731
+    frames = [live.sweep_server(spec_for(var), model, rows, logs,
+                                wls if (i == 0 or P["variant_workloads"] == "all") else wls[:1], P["concurrencies"],
+                                {"variant": var}, P["requests_per_concurrency"], tok, P["startup_timeout_s"],
+                                P["request_timeout_s"]) for i, var in enumerate(P["variants"])]
+    df = pd.concat(frames, ignore_index=True)
+    results.save_table(out, "sweep", df)
+    return df, where, facts
+
+
+SWEEP_COLUMNS = ["variant", "workload", "concurrency", "completed", "failed", "output_throughput",
+                 "total_throughput", "achieved_concurrency", "median_ttft_ms", "median_tpot_ms", "p99_itl_ms",
+                 "median_e2e_latency_ms", "server_peak_rss_mib", "server_memory_cap_mib"]
+PROFILE_COLUMNS = ["variant", "workload", "concurrency", "n_samples", "util_gpu_pct", "util_mem_pct", "power_w",
+                   "power_pct_of_limit", "sm_clock_mhz"]
+
+
+def gpu_profile(mon: gpumon.Sampler, sweep_df: pd.DataFrame | None, out: Path) -> tuple[pd.DataFrame | None, str]:
+    """Medians of the GPU samples per sweep point (saves gpu_profile.csv and gpu_samples.csv), or None
+    and why there is none."""
+    if not mon.available:
+        return None, mon.reason
+    if sweep_df is None or mon.frame().empty:
+        return None, "no live sweep ran"
+    prof = gpumon.by_window(mon.frame(), gpumon.point_windows(sweep_df))[PROFILE_COLUMNS]
+    results.save_table(out, "gpu_profile", prof)
+    results.save_table(out, "gpu_samples", mon.frame())
+    return prof, ""
+
+
+# ---------------------------------------------------------------------------- chapter 04
+
+def runner_comparison(P: dict, out: Path) -> tuple[pd.DataFrame | None, pd.DataFrame, str]:
+    """Launch each MoE runner once to classify it, then sweep the runners that serve `repeats` times on
+    one server each; saves runner_status.csv and sweep.csv. Returns (sweep rows or None, status, where)."""
+    rows, logs, wl = out / "sweep.jsonl", out / "logs", P["workload"]
+    if P["engine"] == "transformers":
+        base_dir, n_params = _tiny(P)
+        tok = live.tokenizer_for(base_dir)
+        where = f"this machine, transformers serve on {P['device']}, random-weight MoE of {n_params / 1e6:.1f} M parameters"
+    else:
+        base, env, fs, vers = _sglang_base(P)
+        tok = live.tokenizer_for(P["model_path"])
+        where = f"this machine, sglang {vers['sglang']} TP{P['tp_size']}"
+    status, frames = [], []
+    for rn in P["runners"]:
+        if P["engine"] == "transformers":
+            mdir = live.runner_model(base_dir, rn)
+            mk_spec = lambda: live.transformers_spec(mdir, "batched", P["device"], name=f"runner-{rn}")  # noqa: E731
+            model = str(mdir)
+        else:
+            mk_spec = lambda: live.sglang_spec(base, env, fs, "cuda-graph", name=f"runner-{rn}", moe_runner=rn)  # noqa: E731
+            model = base.served_model_name or P["model_path"]
+        att = sweep.run_matrix(out / "attempts.jsonl", [rn], lambda name: live.attempt_runner(
+            f"attempt-{name}", mk_spec(), model, logs, P["startup_timeout_s"])).iloc[0]
+        status.append({"runner": rn, "outcome": att.outcome, "detail": str(att.detail)[:120],
+                       "memory": att.get("memory", "")})
+        if att.outcome in ("ok", "wrong-answer"):
+            frames.append(_repeat_sweeps(P, rn, mk_spec(), model, tok, rows, logs, wl))
+    status_df = pd.DataFrame(status)
+    results.save_table(out, "runner_status", status_df)
+    df = pd.concat(frames, ignore_index=True) if frames else None
+    if df is not None and len(df):
+        results.save_table(out, "sweep", df)
+    return df, status_df, where
+
+
+def _repeat_sweeps(P, runner, spec, model, tok, rows, logs, wl) -> pd.DataFrame:
+    """`repeats` sweeps of one runner on one server (skipping the launch when every point is done under
+    these settings, the server's command line among them)."""
+    server = live.server_settings(spec)
+    st = sweep.point_settings(model, P["requests_per_concurrency"], 1, tok, server)
+    if any(sweep.pending(rows, {"runner": runner, "repeat": r}, [wl], P["concurrencies"], st)
+           for r in range(P["repeats"])):
+        with Server(spec, logs / f"{spec.name}.log", startup_timeout_s=P["startup_timeout_s"]) as srv:
+            for r in range(P["repeats"]):
+                sweep.sweep(rows, spec.base_url, model, [wl], P["concurrencies"], labels={"runner": runner, "repeat": r},
+                            per_concurrency=P["requests_per_concurrency"], tokenizer=tok,
+                            timeout_s=P["request_timeout_s"], settings=server,
+                            extra_columns=lambda: {"server_peak_rss_mib": srv.peak_rss_mib(),
+                                                   "server_memory_cap_mib": spec.memory_mb})
+    return sweep.rows_frame(rows, {"runner": runner}, settings_id=sweep.settings_id(st))

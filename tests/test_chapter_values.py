@@ -1,0 +1,184 @@
+"""The numbers the chapters put into their prose. Slow tests read them back out of the session's one
+execution of the book under the `recorded` target (tests/conftest.py) and check them against data/,
+independently of the helpers that picked them; fast tests show that the picks fail, naming what is
+missing, when a row a chapter cites is removed or its label renamed."""
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from helpers import repo_root
+from helpers.book import provenance, recorded
+from helpers.book.glue import read_glued
+from helpers.book.recorded import DataError
+from helpers.machine import report as machine_report
+from helpers.model import arith, placement
+from helpers.serving import classify, report
+
+ROOT = repo_root()
+GLUE_REF = re.compile(r"\{glue(?::text|:figure|:)?\}`([^`:]+)")
+GLUE_FIGURE = re.compile(r"```\{glue:figure\}\s+(\S+)")
+
+
+def glued(run, stem: str) -> dict[str, str]:
+    return read_glued(run[2] / "notebooks" / f"{stem}.ipynb")
+
+
+def serving() -> pd.DataFrame:
+    return recorded.load("recorded/serving.csv")
+
+
+def figure(df, **where) -> float:
+    m = pd.Series(True, index=df.index)
+    for k, v in where.items():
+        m &= df[k] == v
+    return float(df[m].value.iloc[0])
+
+
+# --------------------------------------------------------------------------- glued values of the recorded run
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", ["01_environment", "02_nan_crash", "03_baselines_tuning", "04_moe_runners",
+                                  "05_expert_parallelism", "90_provenance"])
+def test_every_key_the_prose_cites_is_glued_under_recorded(recorded_run, stem):
+    """A sentence cannot lose its number: every {glue} reference of the chapter's Markdown has a value."""
+    nb = json.loads((ROOT / "notebooks" / f"{stem}.ipynb").read_text())
+    md = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    cited = set(GLUE_REF.findall(md)) | set(GLUE_FIGURE.findall(md))
+    missing = sorted(cited - set(glued(recorded_run, stem)))
+    assert cited and not missing, f"{stem} cites {missing} but did not glue them under `recorded`"
+
+
+@pytest.mark.slow
+def test_one_collective_count_in_every_chapter(recorded_run):
+    n = str(arith.collectives_per_step(arith.load_model("glm5")))
+    for stem in ("01_environment", "05_expert_parallelism", "07_diagnosis", "90_provenance"):
+        assert glued(recorded_run, stem)["n_coll"] == n, stem
+
+
+@pytest.mark.slow
+def test_environment_chapter_cites_the_recorded_machine(recorded_run):
+    g = glued(recorded_run, "01_environment")
+    hw = recorded.load("recorded/hardware.csv").set_index("item").value
+    n = int(hw["gpu_count"])
+    assert (g["rec_gpu_count"], g["rec_pairs"]) == (str(n), str(n * (n - 1)))
+    assert (g["rec_p2p_code"], g["rec_virt"], g["rec_arch"]) == (hw["p2p_read_all_pairs"], hw["virtualization"],
+                                                                  hw["gpu_architecture"])
+    assert "p2p_read (problem)" in g["rec_flagged"] and g["rec_n_problem"] == "1"
+    assert g["here_probe"] == machine_report.NOT_PROBED
+
+
+@pytest.mark.slow
+def test_nan_chapter_cites_the_recorded_matrix(recorded_run):
+    g = glued(recorded_run, "02_nan_crash")
+    m = recorded.load("recorded/backend_matrix.csv")
+    assert g["rec_n_configs"] == str(len(m)) and g["rec_n_nan"] == str((m.outcome == "nan").sum())
+    assert g["rec_ok_decode"] == m[(m.component == "nsa_decode") & (m.outcome == "ok")].backend.iloc[0]
+    assert g["live_status"].startswith("no live matrix")
+
+
+@pytest.mark.slow
+def test_baselines_chapter_cites_the_recorded_throughput(recorded_run):
+    g, s = glued(recorded_run, "03_baselines_tuning"), serving()
+    single = figure(s, experiment="sweep_256_256", metric="output_throughput", concurrency=1)
+    sat = figure(s, experiment="sweep_256_256", metric="output_throughput", concurrency=64)
+    assert float(g["rec_single"]) == single and float(g["rec_sat_256"]) == sat
+    assert float(g["rec_scaling_256"]) == pytest.approx(sat / single)
+    totals = s[(s.metric == "total_throughput") & (s.concurrency == 64)].value.astype(float)
+    assert (float(g["tot_lo"]), float(g["tot_hi"])) == (totals.min(), totals.max())
+    assert float(g["sat_512"]) == figure(s, experiment="sweep_128_512", metric="output_throughput", concurrency=64)
+    assert g["sat_match_wl"] == "128/512"
+    assert float(g["rec_log_tok_s"]) == figure(s, experiment="server_log_decode_batch", metric="generation_throughput")
+    assert g["live_status"].startswith("no live sweep") and "live_single" not in g
+
+
+@pytest.mark.slow
+def test_runner_chapter_cites_the_recorded_runners(recorded_run):
+    g, s = glued(recorded_run, "04_moe_runners"), serving()
+    cut = s[(s.experiment == "moe_runner_cutlass") & (s.concurrency == 64)].iloc[0]
+    assert (float(g["rec_cutlass_lo"]), float(g["rec_cutlass_hi"])) == (cut.value_low, cut.value_high)
+    assert float(g["rec_cutedsl"]) == figure(s, experiment="moe_runner_cutedsl", concurrency=64)
+    assert g["rec_inside"] == "inside"
+
+
+@pytest.mark.slow
+def test_ep_chapter_cites_the_configuration_and_claims(recorded_run):
+    g = glued(recorded_run, "05_expert_parallelism")
+    m = arith.load_model("glm5")
+    assert (g["hs_config"], g["n_layers"], g["n_routed"], g["top_k"]) == tuple(
+        str(x) for x in (m.hidden, m.layers, m.n_routed, m.top_k))
+    claims = recorded.load("recorded/model_claims.csv").set_index("quantity").value
+    assert g["claim_78"] == claims["allreduces_per_decode_step"]
+    assert float(g["remote"]) == pytest.approx(4.63, abs=0.005)  # the EP note of arith.ep_vs_tp_volume, rounded
+
+
+@pytest.mark.slow
+def test_provenance_page_gives_the_first_page_its_figures(recorded_run):
+    g, s = glued(recorded_run, "90_provenance"), serving()
+    assert float(g["arc_single_stream"]) == figure(s, experiment="sweep_256_256", metric="output_throughput",
+                                                   concurrency=1)
+    assert float(g["arc_tot64"]) == figure(s, experiment="sweep_256_256", metric="total_throughput", concurrency=64)
+    copy = recorded.load("recorded/copy_sweep.csv")
+    assert float(g["arc_copy_latency"]) == float(copy[copy.tokens == 1].latency_us.iloc[0])
+    intro = (ROOT / "intro.md").read_text()
+    assert set(re.findall(r"90_provenance\.ipynb::(\w+)", intro)) <= set(g)
+
+
+# --------------------------------------------------------------------------- a removed row or a renamed label fails loudly
+
+def test_a_removed_sweep_row_fails_naming_it():
+    s = serving()
+    s = s[~((s.experiment == "sweep_256_256") & (s.concurrency == 64))]
+    with pytest.raises(DataError, match=r"data/recorded/serving.csv has no row where .*concurrency=64.*"
+                                        r"concurrency there: 1"):
+        report.sweep_facts(s)
+
+
+def test_a_renamed_experiment_label_fails_naming_it():
+    s = serving()
+    s["experiment"] = s.experiment.replace("summary_311", "summary_before_vm")
+    with pytest.raises(DataError, match="no experiment='summary_311'.*summary_before_vm"):
+        report.saturation_facts(s, report.saturation_claims(s))
+    s = serving()
+    s["experiment"] = s.experiment.replace("moe_runner_cutlass", "runner_cutlass")
+    with pytest.raises(DataError, match="moe_runner_cutlass"):
+        report.runner_facts(s)
+
+
+def test_a_renamed_outcome_or_backend_fails_naming_it():
+    m = recorded.load("recorded/backend_matrix.csv")
+    m = m[~((m.component == "nsa_decode") & (m.outcome == "ok"))]
+    with pytest.raises(DataError, match="component='nsa_decode', outcome='ok'"):
+        report.matrix_facts(m)
+
+
+def test_a_renamed_layout_or_system_fails_naming_it():
+    m = arith.load_model("glm5")
+    fit = arith.memory_fit(m, [{"system": "s", "count": 8, "memory_bytes": 96 * 2**30}])
+    foot = recorded.load("reference/model_footprint.csv")
+    with pytest.raises(DataError, match="layout 'TP8'"):
+        placement.memory_facts(m, fit.assign(layout=fit.layout.str.replace("TP8", "TP-8")), "s", foot, 0.9, 96.0)
+    tables = provenance.all_tables()
+    tables["reference/baremetal.csv"] = tables["reference/baremetal.csv"].assign(
+        system=lambda d: d.system.str.replace("cutlass MoE", "CUTLASS MoE"))
+    with pytest.raises(DataError, match="cutlass MoE"):
+        provenance.headline(tables)
+
+
+def test_value_picks_one_figure_and_names_disagreements():
+    s = serving()
+    # two sources give the same figure: it counts once
+    assert recorded.value(s, experiment="sweep_256_256", metric="output_throughput", concurrency=64) == \
+        figure(s, experiment="sweep_256_256", metric="output_throughput", concurrency=64)
+    with pytest.raises(DataError, match="disagree on value"):
+        recorded.value(s, experiment="sweep_256_256", concurrency=64)  # output and total throughput
+    with pytest.raises(DataError, match="has no value"):
+        recorded.value(s, experiment="moe_runner_cutlass", concurrency=64)  # a stated range
+    with pytest.raises(DataError, match="no column 'workload'"):
+        recorded.value(s, workload="256/256")
+
+
+def test_outcome_words_are_the_recorded_matrix_words():
+    schema = recorded.schema()["recorded/backend_matrix.csv"]["choices"]["outcome"]
+    assert set(classify.OUTCOMES) == set(schema)
