@@ -21,6 +21,11 @@ p2pBandwidthLatencyTest's sizes (the peer copy both ways). Writes to OUTDIR:
   p2pBandwidthLatencyTest_reversed[.rK].txt   the same with the GPUs listed in reverse (several GPUs)
   ours_collectives.csv, ours_copies.csv   our raw points
   meta.json, build.log               what ran where; `--compare OUTDIR` rebuilds fidelity.csv from these
+`--focus procs` keeps to what the host-path study needs at any rank count (8 on an eight-GPU host): nccl-tests
+only in the one-process-per-GPU shape (-np N -g 1, through the shim) with -G 1, our graph harness only with
+every rank launched at one deadline (through torch.distributed and through ncclAllReduce) plus the study's
+own method (helpers.interconnect.suite.VARIANT_METHOD: one buffer, so shown, not counted), under the default
+and NCCL_P2P_DISABLE=1 unless --variants says otherwise, and no copies: one device command at eight ranks.
 A tool that fails to build or run is reported and the rest still runs. Each of our methods is one
 helpers.interconnect.method.Method (below), which every row of ours_collectives.csv and fidelity.csv
 carries. Run it with the package importable (`pip install -e . --no-deps`, or PYTHONPATH=src).
@@ -41,6 +46,7 @@ import pandas as pd
 
 from helpers.interconnect import collectives, copies as copybench, fidelity, recorded_labels
 from helpers.interconnect.method import Method
+from helpers.interconnect.suite import VARIANT_METHOD
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**fidelity.TOOL_ENV, "NCCL_DEBUG": "VERSION"}
@@ -62,6 +68,9 @@ def oop(m: Method) -> Method:
 def aligned(m: Method, lead_us: int | None = None) -> Method:
     """m with every rank launched at one shared deadline (worker --rank-start aligned)."""
     return m.but(start="aligned", start_lead_us=lead_us)
+#: --focus: what is run (launch shapes by their flag, tool graph modes, our methods, copies)
+FOCUS = {"procs": {"shapes": ("np",), "graph_modes": (True,), "copies": False,
+                   "variants": "default,P2P_DISABLE=1"}}
 FAILED_MARK = "[fidelity: the tool exited with status"
 SIZES = [8 * 2**k for k in range(26)]      # 8 B .. 256 MiB, x2: all_reduce_perf -b 8 -e 256M -f 2
 
@@ -102,10 +111,17 @@ def main(argv=None) -> int:
                     help="runs of each nccl-tests command: the comparison uses their median and reports "
                          "each run against it (the tool's own noise)")
     ap.add_argument("--gpus", type=int, default=0, help="GPUs (ranks) to compare on; 0 = every visible GPU")
-    ap.add_argument("--variants", default="default,P2P_DISABLE=1,GRAPH_MIXING_SUPPORT=0",
+    ap.add_argument("--variants", default=None,
                     help="NCCL variants (helpers.interconnect.collectives.NCCL_VARIANTS) compared with several GPUs: each "
-                         "runs nccl-tests and our torch.distributed sweep under that environment")
+                         "runs nccl-tests and our torch.distributed sweep under that environment (default: "
+                         "default,P2P_DISABLE=1,GRAPH_MIXING_SUPPORT=0; with --focus procs: default,P2P_DISABLE=1)")
+    ap.add_argument("--focus", choices=list(FOCUS), default=None,
+                    help="procs: only nccl-tests -np N -g 1 -G 1 against our aligned graph harness and the host-path "
+                         "study's method, no copies (one device command at eight ranks)")
     a = ap.parse_args(argv)
+    focus = FOCUS.get(a.focus or "", {})
+    if a.variants is None:
+        a.variants = focus.get("variants", "default,P2P_DISABLE=1,GRAPH_MIXING_SUPPORT=0")
     if a.compare:
         if not (Path(a.compare) / "meta.json").exists():
             ap.error(f"--compare {a.compare}: no meta.json there; give the --out directory of a measuring run")
@@ -150,10 +166,10 @@ def main(argv=None) -> int:
     # single-node form), -t n -g 1 (one thread per GPU in one process) and -np n -g 1 (one process per
     # GPU, `mpirun -np n`'s shape, through benchmarks/fidelity/mpishim): the last is how our torchrun
     # workers launch, so it is the like-for-like comparison.
-    shapes = [f"-g {n}"] + ([f"-t {n} -g 1", f"-np {n} -g 1"] if n > 1 else [])
+    shapes = launch_shapes(n, focus.get("shapes"))
     for v in variants:
         for shape in shapes:
-            for graph in (False, True):
+            for graph in focus.get("graph_modes", (False, True)):
                 name = _tool_name(v, graph, shape)
                 procs = int(shape.split()[1]) if shape.startswith("-np") else 1
                 cmd = ([str(ar_mpi_bin if procs > 1 else ar_bin), "-b", "8", "-e", "256M", "-f", "2"]
@@ -163,33 +179,27 @@ def main(argv=None) -> int:
                                   {**collectives.NCCL_VARIANTS[v], **visible}, procs=procs)
                     if k == 0:
                         print(text[-2500:], flush=True)
-    for k in range(a.tool_repeats):   # each matrix cell is one sample per run: the repeats show its spread
+    copies_too = focus.get("copies", True)
+    for k in range(a.tool_repeats if copies_too else 0):   # each matrix cell is one sample per run: the repeats show its spread
         rc, text = sh([str(p2p_bin)], out / f"p2pBandwidthLatencyTest{'' if k == 0 else f'.r{k + 1}'}.txt", 180,
                       visible)
         if k == 0:
             print(text[-4000:], flush=True)
     # The tool times GPU 0 -> GPU 1 before GPU 1 -> GPU 0 (its matrix goes row by row): listed in reverse,
     # the physical directions swap places, which shows whether a direction's figure depends on its turn
-    for k in range(a.tool_repeats if n > 1 else 0):
+    for k in range(a.tool_repeats if n > 1 and copies_too else 0):
         sh([str(p2p_bin)], out / f"p2pBandwidthLatencyTest_reversed{'' if k == 0 else f'.r{k + 1}'}.txt", 180,
            {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in reversed(range(n)))})
 
     # ---- ours: collectives through torchrun, one process per GPU; ncclAllReduce on a communicator of
     # our own (helpers.interconnect.nccl) is the call sglang's pynccl makes in its decode graphs and the one
     # nccl-tests times, with a real out-of-place
-    runs = [("default", m) for m in (EAGER, TORCH_EAGER, oop(TORCH_EAGER), TORCH_GRAPH, oop(TORCH_GRAPH),
-                                     NCCL_EAGER, NCCL_GRAPH, oop(NCCL_GRAPH))]
-    # With several ranks: the graph harness once more with every rank launched at one shared deadline:
-    # what is left of the gap once start skew is gone
-    launched_together = [aligned(TORCH_GRAPH), aligned(NCCL_GRAPH)] if n > 1 else []
-    runs += [("default", m) for m in launched_together]
-    for v in variants[1:]:
-        runs += [(v, m) for m in [TORCH_EAGER, TORCH_GRAPH] + launched_together]
+    runs = our_runs(n, variants, bool(focus))
     results = []
     for v, m in runs:
         t0 = time.perf_counter()
         r = collectives.run_collectives("nccl", n, SIZES, ops=("all_reduce",), warmup=5, iters=20, repeats=5,
-                                        timeout_s=120, variant=v, method=m,
+                                        timeout_s=240 if focus else 120, variant=v, method=m,
                                         env={"NCCL_DEBUG": "VERSION", **collectives.NCCL_VARIANTS[v]},
                                         workdir="/tmp/fidelity-points")
         print(f"ours {v} {m.label}: {r.status} {len(r.rows)} points in {time.perf_counter() - t0:.1f} s "
@@ -198,7 +208,7 @@ def main(argv=None) -> int:
             print(r.log[-3000:])
         results.append(r)
     # ---- ours: ncclAllReduce called directly (torch.cuda.nccl, one process, -g n's shape)
-    direct_runs = [DIRECT_EAGER, oop(DIRECT_EAGER)] + ([DIRECT_GRAPH, oop(DIRECT_GRAPH)] if n == 1 else [])
+    direct_runs = [] if focus else [DIRECT_EAGER, oop(DIRECT_EAGER)] + ([DIRECT_GRAPH, oop(DIRECT_GRAPH)] if n == 1 else [])
     for m in direct_runs:
         t0 = time.perf_counter()
         try:
@@ -212,12 +222,12 @@ def main(argv=None) -> int:
     torch_nccl = fidelity.nccl_tests_version("\n".join(r.log for r in results))
 
     # ---- ours: copies, at p2pBandwidthLatencyTest's sizes and repeat counts
-    paths = ["same_device"] + (["peer", "host_bounce"] if n > 1 else [])
+    paths = (["same_device"] + (["peer", "host_bounce"] if n > 1 else [])) if copies_too else []
     copies = []
     # the peer path both ways, GPU 1 -> GPU 0 with the tool's method only: each direction is set against
     # the tool's figure for the same direction
     points = [(path, h, False) for path in paths for h in copybench.HARNESSES]
-    points += [("peer", "queued", True)] if n > 1 else []
+    points += [("peer", "queued", True)] if n > 1 and copies_too else []
     for path, h, rev in points:
         for size, iters in ((fidelity.P2P_LARGE_BYTES, 5), (fidelity.P2P_SMALL_BYTES, 100)):
             try:
@@ -236,7 +246,7 @@ def main(argv=None) -> int:
 
     # ---- comparison, from the files just written (re-run it alone with --compare OUTDIR)
     meta = {"gpus": n, "variants": variants, "shapes": shapes, "device": device, "torch_version": torch.__version__,
-            "torch_nccl_version": torch_nccl}
+            "torch_nccl_version": torch_nccl, "focus": a.focus or ""}
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
     table = compare(out)
     pd.set_option("display.width", 250)
@@ -262,7 +272,8 @@ def compare(out: Path) -> pd.DataFrame:
     # files written before methods were objects carry harness labels: mapped once, here
     coll = recorded_labels.from_tidy(pd.read_csv(out / "ours_collectives.csv"), rotate_bytes=MAX_BYTES,
                                      stream=recorded_labels.STUDY_STREAM.get(out.resolve().name, "side"))
-    cp = pd.read_csv(out / "ours_copies.csv") if (out / "ours_copies.csv").stat().st_size > 1 else pd.DataFrame()
+    cp_file = out / "ours_copies.csv"
+    cp = pd.read_csv(cp_file) if cp_file.exists() and cp_file.stat().st_size > 1 else pd.DataFrame()
 
     def runs_of(name, parse):
         """Every run of one tool command (name.txt, name.r2.txt, ...) that parses; the others reported."""
@@ -311,7 +322,10 @@ def compare(out: Path) -> pd.DataFrame:
             pairs = [(TORCH_GRAPH, True), (oop(TORCH_GRAPH), oop_same), (aligned(TORCH_GRAPH, lead), True),
                      (aligned(NCCL_GRAPH, lead), True),
                      # NCCL's own call: out of place is the same method as the tool's, and counted
-                     (NCCL_GRAPH, True), (oop(NCCL_GRAPH), True)]
+                     (NCCL_GRAPH, True), (oop(NCCL_GRAPH), True),
+                     # the host-path study's and variant sweep's method: one buffer where the tool rotates
+                     # through 256 MiB, so shown, not counted
+                     (VARIANT_METHOD, False)]
             for m, same in pairs:
                 rows += fidelity.compare_all_reduce(ng, mine, setting, m, same, device)
             if v == "default" and g.startswith("-g"):
@@ -336,6 +350,32 @@ def compare(out: Path) -> pd.DataFrame:
     table.to_csv(out / "fidelity.csv", index=False)
     return table
 
+
+
+def launch_shapes(n: int, only=None) -> list[str]:
+    """nccl-tests' launch shapes on n GPUs: -g n (one thread drives every GPU), then with several GPUs
+    -t n -g 1 (a thread per GPU) and -np n -g 1 (a process per GPU); `only` keeps those named by their
+    flag ('g', 't', 'np')."""
+    shapes = [f"-g {n}"] + ([f"-t {n} -g 1", f"-np {n} -g 1"] if n > 1 else [])
+    kept = [s for s in shapes if s.split()[0].lstrip("-") in only] if only else shapes
+    return kept or shapes[:1]   # one GPU has one shape
+
+
+def our_runs(n: int, variants: list[str], focus: bool = False) -> list[tuple[str, Method]]:
+    """(variant, method) of every torchrun launch of ours. Focused: per variant the graph harness with
+    every rank launched at one deadline, through torch.distributed and through ncclAllReduce, and the
+    host-path study's own method (VARIANT_METHOD)."""
+    if focus:
+        return [(v, m) for v in variants for m in (aligned(TORCH_GRAPH), aligned(NCCL_GRAPH), VARIANT_METHOD)]
+    runs = [("default", m) for m in (EAGER, TORCH_EAGER, oop(TORCH_EAGER), TORCH_GRAPH, oop(TORCH_GRAPH),
+                                     NCCL_EAGER, NCCL_GRAPH, oop(NCCL_GRAPH))]
+    # With several ranks: the graph harness once more with every rank launched at one shared deadline:
+    # what is left of the gap once start skew is gone
+    launched_together = [aligned(TORCH_GRAPH), aligned(NCCL_GRAPH)] if n > 1 else []
+    runs += [("default", m) for m in launched_together]
+    for v in variants[1:]:
+        runs += [(v, m) for m in [TORCH_EAGER, TORCH_GRAPH] + launched_together]
+    return runs
 
 
 def _tool_name(variant: str, graph: bool, shape: str) -> str:

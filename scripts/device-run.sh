@@ -7,6 +7,7 @@
 # runs/<RUN_ID>/ and, where $OUT is set, a tarball of it there. Where the copy has no .git, set
 # BOOK_COMMIT to the commit sent. Where there is no make, runs what `make run` runs.
 # Usage: RUN_ID=h200-YYYYMMDD TARGET=h200 BOOK_COMMIT=<sha> [LIMIT_S=500] scripts/device-run.sh
+# (PARAMS='[CHAPTER.]NAME=VALUE ...': target overrides, as `make run` takes them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${RUN_ID:?set RUN_ID}"
@@ -24,7 +25,7 @@ else
   echo "no make here: running what \`make run\` runs"
   env ${wheels[@]+"${wheels[@]}"} bash scripts/book-env.sh run \
     && timeout -s INT "${LIMIT_S:-500}" .venv/bin/python -m helpers.book.runbook --target "$TARGET" --no-build \
-         --run-id "$RUN_ID" || status=$?
+         --run-id "$RUN_ID" $(for p in ${PARAMS:-}; do printf -- '-p %s ' "$p"; done) || status=$?
 fi
 if [ -n "${OUT:-}" ] && [ -d "runs/$RUN_ID" ]; then
   tar -czf "$OUT/$RUN_ID.tgz" -C runs "$RUN_ID"

@@ -367,3 +367,74 @@ def test_compare_rebuilds_the_committed_two_gpu_table_from_its_raw_files(tmp_pat
         assert old[c].equals(new[c]), c
     assert (new.dropna(subset=["method"]).ours_method
             == [Method.from_row(r).description for _, r in new.dropna(subset=["method"]).iterrows()]).all()
+
+
+# ------------------------------------------------------------------ eight ranks, one process per GPU (--focus procs)
+def _bench():
+    import importlib.util
+
+    from helpers import repo_root
+
+    spec = importlib.util.spec_from_file_location("fidelity_bench", repo_root() / "benchmarks" / "fidelity.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_focused_run_launches_one_process_per_gpu_on_any_number_of_gpus():
+    b = _bench()
+    assert b.launch_shapes(8) == ["-g 8", "-t 8 -g 1", "-np 8 -g 1"]
+    assert b.launch_shapes(8, b.FOCUS["procs"]["shapes"]) == ["-np 8 -g 1"]
+    assert b.launch_shapes(1, b.FOCUS["procs"]["shapes"]) == ["-g 1"]
+    assert b._tool_name("P2P_DISABLE=1", True, "-np 8 -g 1") == "nccl_tests_all_reduce_procs_graph_P2P_DISABLE_1"
+    runs = b.our_runs(8, ["default", "P2P_DISABLE=1"], focus=True)
+    assert [v for v, _ in runs] == ["default"] * 3 + ["P2P_DISABLE=1"] * 3
+    from helpers.interconnect.suite import VARIANT_METHOD
+    assert {m.label for _, m in runs} == {b.aligned(b.TORCH_GRAPH).label, b.aligned(b.NCCL_GRAPH).label,
+                                          VARIANT_METHOD.label}
+    assert len(b.our_runs(2, ["default", "P2P_DISABLE=1"])) == 10 + 4     # the full comparison is unchanged
+
+
+def test_eight_rank_comparison_holds_or_fails_at_every_size_per_variant(tmp_path):
+    """Synthetic tool output of nccl-tests -np 8 -g 1 -G 1 (three runs per variant) and our points: the
+    comparison is built from the files, per variant, and the verdict fails where one size is 15 % off."""
+    import json
+
+    from helpers.interconnect.suite import VARIANT_METHOD
+
+    b = _bench()
+    sizes = [8 * 2**k for k in range(0, 26, 5)]            # 8 B .. 8 MiB, six sizes
+    tool_t = {"default": lambda s: 20 + s / 100e3, "P2P_DISABLE=1": lambda s: 40 + s / 10e3}
+    head = NCCL_OUT.split("\n")[:6]
+    for v, f in tool_t.items():
+        for k, jitter in enumerate((1.0, 1.02, 0.99)):
+            text = "\n".join(head + [_nccl_line(s, f(s) * jitter * 1.01, f(s) * jitter) for s in sizes])
+            (tmp_path / f"{b._tool_name(v, True, '-np 8 -g 1')}{'' if k == 0 else f'.r{k + 1}'}.txt").write_text(text)
+    results = []
+    for v, f in tool_t.items():
+        for m in (b.aligned(b.TORCH_GRAPH), b.aligned(b.NCCL_GRAPH), VARIANT_METHOD):
+            off = {sizes[2]: 1.15} if (v, m) == ("P2P_DISABLE=1", b.aligned(b.NCCL_GRAPH)) else {}
+            rows = [{"op": "all_reduce", "backend": "nccl", "variant": v, "world_size": 8, "dtype": "float32",
+                     "count": s // 4, "size_bytes": s, "iters": 20, "repeats": 1, "warmup": 5,
+                     "times_us": [f(s) * 1.03 * off.get(s, 1.0)], **m.as_row(), "device": "GPU"} for s in sizes]
+            results.append(collectives.RunResult(v, "nccl", 8, "ok", 0, 1.0, "", rows=rows, method=m))
+    collectives.tidy(results, device_label="8x GPU").to_csv(tmp_path / "ours_collectives.csv", index=False)
+    (tmp_path / "meta.json").write_text(json.dumps({"gpus": 8, "variants": list(tool_t), "shapes": ["-np 8 -g 1"],
+                                                    "device": "8x GPU", "focus": "procs"}))
+    t = b.compare(tmp_path)
+    assert (tmp_path / "fidelity.csv").exists() and set(t.setup) == {"8x GPU"}
+    v = fidelity.verdict(t)
+    ours = v[v.quantity == "all_reduce time per call"].set_index(["tool_setting", "method"])
+    at, an = b.aligned(b.TORCH_GRAPH).label, b.aligned(b.NCCL_GRAPH).label
+    assert ours.loc[("-np 8 -g 1 -G 1, in-place", at), "holds"] and ours.loc[("-np 8 -g 1 -G 1, in-place", an), "holds"]
+    assert ours.loc[("-np 8 -g 1 -G 1, P2P_DISABLE=1, in-place", at), "holds"]
+    bad = ours.loc[("-np 8 -g 1 -G 1, P2P_DISABLE=1, in-place", an)]
+    assert not bad.holds and (bad.within, bad.rows) == (5, 6) and bad.worst_ratio == pytest.approx(1.03 * 1.15, rel=0.02)
+    # the study's own method is compared at every size but not counted (one buffer; the tool rotates)
+    study = t[t.method == VARIANT_METHOD.label]
+    assert len(study) == 2 * len(sizes) and not study.same_method.any()
+    assert VARIANT_METHOD.label not in set(v.method.dropna())
+    # the tool against its own runs, per variant: each of its 3 runs against their median
+    own = v[v.quantity.str.contains("against its own runs")]
+    assert set(own.tool_setting) == {"-np 8 -g 1 -G 1, in-place", "-np 8 -g 1 -G 1, P2P_DISABLE=1, in-place"}
+    assert len(own) == 6 and own.holds.all()

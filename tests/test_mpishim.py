@@ -27,7 +27,7 @@ def shimcheck(tmp_path_factory):
     return exe
 
 
-@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("n", [1, 2, 3, 8])
 def test_every_call_across_processes(shimcheck, n):
     rc, text = run_processes([str(shimcheck)], n, 60, {})
     assert rc == 0, text

@@ -508,3 +508,159 @@ def _gap_findings(gap_stream: pd.DataFrame, gap_idle: pd.DataFrame, setup: str) 
             out[f"fid_gap_{key}_{tag}_us"] = float(_tool_time(gs, f"stream study: nccl-tests, {setting}", i, shape,
                                                               setting).time_us)
     return out
+
+
+# ------------------------------------------------------------------------------------------ 9. host path
+#: what the host-path section needs to run, for the sentences that say why it did not
+HOSTPATH_NEEDS = ("a host with two GPUs or more (eight for the original VM's eight ranks; with four, the "
+                  "eight-rank figure is extrapolated from two and four, derived) and the `vm-emulation` target")
+
+
+def hostpath_findings(cfg) -> dict:
+    """What the host-path section's expectation cites, from the study's configuration
+    (hostpath.StudyConfig) and the recorded link: the sizes swept and the link the VM topology names."""
+    from helpers.book.plotting import bytes_label
+    from helpers.interconnect import hostpath as hp, topology
+
+    link = topology.recorded_vm_link()
+    return {"hp_link": f"PCIe Gen{link.generation} x{link.width}", "hp_min": bytes_label(cfg.min_bytes),
+            "hp_max": bytes_label(cfg.max_bytes), "hp_tuning_max": bytes_label(min(cfg.max_bytes, hp.TUNING_MAX_BYTES))}
+
+
+def hostpath_summary(res: dict | None, live: bool, gpus: int, selected, decode_sizes) -> str:
+    """The summary's line on the host-path study: its one-token figures where it ran, else that it did not."""
+    from helpers.interconnect import hostpath as hp
+
+    if not (live and selected and gpus >= 2 and res is not None):
+        return "not measured in this run (section 9 says what it needs)."
+    s = res["sweep"]
+    s = s[(s.op == "all_reduce") & (s.arm == hp.HOST_ARM)]
+    if s.empty:
+        return "the study ran, but its host arm gave no point (section 9, runs table)."
+    n, one_tok = int(s.world_size.max()), int(min(decode_sizes))
+    r = one(s, "host-path summary: the host arm's one-token point", world_size=n, size_bytes=one_tok)
+    return (f"measured at {n} ranks on this machine, {r.time_us:.1f} us per all-reduce of {one_tok / 1024:g} KiB "
+            "through host memory (section 9).")
+
+
+def _launch_status(runs: pd.DataFrame, arm: str, n: int) -> str:
+    r = runs[(runs.arm == arm) & (runs.world_size == n)] if runs is not None and len(runs) else runs
+    return str(r.status.iloc[-1]) if r is not None and len(r) else "not planned"
+
+
+def _hp_time(sweep: pd.DataFrame, runs: pd.DataFrame, arm: str, n: int, size: int) -> float | None:
+    """An arm's all-reduce time at n ranks and `size` (measured), None where its launch did not succeed
+    (the runs table says so); FindingError where the launch succeeded and the row is missing."""
+    if _launch_status(runs, arm, n) not in ("ok", "timeout", "not started"):
+        return None
+    got = sweep[(sweep.arm == arm) & (sweep.world_size == n) & (sweep.size_bytes == size) & (sweep.op == "all_reduce")]
+    if got.empty:
+        if _launch_status(runs, arm, n) == "ok":
+            raise FindingError(f"host-path study: arm {arm!r} ran at {n} ranks but has no all-reduce row at {size} B")
+        return None
+    return float(got.time_us.iloc[0])
+
+
+def hostpath_text(res: dict | None, live: bool, gpus: int, selected, decode_sizes, machine_label: str = "") -> str:
+    """The host-path section's sentence: what the study measured (at the largest world size the host arm
+    ran, the one-token all-reduce per main arm, the growth from the smallest world size, the eight-rank
+    figure derived where eight were not measured, the fastest tuning arm at the decode sizes and the
+    launches that failed), or plainly why it did not run. `res` is hostpath.run_study's result or None."""
+    from helpers.interconnect import hostpath as hp
+
+    if not live:
+        return ("Recorded mode measures nothing: no all-reduce was ever timed on the original VM, and this study "
+                f"needs {HOSTPATH_NEEDS}.")
+    if not selected:
+        return (f"The host-path study was not selected in this run (`hostpath_arms = \"none\"`); it needs "
+                f"{HOSTPATH_NEEDS}.")
+    if gpus < 2 or res is None:
+        return (f"The host-path study did not run: this machine has {gpus} GPU{'s' if gpus != 1 else ''}, and it "
+                f"needs {HOSTPATH_NEEDS}.")
+    sweep, runs = res["sweep"], res["runs"]
+    host = sweep[(sweep.arm == hp.HOST_ARM) & (sweep.op == "all_reduce")]
+    if host.empty:
+        failed = runs[runs.arm == hp.HOST_ARM]
+        why = "; ".join(f"{r.world_size} ranks: {r.status}" for r in failed.itertuples()) or "it was not selected"
+        return (f"The host-path study ran on this machine ({machine_label}), but its host arm gave no point ({why}); "
+                "see the runs table.")
+    n = int(host.world_size.max())
+    one_tok = int(min(decode_sizes))
+    cite = {a: _hp_time(sweep, runs, a, n, one_tok) for a in hp.MAIN_ARMS}
+    if cite[hp.HOST_ARM] is None:
+        raise FindingError(f"host-path study: the host arm has rows at {n} ranks but none at {one_tok} B (one token)")
+
+    def us(a):
+        t = cite[a]
+        return f"{t:.1f} us" if t is not None else f"no figure ({_launch_status(runs, a, n)})"
+
+    text = (f"At {n} ranks (measured, {machine_label}; {hp.GPU_METHOD.label}), a one-token all-reduce "
+            f"({one_tok / 1024:g} KiB) takes {us(hp.P2P_ARM)} on this machine's own path and {us(hp.HOST_ARM)} "
+            "through host memory")
+    if cite[hp.P2P_ARM]:
+        text += f" ({cite[hp.HOST_ARM] / cite[hp.P2P_ARM]:.1f} times)"
+    text += (f"; with copy-engine memcpy {us('host+cuda_memcpy')}, and with NCCL also told the original VM's "
+             f"topology {us(hp.VM_ARM)}.")
+    ns = sorted(int(x) for x in host.world_size.unique() if x >= 2)
+    if len(ns) >= 2:
+        lo = _hp_time(sweep, runs, hp.HOST_ARM, ns[0], one_tok)
+        if lo is not None:
+            text += (f" Through host memory it grows from {lo:.1f} us at {ns[0]} ranks to {cite[hp.HOST_ARM]:.1f} us "
+                     f"at {n}.")
+    target = 8
+    if n < target:
+        if len(ns) >= 2:
+            d = hp.extrapolate(host[host.size_bytes == one_tok], target)
+            r = d.iloc[0]
+            text += (f" At {target} ranks, not measured here, it would take {r.time_us:.1f} us (derived: "
+                     f"{r.assumption}; the other growth assumptions give {r.time_us_low:.1f} to "
+                     f"{r.time_us_high:.1f} us).")
+        else:
+            text += f" {target} ranks were not measured, and one world size is too few to extrapolate to them."
+    tune = [a for a in hp.ARM_GROUPS["tuning"] if a in set(sweep.arm)]
+    if tune:
+        rows_ = []
+        for size in decode_sizes:
+            base = _hp_time(sweep, runs, hp.HOST_ARM, n, int(size))
+            ts = {a: _hp_time(sweep, runs, a, n, int(size)) for a in tune}
+            ts = {a: t for a, t in ts.items() if t is not None}
+            if base is not None and ts:
+                best = min(ts, key=ts.get)
+                rows_.append((best, base - ts[best]))
+        if rows_:
+            wins = pd.Series([b for b, _ in rows_]).value_counts()
+            saving = float(np.median([s for b, s in rows_ if b == wins.index[0]]))
+            text += (f" Of the tuning arms, `{wins.index[0]}` was fastest at {wins.iloc[0]} of {len(rows_)} decode "
+                     f"sizes, {saving:.1f} us {'below' if saving >= 0 else 'above'} the plain host path (median).")
+    bad = runs[runs.status.isin(["failed", "timeout"])]
+    if len(bad):
+        text += (f" {len(bad)} launch{'es' if len(bad) != 1 else ''} failed or timed out ("
+                 + and_list(f"`{r.arm}` at {r.world_size} ranks" for r in bad.itertuples()) + "; see the runs table).")
+    later = runs[runs.status == "not started"]
+    if len(later):
+        text += (f" {len(later)} launch{'es' if len(later) != 1 else ''} did not start within the time budget; "
+                 "running the chapter again on the same run folder resumes them.")
+    return text
+
+
+def hostpath_decode_table(sweep: pd.DataFrame | None, decode_sizes, target: int = 8) -> pd.DataFrame | None:
+    """Per arm, the all-reduce time at each decode size: at every measured world size, and at `target`
+    ranks derived (hostpath.at_world_size) where the study could not run that many but ran two world sizes."""
+    from helpers.interconnect import hostpath as hp
+
+    if sweep is None or not len(sweep):
+        return None
+    s = sweep[(sweep.op == "all_reduce") & sweep.size_bytes.isin(list(decode_sizes))]
+    t = s.assign(kind="measured")[["arm", "world_size", "kind", "size_bytes", "time_us"]]
+    for arm, g in s.groupby("arm", sort=False):
+        if target in set(g.world_size):
+            continue
+        try:
+            d = hp.extrapolate(g, target)
+        except hp.GrowthError:
+            continue   # an arm measured at one world size only: shown as measured, nothing derived
+        t = pd.concat([t, d.assign(kind=f"derived ({d.model.iloc[0]})")[t.columns]], ignore_index=True)
+    order = {a: i for i, a in enumerate(hp.ARMS)}
+    tab = t.pivot_table(index=["arm", "world_size", "kind"], columns="size_bytes", values="time_us")
+    tab = tab.rename(columns=lambda c: f"{c / 1024:g} KiB (us)").round(1)
+    return tab.sort_index(key=lambda idx: idx.map(order) if idx.name == "arm" else idx)
