@@ -115,7 +115,10 @@ def test_every_chapter_checks_can_be_read_from_its_notebook():
 
 def test_shipped_targets_pass_the_checks():
     for name in runbook.known_targets(ROOT):
-        runbook.plan(runbook.load_target(name, ROOT), ROOT)
+        try:
+            runbook.plan(runbook.load_target(name, ROOT), ROOT)
+        except runbook.RunbookError as e:   # only what this machine lacks (a checkpoint, sglang) may refuse one
+            assert "cannot run here" in str(e) and "is not allowed" not in str(e), (name, str(e))
 
 
 # ---------------------------------------------------------------- arguments
