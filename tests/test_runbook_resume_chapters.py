@@ -69,8 +69,8 @@ def test_kill_9_during_a_serving_sweep_of_a_launched_server_then_resume(tmp_path
     tag, rid = uuid.uuid4().hex, f"test-serving-{uuid.uuid4().hex[:8]}"
     runs = tmp_path / "runs"
     args = ["--target", "cpu-demo", "--chapters", "03_baselines_tuning", "--runs-dir", str(runs), "--run-id", rid,
-            "-p", "03_baselines_tuning.concurrencies=[1,2,3,4]", "-p", "03_baselines_tuning.workloads=['16/16']",
-            "-p", "03_baselines_tuning.variants=[batched]", "-p", "03_baselines_tuning.requests_per_concurrency=2",
+            "-p", "03_baselines_tuning.concurrencies=[1,2,4,8]", "-p", "03_baselines_tuning.workloads=['16/96']",
+            "-p", "03_baselines_tuning.variants=[batched]", "-p", "03_baselines_tuning.requests_per_concurrency=3",
             "-p", "03_baselines_tuning.request_timeout_s=60"]
     rows = runs / rid / "results" / "03_baselines_tuning" / "sweep.jsonl"
     p = runbook(tag, *args, wait=False)
