@@ -10,13 +10,16 @@ RUN_ID   ?=
 PARAMS   ?=
 ENV_KIND ?= auto
 WHEELS   ?=
+# The committed run the published site shows (make site, .github/workflows/pages.yml): the best run
+# committed today, the two-H200 run. Change it here to publish another one.
+SITE_RUN ?= runs/h200x2-20261129f
 PYTEST_ARGS ?=
 export PY VENV ENV_KIND WHEELS
 
 RUNBOOK_ARGS = $(if $(strip $(RUN_ID)),--run-id $(RUN_ID)) $(foreach p,$(PARAMS),-p $(p))
 ENV_INPUTS   = pyproject.toml constraints/cpu.txt scripts/book-env.sh
 
-.PHONY: help install install-run install-site book run render test test-fast test-integration bench strip clean clean-env
+.PHONY: help install install-run install-site book run render site browser check-site test test-fast test-integration bench strip clean clean-env
 
 help:
 	@echo "make book                 execute target \$$TARGET (default auto) and build _build/html/index.html"
@@ -24,6 +27,9 @@ help:
 	@echo "make book RUN=runs/<id>   re-render an existing run without measuring"
 	@echo "make run TARGET=h200 WHEELS=.whl   execute only (no book toolchain), from a wheel folder, no registry"
 	@echo "make render RUN=runs/<id> build the site from a run (the book toolchain only)"
+	@echo "make site                 render the published site from \$$SITE_RUN ($(SITE_RUN)) into _build/html"
+	@echo "make browser              install headless Chromium (Debian's package) for the browser test"
+	@echo "make check-site           open every page of _build/html in Chromium, offline; screenshots in _build/screenshots"
 	@echo "make test                 the whole test suite (no GPU needed)"
 	@echo "make test-fast            the unit tests only (seconds), with their time"
 	@echo "make test-integration     the tests that start real processes (servers, workers)"
@@ -64,6 +70,20 @@ run: install-run
 
 render: install-site
 	$(BIN)/python -m helpers.book.runbook --render $(or $(RUN),runs/latest)
+
+# The published site: a self-contained folder (MathJax, fonts and icons inside) that works from disk
+# or any web server, rendered from a committed run with execution off (the book toolchain only).
+site: install-site
+	$(BIN)/python -m helpers.book.runbook --render $(SITE_RUN)
+	touch _build/html/.nojekyll
+	@echo "the site (from $(SITE_RUN)): _build/html; open _build/html/index.html or serve that folder"
+
+# Headless Chromium for the browser test (Debian's package; CI runs this before make test).
+browser:
+	bash scripts/install-browser.sh
+
+check-site: install-site
+	$(BIN)/python -m helpers.book.browser _build/html
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

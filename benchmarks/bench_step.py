@@ -99,6 +99,7 @@ def main(argv=None) -> int:
                 sys.stdout.flush(), sys.stderr.flush()
                 os._exit(0)
         else:
+            dist.barrier()   # every rank's collectives done before any rank tears its pairs down (gloo aborts otherwise)
             dist.destroy_process_group()
             if rank:
                 return 0

@@ -28,4 +28,7 @@ def test_figures_become_png_images():
     ax.plot([1, 2], [3, 4])
     img = book.plain(fig)
     data = img._repr_png_()
+    if isinstance(data, tuple):  # (data, metadata): the figure carries its alt text
+        data, meta = data
+        assert meta["alt"]
     assert (data[:4] == b"\x89PNG") if isinstance(data, bytes) else data.startswith("iVBOR")

@@ -92,10 +92,10 @@ def test_bad_inputs(tiny):
         bd.Quantity("x", 0.0, "us", "assumed", "test")
 
 
-FITS = """scope,path,harness,variant,backend,world_size,device,alpha_us,beta_GBps,median_rel_err,max_rel_err,n_points,min_bytes,max_bytes,kind
-copy,gpu0_to_gpu1,eager,n/a,cuda,2,recorded,13.0,28.6,0.01,0.02,4,12288,786432,derived: fit to recorded
-collective,all_reduce,eager,default,gloo,2,2 CPU processes,{gloo},2.0,0.05,0.1,8,64,4194304,measured
-collective,all_reduce,eager,default,nccl,2,2x GPU,{nccl},50.0,0.05,0.1,8,64,4194304,measured
+FITS = """scope,path,harness,variant,backend,world_size,device,alpha_us,beta_GBps,median_rel_err,max_rel_err,n_points,min_bytes,max_bytes,kind,method
+copy,gpu0_to_gpu1,eager,n/a,cuda,2,recorded,13.0,28.6,0.01,0.02,4,12288,786432,derived: fit to recorded,eager
+collective,all_reduce,eager,default,gloo,2,2 CPU processes,{gloo},2.0,0.05,0.1,8,64,4194304,measured,eager
+collective,all_reduce,eager,default,nccl,2,2x GPU,{nccl},50.0,0.05,0.1,8,64,4194304,measured,eager
 """
 
 
@@ -161,11 +161,34 @@ def test_compare_and_ranking(tmp_path):
 
 def test_run_link_prefers_the_graph_harness_fit(tmp_path):
     # a run with the default all-reduce timed both ways: the decode step runs in CUDA graphs, so the
-    # graph fit (no per-call host cost) is the link, whatever the two fits' errors
+    # graph fit (no per-call host cost) is the link, whatever the two fits' errors; chosen by the harness
+    # field (the label is not parsed) and named by its method label
     text = FITS.format(gloo=80.0, nccl=44.0) + \
-        "collective,all_reduce,graph+host_timer+aligned,default,nccl,2,2x GPU,9.0,30.0,0.3,0.5,8,64,4194304,measured\n"
+        "collective,all_reduce,graph,default,nccl,2,2x GPU,9.0,30.0,0.3,0.5,8,64,4194304,measured," \
+        "graph+host_timer+aligned_300us+libnccl\n"
     d = tmp_path / "run" / "results" / "06_vm_p2p"
     d.mkdir(parents=True)
     (d / "fits.csv").write_text(text)
     link = bd.select_run_link(bd.read_fits(tmp_path / "run"))
-    assert link.alpha_us == 9.0 and "harness=graph+host_timer+aligned" in link.source
+    assert link.alpha_us == 9.0 and "method=graph+host_timer+aligned_300us+libnccl" in link.source
+    # an all-to-all fit is not an all-reduce, whatever its other fields say
+    a2a = text.replace("collective,all_reduce,graph", "collective,all_to_all,graph")
+    (d / "fits.csv").write_text(a2a)
+    assert bd.select_run_link(bd.read_fits(tmp_path / "run")).alpha_us == 44.0
+
+
+def test_predict_all_without_fits_is_the_recorded_prediction(tmp_path):
+    (tmp_path / "r").mkdir()
+    m = ma.load_model("glm5")
+    pd.testing.assert_frame_equal(bd.predict_all(m, None), bd.predict_from_run(tmp_path / "r"))
+    with_run = bd.predict_all(m, bd.read_fits(make_run(tmp_path)))
+    assert bd.RUN_SCENARIO in set(with_run.scenario) and bd.RUN_SCENARIO not in set(bd.predict_all(m).scenario)
+
+
+def test_a_next_step_no_keyword_matches_fails_naming_it(tmp_path, monkeypatch):
+    from helpers.book import recorded
+    real = recorded.load
+    steps = real("recorded/next_steps.csv").replace({"step": {"Try TP4+PP2": "Try two pipeline stages"}})
+    monkeypatch.setattr(recorded, "load", lambda name: steps if name == "recorded/next_steps.csv" else real(name))
+    with pytest.raises(bd.BudgetError, match="step 7 \\('Try two pipeline stages'\\) contains none of the keywords"):
+        bd.rank_next_steps(bd.predict_all(ma.load_model("glm5")))

@@ -46,6 +46,33 @@ def test_needs_are_met_by_an_earlier_chapter_or_the_run_directory(tmp_path):
     assert layout.check_needs(["07_diagnosis"], tmp_path) == []
 
 
+def test_optional_needs_have_a_stated_fallback_and_never_stop_a_run(tmp_path):
+    from helpers.book import recorded
+    from helpers.model import measured
+    needs = layout.NEEDS["07_diagnosis"]
+    assert [n.name for n in needs if not n.optional] == ["fits"]
+    for n in needs:
+        layout.result(n.producer, n.name)                # every need names a declared result
+        if n.study:
+            assert recorded.study(n.study).path.is_dir()  # the committed study it falls back on exists
+    step = [n for n in needs if n.producer == "07_decode_step"]
+    assert {n.name for n in step} == {"step_times", "step_bytes", "step_meta"}
+    assert all(n.optional and n.study == measured.STEP_ROLE for n in step)
+    # only the required fits are asked for: the sweep and the decode step are optional
+    layout.save(tmp_path, "06_vm_p2p", "fits", _fits())
+    assert layout.check_needs(["07_diagnosis"], tmp_path) == []
+
+
+def test_load_need_fails_for_a_required_need_and_is_none_for_an_optional_one(tmp_path):
+    with pytest.raises(layout.MissingResult, match="written by chapter 06_vm_p2p"):
+        layout.load_need(tmp_path, "07_diagnosis", "06_vm_p2p", "fits")
+    assert layout.load_need(tmp_path, "07_diagnosis", "06_vm_p2p", "collective_sweep") is None
+    layout.save(tmp_path, "06_vm_p2p", "fits", _fits())
+    assert len(layout.load_need(tmp_path, "07_diagnosis", "06_vm_p2p", "fits")) == 1
+    with pytest.raises(layout.LayoutError, match="declares no need for 01_environment/probe"):
+        layout.load_need(tmp_path, "07_diagnosis", "01_environment", "probe")
+
+
 @pytest.mark.integration
 def test_runbook_refuses_the_diagnosis_alone_before_running_anything(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "helpers.book.runbook", "--target", "auto", "--chapters",

@@ -103,8 +103,11 @@ def test_budgets_table_and_goal_are_computed_not_typed(glm5, meas):
     assert set(g.index) == {1, 64}
     for c in (1, 64):
         assert math.isclose(g.loc[c, "predicted_ms"], float(terms[c].us_step.sum()) / 1e3)
-    with pytest.raises(mb.MeasuredBudgetError, match="budget starting"):
-        mb._pick(t, "bare metal (reference)", 1, "no such budget")
+    with pytest.raises(mb.MeasuredBudgetError, match="'no such budget' is not one of"):
+        mb.pick_budget(t, "bare metal (reference)", 1, "no such budget")
+    with pytest.raises(mb.MeasuredBudgetError, match="0 rows for 'bare metal \\(reference\\)' at concurrency 1 with "
+                                                     "budget_id 'aiconfigurator'"):
+        mb.pick_budget(t[t.budget_id != "aiconfigurator"], "bare metal (reference)", 1, "aiconfigurator")
 
 
 def test_vm_gap_is_the_observed_step_minus_measured_compute(glm5, meas):

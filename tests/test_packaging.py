@@ -62,7 +62,7 @@ def test_executing_needs_no_book_toolchain_and_the_package_needs_neither():
     for tool in ("jupyter-book", "sphinx", "myst-nb", "pytest"):
         assert tool not in run | base, f"{tool} must not be needed to execute the chapters"
     assert {"papermill", "ipykernel", "torch"} <= run and not {"papermill", "torch"} & base
-    assert {_name(r) for r in extras["site"]} == {"jupyter-book"}
+    assert {_name(r) for r in extras["site"]} == {"jupyter-book", "django-static-mathjax"}  # + offline MathJax
     assert {"pytest", "pytest-timeout"} <= {_name(r) for r in extras["test"]}
 
 
@@ -110,3 +110,17 @@ def test_targets_load():
             runbook.plan(t, ROOT)  # every parameter is declared by some chapter
         except runbook.RunbookError as exc:
             assert t.requires and "cannot run here" in str(exc), exc
+
+
+def test_the_published_site_is_named_and_built_by_the_workflow():
+    """`make site` renders SITE_RUN, a committed run the README names; the Pages workflow runs it, and
+    the site extra carries what bundles MathJax."""
+    make = (ROOT / "Makefile").read_text()
+    site_run = re.search(r"^SITE_RUN\s*\?=\s*(runs/\S+)", make, re.M).group(1)
+    assert (ROOT / site_run / "manifest.json").exists(), f"SITE_RUN {site_run} is not a committed run"
+    assert site_run in (ROOT / "README.md").read_text(), "the README says which run the site shows"
+    assert re.search(r"^site: install-site$", make, re.M)
+    workflow = (ROOT / ".github" / "workflows" / "pages.yml").read_text()
+    assert "make site" in workflow and "path: _build/html" in workflow
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(_norm(d).startswith("django-static-mathjax") for d in extras["site"])

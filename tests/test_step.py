@@ -68,8 +68,7 @@ def test_sharded_over_two_gloo_processes_matches_and_a_wrong_split_does_not(mini
     and the logits all-gather in the step, give the unsharded logits within FP32_TOLERANCE; splitting the
     fused gate_up weights as one block (a classic sharding bug) is caught by the same comparison."""
     ref = step.unsharded_logits(mini, 4, 60)
-    wrong = {"w13": ("dim", 2), "s_w13": ("dim", 1), "d_w13": ("dim", 1)}
-    out = step.run_sharded(MINI, 2, 4, 60, variants=[("right", None), ("naive gate_up", wrong)])
+    out = step.run_sharded(MINI, 2, 4, 60, variants=[("right", None), ("naive gate_up", step.NAIVE_GATE_UP)])
     right = step.compare_logits(ref, out["right"])
     assert right.ok, right
     assert right.rel_err <= step.FP32_TOLERANCE

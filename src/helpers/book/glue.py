@@ -27,9 +27,9 @@ def plain(variable: Any) -> Any:
     if isinstance(variable, str):
         return _Text(variable)
     if type(variable).__name__ == "Figure" and hasattr(variable, "savefig"):
-        from helpers.book.plotting import as_image  # a bare Figure has no PNG display under Agg
+        from helpers.book.plotting import figure_image  # a bare Figure has no PNG display under Agg
 
-        return as_image(variable)
+        return figure_image(variable)  # with alt text describing it, for the page's <img>
     item = getattr(variable, "item", None)
     if item is not None and getattr(variable, "ndim", None) == 0:
         try:

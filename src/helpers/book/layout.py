@@ -9,9 +9,11 @@ through it; nothing else spells a results path.
     layout.save(run_dir, "06_vm_p2p", "fits", df)         # checked against its declared columns
     fits = layout.load(run_dir, "06_vm_p2p", "fits")      # MissingResult names the chapter to run
 
-The runbook checks `NEEDS` before the first chapter starts (`check_needs`): a chapter whose inputs are
-neither produced earlier in the same run nor already in the run directory is refused with a message that
-says which chapter to add, or how to use the recorded inputs on purpose.
+The runbook checks `NEEDS` before the first chapter starts (`check_needs`): a chapter whose required
+inputs are neither produced earlier in the same run nor already in the run directory is refused with a
+message that says which chapter to add, or how to use the recorded inputs on purpose. A need with a
+`fallback` is optional: without it the chapter uses what the fallback names (a committed study, found
+through helpers.book.recorded.study, where `study` gives its role) and says so on its page.
 """
 from __future__ import annotations
 
@@ -59,7 +61,8 @@ RESULTS: dict[tuple[str, str], Result] = {
                "alpha-beta fits of every copy and collective sweep of this machine, and of the recorded VM",
                FIT_COLUMNS),
         Result("06_vm_p2p", "collective_sweep", "collective_sweep.csv",
-               "every collective point measured by the VM/P2P chapter"),
+               "every collective point measured by the VM/P2P chapter",
+               ("op", "backend", "variant", "world_size", "method", "harness", "size_bytes", "time_us")),
         Result("06_vm_p2p", "hostpath", "hostpath",
                "the host-path study's folder (helpers.interconnect.hostpath): finished points per launch, "
                "named by their settings, and the generated VM topology files"),
@@ -86,14 +89,56 @@ RESULTS: dict[tuple[str, str], Result] = {
         Result("07_decode_step", "tuning_bounds", "tuning_bounds.csv",
                "the most each tuning the investigation tried could have sped one stream up"),
         Result("07_diagnosis", "prediction", "prediction.csv", "the decode-step budget per scenario and batch"),
+        Result("07_diagnosis", "inputs", "inputs.csv", "the budget's inputs, each labelled measured, derived or assumed"),
+        Result("07_diagnosis", "collective_mapping", "collective_mapping.csv",
+               "the VM copy fit mapped to an 8-GPU all-reduce by three algorithms, beside bare metal's"),
+        Result("07_diagnosis", "budget_baseline", "budget_baseline.csv", "the VM baseline's terms per batch"),
+        Result("07_diagnosis", "comparison", "comparison.csv", "the old budget against the observed speeds"),
+        Result("07_diagnosis", "kernel_terms", "kernel_terms.csv",
+               "the step on aiconfigurator's kernels measured on the recorded GPUs, per operation"),
+        Result("07_diagnosis", "projection", "projection.csv", "the decode-step measurement projected to the recorded GPU"),
+        Result("07_diagnosis", "budgets", "budgets.csv", "every budget against the observations", ("budget_id",)),
+        Result("07_diagnosis", "goal", "goal.csv", "the goal per concurrency and the two largest terms"),
+        Result("07_diagnosis", "projection_check", "projection_check.csv",
+               "the projection per operation against aiconfigurator's kernels on the recorded GPU"),
+        Result("07_diagnosis", "vm_gap", "vm_gap.csv", "the VM's step time left for its collectives"),
+        Result("07_diagnosis", "what_if", "what_if.csv", "the what-if scenarios at batch 1 and 64"),
+        Result("07_diagnosis", "next_steps_ranked", "next_steps_ranked.csv",
+               "the investigation's next steps ranked by predicted gain"),
     )
 }
 
-#: What a chapter reads from another: chapter -> [(producer chapter, result name)]. A missing need
-#: stops the run before it starts (see check_needs); the diagnosis in mode "recorded" needs nothing.
-NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
-    "07_diagnosis": (("06_vm_p2p", "fits"),),   # 07_decode_step's step_* are optional: without them it uses
-                                                # the committed H200 measurement (helpers.model.measured)
+
+@dataclass(frozen=True)
+class Need:
+    """One result a chapter reads from another chapter of the same run. Without a `fallback` it is required
+    (check_needs refuses a run that lacks it); with one it is optional, and `fallback` says what the chapter
+    uses instead (on its page too); `study`: the data/sources.yaml role of the committed study it falls
+    back on, if any."""
+    producer: str
+    name: str
+    fallback: str = ""
+    study: str = ""
+
+    @property
+    def optional(self) -> bool:
+        return bool(self.fallback)
+
+
+_STEP_FALLBACK = ("the committed decode-step study (data/measured/, role decode-step), where this run did not "
+                  "time GLM-5's real TP8 shapes on a GPU")
+
+#: What a chapter reads from another: chapter -> its needs. A missing required need stops the run before
+#: it starts (see check_needs); the diagnosis in mode "recorded" reads nothing from the run.
+NEEDS: dict[str, tuple[Need, ...]] = {
+    "07_diagnosis": (
+        Need("06_vm_p2p", "fits"),
+        Need("06_vm_p2p", "collective_sweep", "no all-to-all against all-reduce comparison (the VM/P2P chapter "
+                                              "measured no collective, as in its recorded mode)"),
+        Need("07_decode_step", "step_times", _STEP_FALLBACK, "decode-step"),
+        Need("07_decode_step", "step_bytes", _STEP_FALLBACK, "decode-step"),
+        Need("07_decode_step", "step_meta", _STEP_FALLBACK, "decode-step"),
+    ),
 }
 #: Chapters whose needs are waived in a mode that uses recorded inputs only.
 RECORDED_MODES = ("recorded",)
@@ -173,8 +218,9 @@ def check_needs(selected: list[str], run_dir: str | Path | None, modes: dict[str
     for i, ch in enumerate(selected):
         if modes.get(ch) in RECORDED_MODES:
             continue
-        for producer, name in NEEDS.get(ch, ()):
-            if producer in selected[:i]:
+        for need in NEEDS.get(ch, ()):
+            producer, name = need.producer, need.name
+            if need.optional or producer in selected[:i]:
                 continue
             if run_dir and exists(run_dir, producer, name):
                 continue
@@ -183,3 +229,21 @@ def check_needs(selected: list[str], run_dir: str | Path | None, modes: dict[str
                 f"does not produce: add {producer} to --chapters (before {ch}), resume a run that has it, "
                 f"or use the recorded inputs on purpose with `-p {ch}.mode=recorded`")
     return problems
+
+
+def need(chapter: str, producer: str, name: str) -> Need:
+    """The declared need of `chapter` for `producer`'s result `name`; LayoutError where none is declared."""
+    for n in NEEDS.get(chapter, ()):
+        if (n.producer, n.name) == (producer, name):
+            return n
+    declared = [f"{n.producer}/{n.name}" for n in NEEDS.get(chapter, ())]
+    raise LayoutError(f"chapter {chapter} declares no need for {producer}/{name} in helpers.book.layout.NEEDS "
+                      f"(it declares: {declared or 'none'}); declare it before reading it")
+
+
+def load_need(run_dir: str | Path, chapter: str, producer: str, name: str):
+    """A result `chapter` reads from `producer`, through its declared need: a required one that is missing
+    raises MissingResult (naming the chapter that writes it); an optional one that is missing is None (the
+    chapter then uses the need's fallback)."""
+    n = need(chapter, producer, name)
+    return load_if_present(run_dir, producer, name) if n.optional else load(run_dir, producer, name)

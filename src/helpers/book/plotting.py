@@ -423,3 +423,242 @@ def p2p_figure(recorded_codes, here_codes, here_label: str):
     p2p_matrix(axes[0][0], recorded_codes, "recorded: original VM")
     p2p_matrix(axes[0][1], here_codes, here_label)
     return fig
+
+
+# ---- diagnosis figures
+# The decode-step chapter's and the diagnosis's figures, drawn from the tables helpers.model.stepreport and
+# helpers.model.diagnosis make. Their legends stand beside the axes, never over the data.
+
+def _legend_beside(ax, fontsize: float = 7) -> None:
+    ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+
+
+def _batch_axis(ax) -> None:
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _p: f"{x:g}"))
+    ax.set_xlabel("sequences decoding together (batch)")
+
+
+#: stacked parts take the cycle without the recorded colour, which marks an observation drawn over them
+_PART_COLORS = [c for c in CYCLE if c != PALETTE["recorded"]]
+
+
+def step_time_figure(steps):
+    """Time per decode step against batch, one line per context and mode (stepreport.steps' table):
+    solid with CUDA graphs, dashed eager."""
+    fig, ax = figure(width=8.0, height=3.8)
+    for (ctx, mode), g in steps.groupby(["context", "mode"]):
+        ax.plot(g["batch"], g["step_ms"], marker="o", ms=3, linestyle="-" if mode == "graph" else "--",
+                label=f"{ctx} tokens, {'CUDA graphs' if mode == 'graph' else 'eager'}")
+    _batch_axis(ax)
+    ax.set_ylabel("time per decode step (ms)")
+    _legend_beside(ax)
+    return fig
+
+
+def stacked_step_figure(bars, observed=None, observed_label: str = ""):
+    """A decode step by part, stacked per batch: `bars` has one row per batch (its index) and one column per
+    part (its label), in ms; `observed` (batch -> ms, optional) is drawn as a bar-wide line per batch."""
+    import numpy as np
+
+    fig, ax = figure(width=8.0, height=3.8)
+    x = np.arange(len(bars))
+    bottom = np.zeros(len(bars))
+    for col, c in zip(bars.columns, _PART_COLORS):
+        ax.bar(x, bars[col].to_numpy(), bottom=bottom, color=c, label=col)
+        bottom += bars[col].to_numpy()
+    if observed is not None:
+        for j, (b, ms) in enumerate(observed.items()):
+            i = list(bars.index).index(b)
+            ax.plot([i - 0.4, i + 0.4], [ms, ms], color=kind_color("recorded"), lw=2,
+                    label=observed_label if j == 0 else None)
+    ax.set_xticks(x, [str(b) for b in bars.index])
+    ax.set_xlabel("sequences decoding together (batch)")
+    ax.set_ylabel("time per decode step (ms)")
+    _legend_beside(ax)
+    return fig
+
+
+_MAPPING_STYLES = ("-", "--", ":")
+
+
+def mapping_figure(points, curves, points_label: str):
+    """Copy points (size_bytes, latency_us) and curves in long form (series, kind, size_bytes, time_us;
+    kind 'fit', 'mapping' or 'reference') against message size, log-log."""
+    fig, ax = figure(width=8.4, height=3.8)
+    size_sweep(ax, points.size_bytes, points.latency_us, points_label, kind="recorded",
+               color=kind_color("recorded"), linestyle="none", marker="s")
+    n = 0
+    for name, g in curves.groupby("series", sort=False):
+        kind = g["kind"].iloc[0]
+        if kind == "mapping":
+            ax.plot(g.size_bytes, g.time_us, _MAPPING_STYLES[n % 3], color=kind_color("other"), label=name)
+            n += 1
+        else:
+            ax.plot(g.size_bytes, g.time_us, color=kind_color("model" if kind == "fit" else "reference"), label=name)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size")
+    ax.set_ylabel("time (us)")
+    _legend_beside(ax)
+    return fig
+
+
+def whatif_figure(lines, observed):
+    """Tokens/s per stream against aggregate tokens/s, log-log: one line per scenario (`lines`: scenario,
+    tok_s_aggregate, tok_s_per_stream, fits; dotted where the weights do not fit) and the observed ends
+    (`observed`: label, kind, tok_s_aggregate, tok_s_per_stream) as stars. More scenarios than colours:
+    the second round of colours has square markers."""
+    fig, ax = figure(width=9.0, height=4.2)
+    for i, (name, g) in enumerate(lines.groupby("scenario", sort=False)):
+        ax.plot(g.tok_s_aggregate, g.tok_s_per_stream, "-" if g["fits"].iloc[0] else ":",
+                marker="o" if i < len(CYCLE) else "s", ms=3, color=CYCLE[i % len(CYCLE)], label=name)
+    for label, g in observed.groupby("label", sort=False):
+        ax.scatter(g.tok_s_aggregate, g.tok_s_per_stream, marker="*", s=80, color=kind_color(g["kind"].iloc[0]),
+                   zorder=5, label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("aggregate output tokens/s")
+    ax.set_ylabel("tokens/s per stream")
+    _legend_beside(ax, 6.5)
+    return fig
+
+
+# ---- reader conventions (issue 15): legends never cover data; every figure has alt text
+def legend_outside(ax, where: str = "right", ncols: int | None = None, **kw):
+    """The axes' legend beside the data, never over it: `where` is "right" (beside the axes, top
+    aligned) or "below" (under the x label, in `ncols` columns; default: up to 4). Returns the legend,
+    or None when nothing is labelled."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return None
+    if where == "right":
+        place = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "borderaxespad": 0.0}
+    elif where == "below":
+        place = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.18), "ncols": ncols or min(4, len(handles))}
+    else:
+        raise ValueError(f"legend_outside: where={where!r}; expected 'right' or 'below'")
+    return ax.legend(handles, labels, **{**place, **kw})
+
+
+def figure_legend(fig, where: str = "right", ncols: int | None = None, **kw):
+    """One legend for every panel of `fig`, outside all of them ("right" or "below"): the panels'
+    own legends are removed and repeated labels shown once. Returns the legend, or None."""
+    seen: dict[str, object] = {}
+    for ax in fig.axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab and not lab.startswith("_") and lab not in seen:
+                seen[lab] = h
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    if not seen:
+        return None
+    constrained = fig.get_layout_engine() is not None and "Constrained" in type(fig.get_layout_engine()).__name__
+    if where == "right":
+        place = ({"loc": "outside right upper"} if constrained else
+                 {"loc": "upper left", "bbox_to_anchor": (1.0, 1.0)})
+    elif where == "below":
+        place = ({"loc": "outside lower center"} if constrained else
+                 {"loc": "upper center", "bbox_to_anchor": (0.5, 0.0)})
+        place["ncols"] = ncols or min(4, len(seen))
+    else:
+        raise ValueError(f"figure_legend: where={where!r}; expected 'right' or 'below'")
+    return fig.legend(list(seen.values()), list(seen), **{**place, **kw})
+
+
+def legend_overlaps_data(ax) -> bool:
+    """Whether the axes' legend box covers any plotted point (lines' vertices, scatter points, bar
+    tops): a check for tests, since a reader cannot read what a legend hides."""
+    import numpy as np
+
+    leg = ax.get_legend()
+    if leg is None:
+        return False
+    fig = ax.figure
+    ax.get_xlim(), ax.get_ylim()  # apply any pending autoscaling before reading transforms
+    fig.canvas.draw()
+    box = leg.get_window_extent()
+    pts = []
+    for line in ax.get_lines():
+        xy = np.column_stack(line.get_data()) if len(line.get_xdata()) else np.empty((0, 2))
+        if len(xy):
+            pts.append(line.get_transform().transform(xy.astype(float)))
+    for coll in ax.collections:
+        offs = coll.get_offsets()
+        if len(offs):
+            pts.append(coll.get_offset_transform().transform(np.asarray(offs, dtype=float)))
+    for patch in ax.patches:
+        bb = patch.get_window_extent()
+        pts.append(np.array([[bb.x0, bb.y1], [bb.x1, bb.y1], [(bb.x0 + bb.x1) / 2, bb.y1]]))
+    if not pts:
+        return False
+    allpts = np.vstack(pts)
+    allpts = allpts[np.isfinite(allpts).all(axis=1)]
+    inside = ((allpts[:, 0] >= box.x0) & (allpts[:, 0] <= box.x1) & (allpts[:, 1] >= box.y0)
+              & (allpts[:, 1] <= box.y1))
+    return bool(inside.any())
+
+
+def describe(fig, limit: int = 600) -> str:
+    """Alt text for `fig`, from what it draws: per panel the axes (label, log scale) and the labelled
+    series. Used when a chapter gives none (`{glue:figure}`'s `:alt:` wins over it)."""
+    panels = [ax for ax in fig.axes if ax.get_visible() and (ax.has_data() or ax.texts)
+              and ax.get_label() != "<colorbar>"]
+    parts = []
+    for i, ax in enumerate(panels, 1):
+        if not ax.axison:  # a panel of text only
+            words = " ".join(t.get_text() for t in ax.texts).strip()
+            parts.append(f"panel {i}: {words}" if len(panels) > 1 else words)
+            continue
+        x, y = ax.get_xlabel() or "x", ax.get_ylabel() or "y"
+        xs = " (log scale)" if ax.get_xscale() == "log" else ""
+        ys = " (log scale)" if ax.get_yscale() == "log" else ""
+        kind = "matrix" if ax.images else "chart"
+        labels = [lab for lab in ax.get_legend_handles_labels()[1] if lab and not lab.startswith("_")]
+        s = f"{kind} of {y}{ys} against {x}{xs}"
+        if labels:
+            s += "; series: " + ", ".join(labels[:8]) + (f" and {len(labels) - 8} more" if len(labels) > 8 else "")
+        parts.append(f"panel {i}: {s}" if len(panels) > 1 else s)
+    legends = [lab.get_text() for leg in fig.legends for lab in leg.get_texts()]
+    if legends and not all(f"series: {lab}" in " ".join(parts) or lab in " ".join(parts) for lab in legends):
+        parts.append("series: " + ", ".join(legends[:8]))
+    text = ("Figure with %d panels. " % len(panels) if len(panels) > 1 else "Figure: ") + "; ".join(parts)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+def figure_image(fig, alt: str | None = None, dpi: int | None = None):
+    """`fig` as a PNG image for glue (as `as_image`), legends moved off the data
+    (`keep_legends_off_data`), carrying its alt text in the output's metadata
+    (`alt`, default `describe(fig)`); the runbook's staging puts it on the page's `<img>` where the
+    chapter's `{glue:figure}` gives no `:alt:` of its own."""
+    from IPython.display import Image
+
+    keep_legends_off_data(fig)
+    img = as_image(fig, dpi=dpi)
+    return Image(data=img.data, format="png", alt=alt or describe(fig))  # metadata {"image/png": {"alt"}}
+
+
+def keep_legends_off_data(fig, max_share: float = 0.2) -> int:
+    """Move every axes legend of `fig` that covers a plotted point, or more than `max_share` of its
+    axes, out of the axes (same font size): beside them (right) for a few entries, below them in two
+    columns for more than four. Returns how many moved. `figure_image` (so every glued Figure) does this."""
+    moved = 0
+    for ax in fig.axes:
+        leg = ax.get_legend()
+        if leg is None:
+            continue
+        fig.canvas.draw()
+        lb, ab = leg.get_window_extent(), ax.get_window_extent()
+        inside = ab.x0 <= lb.x0 and lb.x1 <= ab.x1 and ab.y0 <= lb.y0 and lb.y1 <= ab.y1
+        big = inside and (lb.width * lb.height) > max_share * (ab.width * ab.height)
+        if not big and not legend_overlaps_data(ax):
+            continue
+        size = leg.get_texts()[0].get_fontsize() if leg.get_texts() else None
+        n = len(leg.get_texts())
+        kw = {"fontsize": size} if size else {}
+        if n > 4:
+            legend_outside(ax, "below", ncols=2, **kw)
+        else:
+            legend_outside(ax, "right", **kw)
+        moved += 1
+    return moved

@@ -800,6 +800,8 @@ def status_page(manifest: dict, titles: dict[str, str]) -> str:
         lines.append(row(i, titles.get(c["stem"], c["stem"]), f"**{c['status']}**", f"{c.get('duration_s') or 0.0:.1f}", e))
     lines += ["", "## Hardware", "", row("item", "value"), row("---", "---")]
     for k, v in (m.get("hardware") or {}).items():
+        if k == "hostname":  # the machine's name tells a reader nothing and is not for publishing
+            continue
         lines.append(row(k, v if not isinstance(v, (list, dict)) else json.dumps(v)))
     lines += ["", "## Software versions", "", row("package", "version"), row("---", "---")]
     for k, v in (m.get("versions") or {}).items():
@@ -812,15 +814,22 @@ def status_page(manifest: dict, titles: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _stage_notebook(src: Path, dst: Path) -> None:
+def _stage_notebook(src: Path, dst: Path, ctx=None) -> None:
     """Copy an executed chapter for rendering: code folds away behind a toggle (the reader sees
-    the narrative, tables and figures first) except the parameters, which say how it was run."""
+    the narrative, tables and figures first); papermill's injected cell becomes a "parameters of this
+    run" box; nothing of the machines that ran or built it stays on the page (helpers.book.staging)."""
+    from helpers.book import staging
+
     nb = json.loads(Path(src).read_text())
+    staging.clean_notebook(nb, ctx or staging.RunContext())
+    # another page can show this chapter's figures: _glued/<stem>/<key>.png in the staged book
+    stage_root = next((p for p in Path(dst).parents if (p / "_config.yml").exists()), Path(dst).parent)
+    staging.export_glued_figures(nb, stage_root / staging.GLUED_DIR / Path(src).stem)
     for cell in nb["cells"]:
         if cell["cell_type"] != "code":
             continue
         tags = cell.setdefault("metadata", {}).setdefault("tags", [])
-        if not {"parameters", "injected-parameters", "hide-input", "remove-input"} & set(tags):
+        if not {"hide-input", "remove-input"} & set(tags):
             tags.append("hide-input")
     Path(dst).write_text(json.dumps(nb))
 
@@ -833,12 +842,19 @@ def stage(run_dir: Path, root: Path, stage_dir: Path) -> Path:
     stage_dir.mkdir(parents=True)
     cfg = yaml.safe_load((root / "_config.yml").read_text())
     cfg.setdefault("execute", {})["execute_notebooks"] = "off"
+    from helpers.book import staging  # pages name the run they show: {{ site_run }}, {{ site_machine }}, ...
+
+    subs = cfg.setdefault("parse", {}).setdefault("myst_substitutions", {})
+    subs.update(staging.run_substitutions(manifest))
     (stage_dir / "_config.yml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     shutil.copy(root / "_toc.yml", stage_dir / "_toc.yml")
     for extra in ("references.bib", "logo.png"):
         if (root / extra).exists():
             shutil.copy(root / extra, stage_dir / extra)
     shutil.copytree(root / TARGETS_DIR, stage_dir / TARGETS_DIR)  # shown on the re-running page
+    if (root / "_static").is_dir():  # the book's CSS (jupyter-book includes every .css in it)
+        shutil.copytree(root / "_static", stage_dir / "_static")
+    ctx = staging.RunContext.from_manifest(manifest, local_root=root, local_run_dir=run_dir)
     recs = {c["docname"]: c for c in manifest["chapters"]}
     titles = {}
     for doc in toc_entries(root):
@@ -849,15 +865,16 @@ def stage(run_dir: Path, root: Path, stage_dir: Path) -> Path:
             titles[stem(doc)] = _title(src_nb, stem(doc))
             executed = run_dir / "notebooks" / f"{stem(doc)}.ipynb"
             if rec and rec["status"] == "ok" and executed.exists():
-                _stage_notebook(executed, stage_dir / f"{doc}.ipynb")
+                _stage_notebook(executed, stage_dir / f"{doc}.ipynb", ctx)
             else:
                 rec = rec or {"stem": stem(doc), "status": "skipped", "duration_s": 0.0,
                               "error": {"ename": "Skipped", "evalue": "not part of this run"}}
-                (stage_dir / f"{doc}.md").write_text(_problem_page(titles[stem(doc)], rec, manifest))
+                (stage_dir / f"{doc}.md").write_text(staging.public_text(
+                    _problem_page(titles[stem(doc)], rec, manifest), ctx))
         elif src_md.exists():
             shutil.copy(src_md, stage_dir / f"{doc}.md")
     (stage_dir / "appendix").mkdir(exist_ok=True)
-    (stage_dir / "appendix" / "status.md").write_text(status_page(manifest, titles))
+    (stage_dir / "appendix" / "status.md").write_text(staging.public_text(status_page(manifest, titles), ctx))
     return stage_dir
 
 

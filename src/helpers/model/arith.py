@@ -299,7 +299,7 @@ def _check_batch(batch) -> int:
     return int(batch)
 
 
-def _check_tp(m: ModelConfig, tp) -> int:
+def check_tp(m: ModelConfig, tp) -> int:
     if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or tp < 1:
         raise ModelError(f"tp = {tp!r}: expected a positive integer number of GPUs")
     if m.heads % tp:
@@ -377,7 +377,7 @@ def kv_read_bytes(m: ModelConfig, batch: int, context: int) -> float:
 def weights_per_gpu(m: ModelConfig, tp: int = 1, pp: int = 1, ep: int = 1) -> float:
     """Weight bytes held by one GPU: replicated groups whole, sharded groups / tp (layers / pp).
     With ep > 1 the routed experts are split over ep GPUs instead (whole experts), the rest as tp."""
-    tp = _check_tp(m, tp)
+    tp = check_tp(m, tp)
     pp = _positive_int("pp", pp, "weights_per_gpu")
     ep = _positive_int("ep", ep, "weights_per_gpu")
     if m.n_routed and m.n_routed % ep:

@@ -9,8 +9,9 @@ another machine), with where it came from. Collective time comes from an alpha-b
 fit of the collective itself (used as is) or a fit of a point-to-point copy, mapped to a collective by
 an explicit algorithm (`ring`, `tree`, `one_shot`; see `collective_time_us`).
 
-`predict_from_run(run_dir)` rebuilds the whole prediction table from a run directory and data/ alone,
-so a rendered run can be checked without re-measuring anything. Nothing here is fitted to the
+`predict_all(model, fits)` builds the whole prediction table from data/ and a run's VM/P2P fits (`fits=None`:
+the recorded inputs only, on purpose); `predict_from_run(run_dir)` does so from a run directory, so a
+rendered run can be checked without re-measuring anything. Nothing here is fitted to the
 observations the prediction is compared with.
 """
 from __future__ import annotations
@@ -205,7 +206,7 @@ def step_terms(m: ma.ModelConfig, sc: Scenario, batch: int, prefill_tokens: int 
     layers/pp layers on tp GPUs; a step is pp stage-times (every micro-batch passes every stage) plus
     the activations sent between stages."""
     b = _check_batch(batch)
-    ma._check_tp(m, sc.tp)
+    ma.check_tp(m, sc.tp)
     if sc.pp < 1 or m.layers % sc.pp:
         raise BudgetError(f"pp = {sc.pp} must be a positive divisor of the {m.layers} layers")
     if sc.algorithm not in ALGORITHMS:
@@ -380,34 +381,26 @@ def read_fits(run_dir: str | Path) -> pd.DataFrame | None:
     return layout.load_if_present(run_dir, "06_vm_p2p", "fits")
 
 
-def _is_allreduce(row) -> bool:
-    text = " ".join(str(row.get(c, "")) for c in ("path", "variant", "harness", "scope")).lower()
-    return "all_reduce" in text or "allreduce" in text or "all-reduce" in text
-
-
 def select_run_link(fits: pd.DataFrame) -> Link | None:
-    """The link a run measured: among rows with kind 'measured' (all rows if there is no kind
-    column), an all-reduce fit first (used as a collective), else a copy fit; then NCCL before other
-    backends, the default variant first, a CUDA-graph harness before an eager one (the decode step runs
-    its all-reduces inside CUDA graphs, and the budget counts launches in a term of their own), the
-    larger world size, the smaller median relative error. None if nothing usable."""
-    df = fits.copy()
-    if "kind" in df.columns:
-        df = df[df["kind"].astype(str).str.lower() == "measured"]
+    """The link a run measured, chosen by the fit table's fields: among rows with kind 'measured', an
+    all-reduce fit first (scope 'collective', path 'all_reduce': used as a collective), else a copy fit;
+    then NCCL before other backends, the default variant first, the CUDA-graph harness before the eager one
+    (the decode step runs its all-reduces inside CUDA graphs, and the budget counts launches in a term of
+    its own), the larger world size, the smaller median relative error. None if nothing usable. The link's
+    source names the fit's method label (the `method` column the VM/P2P chapter writes)."""
+    df = fits[fits["kind"].astype(str) == "measured"]
     df = df[pd.to_numeric(df["alpha_us"], errors="coerce").notna()
             & (pd.to_numeric(df["beta_GBps"], errors="coerce") > 0)]
     if not len(df):
         return None
-    col = lambda c: df[c].astype(str).str.lower() if c in df.columns else pd.Series("", index=df.index)  # noqa: E731
-    df = df.assign(_ar=[_is_allreduce(r) for _, r in df.iterrows()],
-                   _nccl=col("backend") == "nccl", _default=col("variant").isin(["default", "", "nan"]),
-                   _graph=col("harness").str.startswith("graph"),
+    df = df.assign(_ar=(df["scope"] == "collective") & (df["path"] == "all_reduce"),
+                   _nccl=df["backend"] == "nccl", _default=df["variant"] == "default", _graph=df["harness"] == "graph",
                    _ws=pd.to_numeric(df["world_size"], errors="coerce").fillna(0),
-                   _err=pd.to_numeric(df.get("median_rel_err", 0), errors="coerce").fillna(1e9))
+                   _err=pd.to_numeric(df["median_rel_err"], errors="coerce").fillna(1e9))
     df = df.sort_values(["_ar", "_nccl", "_default", "_graph", "_ws", "_err"],
                         ascending=[False, False, False, False, False, True], kind="stable")
     r = df.iloc[0]
-    desc = ", ".join(f"{c}={r[c]}" for c in ("path", "harness", "variant", "backend", "world_size", "device")
+    desc = ", ".join(f"{c}={r[c]}" for c in ("path", "method", "variant", "backend", "world_size", "device")
                      if c in r.index and pd.notna(r[c]))
     ws = int(r["_ws"]) if r["_ws"] else None
     return Link(f"this run: {r['path']}" + (" (all-reduce)" if r["_ar"] else " (copy)"),
@@ -417,6 +410,10 @@ def select_run_link(fits: pd.DataFrame) -> Link | None:
 
 VM_SCENARIO = "VM as deployed (TP8, graphs on)"
 BAREMETAL_SCENARIO = "what-if: P2P on (bare-metal all-reduce)"
+PP_SCENARIO = "what-if: TP4+PP2 (VM)"
+TP4_SCENARIO = "what-if: 4 GPUs TP4 (VM)"
+GRAPHS_OFF_SCENARIO = "what-if: CUDA graphs off (VM)"
+RUN_SCENARIO = "this run's measured link"
 COMPARED = (VM_SCENARIO, BAREMETAL_SCENARIO)
 
 
@@ -444,9 +441,9 @@ def scenarios(m: ma.ModelConfig, run_link: Link | None = None) -> list[Scenario]
                 note="reference NCCL all-reduce on 8 GPUs with P2P"),
         replace(base, name="what-if: P2P copy latency, ring", link=reference_p2p_link(base.link),
                 note="reference P2P copy latency mapped by a ring"),
-        replace(base, name="what-if: TP4+PP2 (VM)", tp=base.tp // 2, pp=2, note="recorded copy fit, ring over 4"),
-        replace(base, name="what-if: 4 GPUs TP4 (VM)", tp=base.tp // 2, note="recorded copy fit, ring over 4"),
-        replace(base, name="what-if: CUDA graphs off (VM)", cuda_graphs=False, note="eager launches"),
+        replace(base, name=PP_SCENARIO, tp=base.tp // 2, pp=2, note="recorded copy fit, ring over 4"),
+        replace(base, name=TP4_SCENARIO, tp=base.tp // 2, note="recorded copy fit, ring over 4"),
+        replace(base, name=GRAPHS_OFF_SCENARIO, cuda_graphs=False, note="eager launches"),
     ]
     if nvl:
         r = nvl[0]
@@ -455,23 +452,16 @@ def scenarios(m: ma.ModelConfig, run_link: Link | None = None) -> list[Scenario]
                                         r.kind, f"{r.source}: {r.note}", collective=True),
                               note="assumed flat all-reduce time"))
     if run_link is not None:
-        out.append(replace(base, name="this run's measured link", link=run_link,
+        out.append(replace(base, name=RUN_SCENARIO, link=run_link,
                            note="fit from the run's 06_vm_p2p/fits.csv (not the original VM)"))
     return out
 
 
-def predict_from_run(run_dir: str | Path, model: str = "glm5",
-                     batches: Sequence[int] = DEFAULT_BATCHES) -> pd.DataFrame:
-    """The prediction table for every scenario, from a run directory and data/ alone.
-
-    The run contributes its 06_vm_p2p/fits.csv when it has one (scenario "this run's measured
-    link"); everything else comes from data/. Deterministic: the same run gives the same table."""
-    if not str(run_dir):
-        raise BudgetError("run_dir is empty; pass the run directory (runs/<run-id>)")
-    if not Path(run_dir).is_dir():
-        raise BudgetError(f"run directory {run_dir} does not exist; pass an existing runs/<run-id>")
-    m = ma.load_model(model)
-    fits = read_fits(run_dir)
+def predict_all(m: ma.ModelConfig, fits: pd.DataFrame | None = None,
+                batches: Sequence[int] = DEFAULT_BATCHES) -> pd.DataFrame:
+    """The prediction table for every scenario, from data/ and, where given, a run's VM/P2P fit table
+    (`fits`: scenario "this run's measured link"). `fits=None` predicts from the recorded inputs only, on
+    purpose (the diagnosis in recorded mode). Deterministic: the same inputs give the same table."""
     link = select_run_link(fits) if fits is not None else None
     scs = scenarios(m, link)
     tabs = [predict(m, sc, batches) for sc in scs]
@@ -479,6 +469,18 @@ def predict_from_run(run_dir: str | Path, model: str = "glm5",
     ratio = workload_prefill_ratio().value
     tabs += [predict(m, sc, batches, prefill_ratio=ratio) for sc in scs if sc.name in COMPARED]
     return pd.concat(tabs, ignore_index=True)
+
+
+def predict_from_run(run_dir: str | Path, model: str = "glm5",
+                     batches: Sequence[int] = DEFAULT_BATCHES) -> pd.DataFrame:
+    """`predict_all` with the run directory's 06_vm_p2p fits where it has them (a rendered run can be
+    checked without re-measuring anything)."""
+    if not str(run_dir):
+        raise BudgetError("run_dir is empty; pass the run directory (runs/<run-id>)")
+    if not Path(run_dir).is_dir():
+        raise BudgetError(f"run directory {run_dir} does not exist; pass an existing runs/<run-id>")
+    m = ma.load_model(model)
+    return predict_all(m, read_fits(run_dir), batches)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -563,11 +565,11 @@ def compare(pred: pd.DataFrame, vm_scenario: str = VM_SCENARIO, bm_scenario: str
 NEXT_STEP_MODEL = (
     ("NCCL tuning", None, "acts on the collectives' unexplained cost, which the budget has no term for"),
     ("bare-metal", BAREMETAL_SCENARIO, "bare metal with P2P: the reference all-reduce"),
-    ("fewer GPUs", "what-if: 4 GPUs TP4 (VM)", "TP4 on four of the GPUs"),
+    ("fewer GPUs", TP4_SCENARIO, "TP4 on four of the GPUs"),
     ("IOMMU", BAREMETAL_SCENARIO, "passthrough that enables P2P: modelled as the reference all-reduce"),
     ("NCCL_ALGO", "VM, tree mapping", "tree instead of ring over the same copy latency"),
     ("Profile", None, "a measurement: it would supply the missing term, not a speed-up"),
-    ("TP4+PP2", "what-if: TP4+PP2 (VM)", "two pipeline stages of TP4"),
+    ("TP4+PP2", PP_SCENARIO, "two pipeline stages of TP4"),
     ("CUDA 13.1", None, "kernel speed, which the budget does not model"),
 )
 
@@ -590,7 +592,11 @@ def rank_next_steps(pred: pd.DataFrame, fits_on_gpus: dict[str, bool] | None = N
     rows = []
     for s in steps.itertuples():
         match = [(k, sc, how) for k, sc, how in NEXT_STEP_MODEL if k.lower() in s.step.lower()]
-        k, sc, how = match[0] if match else ("", None, "no model for this step")
+        if not match:
+            raise BudgetError(f"data/recorded/next_steps.csv step {s.order} ({s.step!r}) contains none of the "
+                              f"keywords of helpers.model.budget.NEXT_STEP_MODEL {[k for k, _, _ in NEXT_STEP_MODEL]}; "
+                              "add the step there (with the scenario that models it, or None)")
+        k, sc, how = match[0]
         g1 = gmax = float("nan")
         feasible = True
         if sc is not None:

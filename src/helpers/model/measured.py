@@ -64,6 +64,17 @@ class StepMeasurement:
                                       f"measurement was not made with CUDA graphs")
         return float(v)
 
+    def meta_value(self, key: str):
+        """One entry of the measurement's meta.json; MeasuredBudgetError naming it where it is absent."""
+        if key not in self.meta:
+            raise MeasuredBudgetError(f"{self.where}: the measurement's meta has no '{key}' (it has "
+                                      f"{sorted(self.meta)})")
+        return self.meta[key]
+
+    def peak(self) -> bd.Quantity:
+        """The datasheet memory bandwidth of the GPU this was measured on (data/reference/gpu_specs.csv)."""
+        return gpu_bandwidth(spec_name(self.device))
+
     def row(self, batch: int, context: int, what: str, mode: str = "graph", attention: str = "dense") -> pd.Series:
         t = self.timings
         r = t[(t["batch"] == batch) & (t["context"] == context) & (t["what"] == what) & (t["mode"] == mode)
@@ -219,7 +230,7 @@ def projected_terms(meas: StepMeasurement, m: ma.ModelConfig, batch: int, contex
                     collectives: bool = True) -> pd.DataFrame:
     """Each component of this run's emulated step moved to `target` (see the module docstring)."""
     floor = meas.floor_us()
-    here = gpu_bandwidth(_spec_name(meas.device))
+    here = gpu_bandwidth(spec_name(meas.device))
     there = gpu_bandwidth(target)
     ratio_bw = here.value / there.value
     rows = []
@@ -243,7 +254,7 @@ def projected_terms(meas: StepMeasurement, m: ma.ModelConfig, batch: int, contex
     return pd.DataFrame(rows)
 
 
-def _spec_name(device_name: str) -> str:
+def spec_name(device_name: str) -> str:
     """The gpu_specs.csv system for a device name torch reports."""
     specs = recorded.load("reference/gpu_specs.csv")
     for s in specs["system"].unique():
@@ -288,7 +299,7 @@ def op_fidelity(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: i
     (like for like: bf16), the projection of this run's time to `target` and aiconfigurator's time there
     (at the checkpoint's precision)."""
     floor = meas.floor_us()
-    here_sys = _spec_name(meas.device)
+    here_sys = spec_name(meas.device)
     aic_here = kt.H200 if here_sys == kt.H200 else None
     bw = gpu_bandwidth(here_sys).value / gpu_bandwidth(target).value
     specs = {s.name: s for s in stp.attention_specs(m) + stp.mlp_specs(m, True) + stp.mlp_specs(m, False)
@@ -311,14 +322,15 @@ def op_fidelity(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: i
         fmt = m.fmt(group)
         ckpt = vals * ma.FORMATS[fmt]["bytes_per_value"]
         emul = vals * nb
-        rows.append({"op": name, "ours_us": t, "aic_here_us": kt.gemm_us(aic_here, "bf16", batch, n, k) if aic_here else np.nan,
+        rows.append({"op": name, "op_kind": "gemm",
+                     "ours_us": t, "aic_here_us": kt.gemm_us(aic_here, "bf16", batch, n, k) if aic_here else np.nan,
                      "projected_us": project(t, kern, layers, emul, ckpt),
                      "aic_target_us": kt.gemm_us(target, fmt if group != "router" else "bf16", batch, n, k),
                      "target_dtype": fmt if group != "router" else "bf16", "bytes_emulated": emul})
     # attention core and its two bmms
     t, kern = op_time("attention")
     kvb = batch * context * (m.kv_lora_rank + m.qk_rope_head_dim)
-    rows.append({"op": "attention", "ours_us": t / m.layers,
+    rows.append({"op": "attention", "op_kind": "attention", "ours_us": t / m.layers,
                  "aic_here_us": kt.mla_us(aic_here, batch, context) if aic_here else np.nan,
                  "projected_us": project(t / m.layers, kern, m.layers, kvb * nb,
                                          kvb * ma.FORMATS[m.fmt("kv_cache")]["bytes_per_value"]),
@@ -327,7 +339,7 @@ def op_fidelity(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: i
     for name, aop, w in (("absorbed k (bmm)", "mla_gen_pre", "w_kc"), ("absorbed v (bmm)", "mla_gen_post", "w_vc")):
         t, kern = op_time(name)
         vals = float(np.prod(stp.local_shape(specs[w], TP)))
-        rows.append({"op": name, "ours_us": t / m.layers,
+        rows.append({"op": name, "op_kind": "bmm", "ours_us": t / m.layers,
                      "aic_here_us": kt.mla_bmm_us(aic_here, aop, batch) if aic_here else np.nan,
                      "projected_us": project(t / m.layers, kern, m.layers, vals * nb, vals * 2),
                      "aic_target_us": kt.mla_bmm_us(target, aop, batch), "target_dtype": "bf16",
@@ -339,7 +351,7 @@ def op_fidelity(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: i
         dist = float(meas.component_bytes(batch, context, "moe")["distinct_experts"])
         vals = dist * 3 * m.hidden * stp.shard_sizes(m, TP).moe_inter
         ef = m.fmt("routed_experts")
-        rows.append({"op": "routed experts (permute .. combine)", "ours_us": t,
+        rows.append({"op": "routed experts (permute .. combine)", "op_kind": "experts", "ours_us": t,
                      "aic_here_us": kt.moe_us(aic_here, "bf16", batch) if aic_here else np.nan,
                      "projected_us": project(t, kern, m.moe_layers, vals * nb, vals * ma.FORMATS[ef]["bytes_per_value"]),
                      "aic_target_us": kt.moe_us(target, ef, batch), "target_dtype": ef, "bytes_emulated": vals * nb})
@@ -350,6 +362,12 @@ def op_fidelity(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: i
     df["ratio_here"] = df["ours_us"] / df["aic_here_us"]
     df["ratio_projected"] = df["projected_us"] / df["aic_target_us"]
     return df
+
+
+def op_fidelity_table(meas: StepMeasurement, m: ma.ModelConfig, batches, context: int, target: str = kt.RTX
+                      ) -> pd.DataFrame:
+    """op_fidelity at each of `batches`, one table."""
+    return pd.concat([op_fidelity(meas, m, b, context, target) for b in batches], ignore_index=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -372,21 +390,21 @@ def budgets_table(m: ma.ModelConfig, old_pred: pd.DataFrame, meas: StepMeasureme
                      & np.isclose(old_pred["prefill_ratio"].astype(float), 0.0)]
         if not len(p):
             raise MeasuredBudgetError(f"the old prediction has no row for '{old_scen}' at batch {b}")
-        entries = [("old budget (assumed compute)", float(p["total_ms"].iloc[0]) * 1e3, "assumed compute")]
+        entries = [("old", "old budget (assumed compute)", float(p["total_ms"].iloc[0]) * 1e3, "assumed compute")]
         kt_ = kernel_terms(m, b, context, floor, collectives=bare)
         pj = projected_terms(meas, m, b, context, collectives=bare)
-        entries.append(("measured kernels (aiconfigurator RTX PRO 6000)" + ("" if bare else ", compute only"),
-                        float(kt_["us_step"].sum()), "measured"))
-        entries.append((f"projection of this run's step ({meas.device})" + ("" if bare else ", compute only"),
+        entries.append(("measured kernels", "measured kernels (aiconfigurator RTX PRO 6000)"
+                        + ("" if bare else ", compute only"), float(kt_["us_step"].sum()), "measured"))
+        entries.append(("projection", f"projection of this run's step ({meas.device})" + ("" if bare else ", compute only"),
                         float(pj["us"].sum()), "derived"))
         if bare:
             est, status, _ = kt.estimate_step_us(b)
             if est is not None:
-                entries.append((f"aiconfigurator estimate ({status})", est, "reference"))
-        for name, us, kind in entries:
+                entries.append(("aiconfigurator", f"aiconfigurator estimate ({status})", est, "reference"))
+        for bid, name, us, kind in entries:
             pred = b * 1e6 / us
-            rows.append({"system": r.system, "concurrency": b, "budget": name, "kind": kind, "step_ms": us / 1e3,
-                         "predicted_tok_s": pred, "observed_tok_s": r.observed,
+            rows.append({"system": r.system, "concurrency": b, "budget_id": bid, "budget": name, "kind": kind,
+                         "step_ms": us / 1e3, "predicted_tok_s": pred, "observed_tok_s": r.observed,
                          "rel_err": (pred - r.observed) / r.observed,
                          "within_tolerance": abs(pred - r.observed) / r.observed <= tolerance})
     return pd.DataFrame(rows)
@@ -425,15 +443,21 @@ def host_allreduce(message_bytes: float) -> pd.DataFrame:
     return pd.DataFrame(out).reset_index(drop=True)
 
 
-MEASURED = "measured kernels (aiconfigurator RTX PRO 6000)"
+#: the budgets of budgets_table, by the id each row carries in its `budget_id` column
+BUDGET_IDS = ("old", "measured kernels", "projection", "aiconfigurator")
 
 
-def _pick(table: pd.DataFrame, system: str, concurrency: int, starts: str) -> pd.Series:
-    r = table[(table["system"] == system) & (table["concurrency"] == concurrency)
-              & table["budget"].str.startswith(starts)]
+def pick_budget(table: pd.DataFrame, system: str, concurrency: int, budget_id: str) -> pd.Series:
+    """The one row of a budgets_table for `system`, `concurrency` and `budget_id` (one of BUDGET_IDS);
+    MeasuredBudgetError naming what is missing and what the table has."""
+    if budget_id not in BUDGET_IDS:
+        raise MeasuredBudgetError(f"budget id {budget_id!r} is not one of {BUDGET_IDS}")
+    r = table[(table["system"] == system) & (table["concurrency"] == concurrency) & (table["budget_id"] == budget_id)]
     if len(r) != 1:
-        raise MeasuredBudgetError(f"budgets table: {len(r)} rows for {system!r} at {concurrency} with a budget "
-                                  f"starting {starts!r}; budgets there: {sorted(table['budget'].unique())}")
+        have = sorted(f"{s} @{c}: {b}" for s, c, b in table[["system", "concurrency", "budget_id"]].drop_duplicates()
+                      .itertuples(index=False))
+        raise MeasuredBudgetError(f"budgets table: {len(r)} rows for {system!r} at concurrency {concurrency} with "
+                                  f"budget_id {budget_id!r} (expected one); the table has {have}")
     return r.iloc[0]
 
 
@@ -444,9 +468,9 @@ def goal(table: pd.DataFrame, terms: dict[int, pd.DataFrame], tolerance: float =
     largest components would have to shrink (or grow) to close the gap alone (derived)."""
     rows = []
     for c in sorted(terms):
-        ours = _pick(table, system, c, "measured kernels")
+        ours = pick_budget(table, system, c, "measured kernels")
         try:
-            aic = _pick(table, system, c, "aiconfigurator estimate")
+            aic = pick_budget(table, system, c, "aiconfigurator")
             aic_err = abs(float(aic["rel_err"]))
         except MeasuredBudgetError:
             aic_err = float("nan")

@@ -78,7 +78,7 @@ class Shard:
 
 
 def shard_sizes(m: ma.ModelConfig, tp: int) -> Shard:
-    tp = ma._check_tp(m, tp)
+    tp = ma.check_tp(m, tp)
     for what, n in (("vocab_size", m.vocab), ("dense intermediate_size", m.dense_intermediate),
                     ("shared intermediate (n_shared x moe_intermediate)", m.n_shared * m.moe_intermediate)):
         if n % tp:
@@ -843,3 +843,20 @@ def run_sharded(model_key: str, tp: int, batch: int, context: int, seed: int = 0
             raise StepError(f"the {tp}-rank step over gloo failed: ranks still running after {timeout_s:.0f} s: "
                             f"{[procs.index(p) for p in alive]}; exit codes {bad}")
         return torch.load(Path(tmp) / "rank0.pt")
+
+
+#: A classic sharding bug: the fused gate/up weights split as one block (gate and up cut apart) instead of
+#: each half on its own (shard_model's overrides, per weight name).
+NAIVE_GATE_UP = {"w13": ("dim", 2), "s_w13": ("dim", 1), "d_w13": ("dim", 1)}
+
+
+def sharding_check(model_key: str, batch: int, context: int, tp: int = 2, timing_repeats: int = 3
+                   ) -> tuple[pd.DataFrame, list[dict]]:
+    """The sharded step over `tp` gloo processes against the unsharded one, split rightly and with
+    NAIVE_GATE_UP: one row per variant ('right', 'naive gate_up') with the LogitCheck fields and `ok`, and
+    rank 0's eager timings of the right split (steptime.time_point rows, collectives included)."""
+    ref = unsharded_logits(ma.load_model(model_key), batch, context)
+    ranks = run_sharded(model_key, tp, batch, context, variants=[("right", None), ("naive gate_up", NAIVE_GATE_UP)],
+                        timing_repeats=timing_repeats)
+    checks = {v: compare_logits(ref, ranks[v]) for v in ("right", "naive gate_up")}
+    return pd.DataFrame([{"variant": v, **c.__dict__, "ok": c.ok} for v, c in checks.items()]), ranks["timing"]

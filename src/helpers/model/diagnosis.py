@@ -1,0 +1,462 @@
+"""What the diagnosis chapter says, computed: its tables, the rows it cites and the numbers its prose glues.
+
+The chapter (notebooks/07_diagnosis.ipynb) builds one `Diagnosis` from its inputs, stated there: the model,
+the run's VM/P2P fits and collective sweep (or, in recorded mode, none, on purpose: `fits=None`) and the
+decode-step measurement (this run's, or the committed H200 study: helpers.model.measured.step_measurement).
+Then it calls one function per section. Each returns a `Part`: the values its prose glues, the tables the
+run keeps (under the names helpers.book.layout declares for 07_diagnosis; `save` writes them), the tables
+the page only shows, and the data its figure is drawn from (helpers.book.plotting draws it).
+
+Every row the prose cites is picked by its columns (helpers.interconnect.findings.one, or
+helpers.model.measured.pick_budget), so a removed row or a renamed label raises an error naming it
+instead of dropping a number. Sentences whose wording depends on the mode or the run (`run_text`,
+`coll_text`, `goal_text`, `step_source_text`) are whole variants chosen here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from helpers.book import layout, recorded
+from helpers.interconnect.findings import FindingError, one, rows
+from helpers.model import arith as ma
+from helpers.model import budget as bd
+from helpers.model import kernels as kt
+from helpers.model import measured as mb
+
+VM = "original VM"
+BARE = "bare metal (reference)"
+#: the two ends the budget is checked at: glue suffix -> (system, concurrency)
+POINTS = {"vm_1": (VM, 1), "vm_64": (VM, 64), "bm_1": (BARE, 1), "bm_64": (BARE, 64)}
+ENDS = (1, 64)
+
+
+class DiagnosisError(ValueError):
+    """Inputs to the diagnosis that contradict each other (for example, recorded mode with run results)."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """What one section shows: `values` (glue key -> value), `tables` (result name -> DataFrame, each
+    declared in helpers.book.layout for 07_diagnosis and kept by the run: `save`), `shown` (tables the
+    page shows but the run does not keep) and `figure` (the data its figure is drawn from)."""
+    values: dict
+    tables: dict = field(default_factory=dict)
+    shown: dict = field(default_factory=dict)
+    figure: dict = field(default_factory=dict)
+
+
+CHAPTER = "07_diagnosis"
+
+
+def save(run_dir, part: Part) -> None:
+    """Write the part's tables into the run (helpers.book.layout: an undeclared name is an error)."""
+    for name, table in part.tables.items():
+        layout.save(run_dir, CHAPTER, name, table)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The chapter's inputs and what every section derives from them."""
+    model: ma.ModelConfig
+    tolerance: float
+    live: bool                      # False: recorded mode, nothing of the run is read
+    fits: pd.DataFrame | None       # the run's 06_vm_p2p fits; None: the recorded and reference links only
+    sweep: pd.DataFrame | None      # the run's 06_vm_p2p collective sweep, where it measured one
+    meas: mb.StepMeasurement        # the decode-step measurement (this run's or the committed study)
+    base: bd.Scenario
+    run_link: bd.Link | None
+    pred: pd.DataFrame
+    prim: pd.DataFrame
+
+    @classmethod
+    def build(cls, model: str, tolerance: float, meas: mb.StepMeasurement, live: bool,
+              fits: pd.DataFrame | None = None, sweep: pd.DataFrame | None = None) -> "Diagnosis":
+        if not live and (fits is not None or sweep is not None):
+            raise DiagnosisError("recorded mode reads nothing from the run: pass fits=None and sweep=None "
+                                 "(or live=True to use this run's VM/P2P measurements)")
+        m = ma.load_model(model)
+        return cls(m, tolerance, live, fits, sweep, meas, bd.baseline_scenario(m),
+                   bd.select_run_link(fits) if fits is not None else None, bd.predict_all(m, fits),
+                   bd.primary_observations())
+
+    @property
+    def context(self) -> int:
+        return int(self.base.context.value)
+
+    def observed(self, system: str, concurrency: int, column: str = "observed") -> float:
+        return float(one(self.prim, "the primary observations", system=system, concurrency=concurrency)[column])
+
+    def baseline_table(self) -> pd.DataFrame:
+        """The VM baseline's pure-decode rows of the prediction."""
+        return rows(self.pred, "the prediction", scenario=bd.VM_SCENARIO, prefill_ratio=0.0)
+
+
+# ------------------------------------------------------------------------------------------ page-wide
+RECORDED_STEP_TEXT = ("In recorded mode the chapter reads nothing from the run: its prediction uses the recorded "
+                      "and reference links only (`fits=None`), and its compute the committed decode-step "
+                      "study, `{where}`, timed on {device}.")
+RUN_STEP_TEXT = ("The decode-step measurement is this run's: the decode-step chapter timed the model's real TP8 "
+                 "shapes on {device}.")
+FALLBACK_STEP_TEXT = ("This run has no decode-step measurement of the model's real TP8 shapes on a GPU (the "
+                      "decode-step chapter did not run, or ran on a CPU or in recorded mode), so the compute comes "
+                      "from the committed study `{where}`, timed on {device}.")
+
+
+def step_source_text(d: Diagnosis) -> str:
+    """Where the compute comes from, as the page says it (three variants)."""
+    text = RECORDED_STEP_TEXT if not d.live else RUN_STEP_TEXT if d.meas.where == "this run" else FALLBACK_STEP_TEXT
+    return text.format(where=d.meas.where, device=d.meas.device)
+
+
+def overview(d: Diagnosis) -> dict:
+    return {"obs_vm_1": d.observed(VM, 1), "step_source_text": step_source_text(d)}
+
+
+# ------------------------------------------------------------------------------------------ 1. inputs
+def inputs(d: Diagnosis) -> Part:
+    """The budget's inputs, each labelled measured, derived, assumed or reference, with its source."""
+    base, m = d.base, d.model
+    link, ref_ar = base.link, bd.reference_allreduce_link(base.tp)
+    qs = [base.mem_bw, base.launch_graph, base.launch_eager, base.context, bd.workload_prefill_ratio()]
+    tab = [{"input": q.name, "value": q.value, "unit": q.unit, "kind": q.kind, "source": q.source} for q in qs]
+    tab += [{"input": f"{lk.name}: alpha", "value": lk.alpha_us, "unit": "us", "kind": lk.kind, "source": lk.source}
+            for lk in (link, ref_ar)]
+    tab += [{"input": f"{link.name}: beta", "value": link.beta_GBps, "unit": "GB/s", "kind": link.kind,
+             "source": link.source}]
+    tab += [{"input": "kernels per decode step", "value": bd.kernels_per_step(m), "unit": "kernels", "kind": "assumed",
+             "source": "one kernel per operation of the layer (helpers.model.budget op lists)"},
+            {"input": "collectives per decode step", "value": ma.collectives_per_step(m), "unit": "collectives",
+             "kind": "derived", "source": "layer structure (expert-parallelism chapter)"},
+            {"input": "weights read per GPU, batch 1", "value": bd.step_terms(m, base, 1)["bytes_per_gpu"] / ma.GiB,
+             "unit": "GiB", "kind": "derived", "source": "model configuration and precision mix"}]
+    values = {"bw": base.mem_bw.value, "kfloor_graph": base.launch_graph.value, "kfloor_eager": base.launch_eager.value,
+              "n_kernels": bd.kernels_per_step(m), "n_coll": ma.collectives_per_step(m), "alpha": link.alpha_us,
+              "beta": link.beta_GBps, "ctx": d.context}
+    return Part(values, {"inputs": pd.DataFrame(tab)})
+
+
+# ------------------------------------------------------------------------------------------ 2. mapping
+MAPPING_TOKENS = (1, 4, 16, 64)
+
+
+def mapping(d: Diagnosis) -> Part:
+    """The VM copy fit mapped to an 8-GPU all-reduce by each algorithm, beside bare metal's NCCL all-reduce:
+    a table at the decode sizes and the curves of the figure (long form: series, kind, size, time)."""
+    m, tp, link = d.model, d.base.tp, d.base.link
+    ref_ar = bd.reference_allreduce_link(tp)
+    sizes = ma.allreduce_bytes(m, list(MAPPING_TOKENS))
+    tab = pd.DataFrame({"tokens": list(MAPPING_TOKENS), "message_KiB": sizes / 1024})
+    for alg in bd.ALGORITHMS:
+        tab[f"VM {alg} (us)"] = [bd.collective_time_us(link, "all_reduce", s, tp, alg) for s in sizes]
+    tab["bare metal NCCL, reference (us)"] = [bd.collective_time_us(ref_ar, "all_reduce", s, tp) for s in sizes]
+    _, pts = bd.vm_copy_link(m)
+    xs = np.geomspace(pts.size_bytes.min() / 2, pts.size_bytes.max() * 2, 40)
+    curves = [("alpha-beta fit (derived)", "fit", link.time_us(xs))]
+    curves += [(f"8-GPU all-reduce, {alg} (derived)", "mapping",
+                [bd.collective_time_us(link, "all_reduce", x, tp, alg) for x in xs]) for alg in bd.ALGORITHMS]
+    curves += [("bare-metal NCCL all-reduce (reference)", "reference",
+                [bd.collective_time_us(ref_ar, "all_reduce", x, tp) for x in xs])]
+    long = pd.concat([pd.DataFrame({"series": n, "kind": k, "size_bytes": xs, "time_us": v}) for n, k, v in curves],
+                     ignore_index=True)
+    first = one(tab, "the collective mapping", tokens=1)
+    values = {"ring_1": float(first["VM ring (us)"]), "tree_1": float(first["VM tree (us)"]),
+              "oneshot_1": float(first["VM one_shot (us)"]), "ref_1": float(first["bare metal NCCL, reference (us)"])}
+    return Part(values, {"collective_mapping": tab},
+                figure={"points": pts, "curves": long, "points_label": "recorded: original VM copy"})
+
+
+# ------------------------------------------------------------------------------------------ 3. the budget
+BASELINE_COLUMNS = ["batch", "memory_us", "launch_us", "comm_us", "total_ms", "share_memory", "share_launch",
+                    "share_comm", "tok_s_per_stream", "tok_s_aggregate"]
+
+
+def baseline(d: Diagnosis) -> Part:
+    """The VM baseline by term and batch, its verdict, and the figure's bars (ms) and observed steps."""
+    tab = d.baseline_table()
+    b1, b64 = one(tab, "the VM baseline", batch=1), one(tab, "the VM baseline", batch=64)
+    bars = pd.DataFrame({bd.TERM_NAMES[k] + " (model)": tab[k].to_numpy() / 1e3 for k in bd.TERMS},
+                        index=tab["batch"].to_numpy())
+    obs = pd.Series({c: c / d.observed(VM, c) * 1e3 for c in ENDS})
+    values = {"verdict": bd.verdict(tab), "pred_vm_1": float(b1.tok_s_per_stream), "pred_vm_64": float(b64.tok_s_aggregate),
+              "share_comm_1": 100 * float(b1.share_comm), "share_mem_64": 100 * float(b64.share_memory)}
+    return Part(values, {"budget_baseline": tab[BASELINE_COLUMNS]},
+                figure={"bars": bars, "observed": obs, "observed_label": "observed step, original VM (recorded)"})
+
+
+# ------------------------------------------------------------------------------------------ 4. the check
+GOAL_TEXT = {
+    (True, True): "The goal is met at both ends on both systems.",
+    (False, True): "The goal is not met: the prediction misses on the original VM.",
+    (True, False): "The goal is not met: the prediction misses on bare metal.",
+    (False, False): "The goal is not met: the prediction misses on the original VM and on bare metal.",
+}
+OBSERVATION_COLUMNS = ["system", "kind", "experiment", "concurrency", "value", "value_low", "value_high", "approx",
+                       "source"]
+COMPARISON_COLUMNS = ["system", "concurrency", "steps", "observed_tok_s", "observed_min", "observed_max",
+                      "predicted_tok_s", "rel_err", "within_tolerance", "observed_step_ms", "predicted_step_ms",
+                      "missing_ms", "missing_us_per_collective"]
+
+
+def goal_text(vm_ok: bool, bm_ok: bool) -> str:
+    """Whether the old budget agrees at both ends (1 and 64) on each system."""
+    return GOAL_TEXT[(bool(vm_ok), bool(bm_ok))]
+
+
+def check(d: Diagnosis) -> Part:
+    """The old budget against every observed figure: the figures, the comparison (decode only and with the
+    workload's prompt tokens mixed in), the numbers the text cites and the recorded memory activity."""
+    obs = bd.observations()[OBSERVATION_COLUMNS].sort_values(["kind", "concurrency"])
+    vm64 = one(d.prim, "the primary observations", system=VM, concurrency=64)
+    values = {"sat_lo": float(vm64["observed_min"]), "sat_hi": float(vm64["observed_max"]),
+              "sat_primary": float(vm64["observed"]), "n_sat": int(vm64["n_figures"])}
+    cmp = bd.compare(d.pred, model=d.model.key, tolerance=d.tolerance).assign(steps="decode only")
+    mixed = bd.compare(d.pred, model=d.model.key, prefill_ratio=bd.workload_prefill_ratio().value,
+                       tolerance=d.tolerance).assign(steps="decode + prompt tokens")
+    values.update({"tol_pct": 100 * d.tolerance, "n_ok": int(cmp.within_tolerance.sum())})
+    ok = {}
+    for key, (system, conc) in POINTS.items():
+        r = one(cmp, "the comparison", system=system, concurrency=conc)
+        ok[key] = bool(r["within_tolerance"])
+        values.update({f"err_{key}": 100 * float(r["rel_err"]), f"miss_{key}": float(r["missing_us_per_collective"]),
+                       f"c_obs_{key}": float(r["observed_tok_s"]), f"c_pred_{key}": float(r["predicted_tok_s"])})
+    values["goal_text"] = goal_text(ok["vm_1"] and ok["vm_64"], ok["bm_1"] and ok["bm_64"])
+    values["pred_mixed_vm_64"] = float(one(mixed, "the mixed comparison", system=VM, concurrency=64)["predicted_tok_s"])
+    mem = one(recorded.load("recorded/gpu_profile.csv"), "data/recorded/gpu_profile.csv",
+              metric="memory_bandwidth_utilization")
+    b64 = one(d.baseline_table(), "the VM baseline", batch=64)
+    vm_step = one(cmp, "the comparison", system=VM, concurrency=64)["observed_step_ms"]
+    values.update({"membusy_lo": float(mem["value_low"]), "membusy_hi": float(mem["value_high"]),
+                   "pred_membusy": 100 * float(b64.memory_us / 1e3 / vm_step)})
+    both = pd.concat([cmp, mixed], ignore_index=True)
+    return Part(values, {"comparison": both}, {"observations": obs})
+
+
+# ------------------------------------------------------------------------------------------ 5. measured compute
+BUDGET_KEYS = (("mk", "measured kernels"), ("pj", "projection"), ("aic", "aiconfigurator"), ("old", "old"))
+BUDGET_COLUMNS = ["system", "concurrency", "budget", "kind", "step_ms", "predicted_tok_s", "observed_tok_s",
+                  "rel_err", "within_tolerance"]
+
+
+def _projected_split(d: Diagnosis, batch: int) -> pd.DataFrame:
+    p = mb.projected_terms(d.meas, d.model, batch, d.context)
+    return p.groupby("component", sort=False)["us"].sum().reset_index()
+
+
+def aiconfigurator_outcome() -> dict:
+    """How aiconfigurator's own estimator fared: its stock run's error (without the file it names) and the
+    substitution it ran with."""
+    est = kt.estimate()
+    stock = rows(est, "aiconfigurator's estimate (data/reference/aic_estimate.csv)", substitution="none",
+                 quantity="decode_step").iloc[0]
+    sub = rows(est, "aiconfigurator's estimate (data/reference/aic_estimate.csv)", status="ok",
+               quantity="decode_step").iloc[0]
+    return {"aic_stock": str(stock["note"]).split(" (first:")[0], "aic_sub": str(sub["substitution"])}
+
+
+def measured_compute(d: Diagnosis) -> Part:
+    """The budget on measured kernels and on the projection of the decode-step measurement, per component
+    at 1 and 64, every budget against the observations, and the goal."""
+    m, meas, ctx = d.model, d.meas, d.context
+    kts = {b: mb.kernel_terms(m, b, ctx, meas.floor_us()) for b in ENDS}
+    pjs = {b: mb.projected_terms(meas, m, b, ctx) for b in ENDS}
+    split_kt = pd.concat([mb.components(t).assign(batch=b) for b, t in kts.items()])
+    split_pj = pd.concat([_projected_split(d, b).assign(batch=b) for b in ENDS])
+    comp = (split_kt.assign(budget="measured kernels (ms)").pivot_table(index="component", columns=["budget", "batch"],
+            values="us", sort=False) / 1e3).join(split_pj.assign(budget="projection (ms)").pivot_table(
+            index="component", columns=["budget", "batch"], values="us", sort=False) / 1e3)
+    bud = mb.budgets_table(m, d.pred, meas, ctx, d.tolerance)
+    goal = mb.goal(bud, kts, d.tolerance)
+    values = {}
+    for c in ENDS:
+        for key, bid in BUDGET_KEYS:
+            r = mb.pick_budget(bud, BARE, c, bid)
+            values[f"bm_{key}_{c}"] = float(r["predicted_tok_s"])
+            values[f"bm_{key}_err_{c}"] = 100 * float(r["rel_err"])
+        g = one(goal, "the goal", concurrency=c)
+        values.update({f"bm_obs_{c}": float(mb.pick_budget(bud, BARE, c, "measured kernels")["observed_tok_s"]),
+                       f"bm_mk_ms_{c}": float(g["predicted_ms"]), f"bm_obs_ms_{c}": float(g["observed_ms"]),
+                       f"goal_within_{c}": "within" if g["within"] else "outside",
+                       f"goal_aic_{c}": "closer than" if g["as_close_as_aic"] else "farther than"})
+        for k in ("largest", "second"):
+            values.update({f"goal_{k}_{c}": str(g[k]), f"goal_{k}_ms_{c}": float(g[f"{k}_ms"]),
+                           f"goal_{k}_pct_{c}": 100 * abs(float(g[f"{k}_change"]))})
+    values.update({"aic_dist": kt.AIC_DISTRIBUTION, "msg_kib_64": float(ma.allreduce_bytes(m, 64)) / 1024,
+                   "bw_here": meas.peak().value, "bw_rtx": mb.gpu_bandwidth(kt.RTX).value,
+                   "meas_device": meas.device, "meas_where": meas.where, **aiconfigurator_outcome()})
+    tables = {"kernel_terms": pd.concat([t.assign(batch=b) for b, t in kts.items()]),
+              "projection": pd.concat([p.assign(batch=b) for b, p in pjs.items()]), "budgets": bud, "goal": goal}
+    return Part(values, tables, {"components": comp})
+
+
+PROJECTION_CHECK_COLUMNS = ["batch", "op", "ours_us", "projected_us", "aic_target_us", "target_dtype",
+                            "ratio_projected", "ratio_here"]
+
+
+def projection_check(d: Diagnosis) -> Part:
+    """The projection, operation by operation, against aiconfigurator's kernels on the recorded GPU."""
+    fid = mb.op_fidelity_table(d.meas, d.model, ENDS, d.context)
+    one_stream = _projected_split(d, 1)
+    small = float(one(one_stream, "the projected step at batch 1", component="norms and small ops")["us"]) / 1e3
+    small += float(one(one_stream, "the projected step at batch 1", component="indexer")["us"]) / 1e3
+    values = {"pj_ratio_med": float(fid["ratio_projected"].median()), "pj_ratio_lo": float(fid["ratio_projected"].min()),
+              "pj_ratio_hi": float(fid["ratio_projected"].max()),
+              "pj_hi_op": str(fid.loc[fid["ratio_projected"].idxmax(), "op"]),
+              "pj_lo_op": str(fid.loc[fid["ratio_projected"].idxmin(), "op"]),
+              "here_ratio_med": float(fid["ratio_here"].median()), "pj_small_idx_1": small}
+    return Part(values, {"projection_check": fid})
+
+
+# ------------------------------------------------------------------------------------------ 6. the VM's gap
+GAP_KEYS = ("observed_step_ms", "compute_ms", "left_for_collectives_ms", "per_collective_us", "bare_metal_allreduce_us")
+HOST_COLUMNS = ["decode_concurrency", "system", "gpus", "message_bytes", "time_us", "kind", "source"]
+HOST_2GPU = "host memory"         # data/reference/host_allreduce.csv: two GPUs without P2P (sglang PR #39605)
+HOST_H200 = "P2P_DISABLE=1"       # two H200s with NCCL's P2P disabled (this book's two-GPU run)
+
+
+def vm_gap(d: Diagnosis) -> Part:
+    """What the VM's step leaves for its collectives once compute is measured, beside host-memory
+    all-reduces measured elsewhere."""
+    gap = mb.vm_gap(d.model, d.meas, d.context)
+    values = {}
+    for c in ENDS:
+        g = one(gap, "the VM gap", concurrency=c)
+        values.update({f"gap_{k}_{c}": float(g[k]) for k in GAP_KEYS})
+        values[f"gap_kib_{c}"] = float(g["message_bytes"]) / 1024
+        values[f"gap_x_bm_{c}"] = float(g["per_collective_us"] / g["bare_metal_allreduce_us"])
+    host = pd.concat([mb.host_allreduce(one(gap, "the VM gap", concurrency=c)["message_bytes"])
+                      .assign(decode_concurrency=c) for c in ENDS])
+    pick = lambda c, v: one(host, "the host-memory all-reduces", decode_concurrency=c, variant=v)  # noqa: E731
+    pr, h1, h64 = pick(1, HOST_2GPU), pick(1, HOST_H200), pick(64, HOST_H200)
+    steps = d.base.tp - 1
+    values.update({"host_pr_us": float(pr["time_us"]), "host_pr_kib": float(pr["message_bytes"]) / 1024,
+                   "host_h200_1": float(h1["time_us"]), "host_h200_64": float(h64["time_us"]),
+                   "host_h200_64_kib": float(h64["message_bytes"]) / 1024, "ring_scale": steps,
+                   "host_pr_ring": steps * float(pr["time_us"]), "host_h200_ring_64": steps * float(h64["time_us"]),
+                   "n_coll_vm": int(one(gap, "the VM gap", concurrency=1)["collectives"])})
+    return Part(values, {"vm_gap": gap}, {"host_allreduce": host[HOST_COLUMNS]})
+
+
+# ------------------------------------------------------------------------------------------ 7. this run
+RUN_TEXT_RECORDED = "In recorded mode this chapter ignores the run's own measurements."
+RUN_TEXT_NO_FITS = ("This run has no `06_vm_p2p/fits.csv` (the VM/P2P chapter did not measure), so only the "
+                    "recorded and reference links are used.")
+RUN_TEXT_NO_LINK = "This run's `fits.csv` holds no measured fit, so only the recorded and reference links are used."
+RUN_TEXT_LINK = ("This run measured a link: {name} ({source}), alpha {alpha:.1f} us, beta {beta:.1f} GB/s, {used}. "
+                 "With it in place of the VM's, the budget predicts {tok_1:.1f} tokens/s for one stream and "
+                 "{tok_max:.0f} in aggregate at batch {bmax}. That machine is not the original VM: this is a "
+                 "prediction for the GLM-5 deployment on a link like the one measured here, not a check.")
+RUN_COLUMNS = ["batch", "memory_us", "launch_us", "comm_us", "total_ms", "tok_s_per_stream", "tok_s_aggregate"]
+
+
+def run_link(d: Diagnosis) -> Part:
+    """The link this run measured and what the budget predicts with it (`run_text`), or why there is none."""
+    if not d.live:
+        return Part({"run_text": RUN_TEXT_RECORDED})
+    if d.fits is None:
+        return Part({"run_text": RUN_TEXT_NO_FITS})
+    if d.run_link is None:
+        return Part({"run_text": RUN_TEXT_NO_LINK})
+    rt = rows(d.pred, "the prediction", scenario=bd.RUN_SCENARIO, prefill_ratio=0.0)
+    r1, rmax = one(rt, "this run's link", batch=1), rt.loc[rt["batch"].idxmax()]
+    lk = d.run_link
+    text = RUN_TEXT_LINK.format(name=lk.name, source=lk.source, alpha=lk.alpha_us, beta=lk.beta_GBps,
+                                used="used as the all-reduce itself" if lk.collective else "mapped by a ring",
+                                tok_1=r1.tok_s_per_stream, tok_max=rmax.tok_s_aggregate, bmax=int(rmax.batch))
+    return Part({"run_text": text}, shown={"run_link": rt[RUN_COLUMNS]})
+
+
+COLL_TEXT_NONE = "No collective sweep was run in this run, so there is no live all-to-all vs all-reduce comparison."
+COLL_TEXT_ONE_OP = "The run's collective sweep lacks one of all-to-all and all-reduce, so they are not compared."
+COLL_TEXT_RATIO = ("The run's collective sweep has both all-to-all and all-reduce; at decode message sizes the "
+                   "all-to-all took {ratio:.2f} times the all-reduce's time (median over sizes and backends, "
+                   "measured on this run's machine), to set beside the byte and round counts of the "
+                   "expert-parallelism chapter.")
+
+
+def collective_points(sweep: pd.DataFrame) -> pd.DataFrame:
+    """Time per collective by backend, world size and size, one column per op: the default setting, timed
+    with the CUDA-graph harness where the sweep has it (as the decode step issues its all-reduces), else
+    eagerly."""
+    s = rows(sweep, "the run's collective sweep", variant="default")
+    s = s[s["harness"] == ("graph" if (s["harness"] == "graph").any() else "eager")]
+    return s.pivot_table(index=["backend", "world_size", "size_bytes"], columns="op", values="time_us").reset_index()
+
+
+def collectives(d: Diagnosis) -> Part:
+    """This run's all-to-all against its all-reduce at decode sizes (`coll_text`), where it measured both."""
+    if not d.live or d.sweep is None or not len(d.sweep):
+        return Part({"coll_text": COLL_TEXT_NONE})
+    piv = collective_points(d.sweep)
+    if not {"all_reduce", "all_to_all"} <= set(piv.columns):
+        return Part({"coll_text": COLL_TEXT_ONE_OP}, shown={"collective_points": piv})
+    lo, hi = ma.allreduce_bytes(d.model, 1) / 4, ma.allreduce_bytes(d.model, 64) * 4
+    dec = piv[piv.size_bytes.between(lo, hi)]
+    if not len(dec):
+        raise FindingError(f"the run's collective sweep has no point between {lo:.0f} and {hi:.0f} B (the decode "
+                           f"sizes); its sizes: {sorted(piv.size_bytes.unique())}")
+    ratio = (dec.all_to_all / dec.all_reduce).median()
+    return Part({"coll_text": COLL_TEXT_RATIO.format(ratio=ratio)}, shown={"collective_points": piv})
+
+
+# ------------------------------------------------------------------------------------------ 8. what-if
+def fits_on_gpus(d: Diagnosis) -> dict[str, bool]:
+    """Scenario -> whether its weights per GPU fit in the recorded GPUs' memory at the recorded
+    --mem-fraction-static (derived)."""
+    return {n: bool(ma.weights_per_gpu(d.model, s.tp, s.pp) < _weight_budget_bytes()) for n, s in _scenarios(d).items()}
+
+
+def _scenarios(d: Diagnosis) -> dict[str, bd.Scenario]:
+    return {s.name: s for s in bd.scenarios(d.model, d.run_link)}
+
+
+def _weight_budget_bytes() -> float:
+    gpu_bytes = float(recorded.hardware()["gpu_memory"].value) * ma.GiB
+    flag = one(recorded.load("recorded/launch_config.csv"), "data/recorded/launch_config.csv",
+               name="--mem-fraction-static")
+    return gpu_bytes * float(flag["value"])
+
+
+WHAT_IF_COLUMNS = ["tok_s_per_stream @1", "share_comm @1", "tok_s_aggregate @64", "share_comm @64"]
+
+
+def what_if(d: Diagnosis) -> Part:
+    """Every scenario at batch 1 and 64, whether its weights fit, its dominant term; the figure's lines
+    (tokens/s per stream against aggregate, per scenario) and the observed ends."""
+    pure = rows(d.pred, "the prediction", prefill_ratio=0.0)
+    fit = fits_on_gpus(d)
+    wi = (pure[pure.batch.isin(list(ENDS))]
+          .pivot_table(index="scenario", columns="batch", values=["tok_s_per_stream", "tok_s_aggregate", "share_comm"],
+                       sort=False))
+    wi.columns = [f"{a} @{b}" for a, b in wi.columns]
+    wi = wi[WHAT_IF_COLUMNS]
+    unknown = [i for i in wi.index if i not in fit]
+    if unknown:
+        raise FindingError(f"the prediction has scenario(s) {unknown} that helpers.model.budget.scenarios does not "
+                           f"define; it defines {sorted(fit)}")
+    wi["weights fit on 96 GB"] = [fit[i] for i in wi.index]
+    wi["dominant @1"] = [bd.dominant_term(one(pure, "the prediction", scenario=i, batch=1)) for i in wi.index]
+    wi = wi.reset_index()
+    at1 = lambda sc: float(one(wi, "the what-if table", scenario=sc)["tok_s_per_stream @1"])  # noqa: E731
+    values = {"wi_p2p_1": at1(bd.BAREMETAL_SCENARIO), "wi_graphs_off_1": at1(bd.GRAPHS_OFF_SCENARIO),
+              "wi_pp_1": at1(bd.PP_SCENARIO),
+              "wi_4gpu_GiB": ma.weights_per_gpu(d.model, _scenarios(d)[bd.TP4_SCENARIO].tp) / ma.GiB,
+              "wi_budget_GiB": _weight_budget_bytes() / ma.GiB}
+    lines = pure[["scenario", "batch", "tok_s_aggregate", "tok_s_per_stream"]].assign(fits=pure.scenario.map(fit))
+    stars = pd.DataFrame([{"label": f"observed: {s}", "kind": k, "tok_s_aggregate": d.observed(s, c),
+                           "tok_s_per_stream": d.observed(s, c) / c} for s, k in ((VM, "recorded"), (BARE, "reference"))
+                          for c in ENDS])
+    return Part(values, {"what_if": wi}, figure={"lines": lines, "observed": stars})
+
+
+# ------------------------------------------------------------------------------------------ 9. next steps
+def next_steps(d: Diagnosis) -> Part:
+    """The investigation's open next steps ranked by the gain the budget predicts, and those it cannot price."""
+    rank = bd.rank_next_steps(d.pred, fits_on_gpus(d))
+    top = one(rank, "the ranked next steps", rank=1)
+    unpriced = rank[rank.modelled_as == "not modelled"]
+    values = {"top_step": str(top.step), "top_gain": float(top.gain_batch1),
+              "unpriced": "; ".join(f"{r.step} ({r.how})" for r in unpriced.itertuples())}
+    return Part(values, {"next_steps_ranked": rank})

@@ -1,0 +1,67 @@
+"""The published site as a reader meets it: self-contained, offline, checked in a real browser.
+
+The browser test needs Debian's Chromium (`make browser` installs it); without it, it is skipped and
+says so."""
+import re
+
+import pytest
+
+from helpers import repo_root
+from helpers.book import browser, runbook, site
+
+ROOT = repo_root()
+#: the run the published site shows (Makefile: SITE_RUN)
+SITE_RUN = re.search(r"^SITE_RUN\s*\?=\s*runs/(\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("site")
+    index = runbook.build(ROOT / "runs" / SITE_RUN, ROOT, strict=True, echo=lambda *a: None, out_dir=out)
+    return index.parent
+
+
+def test_mathjax_ships_from_the_package():
+    es5 = site.mathjax_source()
+    assert (es5 / "tex-mml-chtml.js").exists()
+
+
+@pytest.mark.slow
+def test_no_page_loads_anything_from_the_network(built):
+    assert (built / "_static" / site.ENTRY).exists()
+    assert (built / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2" / "MathJax_Main-Regular.woff").exists()
+    assert (built / "_static" / "custom.css").exists()
+    for page in browser.pages(built):
+        text = page.read_text()
+        loads = re.findall(r'<(?:script|link|img|iframe|source)\b[^>]*\b(?:src|href)="((?:https?:)?//[^"]+)"', text)
+        assert not loads, f"{page.relative_to(built)} loads {loads[:3]} from the network"
+        assert "THEBE_JS_URL" not in text
+    for css in (built / "_static").rglob("*.css"):
+        assert not re.search(r"url\(\s*['\"]?(?:https?:)?//", css.read_text(errors="replace")), css
+
+
+@pytest.mark.slow
+def test_nothing_of_the_machines_is_on_the_pages(built):
+    for page in browser.pages(built):
+        text = page.read_text()
+        assert not browser.ABS_PATH.search(re.sub(r"<[^>]+>", " ", text)), page
+        assert "run_dir = &quot;/" not in text and 'run_dir = "/' not in text
+        assert not browser.PROGRESS.search(text), page
+    status = (built / "appendix" / "status.html").read_text()
+    assert "hostname" not in status
+    chapter = (built / "notebooks" / "06_vm_p2p.html").read_text()
+    assert "Parameters of this run" in chapter and f"runs/{SITE_RUN}" in chapter
+
+
+@pytest.mark.slow
+def test_every_page_in_a_real_browser(built):
+    if not browser.find_chromium():
+        pytest.skip(browser.INSTALL_HINT)
+    report = browser.check_site(built, echo=lambda *a: None)
+    problems = [f"{p['page']}: {e}" for p in report["per_page"] for e in p["errors"]]
+    print(browser.summary_line(report))
+    assert not problems, "\n".join(problems[:40])
+    assert report["pages"] >= len(runbook.toc_entries(ROOT))
+    assert report["math"] > 0 and report["images"] > 0 and report["links_checked"] > 50
+    shots = built.parent / "screenshots"
+    assert len(list(shots.glob("*.png"))) == report["pages"] and (shots / "report.json").exists()

@@ -1,0 +1,67 @@
+"""The numbers the decode-step chapter and the diagnosis put into their prose, read back out of the session's
+execution of the book under `recorded` (tests/conftest.py) and checked against data/ independently of the
+helpers that picked them. The fast tests that removed rows and renamed labels fail are in test_diagnosis.py
+and test_stepreport.py."""
+import json
+import re
+
+import pytest
+
+from helpers import repo_root
+from helpers.book import recorded
+from helpers.book.glue import read_glued
+from helpers.model import arith
+
+ROOT = repo_root()
+GLUE_REF = re.compile(r"\{glue(?::text|:figure|:)?\}`([^`:]+)")
+GLUE_FIGURE = re.compile(r"```\{glue:figure\}\s+(\S+)")
+STEMS = ("07_decode_step", "07_diagnosis")
+
+
+def glued(run, stem: str) -> dict[str, str]:
+    return read_glued(run[2] / "notebooks" / f"{stem}.ipynb")
+
+
+def serving_value(experiment: str, concurrency: int) -> float:
+    s = recorded.load("recorded/serving.csv")
+    r = s[(s.experiment == experiment) & (s.metric == "output_throughput") & (s.concurrency == concurrency)]
+    return float(r.value.iloc[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_key_the_prose_cites_is_glued_under_recorded(recorded_run, stem):
+    nb = json.loads((ROOT / "notebooks" / f"{stem}.ipynb").read_text())
+    md = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    cited = set(GLUE_REF.findall(md)) | set(GLUE_FIGURE.findall(md))
+    missing = sorted(cited - set(glued(recorded_run, stem)))
+    assert cited and not missing, f"{stem} cites {missing} but did not glue them under `recorded`"
+
+
+@pytest.mark.slow
+def test_the_decode_step_chapter_cites_the_committed_h200_study(recorded_run):
+    g = glued(recorded_run, "07_decode_step")
+    study = recorded.study("decode-step")
+    t = recorded.load(f"measured/{study.id}/timings.csv")
+    step = t[(t.what == "step") & (t["mode"] == "graph") & (t.attention == "dense") & (t.context == 384)]
+    assert g["where"] == f"data/measured/{study.id}"
+    assert float(g["step_1"]) == float(step[step.batch == 1].median_us.iloc[0]) / 1e3
+    assert float(g["step_64"]) == float(step[step.batch == 64].median_us.iloc[0]) / 1e3
+    assert g["check_text"].startswith("This run did not execute the two-rank check") and g["cpu_text"] == ""
+    m = arith.load_model("glm5")
+    assert (g["heads"], g["moe_layers"]) == (str(m.heads), str(m.moe_layers))
+
+
+@pytest.mark.slow
+def test_the_diagnosis_cites_the_recorded_observations_and_says_it_read_nothing(recorded_run):
+    g = glued(recorded_run, "07_diagnosis")
+    assert float(g["obs_vm_1"]) == serving_value("sweep_256_256", 1)
+    assert float(g["sat_primary"]) == serving_value("sweep_256_256", 64)
+    b = recorded.load("reference/baremetal.csv")
+    cut = b[(b.metric == "output_throughput") & b.system.str.contains("cutlass")]
+    assert float(g["c_obs_bm_64"]) == float(cut[cut.concurrency == 64].value.iloc[0])
+    assert g["n_coll"] == g["n_coll_vm"] == str(arith.collectives_per_step(arith.load_model("glm5")))
+    assert g["run_text"] == "In recorded mode this chapter ignores the run's own measurements."
+    assert g["step_source_text"].startswith("In recorded mode the chapter reads nothing from the run")
+    assert f"data/measured/{recorded.study('decode-step').id}" in g["step_source_text"]
+    assert g["meas_where"] == f"data/measured/{recorded.study('decode-step').id}"

@@ -1,0 +1,113 @@
+"""helpers.model.stepreport: what the decode-step chapter glues, from the committed H200 measurement and
+synthetic tables (no GPU, no processes). A removed row or a renamed label fails naming it."""
+import math
+
+import pandas as pd
+import pytest
+
+from helpers.interconnect.findings import FindingError
+from helpers.model import arith as ma
+from helpers.model import measured as mb
+from helpers.model import stepreport as sr
+
+
+@pytest.fixture(scope="module")
+def meas():
+    return mb.step_measurement(None)
+
+
+@pytest.fixture(scope="module")
+def glm5():
+    return ma.load_model("glm5")
+
+
+def test_bytes_and_shapes_come_from_the_measurement_and_the_model(meas, glm5):
+    v = sr.bytes_values(meas, 384)
+    tab = sr.bytes_table(meas, 384)
+    assert math.isclose(tab.loc["total", "bytes_emulated GiB @1"], v["gib_emul_1"])
+    assert math.isclose(v["bound_ms_64"], v["gib_emul_64"] * ma.GiB / (v["peak_GBps"] * 1e9) * 1e3)
+    assert v["peak_name"] == "NVIDIA H200" and v["moe_held"] == meas.meta["plan"]["moe_held"]
+    s = sr.shape_values(glm5, 8)
+    assert (s["heads_rank"], s["inter_rank"]) == (glm5.heads // 8, glm5.moe_intermediate // 8)
+    with pytest.raises(FindingError, match="context=999"):
+        sr.bytes_values(meas, 999)
+    with pytest.raises(mb.MeasuredBudgetError, match=r"batch\(es\) \[3\]"):
+        sr.bytes_table(meas, 384, (1, 3))
+
+
+def test_a_missing_meta_entry_is_named(meas):
+    from dataclasses import replace
+    bare = replace(meas, meta={k: v for k, v in meas.meta.items() if k != "plan"})
+    with pytest.raises(mb.MeasuredBudgetError, match="no 'plan'"):
+        sr.bytes_values(bare, 384)
+
+
+def test_measurement_values_pick_the_step_rows(meas):
+    v = sr.measurement_values(meas, 64, 384, 8192)
+    assert v["step_1"] == sr.step_ms(meas, 1, 384) and math.isclose(v["tok_64"], 64e3 / v["step_64"])
+    assert v["sparse_64_long"] == float(meas.row(64, 8192, "step", attention="sparse")["median_us"]) / 1e3
+    with pytest.raises(mb.MeasuredBudgetError, match="timing rows for batch 128"):
+        sr.measurement_values(meas, 128, 384, 8192)
+
+
+def test_split_values_and_figure_bars(meas):
+    tab = sr.split_table(meas, (1, 64), 384)
+    v = sr.split_values(tab, 64, sr.step_ms(meas, 1, 384))
+    moe1 = tab[(tab.batch == 1) & (tab.component == "moe")]
+    assert v["share1_moe"] == 100 * float(moe1.share.iloc[0]) and math.isclose(tab[tab.batch == 64].share.sum(), 1)
+    bars = sr.split_by_batch(meas, 384)
+    assert list(bars.columns) == list(sr.SPLIT) and 64 in bars.index
+    with pytest.raises(mb.MeasuredBudgetError, match=r"lacks the component\(s\) \['lm_head'\]"):
+        sr.split_values(tab[tab.component != "lm_head"], 64, 1.0)
+
+
+def test_fidelity_values_select_by_op_kind(meas, glm5):
+    fid = mb.op_fidelity_table(meas, glm5, (1, 64), 384)
+    assert set(fid.op_kind) == {"gemm", "attention", "bmm", "experts"}
+    v = sr.fidelity_values(fid, 64)
+    gemm = fid[fid.op_kind == "gemm"]
+    assert v["gemm_ratio_hi"] == gemm.ratio_here.max() and v["gemm_ratio_hi_op"] in set(gemm.op)
+    renamed = fid.replace({"op_kind": {"experts": "moe"}})
+    with pytest.raises(FindingError, match="op_kind='experts'.*moe"):
+        sr.fidelity_values(renamed, 64)
+
+
+def test_tuning_values(meas, glm5):
+    tab, v = sr.tuning(meas, glm5, 384)
+    assert math.isclose(v["moe_gain"], v["vm_step_ms"] / (v["vm_step_ms"] - v["moe_ms"]))
+    assert set(tab.tuning) == {"MoE runner", "CUDA graphs", "--mem-fraction-static"}
+
+
+def test_check_text_variants():
+    assert sr.check_text(None) == sr.CHECK_NOT_RUN
+    check = pd.DataFrame([{"variant": "right", "rel_err": 2.1e-6, "tolerance": 1e-4, "tokens_agree": True, "ok": True},
+                          {"variant": "naive gate_up", "rel_err": 1.45, "tolerance": 1e-4, "tokens_agree": False,
+                           "ok": False}])
+    assert sr.check_text(check) == ("On this CPU, two gloo ranks gave the unsharded logits to a relative error of "
+                                    "2.1e-06 (tolerance 1e-04, greedy tokens equal): pass; the naive gate/up split "
+                                    "was off by 1.45 and was caught.")
+    wrong = check.assign(ok=[False, True])
+    assert ": FAIL;" in sr.check_text(wrong) and "was NOT caught" in sr.check_text(wrong)
+    with pytest.raises(FindingError, match="variant='naive gate_up'"):
+        sr.check_text(check.iloc[:1])
+
+
+def test_cpu_text_names_what_the_cpu_timed(meas):
+    assert sr.cpu_text(None, None, 8) == ""
+    t = meas.timings[(meas.timings.context == 384) & meas.timings.batch.isin([1, 8])]
+    sweep = {"timings": t, "bytes": meas.bytes, "meta": {"device_name": "CPU (test)", "sweep_s": 6.0}}
+    timing = [{"what": "step", "median_us": 22100.0}, {"what": "collectives", "median_us": 6100.0}]
+    text = sr.cpu_text(sweep, timing, 8)
+    assert text.startswith("On this machine (CPU (test)) the scaled-down model's step took ")
+    assert "(eager, 6.0 s for the sweep), and 22.1 ms on each of two gloo ranks at batch 8, 6.1 ms of it" in text
+    with pytest.raises(mb.MeasuredBudgetError, match=r"no row for \['collectives'\]"):
+        sr.cpu_text(sweep, timing[:1], 8)
+
+
+def test_sweep_config_follows_the_parameters():
+    p = {"model": "glm5", "cpu_model": "glm5-mini", "tp": 8, "batches": [1, 64], "contexts": [384, 8192],
+         "cpu_batches": [1, 8], "cpu_contexts": [96], "time_limit_s": 60}
+    gpu = sr.sweep_config(p, gpu=True)
+    assert gpu.device == "cuda" and gpu.op_level == ((1, 384), (64, 384)) and gpu.sparse_points == ((1, 8192), (64, 8192))
+    cpu = sr.sweep_config(p, gpu=False)
+    assert (cpu.model, cpu.tp, cpu.modes, cpu.device) == ("glm5-mini", 2, ("eager",), "cpu")
