@@ -86,7 +86,7 @@ def test_list_targets_shows_the_shipped_targets():
 
 
 def test_plan_refuses_parameters_a_chapter_does_not_declare(mini):
-    with pytest.raises(runbook.RunbookError, match=r"01_first does not declare parameter\(s\) \['sizes'\]"):
+    with pytest.raises(runbook.RunbookError, match=r"typo.yaml: chapter 01_first does not declare parameter 'sizes'"):
         runbook.plan(runbook.load_target("typo", mini), mini)
     t = runbook.Target("t", "d", parameters={"modee": "auto"})
     with pytest.raises(runbook.RunbookError, match="declared by no chapter"):

@@ -111,7 +111,10 @@ def test_bad_specs_are_clear_errors(tmp_path):
     srv = Server(ServerSpec(argv=["/no/such/program"], port=free_port()), tmp_path / "x.log")
     with pytest.raises(ServerError, match="not found"):
         srv.start()
-    with pytest.raises(ValueError, match="startup_timeout_s"):
-        Server(ServerSpec(argv=["x"], port=1), tmp_path / "y.log", startup_timeout_s=0)
+    for bad in (0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="startup_timeout_s"):
+            Server(ServerSpec(argv=["x"], port=1), tmp_path / "y.log", startup_timeout_s=bad)
+    with pytest.raises(ValueError, match="memory_mb"):
+        ServerSpec(argv=["x"], port=1, memory_mb=float("nan"))
     with pytest.raises(ValueError, match="unknown demo configuration 'bogus'"):
         demo.server_spec("bogus", {})

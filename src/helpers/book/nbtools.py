@@ -58,6 +58,17 @@ def problems(path: Path) -> list[str]:
     nxt_code = next((c for c in nxt if c["cell_type"] == "code"), None)
     if nxt_code is None or "validate(" not in "".join(nxt_code["source"]):
         out.append("the cell after the parameters cell does not call params.validate(...)")
+        return out
+    from helpers.book import precheck
+
+    try:   # the runbook checks a run's values with this call before the run starts
+        checks = precheck.chapter_checks(path)
+    except precheck.PrecheckError as e:
+        out.append(str(e))
+        return out
+    unchecked = sorted(set(checks.defaults) - set(checks.specs))
+    if unchecked:
+        out.append(f"parameter(s) {unchecked} are not checked by the params.validate(...) call")
     return out
 
 

@@ -2,10 +2,16 @@
 
 Each chapter has one cell tagged `parameters` holding literals only; the next cell calls `validate`
 with a spec per parameter. A bad value fails at once with a `ParameterError` naming the parameter,
-the value and what is allowed, and how to set it.
+the value and what is allowed, and how to set it (one line per bad value). Numbers must be finite:
+NaN and infinity are refused (a comparison with NaN is always false, so a range check alone would
+let it through). The runbook runs the same checks on a target's values before the first chapter
+starts (helpers.book.precheck).
 """
 from __future__ import annotations
 
+import ast
+import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -46,13 +52,15 @@ def number(lo: float | None = None, hi: float | None = None, integer: bool = Fal
     def check(v):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ValueError
+        if not math.isfinite(v):
+            raise ValueError
         if integer and not float(v).is_integer():
             raise ValueError
         if (lo is not None and v < lo) or (hi is not None and v > hi):
             raise ValueError
         return int(v) if integer else float(v)
 
-    kind = "an integer" if integer else "a number"
+    kind = "an integer" if integer else "a finite number"
     rng = []
     if lo is not None:
         rng.append(f">= {lo}")
@@ -94,24 +102,61 @@ def boolean() -> Spec:
     return Spec("True or False", check)
 
 
+def problem(name: str, value: Any, spec: Spec) -> str | None:
+    """Why `value` is not allowed for parameter `name` (None when it is)."""
+    try:
+        spec.check(value)
+    except (ValueError, TypeError, ArithmeticError):
+        return f"parameter '{name}' = {value!r} is not allowed: expected {spec.describe}"
+    return None
+
+
+def injected_names(namespace: dict) -> set[str]:
+    """The names papermill injected into a notebook's kernel: the assignments of its injected-parameters
+    cell (the executed cell that starts with papermill's '# Parameters' comment), read from IPython's
+    input history in `namespace`. Empty outside a papermill run."""
+    history = namespace.get("_ih") or namespace.get("In") or []
+    for src in reversed(list(history)):
+        if isinstance(src, str) and src.lstrip().startswith("# Parameters\n"):
+            try:
+                tree = ast.parse(src)
+            except SyntaxError:
+                return set()
+            return {t.id for node in tree.body if isinstance(node, ast.Assign)
+                    for t in node.targets if isinstance(t, ast.Name)}
+    return set()
+
+
 def validate(values: dict[str, Any], specs: dict[str, Spec]) -> dict[str, Any]:
     """Check every parameter in `values` against `specs`; return the normalised values.
 
-    Raises ParameterError naming the first bad parameter, its value, and the allowed values."""
+    Raises ParameterError with one line per bad parameter, naming its value and the allowed values. In a
+    notebook executed by papermill, a parameter passed to it that it does not have (`-p bogus 1`) is an
+    error too, not papermill's warning."""
     unknown = set(values) - set(specs)
     if unknown:
         raise ParameterError(f"no spec for parameter(s) {sorted(unknown)}; add one to the validate() call")
-    out = {}
+    try:
+        caller = sys._getframe(1).f_globals
+    except ValueError:
+        caller = {}
+    passed = injected_names(caller) - set(values)
+    if passed:
+        raise ParameterError(f"parameter(s) {sorted(passed)} were passed to this notebook, which has no such "
+                             f"parameter; its parameters: {', '.join(sorted(values))}. Fix: remove them from the "
+                             "target's parameters file or the -p options")
+    out, bad = {}, []
     for name, spec in specs.items():
         if name not in values:
-            raise ParameterError(f"parameter '{name}' is missing from the parameters cell")
-        v = values[name]
-        try:
-            out[name] = spec.check(v)
-        except (ValueError, TypeError):
-            raise ParameterError(
-                f"parameter '{name}' = {v!r} is not allowed: expected {spec.describe}. Fix: {_fix_hint(name)}"
-            ) from None
+            bad.append(f"parameter '{name}' is missing from the parameters cell")
+            continue
+        why = problem(name, values[name], spec)
+        if why:
+            bad.append(f"{why}. Fix: {_fix_hint(name)}")
+        else:
+            out[name] = spec.check(values[name])
+    if bad:
+        raise ParameterError("\n".join(bad))
     return out
 
 

@@ -4,22 +4,36 @@
     python -m helpers.book.runbook --target recorded    # the recorded investigation only
     python -m helpers.book.runbook --render runs/ID     # re-render an existing run, measuring nothing
 
+    python -m helpers.book.runbook --resume runs/ID     # continue an interrupted run
+
 A run is a folder runs/<run-id>/ with the executed notebooks (notebooks/), the chapters' result
 tables (results/<chapter>/), each chapter's log of stderr (logs/) and manifest.json: per-chapter
-status (ok / failed / skipped, with the error), durations, parameters, the hardware fingerprint,
-software versions and timestamps. The manifest is rewritten after every chapter, so an interrupted
-run keeps what finished. runs/latest points at the newest run. The site is then built from the run
-with execution off ("run where the hardware is, render anywhere"): a failed or skipped chapter is
-rendered as a page that says so, and the status page lists every chapter.
+status (pending / running / ok / failed / interrupted / skipped, with the error), durations,
+parameters, the hardware fingerprint, software versions, timestamps and the plan the run was started
+with. Every chapter is in the manifest from the start; the manifest is rewritten atomically (never half
+a file) whenever a chapter starts or ends, and on SIGTERM or Ctrl-C the chapter in progress is marked
+interrupted. `--resume RUN` continues a run with the plan it was started with: finished chapters are
+kept, the others run again into the same folder, where their sweeps resume from the points already
+measured. runs/latest points at the newest run. The site is then built from the run with execution off
+("run where the hardware is, render anywhere"): a chapter that did not finish is rendered as a page that
+says so, and the status page lists every chapter.
+
+Every input is checked before the first chapter starts, each problem with one message: the target
+file (YAML, its keys and their types), the chapter selection, the run id (a plain name), and every
+parameter value from the target or the command line against the checks the chapter itself declares
+(helpers.book.precheck).
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import platform
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -31,15 +45,25 @@ from pathlib import Path
 import yaml
 
 from helpers import __version__, repo_root
-from helpers.book import environment, layout
+from helpers.book import environment, layout, precheck, procs
 
 TARGETS_DIR = "targets"
 _TARGET_KEYS = {"description", "parameters", "chapters", "skip", "execution_timeout", "requires"}
 ALWAYS = ("run_dir",)  # parameters the runbook itself sets
+#: a chapter's status in the manifest
+STATUSES = ("pending", "running", "ok", "failed", "interrupted", "skipped")
+#: run ids are plain names: a letter or digit, then letters, digits, '.', '_', '-' (no path, not 'latest')
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+RESERVED_RUN_IDS = ("latest",)
+MAX_EXECUTION_TIMEOUT_S = 7 * 24 * 3600
 
 
 class RunbookError(RuntimeError):
     """A problem with the runbook's inputs (target, chapters, run directory)."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """The run was asked to stop (SIGTERM, SIGHUP): handled like Ctrl-C."""
 
 
 # ----------------------------------------------------------------------------- table of contents
@@ -93,39 +117,173 @@ class Target:
     skip: list = field(default_factory=list)
     execution_timeout: int = 900
     requires: dict = field(default_factory=dict)  # see unmet_requirements
+    path: str = ""                                  # the file it was read from
+    origins: dict = field(default_factory=dict)     # (chapter or "", parameter) -> where the value came from
+    overrides: list = field(default_factory=list)   # the -p items applied
+
+    def origin(self, chapter: str, name: str) -> str:
+        return self.origins.get((chapter, name)) or self.origins.get(("", name)) or self.path or "the target"
+
+    def as_plan(self) -> dict:
+        """What the manifest records, so that --resume runs the same plan."""
+        return {"target": self.name, "target_file": self.path, "description": self.description,
+                "parameters": self.parameters, "chapters": self.chapters, "skip": self.skip,
+                "execution_timeout": self.execution_timeout, "requires": self.requires,
+                "overrides": self.overrides,
+                "origins": [[c, n, w] for (c, n), w in self.origins.items()]}
+
+    @classmethod
+    def from_plan(cls, p: dict) -> "Target":
+        t = cls(p["target"], p.get("description", ""), dict(p.get("parameters") or {}),
+                {k: dict(v or {}) for k, v in (p.get("chapters") or {}).items()}, list(p.get("skip") or []),
+                int(p.get("execution_timeout", 900)), dict(p.get("requires") or {}), p.get("target_file", ""),
+                {(c, n): w for c, n, w in p.get("origins") or []}, list(p.get("overrides") or []))
+        return t
+
+
+def target_path(name: str, root: Path | None = None) -> Path:
+    """targets/<name>.yaml for a plain name; a path (it holds '/' or ends in .yaml/.yml) as given."""
+    root = root or repo_root()
+    if "/" in name or name.endswith((".yaml", ".yml")) or name in (".", ".."):
+        p = Path(name)
+        return p if p.is_absolute() else Path.cwd() / p
+    return root / TARGETS_DIR / f"{name}.yaml"
 
 
 def load_target(name: str, root: Path | None = None) -> Target:
-    """Read targets/<name>.yaml; refuse an unknown name, listing the known ones."""
+    """Read a target (targets/<name>.yaml, or a YAML file by path); refuse, with one message naming the
+    file, a missing file or a directory, YAML that does not parse, a top level that is not a mapping,
+    unknown keys, and keys of the wrong type."""
     root = root or repo_root()
-    path = root / TARGETS_DIR / f"{name}.yaml"
+    if not isinstance(name, str) or not name.strip():
+        raise RunbookError(f"--target {name!r}: give a target name ({', '.join(known_targets(root))}) or a YAML file")
+    path = target_path(name, root)
     known = known_targets(root)
+    if path.is_dir():
+        raise RunbookError(f"target {name!r}: {path} is a directory; a target is a YAML file "
+                           f"({TARGETS_DIR}/<name>.yaml); known targets: {', '.join(known)}")
     if not path.exists():
         raise RunbookError(f"unknown target {name!r}; known targets: {', '.join(known)} "
-                           f"(each is a file {TARGETS_DIR}/<name>.yaml)")
-    raw = yaml.safe_load(path.read_text()) or {}
-    extra = set(raw) - _TARGET_KEYS
+                           f"(each is a file {TARGETS_DIR}/<name>.yaml, or give the path of a YAML file)")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise RunbookError(f"{path}: cannot be read as text ({e})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        where = ""
+        mark = getattr(e, "problem_mark", None)
+        if mark is not None:
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+        raise RunbookError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise RunbookError(f"{path}: a target is a mapping with the keys {sorted(_TARGET_KEYS)}; this file's top "
+                           f"level is a {type(raw).__name__} ({str(raw)[:60]!r})")
+    bad = []
+    extra = set(map(str, raw)) - _TARGET_KEYS
     if extra:
-        raise RunbookError(f"{path}: unknown key(s) {sorted(extra)}; allowed: {sorted(_TARGET_KEYS)}")
-    if "description" not in raw:
-        raise RunbookError(f"{path}: needs a `description`")
-    return Target(name, raw["description"], raw.get("parameters") or {}, raw.get("chapters") or {},
-                  raw.get("skip") or [], int(raw.get("execution_timeout", 900)),
-                  requires=_requires(path, raw.get("requires")))
+        bad.append(f"unknown key(s) {sorted(extra)}; allowed: {sorted(_TARGET_KEYS)}")
+    desc = raw.get("description")
+    if not isinstance(desc, str) or not desc.strip():
+        bad.append(f"needs a `description` (a sentence saying what the target runs); got {desc!r}")
+    params = raw.get("parameters")
+    if params is None:
+        params = {}
+    elif not isinstance(params, dict):
+        bad.append(f"`parameters` must be a mapping NAME: VALUE (applied to every chapter that declares NAME); "
+                   f"got a {type(params).__name__}: {str(params)[:60]}")
+        params = {}
+    chap = raw.get("chapters")
+    if chap is None:
+        chap = {}
+    elif not isinstance(chap, dict):
+        bad.append(f"`chapters` must be a mapping CHAPTER: {{NAME: VALUE}} (per-chapter overrides, by notebook "
+                   f"stem); got a {type(chap).__name__}: {str(chap)[:60]}")
+        chap = {}
+    else:
+        for k, v in list(chap.items()):
+            if v is None:
+                chap[k] = {}
+            elif not isinstance(v, dict):
+                bad.append(f"`chapters: {k}:` must be a mapping NAME: VALUE; got a {type(v).__name__}: {str(v)[:60]}")
+                chap[k] = {}
+    skip = raw.get("skip")
+    if skip is None:
+        skip = []
+    elif isinstance(skip, str) or not isinstance(skip, list) or not all(isinstance(x, str) for x in skip):
+        bad.append(f"`skip` must be a list of chapter stems, e.g. `skip: [06_vm_p2p]`; got {skip!r}"
+                   + (" (a string, which would be read letter by letter)" if isinstance(skip, str) else ""))
+        skip = []
+    timeout = raw.get("execution_timeout", 900)
+    if (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout)
+            or timeout < 1 or timeout > MAX_EXECUTION_TIMEOUT_S or float(timeout) != int(timeout)):
+        bad.append(f"`execution_timeout` must be a whole number of seconds from 1 to {MAX_EXECUTION_TIMEOUT_S} "
+                   f"(the time limit of one notebook cell); got {timeout!r}"
+                   + (" (0 would remove the time limit)" if timeout == 0 and not isinstance(timeout, bool) else ""))
+        timeout = 900
+    try:
+        requires = _requires(path, raw.get("requires"))
+    except RunbookError as e:
+        bad.append(str(e).split(": ", 1)[1])
+        requires = {}
+    if bad:
+        raise RunbookError("\n".join(f"{path}: {b}" for b in bad))
+    try:
+        shown = str(path.relative_to(root))
+    except ValueError:
+        shown = str(path)
+    is_path = "/" in name or name.endswith((".yaml", ".yml"))
+    return Target(path.stem if is_path else name, desc, dict(params),
+                  {str(k): dict(v) for k, v in chap.items()}, list(skip), int(timeout), requires, shown)
+
+
+def parse_chapters(text: str | None, root: Path | None = None) -> list[str] | None:
+    """--chapters: comma-separated chapter stems (None: every chapter). An empty selection is refused."""
+    if text is None:
+        return None
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if not names:
+        stems = [stem(d) for d in chapters(root)]
+        raise RunbookError(f"--chapters {text!r} names no chapter; give comma-separated chapter stems, e.g. "
+                           f"--chapters {stems[0]},{stems[-1]} (chapters: {', '.join(stems)})")
+    return list(dict.fromkeys(names))
+
+
+def check_run_id(run_id: str) -> str:
+    """A run id is a plain folder name under runs/ (no '/', no '..', not 'latest')."""
+    if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id) or run_id in RESERVED_RUN_IDS or ".." in run_id:
+        raise RunbookError(f"--run-id {run_id!r}: a run id is a plain name of letters, digits, '.', '_' and '-' "
+                           f"(starting with a letter or digit, no '/' or '..', at most 128 characters, and not "
+                           f"{' or '.join(RESERVED_RUN_IDS)!r}, which the runbook keeps for the newest run), "
+                           f"e.g. 20261201-h200-mine")
+    return run_id
 
 
 def plan(target: Target, root: Path | None = None, only: list[str] | None = None,
-         run_dir: Path | None = None) -> list[dict]:
+         run_dir: Path | None = None, check_values: bool = True) -> list[dict]:
     """Per chapter: docname, notebook path, parameters to inject (validated against what the
-    chapter declares), and whether it is skipped. Refuses a selection whose chapters need results
-    (helpers.book.layout.NEEDS) that no earlier selected chapter produces and `run_dir` does not hold."""
+    chapter declares and checks), and whether it is skipped. Refuses a selection whose chapters need
+    results (helpers.book.layout.NEEDS) that no earlier selected chapter produces and `run_dir` does
+    not hold. Every problem is one line of the RunbookError."""
     root = root or repo_root()
     docs = chapters(root)
     stems = [stem(d) for d in docs]
-    for s in list(target.chapters) + list(target.skip) + list(only or []):
-        if s not in stems:
-            raise RunbookError(f"target {target.name!r} or --chapters names chapter {s!r}, which is not "
-                               f"a notebook in _toc.yml; chapters: {', '.join(stems)}")
+    problems = []
+    for where, names in ((f"{target.path or target.name}: `chapters`", list(target.chapters)),
+                         (f"{target.path or target.name}: `skip`", list(target.skip)),
+                         ("--chapters", list(only or []))):
+        for s in names:
+            if s not in stems:
+                origin = where
+                if where.endswith("`chapters`") and any(c == s for c, _ in target.origins):
+                    origin = next(w for (c, _), w in target.origins.items() if c == s)
+                problems.append(f"{origin} names chapter {s!r}, which is not a notebook in _toc.yml; "
+                                f"chapters: {', '.join(stems)}")
+    if problems:
+        raise RunbookError("\n".join(problems))
     used_globals: set[str] = set()
     steps = []
     for doc in docs:
@@ -136,23 +294,34 @@ def plan(target: Target, root: Path | None = None, only: list[str] | None = None
         used_globals |= set(params)
         override = target.chapters.get(s) or {}
         bad = [k for k in override if k not in declared]
-        if bad:
-            raise RunbookError(f"target {target.name!r}: chapter {s} does not declare parameter(s) {bad}; "
-                               f"it declares: {', '.join(declared) or 'none'}")
-        params.update(override)
+        for k in bad:
+            problems.append(f"{target.origin(s, k)}: chapter {s} does not declare parameter {k!r}; it declares: "
+                            f"{', '.join(declared) or 'none'}")
+        params.update({k: v for k, v in override.items() if k in declared})
         skipped = s in target.skip or (only is not None and s not in only)
         steps.append({"docname": doc, "stem": s, "notebook": nb, "parameters": params,
                       "declared": list(declared), "skip": skipped})
     unused = set(target.parameters) - used_globals
-    if unused:
-        raise RunbookError(f"target {target.name!r}: parameter(s) {sorted(unused)} are declared by no chapter")
-    selected = [st["stem"] for st in steps if not st["skip"]]
-    problems = layout.check_needs(selected, run_dir, {st["stem"]: st["parameters"].get("mode") for st in steps})
+    for k in sorted(unused):
+        problems.append(f"{target.origin('', k)}: parameter {k!r} is declared by no chapter")
+    if check_values:
+        for st in steps:
+            if st["skip"]:
+                continue
+            try:
+                problems += precheck.problems(st["stem"], st["notebook"], st["parameters"],
+                                              {k: target.origin(st["stem"], k) for k in st["parameters"]}, ALWAYS)
+            except precheck.PrecheckError as e:
+                problems.append(str(e))
     if problems:
-        raise RunbookError("; ".join(problems))
+        raise RunbookError("\n".join(problems))
     unmet = unmet_requirements(target, steps)
     if unmet:
         raise RunbookError(f"target {target.name!r} cannot run here:\n  - " + "\n  - ".join(unmet))
+    selected = [st["stem"] for st in steps if not st["skip"]]
+    needs = layout.check_needs(selected, run_dir, {st["stem"]: st["parameters"].get("mode") for st in steps})
+    if needs:
+        raise RunbookError("\n".join(needs))
     return steps
 
 
@@ -220,19 +389,28 @@ def unmet_requirements(target: Target, steps: list[dict]) -> list[str]:
 def apply_overrides(target: Target, items: list[str]) -> None:
     """`-p NAME=VALUE` (every chapter that declares NAME) or `-p CHAPTER.NAME=VALUE` (one chapter);
     VALUE is read as YAML (`-p tolerance=0.3`, `-p concurrencies=[1,4]`)."""
+    bad = []
     for item in items or []:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise RunbookError(f"-p {item!r}: expected NAME=VALUE or CHAPTER.NAME=VALUE")
+        chapter, dot, name = key.strip().rpartition(".")
+        if not sep or not name.strip() or (dot and not chapter.strip()):
+            bad.append(f"-p {item!r}: expected NAME=VALUE or CHAPTER.NAME=VALUE (e.g. -p tolerance=0.3 or "
+                       f"-p 06_vm_p2p.sweep=full)")
+            continue
         try:
             val = yaml.safe_load(value)
         except yaml.YAMLError as exc:
-            raise RunbookError(f"-p {item!r}: the value is not valid YAML ({exc})") from None
-        chapter, dot, name = key.strip().rpartition(".")
+            bad.append(f"-p {item!r}: the value is not valid YAML ({str(exc).splitlines()[0]})")
+            continue
         if dot:
             target.chapters.setdefault(chapter, {})[name] = val
+            target.origins[(chapter, name)] = f"the command line (-p {item})"
         else:
             target.parameters[name] = val
+            target.origins[("", name)] = f"the command line (-p {item})"
+        target.overrides.append(item)
+    if bad:
+        raise RunbookError("\n".join(bad))
 
 
 # ----------------------------------------------------------------------------- run record
@@ -302,23 +480,69 @@ def _now() -> str:
 
 
 def write_manifest(run_dir: Path, manifest: dict) -> None:
-    tmp = run_dir / ".manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, default=str))
-    os.replace(tmp, run_dir / "manifest.json")
+    """Write manifest.json atomically: a temporary file in the same folder, flushed to disk, then renamed
+    over the old one (a reader, or a crash, never sees half a file)."""
+    run_dir = Path(run_dir)
+    tmp = run_dir / f".manifest.json.{os.getpid()}.tmp"
+    data = json.dumps(manifest, indent=2, default=str)
+    try:
+        with open(tmp, "w") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, run_dir / "manifest.json")
+    finally:
+        tmp.unlink(missing_ok=True)
+    try:
+        fd = os.open(run_dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def read_manifest(run_dir: Path) -> dict:
+    """A run's manifest, checked: a missing, unreadable or malformed one is refused naming the file."""
     path = Path(run_dir) / "manifest.json"
+    if not Path(run_dir).is_dir():
+        raise RunbookError(f"{run_dir} is not a run directory (no such folder); runs are made by "
+                           f"`python -m helpers.book.runbook --target NAME` and live in runs/")
     if not path.exists():
         raise RunbookError(f"{run_dir} is not a run directory (no manifest.json); "
                            f"runs are made by `python -m helpers.book.runbook --target NAME`")
-    return json.loads(path.read_text())
+    try:
+        m = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise RunbookError(f"{path}: not a readable run manifest ({type(e).__name__}: {e}); it may have been cut "
+                           f"short or edited by hand: restore it from the run's copy, or make the run again") from None
+    bad = []
+    if not isinstance(m, dict):
+        bad.append(f"the top level is a {type(m).__name__}, not a mapping")
+    else:
+        for k, t in (("run_id", str), ("target", str), ("chapters", list)):
+            if not isinstance(m.get(k), t):
+                bad.append(f"`{k}` should be a {t.__name__}, got {m.get(k)!r:.60}")
+        for i, c in enumerate(m.get("chapters") or [] if isinstance(m.get("chapters"), list) else []):
+            if not isinstance(c, dict) or not isinstance(c.get("stem"), str) or not isinstance(c.get("docname"), str):
+                bad.append(f"chapter entry {i} lacks its stem or docname: {str(c)[:80]}")
+            elif c.get("status") not in STATUSES:
+                bad.append(f"chapter {c['stem']}: status {c.get('status')!r} is not one of {STATUSES}")
+            elif not isinstance(c.get("duration_s", 0), (int, float)):
+                bad.append(f"chapter {c['stem']}: duration_s {c.get('duration_s')!r} is not a number")
+    if bad:
+        raise RunbookError(f"{path}: not a valid run manifest: " + "; ".join(bad[:5]))
+    return m
 
 
 def _point_latest(runs_dir: Path, run_dir: Path) -> None:
     link = runs_dir / "latest"
-    if link.is_symlink() or link.exists():
+    if link.is_symlink():
         link.unlink()
+    elif link.exists():
+        raise RunbookError(f"{link} is a real folder or file, not the link the runbook keeps to the newest run; "
+                           f"rename it (a run id cannot be 'latest')")
     link.symlink_to(run_dir.name)
 
 
@@ -328,11 +552,13 @@ class _stderr_to:
 
     def __init__(self, f):
         self.f = f
+        self.saved = None
 
     def __enter__(self):
         sys.stderr.flush()
         self.saved = os.dup(2)
         os.dup2(self.f.fileno(), 2)
+        return self
 
     def __exit__(self, *exc):
         sys.stderr.flush()
@@ -341,48 +567,106 @@ class _stderr_to:
         return False
 
 
+def _end_children(grace_s: float = 5.0) -> None:
+    """After an interrupt: end what this process started and did not stop (a kernel, a build). Their
+    keepers end the servers and workers those started."""
+    kids = procs.descendants(os.getpid())
+    for p in kids:
+        try:
+            os.kill(p, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + grace_s
+    while any(procs.alive(p) for p in kids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for p in kids:
+        if procs.alive(p):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def new_manifest(target: Target, run_dir: Path, root: Path, steps: list[dict], only: list[str] | None) -> dict:
+    """The manifest of a run about to start: every chapter listed, pending or skipped."""
+    recs = []
+    for st in steps:
+        rec = {"docname": st["docname"], "stem": st["stem"], "parameters": dict(st["parameters"]),
+               "status": "skipped" if st["skip"] else "pending", "duration_s": 0.0, "started": None,
+               "finished": None, "error": None}
+        if st["skip"]:
+            rec["error"] = {"ename": "Skipped", "evalue": "not selected for this run"
+                            if only is not None and st["stem"] not in only else f"skipped by target {target.name!r}"}
+        recs.append(rec)
+    return {"run_id": run_dir.name, "target": target.name, "target_description": target.description,
+            "started": _now(), "finished": None, "status": "running", "hardware": fingerprint(),
+            "versions": versions(root), "environment": _environment_record(),
+            "plan": {**target.as_plan(), "only": only}, "sessions": [],
+            "chapters": recs}
+
+
 def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = None,
-            echo=print) -> dict:
-    """Execute every chapter of the plan into run_dir; return the manifest."""
+            echo=print, manifest: dict | None = None) -> dict:
+    """Execute every chapter of the plan into run_dir; return the manifest. With `manifest` (a run being
+    resumed), chapters already ok or skipped are kept and the others run again."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
-    steps = plan(target, root, only)
+    steps = plan(target, root, only, run_dir=run_dir)
     (run_dir / "notebooks").mkdir(parents=True, exist_ok=True)
     (run_dir / "logs").mkdir(exist_ok=True)
-    manifest = {
-        "run_id": run_dir.name, "target": target.name, "target_description": target.description,
-        "started": _now(), "finished": None, "status": "running",
-        "hardware": fingerprint(), "versions": versions(root), "environment": _environment_record(),
-        "chapters": [],
-    }
-    write_manifest(run_dir, manifest)
+    resuming = manifest is not None
+    if manifest is None:
+        manifest = new_manifest(target, run_dir, root, steps, only)
+    recs = {c["stem"]: c for c in manifest["chapters"]}
+    for st in steps:   # chapters added to the book since the run started: listed, to run
+        if st["stem"] not in recs:
+            recs[st["stem"]] = {"docname": st["docname"], "stem": st["stem"], "parameters": dict(st["parameters"]),
+                                "status": "skipped" if st["skip"] else "pending", "duration_s": 0.0,
+                                "started": None, "finished": None, "error": None}
+            manifest["chapters"].append(recs[st["stem"]])
+    manifest["status"] = "running"
+    manifest["finished"] = None
+    session = {"started": _now(), "finished": None, "pid": os.getpid(), "resumed": resuming, "ran": []}
+    manifest.setdefault("sessions", []).append(session)
+    failed_writes = []
+
+    def save():
+        try:
+            write_manifest(run_dir, manifest)
+        except OSError as e:   # keep going: the next write may succeed; the last one must
+            failed_writes.append(str(e))
+            print(f"warning: could not write {run_dir / 'manifest.json'} ({e}); the run goes on", file=sys.stderr)
+
+    save()
     n = len(steps)
     t_run = time.perf_counter()
     for i, step in enumerate(steps, 1):
-        rec = {"docname": step["docname"], "stem": step["stem"], "parameters": dict(step["parameters"]),
-               "status": "skipped", "duration_s": 0.0, "started": None, "finished": None, "error": None}
-        manifest["chapters"].append(rec)
+        rec = recs[step["stem"]]
         label = f"[{i:>2}/{n}] {step['stem']:<24}"
-        if step["skip"]:
-            rec["error"] = {"ename": "Skipped", "evalue": "not selected for this run"
-                            if only is not None and step["stem"] not in only else
-                            f"skipped by target {target.name!r}"}
+        if rec["status"] == "skipped" or step["skip"]:
             echo(f"{label} skipped")
-            write_manifest(run_dir, manifest)
+            continue
+        if resuming and rec["status"] == "ok":
+            echo(f"{label} ok (kept from before)")
             continue
         params = dict(step["parameters"])
         if "run_dir" in step["declared"]:
             params["run_dir"] = str(run_dir.resolve())
-        rec["parameters"] = params
         out_nb = run_dir / "notebooks" / f"{step['stem']}.ipynb"
-        rec["started"] = _now()
+        rec.update(parameters=params, status="running", started=_now(), finished=None, error=None,
+                   runs=rec.get("runs", 0) + 1)
+        session["ran"].append(step["stem"])
+        save()
         if echo is print:  # show the chapter while it runs; its result completes the line
             print(label, end=" ", flush=True)
             label = ""
         t0 = time.perf_counter()
         try:
-            with open(run_dir / "logs" / f"{step['stem']}.log", "w") as log, _stderr_to(log):
+            with open(run_dir / "logs" / f"{step['stem']}.log", "a") as log, _stderr_to(log):
+                log.write(f"=== {_now()}: {'resumed' if rec['runs'] > 1 else 'started'} by runbook "
+                          f"pid {os.getpid()} ===\n")
+                log.flush()
                 # the kernel process inherits fd 2: its own warnings land in the chapter's log
                 papermill.execute_notebook(
                     str(step["notebook"]), str(out_nb), parameters=params, kernel_name="python3",
@@ -395,14 +679,19 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
             rec["error"] = {"ename": exc.ename, "evalue": str(exc.evalue)[:2000],
                             "cell_index": exc.cell_index,
                             "traceback": "\n".join(exc.traceback)[-6000:] if exc.traceback else ""}
-        except KeyboardInterrupt:
-            rec["status"] = "failed"
-            rec["error"] = {"ename": "KeyboardInterrupt", "evalue": "the run was interrupted here"}
+        except KeyboardInterrupt as exc:
+            why = str(exc) or "Ctrl-C"
+            rec["status"] = "interrupted"
+            rec["error"] = {"ename": type(exc).__name__,
+                            "evalue": f"the run was interrupted here ({why}); continue it with "
+                                      f"`python -m helpers.book.runbook --resume {run_dir}`"}
             rec["duration_s"] = round(time.perf_counter() - t0, 2)
             rec["finished"] = _now()
             manifest["status"] = "interrupted"
             manifest["finished"] = _now()
-            write_manifest(run_dir, manifest)
+            session["finished"] = _now()
+            _end_children()
+            save()
             raise
         except Exception as exc:  # noqa: BLE001 - a chapter's failure must not stop the others
             rec["status"] = "failed"
@@ -414,12 +703,19 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
         if rec["error"]:
             msg += f"  {rec['error']['ename']}: {rec['error']['evalue'].splitlines()[0][:160] if rec['error']['evalue'] else ''}"
         echo(msg)
-        write_manifest(run_dir, manifest)
+        save()
     manifest["finished"] = _now()
-    manifest["duration_s"] = round(time.perf_counter() - t_run, 2)
+    session["finished"] = _now()
+    manifest["duration_s"] = round(sum(c.get("duration_s") or 0.0 for c in manifest["chapters"]), 2)
+    manifest["session_duration_s"] = round(time.perf_counter() - t_run, 2)
+    left = [c["stem"] for c in manifest["chapters"] if c["status"] not in ("ok", "skipped", "failed")]
     failed = [c["stem"] for c in manifest["chapters"] if c["status"] == "failed"]
-    manifest["status"] = "failed" if failed else "ok"
-    write_manifest(run_dir, manifest)
+    manifest["status"] = "failed" if failed else ("interrupted" if left else "ok")
+    try:
+        write_manifest(run_dir, manifest)
+    except OSError as e:
+        raise RunbookError(f"the run finished but {run_dir / 'manifest.json'} could not be written ({e}); "
+                           f"free the disk and continue with --resume {run_dir}") from None
     return manifest
 
 
@@ -445,6 +741,13 @@ def _problem_page(title: str, rec: dict, manifest: dict) -> str:
     err = rec.get("error") or {}
     if rec["status"] == "skipped":
         head = f"This chapter was **skipped** in run `{manifest['run_id']}` ({err.get('evalue', '')})."
+    elif rec["status"] in ("pending", "running", "interrupted"):
+        said = {"pending": "**did not run**: the run ended before it started",
+                "running": "**did not finish**: the run was stopped while it ran (its process was killed)",
+                "interrupted": "**was interrupted** while it ran"}[rec["status"]]
+        head = (f"This chapter {said} in run `{manifest['run_id']}` (target `{manifest['target']}`). "
+                f"Continue the run with `python -m helpers.book.runbook --resume runs/{manifest['run_id']}`: "
+                f"finished chapters are kept and this one resumes from the points it had measured.")
     else:
         where = f" in cell {err['cell_index']}" if err.get("cell_index") is not None else ""
         head = (f"This chapter **failed**{where} in run `{manifest['run_id']}` "
@@ -452,7 +755,7 @@ def _problem_page(title: str, rec: dict, manifest: dict) -> str:
                 f"still ran; the executed notebook with the error is kept in the run folder as "
                 f"`notebooks/{rec['stem']}.ipynb`.")
     body = [f"# {title}", "", head, ""]
-    if err and rec["status"] != "skipped":
+    if err and rec["status"] not in ("skipped", "pending"):
         body += [f"**{err.get('ename', 'Error')}**: ", "", _fence(str(err.get("evalue", ""))), ""]
         if err.get("traceback"):
             import re
@@ -469,8 +772,10 @@ def status_page(manifest: dict, titles: dict[str, str]) -> str:
         return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
 
     m = manifest
-    counts = {s: sum(1 for c in m["chapters"] if c["status"] == s) for s in ("ok", "failed", "skipped")}
-    total = sum(c["duration_s"] for c in m["chapters"])
+    counts = {s: sum(1 for c in m["chapters"] if c["status"] == s) for s in STATUSES}
+    total = sum(c.get("duration_s") or 0.0 for c in m["chapters"])
+    said = ", ".join(f"{counts[s]} {s}" for s in ("ok", "failed", "skipped")) + "".join(
+        f", {counts[s]} {s}" for s in ("interrupted", "running", "pending") if counts[s])
     lines = [
         "# Run status", "",
         "What executed where: this page is generated from the run's `manifest.json` each time the site "
@@ -482,7 +787,9 @@ def status_page(manifest: dict, titles: dict[str, str]) -> str:
         row("started (UTC)", m.get("started")), row("finished (UTC)", m.get("finished") or "not finished"),
         row("overall status", m.get("status")),
         row("made from", commit_provenance(m)[0]),
-        row("chapters", f"{counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped"),
+        row("chapters", said),
+        row("sessions", f"{len(m.get('sessions') or [])} (a run continued with --resume has more than one)"
+            if m.get("sessions") else "not recorded"),
         row("execution time, all chapters (s)", f"{total:.1f}"),
         "", "## Chapters", "",
         row("#", "chapter", "status", "time (s)", "error"), row("---", "---", "---", "---:", "---"),
@@ -490,7 +797,7 @@ def status_page(manifest: dict, titles: dict[str, str]) -> str:
     for i, c in enumerate(m["chapters"], 1):
         err = c.get("error") or {}
         e = f"{err.get('ename', '')}: {str(err.get('evalue', '')).splitlines()[0][:200] if err.get('evalue') else ''}" if err else ""
-        lines.append(row(i, titles.get(c["stem"], c["stem"]), f"**{c['status']}**", f"{c['duration_s']:.1f}", e))
+        lines.append(row(i, titles.get(c["stem"], c["stem"]), f"**{c['status']}**", f"{c.get('duration_s') or 0.0:.1f}", e))
     lines += ["", "## Hardware", "", row("item", "value"), row("---", "---")]
     for k, v in (m.get("hardware") or {}).items():
         if k == "hostname":  # the machine's name tells a reader nothing and is not for publishing
@@ -588,7 +895,7 @@ def build(run_dir: Path, root: Path | None = None, strict: bool = True, echo=pri
     if strict:
         cmd += ["-W", "-n", "--keep-going"]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, preexec_fn=procs.die_with_parent)
     log = out / "_build" / "build.log"
     log.write_text(proc.stdout + "\n" + proc.stderr)
     if proc.returncode != 0:
@@ -608,14 +915,19 @@ def _parser() -> argparse.ArgumentParser:
                "  python -m helpers.book.runbook --target auto\n"
                "  python -m helpers.book.runbook --target recorded --no-build\n"
                "  python -m helpers.book.runbook --render runs/latest\n"
-               "  python -m helpers.book.runbook --target auto --chapters 01_environment,06_vm_p2p",
+               "  python -m helpers.book.runbook --resume runs/latest\n"
+               "  python -m helpers.book.runbook --target auto --chapters 01_environment,06_vm_p2p\n"
+               "  python -m helpers.book.runbook --target cpu-demo -p 03_baselines_tuning.concurrencies=[1,4]",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", default="auto", help="parameter set to run (default: auto)")
-    p.add_argument("--run-id", help="name of the run folder (default: <UTC time>-<target>-<host>)")
+    p.add_argument("--target", default=None, help="parameter set to run: a name in targets/ or a YAML file "
+                                                  "(default: auto)")
+    p.add_argument("--run-id", help="name of the run folder, a plain name (default: <UTC time>-<target>-<host>)")
     p.add_argument("--runs-dir", default="runs", help="where run folders go (default: runs/)")
     p.add_argument("--chapters", help="comma-separated chapter stems to execute; the rest are skipped")
     p.add_argument("--no-build", action="store_true", help="execute only; build the site later with --render")
     p.add_argument("--render", metavar="RUN_DIR", help="build the site from an existing run; execute nothing")
+    p.add_argument("--resume", metavar="RUN", help="continue an interrupted run (a folder, or a run id in "
+                                                  "--runs-dir) with the plan it was started with")
     p.add_argument("--no-strict", action="store_true", help="build without -W -n (warnings not fatal)")
     p.add_argument("-p", "--param", action="append", default=[], metavar="[CHAPTER.]NAME=VALUE",
                    help="override a target parameter for every chapter, or for one (value read as YAML)")
@@ -623,38 +935,103 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _run_dir_arg(text: str, runs_dir: Path, what: str) -> Path:
+    p = Path(text)
+    if not p.is_absolute():
+        p = Path.cwd() / p
+    if not p.exists() and "/" not in text and RUN_ID.fullmatch(text):
+        p = runs_dir / text
+    if not p.exists():
+        raise RunbookError(f"{what} {text!r}: no such run folder (looked for {p}); runs live in {runs_dir}")
+    return p.resolve()
+
+
+class _signals_interrupt:
+    """SIGTERM and SIGHUP raise RunInterrupted in the main thread while the run executes."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+    def __enter__(self):
+        self.saved = {}
+
+        def handler(signum, _frame):
+            raise RunInterrupted(signal.Signals(signum).name)
+
+        for sig in self.SIGNALS:
+            try:
+                self.saved[sig] = signal.signal(sig, handler)
+            except (ValueError, OSError):   # not the main thread: nothing to install
+                pass
+        return self
+
+    def __exit__(self, *exc):
+        for sig, h in self.saved.items():
+            signal.signal(sig, h)
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     root = repo_root()
     try:
+        runs_dir = Path(args.runs_dir)
+        if not runs_dir.is_absolute():
+            runs_dir = root / runs_dir
         if args.list_targets:
             for name in known_targets(root):
                 t = load_target(name, root)
                 print(f"{name:<12} {' '.join(t.description.split())}")
             return 0
+        if args.render and args.resume:
+            raise RunbookError("--render and --resume: give one (--resume executes what is left, then builds)")
         if args.render:
-            run_dir = Path(args.render)
-            if not run_dir.is_absolute():
-                run_dir = (Path.cwd() / run_dir)
+            run_dir = _run_dir_arg(args.render, runs_dir, "--render")
             read_manifest(run_dir)
-            build(run_dir.resolve(), root, strict=not args.no_strict)
+            build(run_dir, root, strict=not args.no_strict)
             return 0
-        target = load_target(args.target, root)
-        apply_overrides(target, args.param)
-        only = [s.strip() for s in args.chapters.split(",") if s.strip()] if args.chapters else None
-        plan(target, root, only)  # validate before creating anything
-        runs_dir = Path(args.runs_dir)
-        if not runs_dir.is_absolute():
-            runs_dir = root / runs_dir
-        run_id = args.run_id or (dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-                                 + f"-{target.name}-{socket.gethostname().split('.')[0][:20]}")
-        run_dir = runs_dir / run_id
-        if run_dir.exists():
-            raise RunbookError(f"run folder {run_dir} already exists; choose another --run-id")
-        run_dir.mkdir(parents=True)
-        _point_latest(runs_dir, run_dir)
-        print(f"run {run_id}: target {target.name}, {len(chapters(root))} chapters -> {run_dir}")
-        manifest = execute(target, run_dir, root, only)
+        if args.resume:
+            given = [o for o, v in (("--target", args.target), ("--chapters", args.chapters),
+                                    ("--run-id", args.run_id), ("-p", args.param)) if v]
+            if given:
+                raise RunbookError(f"--resume continues a run with the plan it was started with; {', '.join(given)} "
+                                   f"cannot change it (start a new run for other settings)")
+            run_dir = _run_dir_arg(args.resume, runs_dir, "--resume")
+            manifest = read_manifest(run_dir)
+            if not isinstance(manifest.get("plan"), dict):
+                raise RunbookError(f"{run_dir / 'manifest.json'} records no plan (the run was made before runs "
+                                   f"could be resumed); start a new run")
+            target = Target.from_plan(manifest["plan"])
+            only = manifest["plan"].get("only")
+            plan(target, root, only, run_dir=run_dir)  # validate before running anything
+            left = [c["stem"] for c in manifest["chapters"] if c["status"] not in ("ok", "skipped")]
+            print(f"resuming run {run_dir.name}: target {target.name}; to run: {', '.join(left) or 'nothing'}")
+            if runs_dir.resolve() == run_dir.parent:
+                _point_latest(runs_dir, run_dir)
+        else:
+            target = load_target(args.target or "auto", root)
+            apply_overrides(target, args.param)
+            only = parse_chapters(args.chapters, root)
+            if args.run_id is not None:
+                check_run_id(args.run_id)
+            plan(target, root, only)  # validate before creating anything
+            host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0][:20]) or "host"
+            run_id = args.run_id or check_run_id(dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+                                                 + f"-{re.sub(r'[^A-Za-z0-9._-]', '-', target.name)}-{host}")
+            run_dir = runs_dir / run_id
+            if run_dir.exists() or run_dir.is_symlink():
+                raise RunbookError(f"run folder {run_dir} already exists; choose another --run-id, or continue it "
+                                   f"with --resume {run_dir}")
+            run_dir.mkdir(parents=True)
+            _point_latest(runs_dir, run_dir)
+            manifest = None
+            print(f"run {run_id}: target {target.name}, {len(chapters(root))} chapters -> {run_dir}")
+        try:
+            with _signals_interrupt():
+                manifest = execute(target, run_dir, root, only, manifest=manifest)
+        except KeyboardInterrupt as exc:
+            print(f"\ninterrupted ({exc or 'Ctrl-C'}): the manifest says which chapters finished; continue with "
+                  f"python -m helpers.book.runbook --resume {run_dir}", file=sys.stderr)
+            return 130 if not isinstance(exc, RunInterrupted) else 143
         print(f"executed in {manifest['duration_s']:.1f} s: status {manifest['status']}")
         if not args.no_build:
             build(run_dir, root, strict=not args.no_strict)

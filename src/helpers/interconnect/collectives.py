@@ -1,8 +1,11 @@
 """Collective sweeps (all-reduce, all-to-all) through torch.distributed, one process per device.
 
 `run_collectives` launches helpers.interconnect.worker with torchrun in a subprocess with a timeout: a
-worker that hangs is killed (its whole process group) and reported, and a failed run comes back as a
+worker that hangs is killed (its whole process tree) and reported, and a failed run comes back as a
 result with its error instead of an exception, so one NCCL variant failing does not stop the others.
+torchrun runs under a keeper (helpers.book.procs): it and its workers die with the process that
+launched them, also on kill -9. `resume_collectives` keeps the points an earlier launch with the same
+settings wrote into a work folder and launches only for the points still missing.
 How the collectives are timed is one helpers.interconnect.method.Method, which every result row carries.
 
 The figures follow nccl-tests (doc/PERFORMANCE.md and src/common.cu): time is the mean over ranks of
@@ -13,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -25,6 +27,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from helpers.book import procs
 from helpers.interconnect.copies import parse_sizes
 from helpers.interconnect.method import COLUMNS as METHOD_COLUMNS, Method, MethodError
 
@@ -150,7 +153,8 @@ def check_request(backend: str, world_size, ops: Sequence[str]) -> None:
 def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = OPS, variant: str = "default",
                     env: dict[str, str] | None = None, warmup: int = 5, iters: int = 20, repeats: int = 3,
                     dtype: str = "float32", timeout_s: float = 120, hang_rank: int = -1,
-                    workdir: str | Path | None = None, method: Method = Method()) -> RunResult:
+                    workdir: str | Path | None = None, method: Method = Method(),
+                    points: str | Path | None = None) -> RunResult:
     """Launch one sweep with torchrun and collect its points, timed by `method` (default: the eager
     harness with CUDA events through torch.distributed, in place, one buffer; see
     helpers.interconnect.method.Method for nccl-tests' method and the others). Bad requests raise
@@ -168,7 +172,7 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
         raise CollectiveConfigError(f"timeout_s = {timeout_s!r} must be a positive number of seconds")
     wd = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="collectives-"))
     wd.mkdir(parents=True, exist_ok=True)
-    out = wd / f"points-{backend}-{world_size}-{slug(variant)}-{os.getpid()}-{time.time_ns()}.jsonl"
+    out = Path(points) if points else wd / f"points-{backend}-{world_size}-{slug(variant)}-{os.getpid()}-{time.time_ns()}.jsonl"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
            "-m", "helpers.interconnect.worker", "--backend", backend, "--ops", ",".join(ops),
            "--sizes", ",".join(str(s) for s in sizes), "--dtype", dtype, "--warmup", str(warmup),
@@ -182,18 +186,21 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
     if pkg_root not in paths:
         full_env["PYTHONPATH"] = os.pathsep.join([pkg_root] + paths)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
-                            start_new_session=True)
+    proc = procs.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
+                       timeout_s=timeout_s + 30)   # the keeper's own limit, should this process freeze
     try:
         text, _ = proc.communicate(timeout=timeout_s)
         status = "ok" if proc.returncode == 0 else "failed"
         msg = "" if status == "ok" else failure_message(text)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        procs.stop(proc)
         text = _drain(proc)
         status = "timeout"
         msg = (f"no result within {timeout_s:g} s: torchrun and its workers were killed (a rank hung or "
                f"the backend stalled); points finished before that are kept")
+    except BaseException:   # an interrupt: nothing of this launch outlives it
+        procs.stop(proc, grace_s=2)
+        raise
     wall = time.perf_counter() - t0
     rows = _read_points(out)
     return RunResult(variant, backend, world_size, status, proc.returncode, wall, msg, rows, text or "", method)
@@ -219,25 +226,6 @@ def failure_message(text: str | None, n: int = 1500) -> str:
             mine = mine[exc[-1]:] + ["traceback:"] + mine[:exc[-1]]
         return "\n".join(mine)[:n]
     return "\n".join(lines)[-n:]
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """End the torchrun we started and every worker it started (they share its new session)."""
-    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            # the group may outlive its leader; make sure no worker is left
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _drain(proc: subprocess.Popen) -> str:
@@ -406,3 +394,68 @@ def measure_direct(sizes, method: Method = Method.direct(timer="host"), warmup: 
                          "device": torch.cuda.get_device_name(dev)})
             del px, py, views, graph
     return RunResult("default", "nccl-direct", gpus, "ok", 0, time.perf_counter() - t_start, "", rows, "", method)
+
+
+def resume_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = OPS,
+                       workdir: str | Path | None = None, **kw) -> RunResult:
+    """`run_collectives` that resumes: the points of every launch with the same settings (everything but
+    the sizes, the ops and the time limit) go to one file in `workdir`, named by those settings; points
+    already there are kept and only the missing (op, size) points are launched, once per group of ops
+    missing the same sizes. Points made under other settings are in other files and never mixed in. A
+    point that failed was never written, so it is launched again. The result holds every requested point.
+    Without a workdir it is `run_collectives` (nothing to resume from)."""
+    import hashlib
+    import json
+
+    from helpers.book.results import read_rows
+
+    if not workdir:
+        return run_collectives(backend, world_size, sizes, ops, **kw)
+    sizes = parse_sizes(sizes)
+    ops = list(ops)
+    method = kw.get("method", Method())
+    settings = {k: v for k, v in kw.items() if k not in ("timeout_s", "workdir", "points", "method")}
+    settings.update(backend=backend, world_size=world_size, base_env=BASE_ENV, method=method.as_row())
+    key = hashlib.sha1(json.dumps(settings, sort_keys=True, default=repr).encode()).hexdigest()[:12]
+    wd = Path(workdir)
+    wd.mkdir(parents=True, exist_ok=True)
+    path = wd / f"points-{backend}-{world_size}-{slug(str(kw.get('variant', 'default')))}-{key}.jsonl"
+    if not path.with_suffix(".settings.json").exists():
+        path.with_suffix(".settings.json").write_text(json.dumps(settings, indent=1, sort_keys=True, default=repr))
+    import torch
+
+    esize = torch.empty((), dtype=getattr(torch, str(kw.get("dtype", "float32")))).element_size()
+
+    def nbytes(op, size):   # the worker's own rounding (helpers.interconnect.worker)
+        count = size // esize
+        if op == "all_to_all":
+            count = (count // world_size) * world_size
+        return count * esize
+
+    def missing():
+        done = {(r.get("op"), int(r.get("size_bytes", -1))) for r in read_rows(path)}
+        return {op: tuple(s for s in sizes if nbytes(op, s) > 0 and (op, nbytes(op, s)) not in done) for op in ops}
+
+    groups: dict[tuple, list[str]] = {}
+    for op, todo in missing().items():
+        if todo:
+            groups.setdefault(todo, []).append(op)
+    launches = [run_collectives(backend, world_size, list(todo), group_ops, points=path, workdir=wd, **kw)
+                for todo, group_ops in groups.items()]
+    wanted = {(op, nbytes(op, s)) for op in ops for s in sizes}
+    rows = {}
+    for r in read_rows(path):   # one row per point: a repeat written by a launch that was killed late is dropped
+        k = (r.get("op"), int(r.get("size_bytes", -1)))
+        if k in wanted and k not in rows:
+            rows[k] = r
+    left = {op: todo for op, todo in missing().items() if todo}
+    bad = [x for x in launches if x.status != "ok"]
+    if not launches:
+        status, msg, rc = "ok", f"resumed: all {len(rows)} points were already in {path.name}", 0
+    elif bad:
+        status, msg, rc = bad[0].status, bad[0].message, bad[0].returncode
+    else:
+        status, msg, rc = ("ok", "", 0) if not left else ("failed", f"points still missing after the launch: {left}", 1)
+    return RunResult(str(kw.get("variant", "default")), backend, world_size, status, rc,
+                     sum(x.wall_s for x in launches), msg, list(rows.values()),
+                     "\n".join(x.log for x in launches), method)

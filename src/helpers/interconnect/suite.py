@@ -178,7 +178,7 @@ def run_suite(preset: str | Preset = "quick", out_dir: str | Path | None = None,
             if backend == "gloo":  # CPU processes: large messages only add minutes
                 sizes = [x for x in sizes if x <= GLOO_MAX_BYTES] or sizes[:1]
             try:
-                results.append(collectives.run_collectives(
+                results.append(collectives.resume_collectives(
                     backend, n, sizes, variant=variant, env=collectives.NCCL_VARIANTS.get(variant, {}),
                     warmup=pr.coll_warmup, iters=pr.coll_iters, repeats=pr.coll_repeats, timeout_s=timeout_s,
                     workdir=wd, method=method))

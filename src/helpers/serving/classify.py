@@ -3,28 +3,38 @@
 Outcomes (the recorded backend matrix uses the same words):
 - ok: healthy, the smoke prompt gets the known answer, the concurrent decode finishes without errors;
 - nan: non-finite outputs: the sampler's "probability tensor contains either inf, nan or element < 0"
-  class of error, a NaN in an error or the log, a device-side assert;
-- crash: the process exited (at start-up or under load); the log excerpt is kept;
+  class of error (in an HTTP error, in an error object inside an HTTP 200 reply, or in the log), a NaN
+  in an error or the log, a device-side assert;
+- crash: the process exited (at start-up or under load), also when the memory cap ended it; the log
+  excerpt is kept;
 - startup-timeout: the health URL did not answer within the time limit;
-- wrong-answer: the smoke prompt (simple arithmetic) got a reply without the answer;
+- hang: the server is up (its process runs) but a request did not finish within the request time limit
+  (connect, first byte or the whole reply);
+- error: the server is up but answers with errors (HTTP errors, malformed replies) that are neither NaN
+  nor a rejected configuration;
+- wrong-answer: well-formed replies that are wrong: the smoke prompt (simple arithmetic) got a reply
+  without the answer, or a reply with empty content;
 - unsupported: the engine rejected the configuration (unknown flag or value, "not supported").
+
+The request phase (smoke test and decode) runs within one time limit, `request_timeout_s`: the smoke
+request gets all of it, the decode what is left. Every attempt keeps its evidence: what the server sent
+(`evidence`: an error body or the start of a reply), how long the request phase took (`request_s`), the
+log tail, and the server's peak memory under its cap (`memory`).
 """
 from __future__ import annotations
 
-import json
 import re
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from helpers.serving import client as cl
+from helpers.serving.fetch import Deadlines, RequestTimeout, fetch
 from helpers.serving.server import Server, ServerExited, ServerSpec, StartupTimeout
 
 #: the outcome words, from a serving configuration to a failure to start (the recorded backend matrix
 #: uses the same words; plotting.outcome_matrix draws them in this order)
-OUTCOMES = ("ok", "wrong-answer", "nan", "crash", "unsupported", "startup-timeout")
+OUTCOMES = ("ok", "wrong-answer", "nan", "crash", "hang", "error", "unsupported", "startup-timeout")
 
 NAN_PATTERNS = re.compile(
     r"probability tensor contains either|\bnan\b.*(logit|prob|output|tensor)|device-side assert|"
@@ -60,9 +70,23 @@ class Attempt:
     log_excerpt: str = ""
     backend_lines: list[str] = field(default_factory=list)
     log_path: str = ""
+    evidence: str = ""                 # what the server sent: an error body, the start of a reply
+    request_s: float | None = None     # how long the request phase (smoke + decode) took
+    memory: str = ""                   # the server's peak resident memory and the cap it ran under
+    peak_rss_mib: float | None = None
+    memory_cap_mib: float | None = None
 
     def as_row(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class SmokeReply:
+    reply: str = ""
+    error: str = ""
+    kind: str = ""          # "" (a reply), timeout, connect, http, error-body, bad-body, empty
+    body: str = ""          # the start of what the server sent
+    elapsed_s: float = 0.0
 
 
 def classify_exit(log_text: str) -> str:
@@ -75,31 +99,56 @@ def classify_exit(log_text: str) -> str:
     return "crash"
 
 
-def classify_errors(errors: list[str], log_text: str) -> str | None:
-    """Outcome implied by request errors (None when there were none)."""
+def classify_errors(errors: list[str], log_text: str, timed_out: bool = False) -> str | None:
+    """Outcome implied by request errors of a server that is still up (None when there were none):
+    nan, unsupported, hang (a request ran out of time), else error."""
     if not errors:
         return None
     if any(NAN_PATTERNS.search(e) for e in errors) or NAN_PATTERNS.search(log_text):
         return "nan"
     if any(UNSUPPORTED_PATTERNS.search(e) for e in errors) or UNSUPPORTED_PATTERNS.search(log_text):
         return "unsupported"
-    return "crash"
+    return "hang" if timed_out else "error"
 
 
-def smoke(base_url: str, model: str, test: SmokeTest, timeout_s: float = 60.0) -> tuple[str, str]:
-    """Send the smoke prompt (chat, not streamed); return (reply, error)."""
-    body = json.dumps({"model": model, "max_tokens": test.max_tokens,
-                       "messages": [{"role": "user", "content": test.prompt}]}).encode()
-    req = urllib.request.Request(base_url.rstrip("/") + "/v1/chat/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
+def smoke_test(base_url: str, model: str, test: "SmokeTest", deadlines: Deadlines) -> SmokeReply:
+    """Send the smoke prompt (chat, not streamed) within `deadlines`; say what came back."""
+    body = {"model": model, "max_tokens": test.max_tokens, "messages": [{"role": "user", "content": test.prompt}]}
+    t0 = time.monotonic()
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
-            d = json.loads(r.read())
-        return d["choices"][0]["message"]["content"] or "", ""
-    except urllib.error.HTTPError as e:
-        return "", f"HTTP {e.code}: {e.read()[:300].decode('utf-8', 'replace')}"
-    except Exception as e:  # noqa: BLE001
-        return "", f"{type(e).__name__}: {e}"[:300]
+        r = fetch(base_url.rstrip("/") + "/v1/chat/completions", "POST", body, deadlines)
+    except RequestTimeout as e:
+        return SmokeReply(error=str(e), kind="timeout", body=e.received[:300].decode("utf-8", "replace"),
+                          elapsed_s=e.elapsed_s)
+    except (OSError, ValueError) as e:
+        return SmokeReply(error=f"{type(e).__name__}: {e}"[:300], kind="connect", elapsed_s=time.monotonic() - t0)
+    text = r.text[:300]
+    if r.status != 200:
+        return SmokeReply(error=f"HTTP {r.status}: {text}", kind="http", body=text, elapsed_s=r.elapsed_s)
+    try:
+        d = r.json()
+    except ValueError:
+        return SmokeReply(error=f"HTTP 200 with a body that is not JSON: {text!r}", kind="bad-body", body=text,
+                          elapsed_s=r.elapsed_s)
+    if isinstance(d, dict) and d.get("error"):
+        err = d["error"]
+        msg = err.get("message", "") if isinstance(err, dict) else str(err)
+        return SmokeReply(error=f"error in an HTTP 200 reply: {msg}"[:300], kind="error-body", body=text,
+                          elapsed_s=r.elapsed_s)
+    try:
+        content = d["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        return SmokeReply(error=f"HTTP 200 without choices[0].message.content: {text!r}"[:300], kind="bad-body",
+                          body=text, elapsed_s=r.elapsed_s)
+    if not content:
+        return SmokeReply(kind="empty", body=text, elapsed_s=r.elapsed_s)
+    return SmokeReply(reply=str(content), body=text, elapsed_s=r.elapsed_s)
+
+
+def smoke(base_url: str, model: str, test: "SmokeTest", timeout_s: float = 60.0) -> tuple[str, str]:
+    """Send the smoke prompt within `timeout_s` in all; return (reply, error)."""
+    r = smoke_test(base_url, model, test, Deadlines.from_timeout(timeout_s))
+    return r.reply, r.error
 
 
 def attempt(name: str, spec: ServerSpec, model: str, log_dir: str | Path, startup_timeout_s: float = 120.0,
@@ -107,12 +156,13 @@ def attempt(name: str, spec: ServerSpec, model: str, log_dir: str | Path, startu
             request_timeout_s: float = 120.0, backend_line_parser=None) -> Attempt:
     """Launch `spec`, smoke-test it, run a short concurrent decode, stop it, and classify the attempt.
 
-    The server is always stopped (process group gone) before this returns or raises."""
+    The request phase (smoke and decode together) ends within `request_timeout_s`. The server is always
+    stopped (its whole process tree gone) before this returns or raises."""
     t0 = time.monotonic()
     log_path = Path(log_dir) / f"{name}.log"
     log_path.unlink(missing_ok=True)
     srv = Server(spec, log_path, startup_timeout_s=startup_timeout_s)
-    a = Attempt(name=name, outcome="crash", log_path=str(log_path))
+    a = Attempt(name=name, outcome="crash", log_path=str(log_path), memory_cap_mib=spec.memory_mb)
     try:
         srv.start()
         try:
@@ -123,25 +173,49 @@ def attempt(name: str, spec: ServerSpec, model: str, log_dir: str | Path, startu
         except StartupTimeout:
             a.outcome, a.detail = "startup-timeout", f"no healthy answer within {startup_timeout_s:g} s"
             return a
-        reply, err = smoke(spec.base_url, model, test, request_timeout_s)
-        a.smoke_reply = reply[:200]
-        prompts = cl.make_prompts(decode_concurrency, 32, seed=1)
-        results, _ = cl.run_sync(cl.run_requests(spec.base_url, model, prompts, decode_tokens, decode_concurrency,
-                                             timeout_s=request_timeout_s))
+        phase = Deadlines.from_timeout(request_timeout_s)
+        t_req = time.monotonic()
+        sm = smoke_test(spec.base_url, model, test, phase)
+        a.smoke_reply = sm.reply[:200]
+        a.evidence = (sm.body or sm.error)[:300]
+        results = []
+        left = request_timeout_s - (time.monotonic() - t_req)
+        if sm.kind != "timeout" and left > 0.05 and srv.running():
+            prompts = cl.make_prompts(decode_concurrency, 32, seed=1)
+            results, _ = cl.run_sync(cl.run_requests(spec.base_url, model, prompts, decode_tokens, decode_concurrency,
+                                                 deadlines=phase.within(left)))
+        a.request_s = round(time.monotonic() - t_req, 2)
         a.decode_completed = sum(r.ok for r in results)
         a.decode_failed = len(results) - a.decode_completed
-        errors = ([err] if err else []) + [r.error for r in results if not r.ok]
+        failed = [r for r in results if not r.ok and r.error_kind != "empty"]
+        empty = [r for r in results if r.error_kind == "empty"]
+        errors = ([sm.error] if sm.error else []) + [r.error for r in failed]
+        timed_out = sm.kind == "timeout" or any(r.error_kind == "timeout" for r in failed)
+        if not a.evidence and failed:
+            a.evidence = failed[0].error[:300]
         time.sleep(0.2)  # let the log pump catch up with the server's traceback
         log = srv.log_text()
         if not srv.running():
             a.outcome = classify_exit(log) if classify_exit(log) != "unsupported" else "crash"
             a.detail = f"process exited with code {srv.proc.returncode} while serving"
-        elif (o := classify_errors(errors, log)) is not None:
-            a.outcome, a.detail = o, errors[0][:300]
-        elif not test.passes(reply):
-            a.outcome, a.detail = "wrong-answer", f"{test.prompt!r} -> {reply[:80]!r} (expected {test.answer})"
+        elif (o := classify_errors(errors, log, timed_out)) is not None:
+            a.outcome = o
+            if o == "hang":
+                n_to = sum(r.error_kind == "timeout" for r in failed)
+                a.detail = (f"up but no complete reply within {request_timeout_s:g} s: "
+                            + (f"smoke request cut off after {sm.elapsed_s:.1f} s" if sm.kind == "timeout"
+                               else f"{n_to} of {len(results)} decode requests cut off")
+                            + f" ({errors[0][:160]})")
+            else:
+                a.detail = errors[0][:300]
+        elif sm.kind == "empty" or empty:
+            a.outcome = "wrong-answer"
+            a.detail = ("empty reply to the smoke prompt" if sm.kind == "empty" else
+                        f"{len(empty)} of {len(results)} decode replies were empty") + " (well-formed, no content)"
+        elif not test.passes(sm.reply):
+            a.outcome, a.detail = "wrong-answer", f"{test.prompt!r} -> {sm.reply[:80]!r} (expected {test.answer})"
         else:
-            a.outcome, a.detail = "ok", f"{test.prompt!r} -> {reply[:40]!r}; {a.decode_completed} concurrent decodes"
+            a.outcome, a.detail = "ok", f"{test.prompt!r} -> {sm.reply[:40]!r}; {a.decode_completed} concurrent decodes"
         return a
     finally:
         srv.stop()
@@ -149,3 +223,8 @@ def attempt(name: str, spec: ServerSpec, model: str, log_dir: str | Path, startu
         a.log_excerpt = srv.log_excerpt(15) if a.outcome != "ok" else ""
         parser = backend_line_parser or (lambda text: [])
         a.backend_lines = parser(srv.log_text())[:5]
+        a.peak_rss_mib = srv.peak_rss_mib()
+        a.memory = srv.memory_note
+        if (srv.report or {}).get("reason") == "memory":
+            a.outcome = "crash"
+            a.detail = f"killed by its memory cap of {spec.memory_mb:g} MiB ({a.memory}); " + a.detail

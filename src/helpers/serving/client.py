@@ -12,18 +12,24 @@ Definitions (as in `python -m sglang.bench_serving`):
 - achieved concurrency: sum of E2E latencies / duration.
 Token counts come from the server's `usage` (the last chunk), never from counting chunks. Statistics:
 mean, median, p90, p99 (numpy percentiles) over completed requests; failures are counted apart.
+
+Every request runs within overall deadlines (helpers.serving.fetch.Deadlines, from the chapter's request
+time limit): to connect, to the reply's headers, and for the whole stream. A server that trickles bytes
+or sends SSE keep-alive comments only is cut off at the limit, and the failure says so
+(`error_kind` "timeout"); the other kinds are "connect", "http", "error-body" (an error inside a 200
+reply), "empty" (a well-formed reply with no content), "no-usage" and "exception".
 """
 from __future__ import annotations
 
 import asyncio
 import random
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
+
+from helpers.serving.fetch import Deadlines, RequestTimeout, fetch, run as _run_coro
 
 STATS = ("mean", "median", "p90", "p99")
 
@@ -75,6 +81,7 @@ class RequestResult:
     output_tokens: int = 0
     text: str = ""
     error: str = ""
+    error_kind: str = ""                 # "" when ok; else timeout, connect, http, error-body, empty, no-usage, exception
 
 
 def check_concurrencies(concurrencies: Sequence[int]) -> list[int]:
@@ -92,21 +99,24 @@ def check_concurrencies(concurrencies: Sequence[int]) -> list[int]:
 
 
 def check_reachable(base_url: str, timeout_s: float = 5.0, path: str = "/v1/models") -> dict:
-    """GET <base_url><path>; raise ServerUnreachable naming the URL if nothing answers."""
-    import json
-
+    """GET <base_url><path> within `timeout_s` in all; raise ServerUnreachable naming the URL if nothing
+    answers in time."""
     if not base_url.startswith(("http://", "https://")):
         raise BenchmarkError(f"server URL {base_url!r}: expected http://HOST:PORT (e.g. http://127.0.0.1:8000)")
     url = base_url.rstrip("/") + path
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:
-            return json.loads(r.read() or b"{}")
-    except urllib.error.HTTPError as e:
-        raise ServerUnreachable(f"{url} answered HTTP {e.code}; is this an OpenAI-compatible server?") from None
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
+        r = fetch(url, deadlines=Deadlines(timeout_s, timeout_s, timeout_s))
+    except (RequestTimeout, ConnectionError, OSError, ValueError) as e:
         raise ServerUnreachable(
-            f"cannot reach the server at {base_url} ({getattr(e, 'reason', e)}); start it, or fix the URL "
+            f"cannot reach the server at {base_url} ({e}); start it, or fix the URL "
             "(the `server_url` parameter)") from None
+    if r.status != 200:
+        raise ServerUnreachable(f"{url} answered HTTP {r.status}; is this an OpenAI-compatible server?")
+    try:
+        return r.json() or {}
+    except ValueError:
+        raise ServerUnreachable(f"{url} answered HTTP 200 with a body that is not JSON ({r.text[:120]!r}); "
+                                "is this an OpenAI-compatible server?") from None
 
 
 def served_model(base_url: str) -> str:
@@ -143,23 +153,34 @@ def make_prompts(n: int, input_len: int, tokenizer=None, seed: int = 0) -> list[
     return [" ".join(rng.choice(words) for _ in range(input_len)) for _ in range(n)]
 
 
-async def _one(client, model: str, prompt: str, max_tokens: int, t_origin: float, timeout_s: float,
+async def _one(client, model: str, prompt: str, max_tokens: int, t_origin: float, deadlines: Deadlines,
                chat: bool) -> RequestResult:
+    import openai
+
     res = RequestResult(ok=False)
     t0 = time.perf_counter()
     res.start_s = t0 - t_origin
-    last = None
+    state = {"last": None, "chunks": 0, "headers_s": None}
     parts = []
     usage = None
-    try:
+
+    async def stream_it():
+        nonlocal usage
         kw = dict(model=model, max_tokens=max_tokens, stream=True, stream_options={"include_usage": True},
-                  timeout=timeout_s)
+                  timeout=deadlines.total_s)
         if chat:
-            stream = await client.chat.completions.create(messages=[{"role": "user", "content": prompt}], **kw)
+            make = client.chat.completions.create(messages=[{"role": "user", "content": prompt}], **kw)
         else:
-            stream = await client.completions.create(prompt=prompt, **kw)
+            make = client.completions.create(prompt=prompt, **kw)
+        try:
+            stream = await asyncio.wait_for(make, deadlines.first_byte_s)
+        except asyncio.TimeoutError:
+            raise RequestTimeout("the completions endpoint", "first byte", deadlines.first_byte_s,
+                                 time.perf_counter() - t0) from None
+        state["headers_s"] = time.perf_counter() - t0
         async for chunk in stream:
             now = time.perf_counter()
+            state["chunks"] += 1
             if chunk.usage is not None:
                 usage = chunk.usage
             text = ""
@@ -167,42 +188,85 @@ async def _one(client, model: str, prompt: str, max_tokens: int, t_origin: float
                 c = chunk.choices[0]
                 text = (c.delta.content or "") if chat else (c.text or "")
             if text:
-                if last is None:
+                if state["last"] is None:
                     res.ttft_s = now - t0
                 else:
-                    res.itl_s.append(now - last)
-                last = now
+                    res.itl_s.append(now - state["last"])
+                state["last"] = now
                 parts.append(text)
+
+    try:
+        await asyncio.wait_for(stream_it(), deadlines.total_s)
         res.e2e_s = time.perf_counter() - t0
         res.text = "".join(parts)
         if usage is None:
+            res.error_kind = "no-usage"
             res.error = "the stream carried no usage (token counts); the server must support stream_options.include_usage"
             return res
         res.prompt_tokens = int(usage.prompt_tokens or 0)
         res.output_tokens = int(usage.completion_tokens or 0)
-        if last is None:
-            res.error = "no non-empty chunk was streamed"
+        if state["last"] is None:
+            res.error_kind = "empty"
+            res.error = f"empty reply: the stream was well formed but carried no content ({res.output_tokens} tokens)"
             return res
         res.ok = True
+    except (asyncio.TimeoutError, RequestTimeout, openai.APITimeoutError) as e:
+        res.e2e_s = time.perf_counter() - t0
+        res.error_kind = "timeout"
+        res.text = "".join(parts)
+        if isinstance(e, RequestTimeout):
+            res.error = str(e)
+        else:
+            heads = "no headers" if state["headers_s"] is None else f"headers after {state['headers_s']:.2f} s"
+            res.error = (f"timeout: the reply did not finish within {deadlines.total_s:g} s (total deadline; {heads}, "
+                         f"{state['chunks']} chunk(s), {len(res.text)} characters of content)")
+    except openai.APIStatusError as e:
+        res.e2e_s = time.perf_counter() - t0
+        res.error_kind = "http"
+        res.error = f"HTTP {e.status_code}: {_body_text(e)}"[:500]
+    except openai.APIConnectionError as e:
+        res.e2e_s = time.perf_counter() - t0
+        res.error_kind = "connect"
+        res.error = f"{type(e).__name__}: {e}"[:500]
+    except openai.APIError as e:   # an error object inside a 200 stream
+        res.e2e_s = time.perf_counter() - t0
+        res.error_kind = "error-body"
+        res.error = f"error in the reply: {e.message} {_body_text(e)}"[:500]
     except Exception as e:  # noqa: BLE001 - every failure is recorded, none stops the point
         res.e2e_s = time.perf_counter() - t0
+        res.error_kind = "exception"
         res.error = f"{type(e).__name__}: {e}"[:500]
     return res
 
 
+def _body_text(e) -> str:
+    import json
+
+    body = getattr(e, "body", None)
+    if body is None and getattr(e, "response", None) is not None:
+        try:
+            return e.response.text[:300]
+        except Exception:  # noqa: BLE001
+            return ""
+    return json.dumps(body, default=str)[:300] if not isinstance(body, str) else body[:300]
+
+
 async def run_requests(base_url: str, model: str, prompts: Sequence[str], max_tokens: int, concurrency: int,
-                       timeout_s: float = 600.0, chat: bool = False, api_key: str = "none") -> tuple[list[RequestResult], float]:
-    """Send every prompt with at most `concurrency` in flight; return (results, duration_s)."""
+                       timeout_s: float = 600.0, chat: bool = False, api_key: str = "none",
+                       deadlines: Deadlines | None = None) -> tuple[list[RequestResult], float]:
+    """Send every prompt with at most `concurrency` in flight; return (results, duration_s). Each request
+    runs within `deadlines` (default: Deadlines.from_timeout(timeout_s))."""
     from openai import AsyncOpenAI
 
     (concurrency,) = check_concurrencies([concurrency])
-    client = AsyncOpenAI(base_url=base_url.rstrip("/") + "/v1", api_key=api_key, max_retries=0, timeout=timeout_s)
+    d = deadlines or Deadlines.from_timeout(timeout_s)
+    client = AsyncOpenAI(base_url=base_url.rstrip("/") + "/v1", api_key=api_key, max_retries=0, timeout=d.total_s)
     sem = asyncio.Semaphore(concurrency)
     t_origin = time.perf_counter()
 
     async def gated(p):
         async with sem:
-            return await _one(client, model, p, max_tokens, t_origin, timeout_s, chat)
+            return await _one(client, model, p, max_tokens, t_origin, d, chat)
 
     try:
         results = await asyncio.gather(*(gated(p) for p in prompts))
@@ -212,16 +276,9 @@ async def run_requests(base_url: str, model: str, prompts: Sequence[str], max_to
 
 
 def run_sync(coro):
-    """Run a coroutine to completion, also from inside a running event loop (a Jupyter kernel)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    # inside a running loop (a Jupyter kernel): run in a fresh loop on a worker thread
-    import concurrent.futures
-
-    with concurrent.futures.ThreadPoolExecutor(1) as ex:
-        return ex.submit(asyncio.run, coro).result()
+    """Run a coroutine to completion, also from inside a running event loop (a Jupyter kernel), where it
+    runs in a fresh loop on a worker thread."""
+    return _run_coro(coro)
 
 
 def _stats(prefix: str, values_s: Sequence[float]) -> dict:
@@ -253,6 +310,7 @@ def summarize(results: Sequence[RequestResult], duration_s: float) -> dict:
     row.update(_stats("itl", itl))
     row.update(_stats("tpot", tpot))
     row.update(_stats("e2e_latency", [r.e2e_s for r in ok]))
+    row["timed_out"] = sum(1 for r in results if r.error_kind == "timeout")
     errors = sorted({r.error for r in results if not r.ok})
     row["errors"] = " | ".join(errors)[:1000]
     return row

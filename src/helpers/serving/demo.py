@@ -84,7 +84,8 @@ def server_spec(name: str, model_dirs: dict[str, Path], device: str = "cpu") -> 
         # a real HTTP server with no /health endpoint: it answers 404 forever
         argv = (sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
                 "--directory", str(model_dirs["healthy"]))
-        return ServerSpec(argv=argv, port=port, name=name), str(model_dirs["healthy"])
+        return (ServerSpec(argv=argv, port=port, name=name, memory_mb=ts.CPU_MEMORY_MB if device == "cpu" else None),
+                str(model_dirs["healthy"]))
     model = {"healthy": "healthy", "nan-weights": "nan", "untrained": "untrained", "rejected-flag": "healthy",
              "corrupt-weights": "corrupt"}[name]
     path = str(model_dirs[model])

@@ -33,7 +33,7 @@ _ENGINE = {"engine": params.choice(*live.ENGINES), "device": params.choice("cpu"
 NAN_PARAMS = {**_MODE, **_ENGINE, **_SGLANG, "startup_timeout_s": params.number(1, 3600),
               "never_healthy_timeout_s": params.number(1, 600),
               "decode_concurrency": params.number(1, 256, integer=True),
-              "decode_tokens": params.number(1, 4096, integer=True)}
+              "decode_tokens": params.number(1, 4096, integer=True), "request_timeout_s": params.number(1, 3600)}
 BASELINE_PARAMS = {**_MODE, "server_url": params.string(), "served_model": params.string(), **_ENGINE, **_SGLANG,
                    **_TINY, **_SWEEP, "workloads": live.workloads_param(),
                    "variants": live.names_param("server variant"),
@@ -106,7 +106,7 @@ def nan_matrix(P: dict, out: Path, matrix: pd.DataFrame) -> tuple[pd.DataFrame, 
     transformers serve, or the recorded decode backends under sglang); saves live_matrix.csv."""
     attempts, logs = out / "attempts.jsonl", out / "logs"
     common = {"decode_concurrency": P["decode_concurrency"], "decode_tokens": P["decode_tokens"],
-              "backend_line_parser": sg.backend_lines}
+              "request_timeout_s": P["request_timeout_s"], "backend_line_parser": sg.backend_lines}
     if P["engine"] == "transformers":
         models = demo.models(live.model_cache() / "demo")
 
@@ -146,6 +146,7 @@ def baseline_sweep(P: dict, out: Path) -> tuple[pd.DataFrame, str, dict]:
         model = P["served_model"] or cl.served_model(P["server_url"])
         df = sweep.sweep(rows, P["server_url"], model, wls, P["concurrencies"], labels={"variant": "external"},
                          tokenizer=live.tokenizer_for(P["model_path"] or None), **point)
+        df = df.assign(**{c: df.get(c) for c in ("server_peak_rss_mib", "server_memory_cap_mib")})  # not ours: unknown
         results.save_table(out, "sweep", df)
         return df, f"the server at {P['server_url']}", facts
     if P["engine"] == "transformers":
@@ -170,7 +171,7 @@ def baseline_sweep(P: dict, out: Path) -> tuple[pd.DataFrame, str, dict]:
 
 SWEEP_COLUMNS = ["variant", "workload", "concurrency", "completed", "failed", "output_throughput",
                  "total_throughput", "achieved_concurrency", "median_ttft_ms", "median_tpot_ms", "p99_itl_ms",
-                 "median_e2e_latency_ms"]
+                 "median_e2e_latency_ms", "server_peak_rss_mib", "server_memory_cap_mib"]
 PROFILE_COLUMNS = ["variant", "workload", "concurrency", "n_samples", "util_gpu_pct", "util_mem_pct", "power_w",
                    "power_pct_of_limit", "sm_clock_mhz"]
 
@@ -213,7 +214,8 @@ def runner_comparison(P: dict, out: Path) -> tuple[pd.DataFrame | None, pd.DataF
             model = base.served_model_name or P["model_path"]
         att = sweep.run_matrix(out / "attempts.jsonl", [rn], lambda name: live.attempt_runner(
             f"attempt-{name}", mk_spec(), model, logs, P["startup_timeout_s"])).iloc[0]
-        status.append({"runner": rn, "outcome": att.outcome, "detail": str(att.detail)[:120]})
+        status.append({"runner": rn, "outcome": att.outcome, "detail": str(att.detail)[:120],
+                       "memory": att.get("memory", "")})
         if att.outcome in ("ok", "wrong-answer"):
             frames.append(_repeat_sweeps(P, rn, mk_spec(), model, tok, rows, logs, wl))
     status_df = pd.DataFrame(status)
@@ -225,13 +227,17 @@ def runner_comparison(P: dict, out: Path) -> tuple[pd.DataFrame | None, pd.DataF
 
 
 def _repeat_sweeps(P, runner, spec, model, tok, rows, logs, wl) -> pd.DataFrame:
-    """`repeats` sweeps of one runner on one server (skipping the launch when every point is done)."""
-    keys_needed = [(r, c) for r in range(P["repeats"]) for c in P["concurrencies"]]
-    done = sweep.done_points(rows, ["runner", "repeat", "workload", "concurrency"])
-    if not all((runner, str(r), wl.name, str(c)) in done for r, c in keys_needed):
-        with Server(spec, logs / f"{spec.name}.log", startup_timeout_s=P["startup_timeout_s"]):
+    """`repeats` sweeps of one runner on one server (skipping the launch when every point is done under
+    these settings, the server's command line among them)."""
+    server = live.server_settings(spec)
+    st = sweep.point_settings(model, P["requests_per_concurrency"], 1, tok, server)
+    if any(sweep.pending(rows, {"runner": runner, "repeat": r}, [wl], P["concurrencies"], st)
+           for r in range(P["repeats"])):
+        with Server(spec, logs / f"{spec.name}.log", startup_timeout_s=P["startup_timeout_s"]) as srv:
             for r in range(P["repeats"]):
                 sweep.sweep(rows, spec.base_url, model, [wl], P["concurrencies"], labels={"runner": runner, "repeat": r},
                             per_concurrency=P["requests_per_concurrency"], tokenizer=tok,
-                            timeout_s=P["request_timeout_s"])
-    return sweep.rows_frame(rows, {"runner": runner})
+                            timeout_s=P["request_timeout_s"], settings=server,
+                            extra_columns=lambda: {"server_peak_rss_mib": srv.peak_rss_mib(),
+                                                   "server_memory_cap_mib": spec.memory_mb})
+    return sweep.rows_frame(rows, {"runner": runner}, settings_id=sweep.settings_id(st))

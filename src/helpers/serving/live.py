@@ -115,20 +115,36 @@ def sglang_spec(base: sg.SGLangConfig, env: dict, flag_set: str, variant: str = 
     return sg.spec(cfg, flag_set, env=env, name=name or variant)
 
 
+def server_settings(spec: ServerSpec) -> dict:
+    """What of a server's launch its measurements depend on: its command line without the host and port
+    (a fresh free port each launch), its extra environment and its memory cap."""
+    argv, skip = [], False
+    for a in spec.argv:
+        if skip:
+            skip = False
+            continue
+        if a in ("--port", "--host"):
+            skip = True
+            continue
+        argv.append(a)
+    return {"server_argv": argv, "server_env": dict(spec.env), "server_memory_mb": spec.memory_mb}
+
+
 def sweep_server(spec: ServerSpec, model: str, rows_path: Path, log_dir: Path, workloads: Sequence[cl.Workload],
                  concurrencies: Sequence[int], labels: dict, per_concurrency: int, tokenizer=None,
                  startup_timeout_s: float = 300, request_timeout_s: float = 600) -> pd.DataFrame:
-    """Start `spec`, sweep it (resuming from `rows_path`), stop it. Skips the launch when every point
-    is already there."""
-    keys = [*labels, "workload", "concurrency"]
-    done = sweep.done_points(rows_path, keys)
-    need = [(w, c) for w in workloads for c in concurrencies
-            if tuple(str(x) for x in (*labels.values(), w.name, c)) not in done]
-    if not need:
-        return sweep.rows_frame(rows_path, labels)
-    with Server(spec, Path(log_dir) / f"{spec.name}.log", startup_timeout_s=startup_timeout_s):
+    """Start `spec`, sweep it (resuming from `rows_path`: only points not yet done under these settings,
+    the server's command line among them), stop it. Skips the launch when every point is already there.
+    Each row carries the server's peak memory so far and its cap."""
+    extra = server_settings(spec)
+    st = sweep.point_settings(model, per_concurrency, 1, tokenizer, extra)
+    if not sweep.pending(rows_path, labels, workloads, concurrencies, st):
+        return sweep.rows_frame(rows_path, labels, settings_id=sweep.settings_id(st))
+    with Server(spec, Path(log_dir) / f"{spec.name}.log", startup_timeout_s=startup_timeout_s) as srv:
         return sweep.sweep(rows_path, spec.base_url, model, workloads, concurrencies, labels=labels,
-                           per_concurrency=per_concurrency, tokenizer=tokenizer, timeout_s=request_timeout_s)
+                           per_concurrency=per_concurrency, tokenizer=tokenizer, timeout_s=request_timeout_s,
+                           settings=extra, extra_columns=lambda: {"server_peak_rss_mib": srv.peak_rss_mib(),
+                                                                  "server_memory_cap_mib": spec.memory_mb})
 
 
 def tokenizer_for(model_dir: str | Path | None):

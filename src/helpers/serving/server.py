@@ -1,32 +1,35 @@
 """Start, health-check and stop an inference server as a real child process.
 
-A server is described by a `ServerSpec` (argument list, extra environment, host, port, health path),
-never by a shell string. `Server` starts it in its own process group (so stopping it stops every
-process it spawned), copies its output line by line into a log file in the run directory, waits for
-the health URL with a time limit, and stops the whole group with SIGTERM and then SIGKILL.
+A server is described by a `ServerSpec` (argument list, extra environment, host, port, health path,
+memory cap), never by a shell string. `Server` starts it under a keeper (helpers.book.procs) in its
+own process session, copies its output line by line into a log file in the run directory, waits for
+the health URL with a time limit, and stops the whole process tree with SIGTERM and then SIGKILL:
+every process the server started, also one that started a process session of its own.
 
-Nothing is left running: `with Server(...)` stops the group on any exception (a notebook interrupt is
+Nothing is left running: `with Server(...)` stops the tree on any exception (a notebook interrupt is
 a KeyboardInterrupt), every live server is also stopped at interpreter exit (atexit), a finaliser
-stops one that is garbage-collected, and on Linux the server gets SIGTERM if the Python process that
-started it dies (PR_SET_PDEATHSIG).
+stops one that is garbage-collected, and the keeper ends the tree within a fraction of a second when
+the Python process that started it dies, also by kill -9. A spec with `memory_mb` runs within that
+resident-memory cap (enforced by the keeper); `peak_rss_mib` says what the server used.
 """
 from __future__ import annotations
 
 import atexit
 import collections
-import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
+
+from helpers.book import procs
+from helpers.serving.fetch import Deadlines, RequestTimeout, fetch
 
 
 class ServerError(RuntimeError):
@@ -64,6 +67,7 @@ class ServerSpec:
     health_path: str = "/health"
     name: str = "server"
     cwd: str | None = None
+    memory_mb: float | None = None     # resident-memory cap of the whole server tree (None: no cap)
 
     def __post_init__(self):
         if isinstance(self.argv, (str, bytes)):
@@ -83,6 +87,11 @@ class ServerSpec:
         bad = {k: v for k, v in self.env.items() if not isinstance(k, str) or not isinstance(v, str)}
         if bad:
             raise TypeError(f"ServerSpec.env must map strings to strings; bad entries: {bad}")
+        if self.memory_mb is not None and not (isinstance(self.memory_mb, (int, float))
+                                               and not isinstance(self.memory_mb, bool)
+                                               and 16 <= self.memory_mb < float("inf")):
+            raise ValueError(f"ServerSpec.memory_mb = {self.memory_mb!r}: expected a memory cap in MiB (16 or more) "
+                             "or None for no cap")
 
     @property
     def base_url(self) -> str:
@@ -105,14 +114,6 @@ def _stop_all_at_exit() -> None:
 
 
 atexit.register(_stop_all_at_exit)
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def group_alive(pgid: int) -> bool:
@@ -145,8 +146,9 @@ class Server:
 
     def __init__(self, spec: ServerSpec, log_path: str | os.PathLike, startup_timeout_s: float = 120.0,
                  stop_grace_s: float = 10.0, tail_lines: int = 400):
-        if startup_timeout_s <= 0:
-            raise ValueError(f"startup_timeout_s = {startup_timeout_s}: expected a positive number of seconds")
+        for k, v in (("startup_timeout_s", startup_timeout_s), ("stop_grace_s", stop_grace_s)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):
+                raise ValueError(f"{k} = {v!r}: expected a positive, finite number of seconds")
         self.spec = spec
         self.log_path = Path(log_path)
         self.startup_timeout_s = float(startup_timeout_s)
@@ -157,6 +159,8 @@ class Server:
         self._tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self._pump: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.report_path = self.log_path.with_name(self.log_path.name + ".proc.json")
+        self.report: dict = {}           # the keeper's report once stopped (reason, peak memory, ...)
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> "Server":
@@ -164,17 +168,22 @@ class Server:
             raise RuntimeError(f"server {self.spec.name!r} was already started")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.spec.env}
+        prog = self.spec.argv[0]
+        if shutil.which(prog, path=env.get("PATH")) is None and not (os.sep in prog and os.access(prog, os.X_OK)):
+            raise ServerError(
+                f"cannot start server {self.spec.name!r}: program {prog!r} not found (no such executable); "
+                "install it or give its full path in the spec's argv")
         try:
-            self.proc = subprocess.Popen(
+            self.proc = procs.popen(
                 list(self.spec.argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, cwd=self.spec.cwd, start_new_session=True, preexec_fn=_die_with_parent,
+                env=env, cwd=self.spec.cwd, memory_mb=self.spec.memory_mb, report=self.report_path,
+                grace_s=self.stop_grace_s,
             )
         except FileNotFoundError as e:
             raise ServerError(
-                f"cannot start server {self.spec.name!r}: program {self.spec.argv[0]!r} not found ({e}); "
-                "install it or give its full path in the spec's argv"
+                f"cannot start server {self.spec.name!r}: {e}; install it or give its full path in the spec's argv"
             ) from None
-        self.pgid = self.proc.pid  # start_new_session: the child leads its own group
+        self.pgid = self.proc.pid  # the keeper leads the tree's process group
         self._t0 = time.monotonic()
         _LIVE.add(self)
         weakref.finalize(self, Server._finalize, self.pgid, self.proc)
@@ -216,33 +225,51 @@ class Server:
             time.sleep(0.2)
 
     def _healthy(self) -> bool:
+        """Whether the health URL answers 200 within 2 s in all (a deadline, not a per-read limit)."""
         try:
-            with urllib.request.urlopen(self.spec.health_url, timeout=2) as r:
-                return r.status == 200
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return fetch(self.spec.health_url, deadlines=Deadlines(2, 2, 2), read_body=False).status == 200
+        except (RequestTimeout, ConnectionError, OSError, ValueError):
             return False
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self) -> int | None:
-        """Stop the whole process group: SIGTERM, wait up to the grace period, then SIGKILL."""
+        """Stop the whole process tree: SIGTERM to every process, wait up to the grace period, then
+        SIGKILL (helpers.book.procs.stop); the keeper's report lands in `self.report`."""
         if self.proc is None:
             return None
-        self._signal_group(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=self.stop_grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-        deadline = time.monotonic() + self.stop_grace_s
-        while self.pgid is not None and group_alive(self.pgid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        procs.stop(self.proc, self.stop_grace_s)
         if self.pgid is not None and group_alive(self.pgid):
             self._signal_group(signal.SIGKILL)
         self.proc.wait()
         self._join_log()
         _LIVE.discard(self)
+        self.report = procs.read_report(self.report_path)
         return self.proc.returncode
+
+    @property
+    def memory_note(self) -> str:
+        """What the page says of the server's memory: its peak resident memory and the cap it ran under."""
+        rep = self.report or {}
+        peak = rep.get("peak_rss_mib")
+        if peak is None and self.running():
+            peak = procs.tree_peak_rss_mib(self.proc.pid)
+        cap = self.spec.memory_mb
+        txt = f"peak {peak:.0f} MiB resident" if peak is not None else "peak memory not measured"
+        txt += f" (cap {cap:g} MiB, enforced)" if cap else " (no memory cap)"
+        if rep.get("reason") == "memory":
+            txt += ": killed for exceeding the cap"
+        return txt
+
+    def peak_rss_mib(self) -> float | None:
+        """The server's peak resident memory so far (from /proc while it runs, from the keeper's report
+        once stopped), in MiB."""
+        if self.report.get("peak_rss_mib") is not None:
+            return float(self.report["peak_rss_mib"])
+        if self.proc is not None and self.running():
+            return round(procs.tree_peak_rss_mib(self.proc.pid), 1)
+        return None
 
     def _signal_group(self, sig: int) -> None:
         try:
@@ -257,10 +284,7 @@ class Server:
     @staticmethod
     def _finalize(pgid: int, proc: subprocess.Popen) -> None:
         if proc.poll() is None or group_alive(pgid):
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            procs.kill_tree(proc.pid)
 
     # -- log --------------------------------------------------------------------------------------
     def log_text(self) -> str:

@@ -1,0 +1,188 @@
+"""HTTP requests with overall deadlines: to connect, to the first byte of the reply, and for the whole reply.
+
+A socket time limit applies to each read, so a server that sends its headers and then a byte every few
+seconds (or SSE keep-alive comments only) keeps such a request waiting for ever. Here every limit is a
+deadline from the start of the request:
+
+    d = Deadlines.from_timeout(30)          # connect within 10 s, headers and the whole reply within 30 s
+    reply = fetch("http://127.0.0.1:8000/v1/chat/completions", body={...}, deadlines=d)
+    reply.status, reply.json(), reply.elapsed_s
+
+A limit that passes raises RequestTimeout, which says which limit, after how long, and what had arrived
+by then (the evidence a classification shows). Plain HTTP/1.1 over asyncio streams (standard library
+only; https through ssl), one connection per request (`Connection: close`).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+
+
+class RequestTimeout(TimeoutError):
+    """A request's deadline passed: `phase` is "connect", "first byte" or "total"."""
+
+    def __init__(self, url: str, phase: str, limit_s: float, elapsed_s: float, received: bytes = b"",
+                 status: int | None = None):
+        self.url, self.phase, self.limit_s, self.elapsed_s = url, phase, limit_s, elapsed_s
+        self.received, self.status = received, status
+        what = {"connect": "no connection", "first byte": "no reply (not even headers)",
+                "total": "the reply did not finish"}[phase]
+        got = f"; {len(received)} body bytes had arrived" if phase == "total" else ""
+        head = f" (HTTP {status} headers came)" if status is not None and phase == "total" else ""
+        super().__init__(f"timeout: {what} within {limit_s:g} s ({phase} deadline) from {url}{head}{got}")
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """The limits of one request, in seconds from its start: to connect, to the first byte of the reply
+    (its status line), and for the whole reply (its last byte)."""
+
+    connect_s: float = 10.0
+    first_byte_s: float = 600.0
+    total_s: float = 600.0
+
+    def __post_init__(self):
+        for k in ("connect_s", "first_byte_s", "total_s"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"Deadlines.{k} = {v!r}: expected a positive, finite number of seconds")
+        if self.first_byte_s > self.total_s or self.connect_s > self.total_s:
+            raise ValueError(f"Deadlines: connect ({self.connect_s:g} s) and first byte ({self.first_byte_s:g} s) "
+                             f"must come within the total ({self.total_s:g} s)")
+
+    @classmethod
+    def from_timeout(cls, timeout_s: float, connect_s: float = 10.0) -> "Deadlines":
+        """A chapter's request time limit as deadlines: the whole request (and so its first byte) within
+        `timeout_s`, the connection within min(connect_s, timeout_s)."""
+        t = float(timeout_s)
+        return cls(min(connect_s, t), t, t)
+
+    def within(self, total_s: float) -> "Deadlines":
+        """The same deadlines, none later than `total_s` (what is left of a phase's time)."""
+        t = max(float(total_s), 1e-3)
+        return Deadlines(min(self.connect_s, t), min(self.first_byte_s, t), min(self.total_s, t))
+
+
+@dataclass
+class Reply:
+    url: str
+    status: int
+    headers: dict = field(default_factory=dict)
+    body: bytes = b""
+    elapsed_s: float = 0.0
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+    def json(self):
+        return json.loads(self.body or b"null")
+
+
+async def afetch(url: str, method: str = "GET", body=None, deadlines: Deadlines = Deadlines(),
+                 read_body: bool = True, max_bytes: int = 4 << 20) -> Reply:
+    """One request within `deadlines` (see the module docstring). `body`: a JSON-able object (POSTed as
+    JSON). `read_body=False` returns once the headers are in. Raises RequestTimeout, or OSError /
+    ConnectionError when nothing listens, or ValueError for a reply that is not HTTP."""
+    u = urllib.parse.urlsplit(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise ValueError(f"URL {url!r}: expected http://HOST:PORT/PATH")
+    port = u.port or (443 if u.scheme == "https" else 80)
+    path = (u.path or "/") + (f"?{u.query}" if u.query else "")
+    data = b"" if body is None else json.dumps(body).encode()
+    t0 = time.monotonic()
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(u.hostname, port, ssl=u.scheme == "https" or None), deadlines.connect_s)
+    except asyncio.TimeoutError:
+        raise RequestTimeout(url, "connect", deadlines.connect_s, time.monotonic() - t0) from None
+    status, headers, got = None, {}, bytearray()
+
+    def left(limit: float) -> float:
+        return limit - (time.monotonic() - t0)
+
+    try:
+        head = [f"{method} {path} HTTP/1.1", f"Host: {u.hostname}:{port}", "Connection: close",
+                "Accept: application/json, text/event-stream", "User-Agent: glm5-book"]
+        if body is not None:
+            head += ["Content-Type: application/json", f"Content-Length: {len(data)}"]
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
+
+        async def read_head():
+            await writer.drain()
+            line = await reader.readline()
+            parts = line.decode("latin-1").split(None, 2)
+            if len(parts) < 2 or not parts[0].startswith("HTTP/"):
+                raise ValueError(f"{url}: not an HTTP reply: {line[:80]!r}")
+            while True:
+                h = await reader.readline()
+                if h in (b"\r\n", b"\n", b""):
+                    break
+                k, _, v = h.decode("latin-1").partition(":")
+                headers[k.strip().lower()] = v.strip()
+            return int(parts[1])
+
+        try:
+            status = await asyncio.wait_for(read_head(), max(left(deadlines.first_byte_s), 0))
+        except asyncio.TimeoutError:
+            raise RequestTimeout(url, "first byte", deadlines.first_byte_s, time.monotonic() - t0) from None
+        if not read_body or method == "HEAD" or status in (204, 304):
+            return Reply(url, status, headers, b"", time.monotonic() - t0)
+
+        async def read_rest():
+            if "chunked" in headers.get("transfer-encoding", "").lower():
+                while len(got) < max_bytes:
+                    size_line = await reader.readline()
+                    if not size_line:
+                        return
+                    size = int(size_line.split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        return
+                    got.extend(await reader.readexactly(size))
+                    await reader.readline()
+            else:
+                n = int(headers.get("content-length", "-1") or -1)
+                while (n < 0 or len(got) < n) and len(got) < max_bytes:
+                    chunk = await reader.read(65536 if n < 0 else min(65536, n - len(got)))
+                    if not chunk:
+                        return
+                    got.extend(chunk)
+
+        try:
+            await asyncio.wait_for(read_rest(), max(left(deadlines.total_s), 0))
+        except asyncio.TimeoutError:
+            raise RequestTimeout(url, "total", deadlines.total_s, time.monotonic() - t0, bytes(got), status) from None
+        except asyncio.IncompleteReadError as e:
+            got.extend(e.partial)
+        return Reply(url, status, headers, bytes(got), time.monotonic() - t0)
+    finally:
+        writer.close()
+        try:
+            await asyncio.wait_for(writer.wait_closed(), 1.0)
+        except (asyncio.TimeoutError, OSError):
+            pass
+
+
+def run(coro):
+    """Run a coroutine to completion from synchronous code, also inside a running event loop (a Jupyter
+    kernel), where it runs in a fresh loop on a worker thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        return ex.submit(asyncio.run, coro).result()
+
+
+def fetch(url: str, method: str = "GET", body=None, deadlines: Deadlines = Deadlines(), read_body: bool = True,
+          max_bytes: int = 4 << 20) -> Reply:
+    """`afetch` from synchronous code."""
+    if body is not None and method == "GET":
+        method = "POST"
+    return run(afetch(url, method, body, deadlines, read_body, max_bytes))

@@ -1,0 +1,169 @@
+"""The runbook killed or stopped in the middle of a chapter, then resumed: the manifest tells the truth at
+every point, nothing the run started is left running, finished chapters are kept, the interrupted chapter
+resumes from its finished points, and the run ends with the true status of every chapter."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from helpers import repo_root
+from helpers.book import procs, results
+
+ROOT = repo_root()
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300),
+              pytest.mark.skipif(not procs.LINUX, reason="needs /proc")]
+
+SLOW_BODY = """
+import json, os, time
+rows = out / "points.jsonl"
+done = {json.loads(l)["i"] for l in rows.read_text().splitlines()} if rows.exists() else set()
+for i in range(8):
+    if i in done:
+        continue
+    time.sleep(0.4)
+    with open(rows, "a") as f:
+        f.write(json.dumps({"i": i, "pid": os.getpid()}) + "\\n")
+glue('answer', float(len(done)), display=False)
+"""
+
+
+def _nb(path: Path, body: str, title: str):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    p = nbformat.v4.new_code_cell('mode = "auto"  # allowed: "recorded", "auto"\nrun_dir = ""  # run folder')
+    p.metadata["tags"] = ["parameters"]
+    nb.cells = [
+        nbformat.v4.new_markdown_cell(f"# {title}\n\nValue: {{glue:text}}`answer:.1f`"), p,
+        nbformat.v4.new_code_cell(
+            "from helpers.book import params, results\nfrom helpers.book.glue import glue\nimport pandas as pd\n"
+            "P = params.validate({'mode': mode, 'run_dir': run_dir}, "
+            "{'mode': params.choice('recorded', 'auto'), 'run_dir': params.string()})\n"
+            f"out = params.run_directory(run_dir, '{path.stem}')\n" + body)]
+    nbformat.write(nb, path)
+
+
+@pytest.fixture()
+def book(tmp_path):
+    root = tmp_path / "book"
+    (root / "notebooks").mkdir(parents=True)
+    (root / "targets").mkdir()
+    shutil.copytree(ROOT / "data", root / "data")
+    shutil.copy(ROOT / "_config.yml", root / "_config.yml")
+    (root / "intro.md").write_text("# Mini\n\nA test book.\n")
+    (root / "appendix").mkdir()
+    (root / "appendix" / "status.md").write_text("# Run status\n\nplaceholder\n")
+    (root / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: notebooks/01_first\n"
+                                   "  - file: notebooks/02_slow\n  - file: notebooks/03_after\n"
+                                   "  - file: appendix/status\n")
+    ok = "glue('answer', 42.0, display=False)\n"
+    _nb(root / "notebooks" / "01_first.ipynb", ok, "First")
+    _nb(root / "notebooks" / "02_slow.ipynb", SLOW_BODY, "Slow")
+    _nb(root / "notebooks" / "03_after.ipynb", ok, "After")
+    (root / "targets" / "quick.yaml").write_text("description: a quick target\nparameters: {mode: auto}\n")
+    return root
+
+
+def tagged(tag: str) -> list[int]:
+    out = []
+    for n in os.listdir("/proc"):
+        if n.isdigit():
+            try:
+                env = open(f"/proc/{n}/environ", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if f"BOOK_TEST_TAG={tag}".encode() in env and procs.alive(int(n)):
+                out.append(int(n))
+    return out
+
+
+def start(book, tag, *args):
+    env = {**os.environ, "BOOK_ROOT": str(book), "BOOK_TEST_TAG": tag}
+    return subprocess.Popen([sys.executable, "-m", "helpers.book.runbook", *args], env=env, cwd=book,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_rows(path: Path, n: int, within_s: float = 120):
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if len(results.read_rows(path)) >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never had {n} rows")
+
+
+def wait_gone(tag: str, within_s: float = 10) -> list[int]:
+    deadline = time.monotonic() + within_s
+    while tagged(tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return tagged(tag)
+
+
+def manifest(run):
+    return json.loads((run / "manifest.json").read_text())
+
+
+@pytest.mark.parametrize("how", ["kill -9", "SIGTERM"])
+def test_an_interrupted_run_tells_the_truth_and_resumes_without_repeating(book, how):
+    tag = uuid.uuid4().hex
+    run = book / "runs" / "r"
+    rows = run / "results" / "02_slow" / "points.jsonl"
+    p = start(book, tag, "--target", "quick", "--run-id", "r", "--no-build")
+    wait_rows(rows, 2)
+    m = manifest(run)
+    assert [c["status"] for c in m["chapters"]] == ["ok", "running", "pending"] and m["status"] == "running"
+    p.send_signal(signal.SIGKILL if how == "kill -9" else signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert wait_gone(tag) == [], "a kernel or a child outlived the runbook"
+    m = manifest(run)
+    before = results.read_rows(rows)
+    if how == "SIGTERM":
+        assert p.returncode == 143 and "--resume" in err
+        assert [c["status"] for c in m["chapters"]] == ["ok", "interrupted", "pending"]
+        assert m["status"] == "interrupted" and "SIGTERM" in m["chapters"][1]["error"]["evalue"]
+    else:
+        assert [c["status"] for c in m["chapters"]] == ["ok", "running", "pending"]
+        # the unfinished run renders, strictly, and says what did not finish and how to go on
+        r = subprocess.run([sys.executable, "-m", "helpers.book.runbook", "--render", str(run)], cwd=book,
+                           env={**os.environ, "BOOK_ROOT": str(book)}, capture_output=True, text=True, timeout=240)
+        assert r.returncode == 0, r.stdout + r.stderr
+        page = (book / "_build" / "html" / "notebooks" / "02_slow.html").read_text()
+        assert "did not finish" in page and "--resume" in page
+        status = (book / "_build" / "html" / "appendix" / "status.html").read_text()
+        assert "1 running" in status and "1 pending" in status
+    first_nb = (run / "notebooks" / "01_first.ipynb").stat().st_mtime_ns
+
+    r = subprocess.run([sys.executable, "-m", "helpers.book.runbook", "--resume", "r", "--no-build"], cwd=book,
+                       env={**os.environ, "BOOK_ROOT": str(book), "BOOK_TEST_TAG": tag}, capture_output=True,
+                       text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "01_first                 ok (kept from before)" in r.stdout
+    m = manifest(run)
+    assert [c["status"] for c in m["chapters"]] == ["ok", "ok", "ok"] and m["status"] == "ok"
+    assert len(m["sessions"]) == 2 and m["sessions"][1]["ran"] == ["02_slow", "03_after"]
+    assert (run / "notebooks" / "01_first.ipynb").stat().st_mtime_ns == first_nb       # kept, not re-run
+    after = results.read_rows(rows)
+    assert sorted(x["i"] for x in after) == list(range(8))                            # none lost, none repeated
+    assert after[:len(before)] == before
+    assert tagged(tag) == []
+    log = (run / "logs" / "02_slow.log").read_text()
+    assert "started by runbook" in log and "resumed by runbook" in log
+    again = subprocess.run([sys.executable, "-m", "helpers.book.runbook", "--resume", str(run), "--no-build"],
+                           cwd=book, env={**os.environ, "BOOK_ROOT": str(book)}, capture_output=True, text=True,
+                           timeout=120)
+    assert again.returncode == 0 and "to run: nothing" in again.stdout
+
+
+def test_a_run_id_that_exists_is_refused_and_points_to_resume(book):
+    (book / "runs" / "r").mkdir(parents=True)
+    r = subprocess.run([sys.executable, "-m", "helpers.book.runbook", "--target", "quick", "--run-id", "r"], cwd=book,
+                       env={**os.environ, "BOOK_ROOT": str(book)}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "already exists" in r.stderr and "--resume" in r.stderr

@@ -1,0 +1,79 @@
+"""The serving sweep's resume against real local servers (tests/fixtures/fault_server.py): points made under
+other settings are never mixed in, a point whose requests all failed is measured again, and a server that
+stops answering is not asked for the rest of its points."""
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.book import results
+from helpers.serving import client as cl, live, sweep
+from helpers.serving.server import Server, ServerSpec, free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+FAULT = str(Path(__file__).parent / "fixtures" / "fault_server.py")
+WL = [cl.Workload(4, 2)]
+
+
+def server(tmp_path, mode):
+    port = free_port()
+    return Server(ServerSpec(argv=[sys.executable, FAULT, str(port), mode], port=port, name=mode),
+                  tmp_path / f"{mode}-{port}.log", startup_timeout_s=30, stop_grace_s=1)
+
+
+def test_points_under_other_settings_are_not_mixed_in(tmp_path):
+    rows = tmp_path / "sweep.jsonl"
+    with server(tmp_path, "ok") as srv:
+        args = dict(base_url=srv.spec.base_url, model="fake", workloads=WL, concurrencies=[1, 2],
+                    labels={"variant": "a"}, progress=False, timeout_s=10)
+        one = sweep.sweep(rows, per_concurrency=1, **args)
+        twenty = sweep.sweep(rows, per_concurrency=3, **args)
+        again = []
+        sweep.sweep(rows, per_concurrency=3, on_point=again.append, **args)
+    assert list(one.num_requests) == [1, 2] and list(twenty.num_requests) == [3, 6]
+    assert again == []                                                  # resumed: nothing to do
+    assert len(results.read_rows(rows)) == 4                            # both kept on disk, never mixed
+    latest = sweep.rows_frame(rows, {"variant": "a"})
+    assert list(latest.num_requests) == [3, 6] and latest.settings_id.nunique() == 1
+
+
+def test_a_point_whose_requests_all_failed_is_measured_again(tmp_path):
+    rows = tmp_path / "sweep.jsonl"
+    args = dict(model="fake", workloads=WL, concurrencies=[1, 2], labels={"variant": "a"}, per_concurrency=1,
+                progress=False, timeout_s=10)
+    with server(tmp_path, "http500") as bad:
+        df = sweep.sweep(rows, bad.spec.base_url, **args)
+    assert list(df.completed) == [0, 0] and "HTTP 500" in df.errors.iloc[0]
+    calls = []
+    with server(tmp_path, "ok") as good:
+        df = sweep.sweep(rows, good.spec.base_url, on_point=calls.append, **args)
+    assert [r["concurrency"] for r in calls] == [1, 2]                  # both failed points retried
+    assert list(df.completed) == [1, 2] and len(df) == 2                # one row per point, the good one
+    calls = []
+    with server(tmp_path, "ok") as good:
+        sweep.sweep(rows, good.spec.base_url, on_point=calls.append, **args)
+    assert calls == []                                                   # finished points are not repeated
+
+
+def test_a_server_that_stops_answering_is_not_asked_for_every_point(tmp_path, capsys):
+    rows = tmp_path / "sweep.jsonl"
+    t0 = time.monotonic()
+    with server(tmp_path, "hang") as srv:
+        df = sweep.sweep(rows, srv.spec.base_url, "fake", WL, [1, 2, 4], labels={"variant": "a"}, per_concurrency=1,
+                         progress=False, timeout_s=2)
+    assert time.monotonic() - t0 < 15                                    # warm-up + one point, not three
+    assert len(df) == 1 and df.completed.iloc[0] == 0 and df.timed_out.iloc[0] == 1
+    assert "not answering" in capsys.readouterr().out
+
+
+def test_sweep_server_keys_points_by_the_server_command_line(tmp_path):
+    port = free_port()
+    spec = ServerSpec(argv=[sys.executable, FAULT, str(port), "ok"], port=port, name="ok", memory_mb=512)
+    s1 = live.server_settings(spec)
+    spec2 = ServerSpec(argv=[sys.executable, FAULT, str(free_port()), "ok"], port=free_port(), name="ok")
+    assert live.server_settings(spec2)["server_memory_mb"] is None and s1["server_memory_mb"] == 512
+    df = live.sweep_server(spec, "fake", tmp_path / "s.jsonl", tmp_path, WL, [1], {"variant": "a"}, 1,
+                           startup_timeout_s=30, request_timeout_s=10)
+    assert df.completed.iloc[0] == 1
+    assert df.server_memory_cap_mib.iloc[0] == 512 and 0 < df.server_peak_rss_mib.iloc[0] < 512
