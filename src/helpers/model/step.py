@@ -795,6 +795,9 @@ def _rank_main(rank: int, world: int, init_file: str, out_dir: str, model_key: s
                seed: int, moe_held, variants, timing) -> None:
     import torch.distributed as dist
 
+    from helpers.book import procs
+
+    procs.die_with_parent()   # a rank dies with the process that started it (kill -9 included)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
