@@ -14,7 +14,9 @@ tiny demo model at 16 concurrent requests).
 from __future__ import annotations
 
 import sys
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from helpers.serving.server import ServerSpec, free_port
 
@@ -61,10 +63,19 @@ class TransformersServeConfig:
         return a + list(self.extra_args)
 
 
+def offline_hub_cache() -> Path:
+    """An empty hub cache folder for the server. transformers 5.17's `serve` answers /v1/models by scanning
+    the hub cache and fails with HTTP 500 where ~/.cache/huggingface/hub does not exist (seen on the lent
+    H200, whose image has none); the book serves models from local folders, so an empty cache is right."""
+    p = Path(tempfile.gettempdir()) / "glm5-book-hf-hub"
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
 def spec(cfg: TransformersServeConfig, name: str = "transformers-serve", host: str = "127.0.0.1",
          port: int | None = None) -> ServerSpec:
     port = port or free_port(host)
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
-           "TOKENIZERS_PARALLELISM": "false", **cfg.env}
+           "TOKENIZERS_PARALLELISM": "false", "HF_HUB_CACHE": str(offline_hub_cache()), **cfg.env}
     return ServerSpec(argv=tuple(cfg.argv(host, port)), port=port, host=host, env=env, health_path="/health",
                       name=name, memory_mb=cfg.memory_cap_mb())
