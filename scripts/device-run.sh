@@ -4,8 +4,11 @@
 # (python3 there has the CUDA torch, so `make` builds .venv over it and installs only what is missing,
 # from the wheels in .whl/: scripts/device-wheels.txt lists them and how to download them). Stops, as
 # Ctrl-C would (finished chapters stay in the manifest), before the caller's limit; writes
-# runs/<RUN_ID>/ and, where $OUT is set, a tarball of it there. Where the copy has no .git, set
-# BOOK_COMMIT to the commit sent. Where there is no make, runs what `make run` runs.
+# runs/<RUN_ID>/ and, where $OUT is set, a tarball of it there. Where the copy has no .git, either send
+# a copy of the repository's git folder and point GIT_DIR (and GIT_WORK_TREE=$PWD) at it, so the runbook
+# reads the commit and checks the tree itself (how runs/h200-20261201 was made), or set BOOK_COMMIT to
+# the commit sent (recorded as unverified). Where there is no make, runs what `make run` runs.
+# The h200 target takes about 7 to 8 minutes on one H200 (serving chapters about 4).
 # Usage: RUN_ID=h200-YYYYMMDD TARGET=h200 BOOK_COMMIT=<sha> [LIMIT_S=500] scripts/device-run.sh
 # (PARAMS='[CHAPTER.]NAME=VALUE ...': target overrides, as `make run` takes them)
 set -euo pipefail
@@ -20,11 +23,11 @@ wheels=()
 [ ! -d .whl ] || wheels=(WHEELS=.whl)
 status=0
 if command -v make >/dev/null 2>&1; then
-  timeout -s INT "${LIMIT_S:-500}" make run TARGET="$TARGET" RUN_ID="$RUN_ID" ${wheels[@]+"${wheels[@]}"} || status=$?
+  timeout -s INT "${LIMIT_S:-540}" make run TARGET="$TARGET" RUN_ID="$RUN_ID" ${wheels[@]+"${wheels[@]}"} || status=$?
 else
   echo "no make here: running what \`make run\` runs"
   env ${wheels[@]+"${wheels[@]}"} bash scripts/book-env.sh run \
-    && timeout -s INT "${LIMIT_S:-500}" .venv/bin/python -m helpers.book.runbook --target "$TARGET" --no-build \
+    && timeout -s INT "${LIMIT_S:-540}" .venv/bin/python -m helpers.book.runbook --target "$TARGET" --no-build \
          --run-id "$RUN_ID" $(for p in ${PARAMS:-}; do printf -- '-p %s ' "$p"; done) || status=$?
 fi
 if [ -n "${OUT:-}" ] && [ -d "runs/$RUN_ID" ]; then
