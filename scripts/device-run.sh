@@ -9,7 +9,7 @@
 # reads the commit and checks the tree itself (how runs/h200-20261201 was made), or set BOOK_COMMIT to
 # the commit sent (recorded as unverified). Where there is no make, runs what `make run` runs.
 # The h200 target takes about 7 to 8 minutes on one H200 (serving chapters about 4).
-# Usage: RUN_ID=h200-YYYYMMDD TARGET=h200 BOOK_COMMIT=<sha> [LIMIT_S=500] scripts/device-run.sh
+# Usage: RUN_ID=h200-YYYYMMDD TARGET=h200 BOOK_COMMIT=<sha> [LIMIT_S=540] scripts/device-run.sh
 # (PARAMS='[CHAPTER.]NAME=VALUE ...': target overrides, as `make run` takes them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
