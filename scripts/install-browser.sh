@@ -20,6 +20,8 @@ if [ "$(id -u)" != 0 ]; then
   fi
 fi
 echo "browser: installing Debian's chromium (apt-get install -y chromium)"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null; }; then
+  echo "browser: apt-get could not install chromium (no package list or registry?); the browser test will skip"
+  exit 0
+fi
 command -v chromium
