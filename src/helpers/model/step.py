@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -816,8 +817,18 @@ def _rank_main(rank: int, world: int, init_file: str, out_dir: str, model_key: s
                                                     components=True, barrier=dist.barrier)
         if rank == 0:
             torch.save(out, Path(out_dir) / "rank0.pt")
-    finally:
-        dist.destroy_process_group()
+        dist.barrier()
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    # No teardown: on gloo (torch 2.13, CPU) a rank leaving through the interpreter's exit after
+    # destroy_process_group died one run in several with "terminate called without an active exception"
+    # (SIGABRT). Every result is written and every rank is past the barrier, so each leaves at once.
+    sys.stdout.flush(), sys.stderr.flush()
+    os._exit(0)
 
 
 def run_sharded(model_key: str, tp: int, batch: int, context: int, seed: int = 0, moe_held: int | None = None,
