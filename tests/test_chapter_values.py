@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from helpers import repo_root
+from helpers.book import runbook
 from helpers.book import provenance, recorded
 from helpers.book.glue import read_glued
 from helpers.book.recorded import DataError
@@ -39,8 +40,7 @@ def figure(df, **where) -> float:
 # --------------------------------------------------------------------------- glued values of the recorded run
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stem", ["01_environment", "02_nan_crash", "03_baselines_tuning", "04_moe_runners",
-                                  "05_expert_parallelism", "90_provenance"])
+@pytest.mark.parametrize("stem", [runbook.stem(d) for d in runbook.chapters(ROOT)])
 def test_every_key_the_prose_cites_is_glued_under_recorded(recorded_run, stem):
     """A sentence cannot lose its number: every {glue} reference of the chapter's Markdown has a value."""
     nb = json.loads((ROOT / "notebooks" / f"{stem}.ipynb").read_text())

@@ -2,8 +2,6 @@
 execution of the book under `recorded` (tests/conftest.py) and checked against data/ independently of the
 helpers that picked them. The fast tests that removed rows and renamed labels fail are in test_diagnosis.py
 and test_stepreport.py."""
-import json
-import re
 
 import pytest
 
@@ -13,9 +11,6 @@ from helpers.book.glue import read_glued
 from helpers.model import arith
 
 ROOT = repo_root()
-GLUE_REF = re.compile(r"\{glue(?::text|:figure|:)?\}`([^`:]+)")
-GLUE_FIGURE = re.compile(r"```\{glue:figure\}\s+(\S+)")
-STEMS = ("07_decode_step", "07_diagnosis")
 
 
 def glued(run, stem: str) -> dict[str, str]:
@@ -26,16 +21,6 @@ def serving_value(experiment: str, concurrency: int) -> float:
     s = recorded.load("recorded/serving.csv")
     r = s[(s.experiment == experiment) & (s.metric == "output_throughput") & (s.concurrency == concurrency)]
     return float(r.value.iloc[0])
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("stem", STEMS)
-def test_every_key_the_prose_cites_is_glued_under_recorded(recorded_run, stem):
-    nb = json.loads((ROOT / "notebooks" / f"{stem}.ipynb").read_text())
-    md = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
-    cited = set(GLUE_REF.findall(md)) | set(GLUE_FIGURE.findall(md))
-    missing = sorted(cited - set(glued(recorded_run, stem)))
-    assert cited and not missing, f"{stem} cites {missing} but did not glue them under `recorded`"
 
 
 @pytest.mark.slow

@@ -14,25 +14,13 @@ import pytest
 
 from helpers.book import procs, results
 from helpers.interconnect import collectives
+from proctags import tagged_pids as tagged
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240),
               pytest.mark.skipif(not procs.LINUX, reason="keepers need Linux (/proc, prctl)")]
 
 SIZES = [2**18 + 4096 * i for i in range(4)]       # 0.3-1 s a point: a kill lands mid-sweep
 KW = dict(warmup=1, iters=600, repeats=2, timeout_s=120)
-
-
-def tagged(tag: str) -> list[int]:
-    out = []
-    for n in os.listdir("/proc"):
-        if n.isdigit():
-            try:
-                env = open(f"/proc/{n}/environ", "rb").read().split(b"\0")
-            except OSError:
-                continue
-            if f"BOOK_TEST_TAG={tag}".encode() in env and procs.alive(int(n)):
-                out.append(int(n))
-    return out
 
 
 def points_file(wd):

@@ -13,6 +13,7 @@ import uuid
 import pytest
 
 from helpers.book import procs
+from proctags import tagged_pids as tagged
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120),
               pytest.mark.skipif(not procs.LINUX, reason="keepers need Linux (/proc, prctl)")]
@@ -24,21 +25,6 @@ ESCAPER = textwrap.dedent("""
     print(os.getpid(), g.pid, flush=True)
     time.sleep(600)
 """)
-
-
-def tagged(tag: str) -> list[int]:
-    """Live processes whose environment carries BOOK_TEST_TAG=tag (everything a test started)."""
-    out = []
-    for n in os.listdir("/proc"):
-        if not n.isdigit():
-            continue
-        try:
-            env = open(f"/proc/{n}/environ", "rb").read()
-        except OSError:
-            continue
-        if f"BOOK_TEST_TAG={tag}".encode() in env.split(b"\0") and procs.alive(int(n)):
-            out.append(int(n))
-    return out
 
 
 def wait_gone(pids, within_s: float) -> list[int]:

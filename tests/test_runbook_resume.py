@@ -16,6 +16,7 @@ import pytest
 
 from helpers import repo_root
 from helpers.book import procs, results
+from proctags import tagged_pids as tagged
 
 ROOT = repo_root()
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300),
@@ -70,19 +71,6 @@ def book(tmp_path):
     _nb(root / "notebooks" / "03_after.ipynb", ok, "After")
     (root / "targets" / "quick.yaml").write_text("description: a quick target\nparameters: {mode: auto}\n")
     return root
-
-
-def tagged(tag: str) -> list[int]:
-    out = []
-    for n in os.listdir("/proc"):
-        if n.isdigit():
-            try:
-                env = open(f"/proc/{n}/environ", "rb").read().split(b"\0")
-            except OSError:
-                continue
-            if f"BOOK_TEST_TAG={tag}".encode() in env and procs.alive(int(n)):
-                out.append(int(n))
-    return out
 
 
 def start(book, tag, *args):

@@ -15,24 +15,11 @@ import pytest
 
 from helpers import repo_root
 from helpers.book import procs, results
+from proctags import tagged
 
 ROOT = repo_root()
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(600),
               pytest.mark.skipif(not procs.LINUX, reason="needs /proc")]
-
-
-def tagged(tag: str) -> dict[int, str]:
-    out = {}
-    for n in os.listdir("/proc"):
-        if n.isdigit():
-            try:
-                env = open(f"/proc/{n}/environ", "rb").read().split(b"\0")
-                cmd = open(f"/proc/{n}/cmdline", "rb").read().replace(b"\0", b" ").decode("utf-8", "replace")
-            except OSError:
-                continue
-            if f"BOOK_TEST_TAG={tag}".encode() in env and procs.alive(int(n)):
-                out[int(n)] = cmd
-    return out
 
 
 def runbook(tag, *args, wait=True, timeout=540):

@@ -108,6 +108,15 @@ def descendants(pid: int, include_zombies: bool = False) -> list[int]:
     return out
 
 
+def send(pids, sig: int) -> None:
+    """Send `sig` to every pid, passing over those already gone (or not ours)."""
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def alive(pid: int) -> bool:
     """Whether `pid` exists and is not a zombie."""
     st = _stat(pid)
@@ -199,11 +208,7 @@ def kill_tree(pid: int, include_root: bool = True, rounds: int = 20) -> None:
         pids = descendants(pid) + ([pid] if include_root and alive(pid) else [])
         if not pids:
             break
-        for p in pids:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        send(pids, signal.SIGKILL)
         time.sleep(0.05)
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -276,11 +281,7 @@ class _Keeper:
 
     def end_tree(self, grace_s: float) -> None:
         pids = descendants(os.getpid())
-        for p in pids:
-            try:
-                os.kill(p, signal.SIGTERM)
-            except (ProcessLookupError, PermissionError):
-                pass
+        send(pids, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         while descendants(os.getpid()) and time.monotonic() < deadline:
             self.reap()
@@ -289,11 +290,7 @@ class _Keeper:
             left = descendants(os.getpid())
             if not left:
                 break
-            for p in left:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            send(left, signal.SIGKILL)
             time.sleep(0.05)
             self.reap()
         end = time.monotonic() + 5

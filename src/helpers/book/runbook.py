@@ -571,21 +571,11 @@ def _end_children(grace_s: float = 5.0) -> None:
     """After an interrupt: end what this process started and did not stop (a kernel, a build). Their
     keepers end the servers and workers those started."""
     kids = procs.descendants(os.getpid())
-    for p in kids:
-        try:
-            os.kill(p, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
+    procs.send(kids, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while any(procs.alive(p) for p in kids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    for p in kids:
-        if procs.alive(p):
-            try:
-                os.kill(p, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-
+    procs.send([p for p in kids if procs.alive(p)], signal.SIGKILL)
 
 def new_manifest(target: Target, run_dir: Path, root: Path, steps: list[dict], only: list[str] | None) -> dict:
     """The manifest of a run about to start: every chapter listed, pending or skipped."""
