@@ -27,7 +27,7 @@ from . import arith as ma
 from . import step as stp
 
 TIMING_COLUMNS = ("model", "device", "tp", "dtype", "attention", "batch", "context", "mode", "what", "median_us",
-                  "p10_us", "p90_us", "repeats", "time_limited", "kernels")
+                  "p10_us", "p90_us", "repeats", "time_limited", "kernels", "overlap")
 
 
 class TimeLimit(RuntimeError):
@@ -144,7 +144,7 @@ def time_point(st: stp.DecodeStep, graphs: bool, repeats: int = 10, warmup: int 
     deadline = time.monotonic() + time_limit_s if time_limit_s else None
     mode = "graph" if graphs else "eager"
     base = {"model": rm.m.name, "device": dev, "tp": rm.tp, "dtype": rm.dtype, "attention": st.attention,
-            "batch": st.b, "context": st.c, "mode": mode}
+            "batch": st.b, "context": st.c, "mode": mode, "overlap": bool(st.overlap)}
     what = [("step", None, None)] + ([(c, [c], None) for c in st.components_present()] if components else [])
     what += [(f"op:{o}", None, [o]) for o in st.op_names()] if ops else []
     rows, keep = [], []
@@ -205,7 +205,8 @@ class SweepConfig:
     batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
     contexts: tuple[int, ...] = (384, 8192)
     modes: tuple[str, ...] = ("graph", "eager")
-    dtype: str = "bf16"
+    dtype: str = "bf16"              # a precision of helpers.model.step.PRECISIONS
+    shared_overlap: str = "auto"     # helpers.model.step.SHARED_OVERLAP
     attention: str = "dense"
     device: str = "cuda"
     repeats: int = 10
@@ -227,7 +228,14 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
     With `group` (a torch.distributed process group of cfg.tp processes, one per GPU or CPU rank), every
     process builds its own rank's shard and the step's all-reduces and logits all-gather run over the
     group inside the step; every rank times every point (the same points, no time limit, so that the
-    collectives stay matched) and rank 0 alone writes and reports."""
+    collectives stay matched) and rank 0 alone writes and reports.
+
+    `cfg.dtype` "fp8" is refused (StepError naming the device) where a trial scaled product fails; where
+    only the grouped one fails, the experts run one product each and the sweep runs eagerly only.
+    `cfg.shared_overlap` as DecodeStep's; the rows' `overlap` column says what each step ran."""
+    stp.check_precision(cfg.dtype)
+    if cfg.shared_overlap not in stp.SHARED_OVERLAP:
+        raise stp.StepError(f"shared_overlap {cfg.shared_overlap!r}: expected one of {stp.SHARED_OVERLAP}")
     for mode in cfg.modes:
         if mode not in ("graph", "eager"):
             raise stp.StepError(f"mode {mode!r}: expected 'graph' or 'eager'")
@@ -255,6 +263,9 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
         p = out / "timings.csv"
         if p.exists():
             old = pd.read_csv(p)
+            if "dtype" in old.columns and len(old) and set(old["dtype"]) != {cfg.dtype}:
+                raise stp.StepError(f"{p} holds {sorted(set(old['dtype']))} timings; this sweep is {cfg.dtype}: "
+                                    f"write it to another folder")
             rows = old.to_dict("records")
             done = {(int(r["batch"]), int(r["context"]), r["mode"], r["attention"]) for r in rows}
     bmax, cmax = max(cfg.batches), max(cfg.contexts)
@@ -265,27 +276,37 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
     rm, _ = stp.build_rank(m, cfg.tp, rank, bmax, cmax, cfg.device, cfg.dtype, cfg.seed, plan=plan)
     _sync(cfg.device)
     meta = {"config": asdict(cfg), "plan": asdict(plan), "build_s": time.monotonic() - t0,
-            "torch": torch.__version__, "device_name": _device_name(cfg.device)}
+            "torch": torch.__version__, "device_name": _device_name(cfg.device), "precision": cfg.dtype,
+            "fp8_support": rm.fp8_support, "fp8_weights": sorted(stp.FP8_WEIGHTS) if cfg.dtype == "fp8" else []}
     meta.update(launch_floor(cfg.device))
     meta.update(copy_bandwidth(cfg.device))
     progress(f"built one rank in {meta['build_s']:.1f} s; launch floor {meta.get('graph_us_per_kernel', float('nan')):.2f} "
              f"us/kernel (graph), {meta['eager_us_per_kernel']:.2f} us (eager); copy {meta['copy_GBps']:.0f} GB/s")
-    modes, moe_impl = tuple(cfg.modes), "grouped_mm"
+    modes = tuple(cfg.modes)
+    first = stp.DecodeStep(rm, min(cfg.batches), min(cfg.contexts), attention=cfg.attention, group=group,
+                           shared_overlap=cfg.shared_overlap)
+    moe_impl = first.moe_impl      # "loop" already where the FP8 trial found no torch._scaled_grouped_mm
     try:   # one eager step first: a device whose torch lacks torch._grouped_mm falls back to a loop
-        stp.DecodeStep(rm, min(cfg.batches), min(cfg.contexts), attention=cfg.attention, group=group).run()
+        first.run()
         _sync(cfg.device)
     except (RuntimeError, NotImplementedError) as e:
+        if moe_impl == "loop":
+            raise
         moe_impl = "loop"
         meta["grouped_mm_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    if moe_impl == "loop" and "graph" in modes:
         modes = tuple(mo for mo in modes if mo != "graph")
-        progress(f"torch._grouped_mm failed ({meta['grouped_mm_error']}); experts run one matmul each, eager only")
+        why = meta.get("grouped_mm_error") or (rm.fp8_support or {}).get("grouped_error")
+        progress(f"no grouped GEMM here ({why}); experts run one product each, eager only")
+    del first
     meta["moe_impl"] = moe_impl
     points = [(c, b, mode, cfg.attention) for c in cfg.contexts for b in cfg.batches for mode in modes]
     points += [(c, b, modes[0], "sparse") for b, c in cfg.sparse_points if cfg.attention != "sparse"]
     routing, byte_rows, failures = {}, [], []
     cuda = str(cfg.device).startswith("cuda")
     for i, (c, b, mode, att) in enumerate(points, 1):
-        st = stp.DecodeStep(rm, b, c, attention=att, seed=cfg.seed + 1, moe_impl=moe_impl, group=group)
+        st = stp.DecodeStep(rm, b, c, attention=att, seed=cfg.seed + 1, moe_impl=moe_impl, group=group,
+                            shared_overlap=cfg.shared_overlap)
         st.record_routing = True
         st.run()
         st.record_routing = False
@@ -294,8 +315,9 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
         if mode == modes[0]:
             bt = stp.component_bytes(m, cfg.tp, b, c, routing.get((b, c), 0.0), cfg.dtype, att)
             byte_rows += [{"batch": b, "context": c, "attention": att, "distinct_experts": routing.get((b, c), 0.0),
-                           **r} for r in bt.to_dict("records")]
-        label = f"batch {b} context {c} {mode}" + (" sparse" if att == "sparse" else "")
+                           "dtype": cfg.dtype, **r} for r in bt.to_dict("records")]
+        label = f"batch {b} context {c} {mode}" + (" sparse" if att == "sparse" else "") + \
+            (" overlap" if st.overlap else "")
         if (b, c, mode, att) in done:
             progress(f"[{i}/{len(points)}] {label}: done before, skipped")
             continue
