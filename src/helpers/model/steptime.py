@@ -360,3 +360,40 @@ def _device_name(device: str) -> str:
         return torch.cuda.get_device_name(torch.device(device))
     import platform
     return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def merge_sweeps(folders: dict[str, str | Path], out_dir: str | Path | None = None) -> dict:
+    """Several sweeps (name -> the out_dir a sweep wrote) as one study: every timing row of each (their
+    `dtype` and `overlap` columns tell them apart), the byte rows once per precision, and meta {name: its
+    meta.json}. A folder without timings is left out and named in meta["missing"] (one failed sweep does
+    not lose the others). With `out_dir`, writes timings.csv, bytes.csv and meta.json there."""
+    times, byts, metas, missing, seen = [], [], {}, [], set()
+    for name, folder in folders.items():
+        f = Path(folder)
+        if not (f / "timings.csv").exists():
+            missing.append(name)
+            continue
+        t = pd.read_csv(f / "timings.csv")
+        if "overlap" not in t.columns:
+            t["overlap"] = False
+        times.append(t)
+        if (f / "meta.json").exists():
+            metas[name] = json.loads((f / "meta.json").read_text())
+        if (f / "bytes.csv").exists():
+            b = pd.read_csv(f / "bytes.csv")
+            prec = str(b["dtype"].iloc[0]) if "dtype" in b.columns and len(b) else name
+            if prec not in seen:
+                seen.add(prec)
+                byts.append(b)
+    if not times:
+        raise stp.StepError(f"no sweep of {sorted(folders)} wrote timings.csv")
+    timings = pd.concat(times, ignore_index=True)[list(TIMING_COLUMNS)]
+    bytes_df = pd.concat(byts, ignore_index=True) if byts else pd.DataFrame()
+    meta = {"sweeps": metas, "missing": missing}
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        timings.to_csv(out / "timings.csv", index=False)
+        bytes_df.to_csv(out / "bytes.csv", index=False)
+        (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
+    return {"timings": timings, "bytes": bytes_df, "meta": meta}
