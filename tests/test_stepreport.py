@@ -181,3 +181,10 @@ def test_fp8_bytes_and_accuracy_values(meas, glm5):
     assert acc["acc_bf16"] < acc["acc_fp8"] <= acc["acc_tol"] < acc["acc_wrong"]
     with pytest.raises(FindingError, match="no row with variant='fp8'"):
         sr.fp8_accuracy_values(pd.DataFrame({"variant": ["bf16"], "rel_l2": [0.1]}), pd.DataFrame())
+
+
+def test_overlap_labels(meas, cpu_study):
+    assert sr.overlap_label(meas, 384) == "off"                    # the committed bf16 study: one stream
+    assert sr.has_overlap_pair(cpu_study) and not sr.has_overlap_pair(None)
+    with pytest.raises(mb.MeasuredBudgetError, match="no whole-step rows at context 7"):
+        sr.overlap_label(meas, 7)

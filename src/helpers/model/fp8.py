@@ -30,6 +30,8 @@ ALIGN = 16
 SCALE_BYTES = 4
 #: smallest row or column magnitude a scale is taken from (an all-zero row gets a finite scale)
 _EPS = 1e-12
+#: torch kernels one activation quantization launches (quantize_rows; serving engines fuse them into one)
+QUANTIZE_KERNELS = 5
 #: experts quantized at a time (bounds the float32 temporary of a large expert tensor)
 _CHUNK = 16
 
@@ -90,9 +92,8 @@ def quantize(w: torch.Tensor, name: str = "weight") -> QWeight:
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dynamic per-row (per-token) quantization of `x` (M, K): E4M3 values and float32 scales (M, 1).
-    Five kernels (max |x| per row in float32, clamp, scale, divide, cast); serving engines fuse them
-    into one."""
+    """Dynamic per-row (per-token) quantization of `x` (M, K): E4M3 values and float32 scales (M, 1), in
+    QUANTIZE_KERNELS kernels (max |x| per row in float32, clamp, scale, divide, cast)."""
     s = torch.linalg.vector_norm(x, float("inf"), dim=-1, keepdim=True, dtype=torch.float32)
     s = s.clamp_min_(_EPS).mul_(1.0 / FP8_MAX)
     return (x / s).to(FP8), s

@@ -392,7 +392,8 @@ def fp8_accuracy_values(check: pd.DataFrame, products: pd.DataFrame) -> dict:
             "prod_fp8_lo": 100 * float(products["fp8_rel_l2"].min()),
             "prod_fp8_hi": 100 * float(products["fp8_rel_l2"].max()),
             "prod_bf16_hi": 100 * float(products["bf16_rel_l2"].max()),
-            "prod_tol": 100 * float(products["tolerance"].iloc[0])}
+            "prod_tol": 100 * float(products["tolerance"].iloc[0]),
+            "acc_amplification": r("fp8", "rel_l2") / float(products["fp8_rel_l2"].median())}
 
 
 def precision_steps(ps: mb.PrecisionStudy, context: int, mode: str = "graph") -> pd.DataFrame:
@@ -449,3 +450,24 @@ def precision_split(ps: mb.PrecisionStudy, batch: int, context: int, mode: str =
                     "bf16_MiB": b16 / 2**20, "fp8_MiB": b8 / 2**20, "bf16_GBps": b16 / u16 / 1e3,
                     "fp8_GBps": b8 / u8 / 1e3})
     return pd.DataFrame(out)
+
+
+def overlap_label(meas: mb.StepMeasurement, context: int) -> str:
+    """'on' where the measurement's whole steps at `context` ran the shared expert on a second stream,
+    'off' where they ran on one (a study without the `overlap` column, as the committed bf16 one, ran on
+    one: it predates the overlap)."""
+    t = meas.timings
+    s = t[(t["what"] == "step") & (t["context"] == context)]
+    if not len(s):
+        raise mb.MeasuredBudgetError(f"{meas.where}: no whole-step rows at context {context}")
+    if "overlap" not in s.columns or not s["overlap"].fillna(False).astype(bool).any():
+        return "off"
+    return "on" if s["overlap"].astype(bool).all() else "mixed"
+
+
+def has_overlap_pair(ps: mb.PrecisionStudy | None) -> bool:
+    """Whether `ps` holds whole steps both with the shared expert overlapped and without."""
+    if ps is None:
+        return False
+    s = ps.timings[ps.timings["what"] == "step"]["overlap"].astype(bool)
+    return bool(s.any() and (~s).any())
