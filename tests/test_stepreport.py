@@ -188,3 +188,47 @@ def test_overlap_labels(meas, cpu_study):
     assert sr.has_overlap_pair(cpu_study) and not sr.has_overlap_pair(None)
     with pytest.raises(mb.MeasuredBudgetError, match="no whole-step rows at context 7"):
         sr.overlap_label(meas, 7)
+
+
+def test_a_merged_study_registered_as_the_device_script_says_is_what_the_chapter_reads(tmp_path, monkeypatch):
+    """scripts/device-step-fp8.sh's path, on the CPU: two sweeps merged, a `source` column added, the
+    register entries added to a copy of data/: recorded validates the files and precision_study reads them."""
+    import shutil
+    from dataclasses import replace
+
+    import yaml
+
+    from helpers import repo_root
+    from helpers.book import recorded
+    from helpers.model import steptime
+
+    data = tmp_path / "data"
+    shutil.copytree(repo_root() / "data", data)
+    study = "step-fp8-cpu-20990101"
+    cfg = steptime.SweepConfig(model="glm5-mini", tp=2, batches=(1,), contexts=(32,), modes=("eager",), device="cpu",
+                               repeats=1, eager_repeats=1, op_level=())
+    for prec in ("bf16", "fp8"):
+        steptime.sweep(replace(cfg, dtype=prec), tmp_path / prec, progress=lambda s: None)
+    d = data / "measured" / study
+    steptime.merge_sweeps({p: tmp_path / p for p in ("bf16", "fp8", "bf16-serial")}, d)
+    for f in ("timings.csv", "bytes.csv"):
+        t = pd.read_csv(d / f)
+        t.assign(source=study).to_csv(d / f, index=False)
+    reg = steptime.register_entries(study, "CPU", "2099-01-01", "abc", "scripts/device-step-fp8.sh")
+    reg = yaml.safe_load(yaml.safe_dump(reg))                      # as register.yaml carries it
+    src = yaml.safe_load((data / "sources.yaml").read_text())
+    sch = yaml.safe_load((data / "schema.yaml").read_text())
+    src[study] = reg.pop(study)
+    sch.update(reg)
+    (data / "sources.yaml").write_text(yaml.safe_dump(src, sort_keys=False))
+    (data / "schema.yaml").write_text(yaml.safe_dump(sch, sort_keys=False))
+    monkeypatch.setattr(recorded, "data_dir", lambda: data)
+    recorded.schema.cache_clear(), recorded.sources.cache_clear()
+    try:
+        ps = mb.precision_study(None)
+        assert ps is not None and ps.where == f"data/measured/{study}" and ps.precisions() == ["bf16", "fp8"]
+        assert ps.meta["missing"] == ["bf16-serial"]
+        assert ps.row("fp8", 1, 32, mode="eager")["median_us"] > 0
+        assert sr.precision_steps(ps, 32, mode="eager")["fp8_GiB"].iloc[0] > 0
+    finally:
+        recorded.schema.cache_clear(), recorded.sources.cache_clear()

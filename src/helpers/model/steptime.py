@@ -397,3 +397,36 @@ def merge_sweeps(folders: dict[str, str | Path], out_dir: str | Path | None = No
         bytes_df.to_csv(out / "bytes.csv", index=False)
         (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
     return {"timings": timings, "bytes": bytes_df, "meta": meta}
+
+
+#: data/schema.yaml types of a merged study's timings.csv (TIMING_COLUMNS, then the `source` column)
+_TIMING_TYPES = {"model": "str", "device": "str", "tp": "int", "dtype": "str", "attention": "str", "batch": "int",
+                 "context": "int", "mode": "str", "what": "str", "median_us": "float", "p10_us": "float",
+                 "p90_us": "float", "repeats": "int", "time_limited": "bool", "kernels": "int", "overlap": "bool",
+                 "source": "str"}
+
+
+def register_entries(study: str, device_name: str, date: str, commit: str, command: str,
+                     role: str = "decode-step-fp8") -> dict:
+    """What committing a merged study (merge_sweeps, with a `source` column) under data/measured/<study>/
+    adds to data/sources.yaml (the key `study`) and data/schema.yaml (the keys measured/<study>/*.csv)."""
+    if set(_TIMING_TYPES) != set(TIMING_COLUMNS) | {"source"}:
+        raise stp.StepError("steptime._TIMING_TYPES does not type every timing column")
+    return {
+        study: {"kind": "measured", "file": f"data/measured/{study}/",
+                "title": f"The emulated GLM-5 decode step (one TP8 rank, random weights) in bf16 and FP8, the shared "
+                         f"expert overlapped and not, on one {device_name}",
+                "machine": f"lent nvidia-h200: {device_name} (env.txt)", "date": date, "commit": commit,
+                "command": command, "role": role},
+        f"measured/{study}/timings.csv": {
+            "columns": dict(_TIMING_TYPES),
+            "required": ["model", "device", "tp", "dtype", "attention", "batch", "context", "mode", "what",
+                         "median_us", "repeats", "overlap", "source"],
+            "choices": {"mode": ["graph", "eager"], "attention": ["dense", "sparse"], "dtype": list(stp.PRECISIONS)}},
+        f"measured/{study}/bytes.csv": {
+            "columns": {"batch": "int", "context": "int", "attention": "str", "distinct_experts": "float",
+                        "dtype": "str", "component": "str", "bytes_emulated": "float", "bytes_checkpoint": "float",
+                        "source": "str"},
+            "required": ["batch", "context", "attention", "dtype", "component", "bytes_emulated",
+                         "bytes_checkpoint", "source"]},
+    }
