@@ -99,8 +99,9 @@ for n in names:
     c = m["config"]
     lines.append(f"  - `{n}`: {c['dtype']}, shared_overlap {c['shared_overlap']}, modes {c['modes']}, "
                  f"components {c['components']}, experts {m.get('moe_impl')}, {m['plan']['moe_held']} distinct MoE "
-                 f"layers held ({m['plan']['needed_bytes'] / 2**30:.0f} GiB), sweep {m['sweep_s']:.1f} s, "
-                 f"failures {len(m.get('failures', []))}")
+                 f"layers held ({m['plan']['needed_bytes'] / 2**30:.0f} GiB), "
+                 + (f"sweep {m['sweep_s']:.1f} s, failures {len(m.get('failures', []))}" if m.get("finished")
+                    else "INTERRUPTED (its finished points are kept)"))
 lines += ["", "Files: `timings.csv` (every sweep's rows; `dtype` and `overlap` tell them apart; microseconds),",
           "`bytes.csv` (bytes one rank reads per component, per precision, derived, with the experts the routing",
           "touched, measured), `meta.json` (each sweep's meta.json under `sweeps`), `raw/<sweep>/` (as written),",

@@ -241,3 +241,25 @@ def test_gpu_shared_overlap_forks_and_joins_inside_a_graph_and_changes_no_logit(
     assert step.compare_logits(want, st.logits().float().cpu(), 0.02, metric="l2").ok
     rows = steptime.time_point(st, graphs=True, repeats=2, warmup=1, components=True)
     assert {r["what"] for r in rows} >= {"step", "moe", "shared/dense MLP"} and all(r["overlap"] for r in rows)
+
+
+def test_an_interrupted_sweep_keeps_its_finished_points_bytes_and_meta(tmp_path, monkeypatch):
+    """A device script stops a sweep with SIGINT when its time is up: what finished stays on disk."""
+    import json
+
+    real, calls = steptime.time_point, []
+
+    def stop_at_second(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(steptime, "time_point", stop_at_second)
+    cfg = steptime.SweepConfig(model=MINI, tp=2, batches=(1, 2), contexts=(32,), modes=("eager",), device="cpu",
+                               repeats=1, eager_repeats=1, op_level=())
+    with pytest.raises(KeyboardInterrupt):
+        steptime.sweep(cfg, tmp_path, progress=lambda s: None)
+    import pandas as pd
+    assert set(pd.read_csv(tmp_path / "timings.csv")["batch"]) == {1}
+    assert len(pd.read_csv(tmp_path / "bytes.csv")) > 0
+    assert json.loads((tmp_path / "meta.json").read_text())["finished"] is False

@@ -300,6 +300,9 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
         progress(f"no grouped GEMM here ({why}); experts run one product each, eager only")
     del first
     meta["moe_impl"] = moe_impl
+    meta["finished"] = False          # until the last point: an interrupted sweep's meta says so
+    if out is not None:
+        (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
     points = [(c, b, mode, cfg.attention) for c in cfg.contexts for b in cfg.batches for mode in modes]
     points += [(c, b, modes[0], "sparse") for b, c in cfg.sparse_points if cfg.attention != "sparse"]
     routing, byte_rows, failures = {}, [], []
@@ -336,8 +339,9 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
             if str(cfg.device).startswith("cuda"):
                 torch.cuda.empty_cache()
         rows += new
-        if out is not None:
+        if out is not None:     # every finished point is on disk: an interrupted sweep keeps its rows
             pd.DataFrame(rows).to_csv(out / "timings.csv", index=False)
+            pd.DataFrame(byte_rows).to_csv(out / "bytes.csv", index=False)
         s = next(r for r in new if r["what"] == "step")
         progress(f"[{i}/{len(points)}] {label}: step {s['median_us'] / 1e3:.2f} ms "
                  f"({s['p10_us'] / 1e3:.2f}-{s['p90_us'] / 1e3:.2f}), {b * 1e6 / s['median_us']:.0f} tok/s, "
@@ -346,6 +350,7 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
     meta["kernel_count_errors"] = list(COUNT_ERRORS)
     meta["failures"] = failures
     meta["sweep_s"] = time.monotonic() - t_start
+    meta["finished"] = True
     timings = pd.DataFrame(rows, columns=list(TIMING_COLUMNS))
     bytes_df = pd.DataFrame(byte_rows)
     if out is not None:
