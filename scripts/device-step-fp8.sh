@@ -14,7 +14,8 @@
 # data/measured/step-h200-20261201/: timings.csv and bytes.csv (a `source` column added), meta.json (each
 # sweep's meta), raw/<sweep>/ (what each bench_step.py wrote), bench-<sweep>.log, pytest-gpu.log, env.txt,
 # COMMIT, a README.md draft and register.yaml (the data/sources.yaml entry and the data/schema.yaml
-# entries the study needs when committed), and prints the figures. About 3 to 4 minutes in all.
+# entries the study needs when committed), packs that folder as $OUT/$STUDY.tgz (the device returns a limited
+# number of files per command) and prints the figures. About 3 to 4 minutes in all.
 # Usage: OUT=<dir> BOOK_COMMIT=<sha> [STUDY=step-fp8-h200-YYYYMMDD] [BUDGET_S=300] scripts/device-step-fp8.sh
 # (DEVICE=cpu rehearses it here: the scaled-down model, eager; the one-stream sweeps, graphs only, fail
 # there as they should and the rest is merged without them.)
@@ -131,4 +132,5 @@ if len(b):
     print((g.groupby(["dtype", "batch"])[["bytes_emulated", "bytes_checkpoint"]].sum() / 2**30).round(2).to_string())
 print("missing sweeps:", meta["missing"])
 PY
-echo "done at ${SECONDS} s: $D"; ls "$D"
+tar -czf "$OUT/$STUDY.tgz" -C "$OUT" "$STUDY"   # one file: the device returns a limited number of files
+echo "done at ${SECONDS} s: $D (packed as $OUT/$STUDY.tgz)"; ls "$D"

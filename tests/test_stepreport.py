@@ -218,6 +218,10 @@ def test_a_merged_study_registered_as_the_device_script_says_is_what_the_chapter
     reg = yaml.safe_load(yaml.safe_dump(reg))                      # as register.yaml carries it
     src = yaml.safe_load((data / "sources.yaml").read_text())
     sch = yaml.safe_load((data / "schema.yaml").read_text())
+    # the copy's only study of the role is the one made here (the committed one would be read first)
+    for k in [k for k, v in src.items() if v.get("role") == mb.PRECISION_ROLE]:
+        del src[k]
+        shutil.rmtree(data / "measured" / k)
     src[study] = reg.pop(study)
     sch.update(reg)
     (data / "sources.yaml").write_text(yaml.safe_dump(src, sort_keys=False))
@@ -232,3 +236,36 @@ def test_a_merged_study_registered_as_the_device_script_says_is_what_the_chapter
         assert sr.precision_steps(ps, 32, mode="eager")["fp8_GiB"].iloc[0] > 0
     finally:
         recorded.schema.cache_clear(), recorded.sources.cache_clear()
+
+
+def test_the_committed_fp8_study_is_what_the_chapter_reads_without_a_run_of_its_own():
+    ps = mb.precision_study(None)
+    assert ps is not None and ps.where == "data/measured/step-fp8-h200-20261201" and ps.device == "NVIDIA H200"
+    assert ps.precisions() == ["bf16", "fp8"] and ps.meta["missing"] == []
+    steps = sr.precision_steps(ps, 384)
+    assert set(steps.batch) >= {1, 64} and (steps["fp8_GiB"] < steps["bf16_GiB"]).all()
+
+
+def test_the_fp8_takeaway_figures_come_from_the_study_tables():
+    ps = mb.precision_study(None)
+    v = sr.precision_values(ps, 384)
+    steps = sr.precision_steps(ps, 384).set_index("batch")
+    assert v["prec_bmax"] == 64
+    assert v["fp8_step_x_1"] == pytest.approx(steps.loc[1, "fp8_ms"] / steps.loc[1, "bf16_ms"])
+    assert v["fp8_step_x_max"] == pytest.approx(steps.loc[64, "fp8_ms"] / steps.loc[64, "bf16_ms"])
+    split = sr.precision_split(ps, 64, 384).set_index("component")
+    assert v["fp8_moe_x_max"] == pytest.approx(split.loc["moe", "fp8_us"] / split.loc["moe", "bf16_us"])
+    ov = sr.overlap_steps(ps, 384).set_index(["precision", "batch"])
+    assert v["overlap_saved_1"] == pytest.approx(ov.loc[("bf16", 1), "saved_ms"])
+    assert sr.fp8_verdict(v) in sr.FP8_VERDICTS.values()
+
+
+@pytest.mark.parametrize("x1,xm,says", [(0.8, 0.9, "both"), (1.2, 1.1, "does not"), (1.2, 0.9, "only for the largest"),
+                                        (0.9, 1.1, "only for one sequence"), (float("nan"), 1.0, "no FP8 measurement")])
+def test_the_fp8_verdict_follows_the_two_ratios(x1, xm, says):
+    assert says in sr.fp8_verdict({"fp8_step_x_1": x1, "fp8_step_x_max": xm})
+
+
+def test_without_an_fp8_study_every_takeaway_figure_is_nan():
+    v = sr.precision_values(None, 384)
+    assert set(v) == set(sr.PRECISION_KEYS) and all(math.isnan(x) for x in v.values())

@@ -7,6 +7,8 @@ sentences that depend on the machine (`check_text`, `cpu_text`) are chosen here 
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import replace
 from typing import Mapping
 
@@ -450,6 +452,59 @@ def precision_split(ps: mb.PrecisionStudy, batch: int, context: int, mode: str =
                     "bf16_MiB": b16 / 2**20, "fp8_MiB": b8 / 2**20, "bf16_GBps": b16 / u16 / 1e3,
                     "fp8_GBps": b8 / u8 / 1e3})
     return pd.DataFrame(out)
+
+
+PRECISION_KEYS = ("fp8_step_x_1", "fp8_step_x_max", "fp8_moe_x_max", "fp8_moe_GBps_max", "bf16_moe_GBps_max",
+                  "fp8_att_x_1", "overlap_saved_1", "overlap_saved_max", "overlap_share_max", "prec_bmax")
+
+
+def precision_values(ps: mb.PrecisionStudy | None, context: int) -> dict[str, float]:
+    """The figures 07_decode_step's FP8 takeaway cites: FP8's whole step and its experts as a multiple of
+    bf16's time (above 1: slower) at one sequence and at the study's largest batch, the experts' achieved
+    GB/s in each precision there, the attention block's multiple at one sequence, and what the second
+    stream saved in bf16 (ms and share of the one-stream step). NaN for each where `ps` is None or lacks
+    the rows (no FP8 measurement exists), so the page's sentence stays and says nan."""
+    vals = {k: float("nan") for k in PRECISION_KEYS}
+    if ps is None:
+        return vals
+    steps_ = precision_steps(ps, context)
+    bmax = int(steps_["batch"].max())
+    one, top = steps_[steps_["batch"] == 1], steps_[steps_["batch"] == bmax]
+    vals["prec_bmax"] = float(bmax)
+    if len(one):
+        vals["fp8_step_x_1"] = float(1 / one["fp8_speedup"].iloc[0])
+        s1 = precision_split(ps, 1, context).set_index("component")
+        vals["fp8_att_x_1"] = float(s1.loc["attention", "fp8_vs_bf16"])
+    vals["fp8_step_x_max"] = float(1 / top["fp8_speedup"].iloc[0])
+    sm = precision_split(ps, bmax, context).set_index("component")
+    vals["fp8_moe_x_max"] = float(sm.loc["moe", "fp8_vs_bf16"])
+    vals["fp8_moe_GBps_max"], vals["bf16_moe_GBps_max"] = float(sm.loc["moe", "fp8_GBps"]), float(sm.loc["moe", "bf16_GBps"])
+    if has_overlap_pair(ps):
+        ov = overlap_steps(ps, context)
+        ov = ov[ov["precision"] == "bf16"].set_index("batch")
+        if 1 in ov.index:
+            vals["overlap_saved_1"] = float(ov.loc[1, "saved_ms"])
+        if bmax in ov.index:
+            vals["overlap_saved_max"] = float(ov.loc[bmax, "saved_ms"])
+            vals["overlap_share_max"] = float(100 * ov.loc[bmax, "saved_share"])
+    return vals
+
+
+FP8_VERDICTS = {
+    (True, True): "shortens the step both for one sequence and for the largest batch",
+    (False, False): "does not shorten the step, for one sequence or for the largest batch",
+    (False, True): "shortens the step only for the largest batch",
+    (True, False): "shortens the step only for one sequence",
+}
+
+
+def fp8_verdict(vals: dict[str, float]) -> str:
+    """Which of FP8_VERDICTS the precision_values say (a step shorter in FP8 than in bf16 at one sequence,
+    at the largest batch), or that no FP8 measurement exists to judge from."""
+    x1, xm = vals["fp8_step_x_1"], vals["fp8_step_x_max"]
+    if math.isnan(x1) or math.isnan(xm):
+        return "cannot be judged here: no FP8 measurement exists"
+    return FP8_VERDICTS[(x1 < 1, xm < 1)]
 
 
 def overlap_label(meas: mb.StepMeasurement, context: int) -> str:
