@@ -126,14 +126,44 @@ def missing_endpoint(count) -> str:
             "target's chapter parameters, or set nnodes = 1")
 
 
-def check_parameters(nnodes, rdzv_endpoint) -> str | None:
-    """Why the pair (nnodes, rdzv_endpoint) cannot run, or None; for params.depends (the chapter's checks)."""
+def endpoint_rule(rdzv_endpoint, nnodes) -> str | None:
+    """The chapter's check of rdzv_endpoint against nnodes (params.depends): why they cannot go together, or None."""
+    count = int(nnodes)
+    if count == 1:
+        return None
     try:
-        Nodes(int(nnodes) if isinstance(nnodes, (int, float)) and not isinstance(nnodes, bool) else nnodes,
-              str(rdzv_endpoint))
+        Nodes(count, str(rdzv_endpoint))
     except NodesError as e:
         return str(e)
     return None
+
+
+def world_size_rule(world_size, nnodes) -> str | None:
+    """The chapter's check of world_size against nnodes (params.depends): an equal share per node."""
+    w, n = int(world_size), int(nnodes)
+    if w and w % n:
+        return (f"every node starts the same number of processes, so world_size must be a multiple of nnodes = {n} "
+                f"(or 0: one per GPU on every node); set -p 06_vm_p2p.world_size=<a multiple of {n}>")
+    return None
+
+
+def share(world_size: int, count: int, gpus: int) -> int:
+    """Processes per node: world_size over the nodes where given, else one per GPU (this node's count,
+    every node assumed alike), or one CPU process per node without a GPU."""
+    return int(world_size) // int(count) if world_size else (int(gpus) or 1)
+
+
+def run_text(live: bool, nodes: Nodes, per_node: int) -> str:
+    """The VM/P2P chapter's sentence on where this run's collective sweeps ran (nodes_text)."""
+    if not live:
+        return "Recorded mode launches nothing, on this node or any other."
+    if not nodes.multi:
+        return (f"This run measured on this node alone (nnodes = {nodes.count}): each sweep was one torchrun launch "
+                "with --standalone.")
+    return (f"This run's collective sweeps spanned {nodes.count} nodes, {per_node} process(es) on each, through the "
+            f"rendezvous at {nodes.endpoint}, each launch waiting up to {nodes.join_timeout} s for the others; each "
+            f"other node was to run `{nodes.join_command(per_node)}`. The runs table of section 5 says, launch by "
+            "launch, whether they joined.")
 
 
 def default_nproc() -> int:
