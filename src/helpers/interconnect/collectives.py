@@ -33,7 +33,7 @@ import pandas as pd
 from helpers.book import procs
 from helpers.interconnect.copies import parse_sizes
 from helpers.interconnect.method import COLUMNS as METHOD_COLUMNS, Method, MethodError
-from helpers.interconnect.nodes import Nodes
+from helpers.interconnect.nodes import JOINED_PREFIX, Nodes
 
 OPS = ("all_reduce", "all_to_all")
 BACKENDS = ("gloo", "nccl")
@@ -185,9 +185,9 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
 
     `nodes` (helpers.interconnect.nodes.Nodes) spans several nodes: `world_size` ranks in all, an equal
     share on each, through torchrun's c10d rendezvous, which this node hosts; the other nodes run
-    `nodes.join_command(...)`. `method.nodes` must be `nodes.count`. The time limit counts from the moment
-    every node has joined: a launch may take up to `nodes.join_timeout_s` more, and one whose other nodes
-    never join returns status 'timeout' within about that long, saying which command they should run."""
+    `nodes.join_command(...)`. `method.nodes` must be `nodes.count`. The launch's limit is then `timeout_s`
+    plus `nodes.join_timeout_s` (the other nodes' join), and a launch whose other nodes never join returns
+    status 'timeout' about `nodes.join_timeout_s` after it started, saying which command they should run."""
     if not isinstance(method, Method):
         raise CollectiveConfigError(f"method = {method!r} must be a helpers.interconnect.method.Method")
     check_request(backend, world_size, ops, nodes)
@@ -249,11 +249,18 @@ def slug(s: str) -> str:
 
 
 def failure_message(text: str | None, n: int = 1500) -> str:
-    """The part of a failed launch's output that says why: the first failing rank's own lines (torch
-    prefixes a worker's uncaught error with '[rankN]:'), else the end of the output. torchrun's own
+    """The part of a failed launch's output that says why: a worker's refusal (a line of its own), else the
+    first failing rank's own lines (torch prefixes a worker's uncaught error with '[rankN]:'), else the end
+    of the output. torchrun's own
     summary, which follows and names no cause, is left out where a rank's lines exist."""
     text = (text or "").strip()
     lines = [ln for ln in text.splitlines() if ln.strip() and not set(ln.strip()) <= {"*"}]
+    # a worker that refused the sweep (its own SystemExit, e.g. across nodes) says why in one line
+    refused = [ln.strip() for ln in lines if ln.startswith(("helpers.interconnect.worker:",
+                                                             "helpers.interconnect.worker --join:"))
+               and not ln.startswith(JOINED_PREFIX)]
+    if refused:
+        return "\n".join(dict.fromkeys(refused))[:n]
     ranked = [ln for ln in lines if re.match(r"\[rank\d+\]:", ln)]
     if ranked:
         first = ranked[0].split(":", 1)[0]

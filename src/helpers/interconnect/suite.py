@@ -205,7 +205,7 @@ def run_suite(preset: str | Preset = "quick", out_dir: str | Path | None = None,
     copy_sweep.csv, collective_sweep.csv, fits.csv (and the skipped/run logs) into out_dir if given.
     `nodes` (helpers.interconnect.nodes.Nodes): the collective sweeps span that many nodes, each launch
     through torchrun's rendezvous at nodes.endpoint, while every other node runs nodes.join_command();
-    `timeout_s` is then each launch's limit once every node has joined."""
+    each launch's limit is then `timeout_s` plus the time it may wait for the other nodes (nodes.join_timeout_s)."""
     pr = PRESETS[preset] if isinstance(preset, str) else preset
     t0 = time.perf_counter()
     m = machine()

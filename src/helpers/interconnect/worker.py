@@ -227,8 +227,8 @@ def main(argv=None) -> int:
                           f"{nodes} node(s) (GROUP_WORLD_SIZE): launch with as many nodes as the method names")
         if nodes > 1 and world != nodes * local_world:
             raise Refused(f"helpers.interconnect.worker: {world} ranks on {nodes} nodes, {local_world} of them on "
-                          "this one: every node must start the same number of processes (the join command's "
-                          f"--nproc-per-node)")
+                          f"this one: every node must start {local_world} process(es), as this one does (the join "
+                          f"command's --nproc-per-node {local_world})")
     except Refused as e:
         problem = str(e)
     if store is not None:
