@@ -302,8 +302,12 @@ def main(argv=None) -> int:
         nodes = Nodes(a.nnodes, a.rdzv_endpoint, a.join_timeout_s, a.rdzv_id)
     except NodesError as e:
         ap.error(str(e))
-    return join(nodes, nproc, a.first_wait_s, a.idle_s, a.launch_timeout_s, a.verbose,
-                log=lambda s: print(s, flush=True))
+    try:
+        return join(nodes, nproc, a.first_wait_s, a.idle_s, a.launch_timeout_s, a.verbose,
+                    log=lambda s: print(s, flush=True))
+    except KeyboardInterrupt:   # the running torchrun and its workers were ended with it (procs.stop)
+        print("interrupted: this node's torchrun and its workers were stopped", flush=True)
+        return 130
 
 
 if __name__ == "__main__":

@@ -158,15 +158,15 @@ def _share_plan(a, argv: list[str], store, local: int, local_world: int, nodes: 
         plan = json.loads(store.get(PLAN_KEY).decode())
     except Exception as e:  # noqa: BLE001 - name what did not come
         raise Refused(f"helpers.interconnect.worker --join: no sweep from the book's node within {PLAN_WAIT_S} s "
-                         f"({type(e).__name__}: {e}); is the node that hosts the rendezvous running the book's "
-                         "collective sweep?") from None
+                      f"({type(e).__name__}: {e}); is the node that hosts the rendezvous running the book's "
+                      "collective sweep?") from None
     if plan["source"] != source_hash():
         raise Refused(f"helpers.interconnect.worker --join: this node's worker code ({source_hash()}) differs from "
-                         f"the book's node's ({plan['source']}): check out the same commit on every node")
+                      f"the book's node's ({plan['source']}): check out the same commit on every node")
     if plan["local_world"] != local_world:
         raise Refused(f"helpers.interconnect.worker --join: {local_world} process(es) on this node, "
-                         f"{plan['local_world']} on the book's node: run the join command with --nproc-per-node "
-                         f"{plan['local_world']}")
+                      f"{plan['local_world']} on the book's node: run the join command with --nproc-per-node "
+                      f"{plan['local_world']}")
     try:
         joined = parse_args(plan["argv"] + ["--join"])
     except SystemExit:
