@@ -7,7 +7,9 @@ unsharded one.
 
     python benchmarks/bench_step.py                         # whatever this machine has
     python benchmarks/bench_step.py --device cuda --out DIR  # write timings.csv, bytes.csv, meta.json
-    python benchmarks/bench_step.py --device cpu --check     # CPU, with the sharding check
+    python benchmarks/bench_step.py --device cpu --check     # CPU, with the sharding and FP8 checks
+    python benchmarks/bench_step.py --precision fp8          # FP8 weights (refused where the GPU lacks them)
+    python benchmarks/bench_step.py --shared-overlap off     # the shared expert on the same stream
     torchrun --nproc-per-node 8 benchmarks/bench_step.py     # TP8 over 8 GPUs, NCCL inside the step
 """
 from __future__ import annotations
@@ -67,7 +69,14 @@ def main(argv=None) -> int:
                     "(default: those two on a GPU, none on a CPU; 'none' for none)")
     ap.add_argument("--sparse", default=None, help="batch x context points also timed with DSA sparse attention "
                     "(default on a GPU: 1x8192,64x8192; 'none' for none)")
-    ap.add_argument("--check", action="store_true", help="also run the 2-rank gloo sharding check on the CPU")
+    ap.add_argument("--precision", default="bf16", choices=step.PRECISIONS,
+                    help="weights: bf16 (default), fp8 (E4M3 with per-column scales where the device runs "
+                         "scaled FP8 products), fp32")
+    ap.add_argument("--shared-overlap", default="auto", choices=step.SHARED_OVERLAP,
+                    help="the shared expert beside the routed ones on a second CUDA stream (auto: as SGLang, "
+                         "on CUDA for up to 1024 tokens)")
+    ap.add_argument("--check", action="store_true", help="also run the 2-rank gloo sharding check and the FP8 "
+                    "accuracy check on the CPU")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     gpu = a.device.startswith("cuda")
@@ -80,12 +89,17 @@ def main(argv=None) -> int:
         batches=a.batches or ((1, 2, 4, 8, 16, 32, 64) if gpu else (1, 8)),
         contexts=a.contexts or ((384, 8192) if gpu else (96, 384)),
         modes=tuple((a.modes or ("graph,eager" if gpu else "eager")).split(",")), device=a.device,
+        dtype=a.precision, shared_overlap=a.shared_overlap,
         repeats=a.repeats, eager_repeats=a.eager_repeats, components=not a.no_components,
         time_limit_s=a.time_limit_s, moe_held=a.moe_held,
         op_level=_points(a.op_level) if a.op_level else (((1, 384), (64, 384)) if gpu else ()),
         sparse_points=_points(a.sparse) if a.sparse else (((1, 8192), (64, 8192)) if gpu else ()))
     t0 = time.monotonic()
-    res = steptime.sweep(cfg, a.out, progress=lambda s: print(s, flush=True), group=group)
+    try:
+        res = steptime.sweep(cfg, a.out, progress=lambda s: print(s, flush=True), group=group)
+    except step.StepError as e:          # a precision this device cannot run, a shape, memory: say which
+        print(f"bench_step: {e}", file=sys.stderr, flush=True)
+        return 2
     # Under torchrun no rank tears its process group down. Measured on two H200s (torch 2.11, NCCL 2.28;
     # helpers.interconnect.worker): once NCCL collectives were captured in CUDA graphs, destroy_process_group
     # never returns; on gloo (CPU, torch 2.13) a rank leaving through the interpreter's exit after the
@@ -99,11 +113,17 @@ def main(argv=None) -> int:
             sys.stdout.flush(), sys.stderr.flush()
             os._exit(0)
     t = res["timings"]
-    print(f"sweep: {len(t)} rows in {time.monotonic() - t0:.1f} s wall ({res['meta']['sweep_s']:.1f} s in sweep)")
+    print(f"sweep: {len(t)} rows in {time.monotonic() - t0:.1f} s wall ({res['meta']['sweep_s']:.1f} s in sweep), "
+          f"precision {cfg.dtype}, experts {res['meta']['moe_impl']}")
     steps = t[t.what == "step"].copy()
     steps["tok_s"] = steps.batch * 1e6 / steps.median_us
-    print(steps[["batch", "context", "mode", "attention", "median_us", "p10_us", "p90_us", "tok_s", "kernels"]]
-          .to_string(index=False))
+    print(steps[["batch", "context", "mode", "attention", "overlap", "median_us", "p10_us", "p90_us", "tok_s",
+                 "kernels"]].to_string(index=False))
+    by = res["bytes"]
+    if len(by):
+        tot = by[by.attention == "dense"].groupby(["context", "batch"])[["bytes_emulated", "bytes_checkpoint"]].sum()
+        print(f"MiB read per step ({cfg.dtype} as emulated, and the checkpoint's formats):")
+        print((tot / 2**20).round(1).to_string())
     comp = t[(t.what != "step") & ~t.what.str.startswith("op:")]
     if len(comp):
         piv = comp.pivot_table(index=["attention", "context", "batch"], columns="what", values="median_us")
@@ -116,9 +136,15 @@ def main(argv=None) -> int:
         chk = step.compare_logits(ref, out["sharded"])
         print(f"2-rank gloo check: rel err {chk.rel_err:.2e} (tolerance {chk.tolerance:.0e}), tokens agree "
               f"{chk.tokens_agree}: {'ok' if chk.ok else 'FAILED'} in {time.monotonic() - t1:.1f} s")
+        t2 = time.monotonic()
+        acc = step.fp8_check("glm5-mini", 8, 96)
+        print(f"FP8 against fp32 (relative L2 of the logits, fp32's routing; tolerance {step.FP8_TOLERANCE}), "
+              f"{time.monotonic() - t2:.1f} s:")
+        print(acc[["variant", "rel_l2", "token_agreement", "routing_flips", "ok"]].to_string(index=False))
         if a.out:
             with open(f"{a.out}/check.json", "w") as f:
                 json.dump({**chk.__dict__, "ok": chk.ok}, f)
+            acc.to_csv(f"{a.out}/fp8_check.csv", index=False)
     if no_teardown:
         sys.stdout.flush(), sys.stderr.flush()
         os._exit(0)

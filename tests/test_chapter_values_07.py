@@ -38,6 +38,29 @@ def test_the_decode_step_chapter_cites_the_committed_h200_study(recorded_run):
 
 
 @pytest.mark.slow
+def test_the_decode_step_chapter_states_the_fp8_bytes_and_accuracy(recorded_run):
+    """The FP8 section under recorded: bytes derived from the model file and the committed study's routing
+    (recomputed here), the CPU accuracy check within its tolerance, and where its timings come from."""
+    from helpers.model import step
+
+    g = glued(recorded_run, "07_decode_step")
+    study = recorded.study("decode-step")
+    by = recorded.load(f"measured/{study.id}/bytes.csv")
+    de = float(by[(by.batch == 64) & (by.context == 384) & (by.attention == "dense")].distinct_experts.iloc[0])
+    m = arith.load_model("glm5")
+    fp8_64 = step.component_bytes(m, 8, 64, 384, de, "fp8").bytes_emulated.sum() / arith.GiB
+    assert abs(float(g["gib_fp8_64"]) - fp8_64) < 1e-3 * fp8_64
+    assert g["acc_ok"] == "passes" and g["acc_wrong_caught"] == "fails it"
+    assert float(g["acc_fp8"]) <= float(g["acc_tol"]) == step.FP8_TOLERANCE < float(g["acc_wrong"])
+    assert g["overlap_main"] == "off" and g["fp8_trial"].startswith("not tried")
+    fp8_studies = recorded.measured_studies("decode-step-fp8")
+    if fp8_studies:
+        assert g["prec_source"].startswith(f"data/measured/{fp8_studies[0].id} (")
+    else:
+        assert g["prec_source"] == "none"
+
+
+@pytest.mark.slow
 def test_the_diagnosis_cites_the_recorded_observations_and_says_it_read_nothing(recorded_run):
     g = glued(recorded_run, "07_diagnosis")
     assert float(g["obs_vm_1"]) == serving_value("sweep_256_256", 1)

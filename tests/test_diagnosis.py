@@ -168,7 +168,7 @@ def test_save_writes_declared_tables_and_refuses_others(rec, tmp_path):
         dg.save(tmp_path, dg.Part({}, {"scratch": pd.DataFrame({"a": [1]})}))
 
 
-@pytest.mark.parametrize("run,harness", [("h200x2-20261129f", "graph"), ("h200-20261201", "eager")])
+@pytest.mark.parametrize("run,harness", [("h200x2-20261129f", "graph"), ("h200-20261201b", "eager")])
 def test_a_gpu_runs_sentences_come_back_from_its_tables(run, harness, meas):
     """The committed GPU runs were rendered by the chapter's old code (GPU paths cannot run here; this is
     their check): from the run's points, with the fit table today's VM/P2P chapter writes, the diagnosis

@@ -204,3 +204,62 @@ def test_torchrun_two_ranks_time_the_step_with_its_collectives(tmp_path):
     t = pd.read_csv(tmp_path / "timings.csv")
     assert (t["tp"] == 2).all() and "collectives" in set(t["what"])
     assert (t.loc[t["what"] == "collectives", "median_us"] > 0).all()
+
+
+def test_shared_overlap_is_cuda_only_and_off_on_a_cpu(mini):
+    full = step.build_full(mini, 2, 32, "bf16")
+    assert not step.DecodeStep(full, 2, 32).overlap                       # auto: off on a CPU
+    with pytest.raises(step.StepError, match="second CUDA stream.*use 'auto' or 'off'"):
+        step.DecodeStep(full, 2, 32, shared_overlap="on")
+    with pytest.raises(step.StepError, match="shared_overlap 'sometimes'"):
+        step.DecodeStep(full, 2, 32, shared_overlap="sometimes")
+    st = step.DecodeStep(full, 2, 32, shared_overlap="off")
+    assert all(o.stream == "main" and o.kind == "op" for o in st.ops)
+
+
+@pytest.mark.gpu
+def test_gpu_shared_overlap_forks_and_joins_inside_a_graph_and_changes_no_logit():
+    """The shared expert on the current stream and the routed experts on a second one (SGLang's
+    forward_normal_dual_stream): the same logits as one stream, eagerly and replayed from a CUDA graph,
+    and each component alone (the MoE block with its fork and join) still captures."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    full = step.to_device(step.build_full(ma.load_model(MINI), 4, 64, "bf16"), "cuda")
+    serial = step.DecodeStep(full, 4, 64, shared_overlap="off")
+    serial.record_routing = True
+    serial.run()
+    want = serial.logits().float().cpu().clone()
+    st = step.DecodeStep(full, 4, 64)
+    st.forced_routing = [r.clone() for r in serial.routing]   # index_add_ on CUDA adds in any order
+    assert st.overlap and any(o.kind == "fork" for o in st.ops) and any(o.stream == "alt" for o in st.ops)
+    st.run()
+    torch.cuda.synchronize()
+    assert step.compare_logits(want, st.logits().float().cpu(), 0.02, metric="l2").ok
+    g = steptime.capture(st.run)
+    g.replay()
+    torch.cuda.synchronize()
+    assert step.compare_logits(want, st.logits().float().cpu(), 0.02, metric="l2").ok
+    rows = steptime.time_point(st, graphs=True, repeats=2, warmup=1, components=True)
+    assert {r["what"] for r in rows} >= {"step", "moe", "shared/dense MLP"} and all(r["overlap"] for r in rows)
+
+
+def test_an_interrupted_sweep_keeps_its_finished_points_bytes_and_meta(tmp_path, monkeypatch):
+    """A device script stops a sweep with SIGINT when its time is up: what finished stays on disk."""
+    import json
+
+    real, calls = steptime.time_point, []
+
+    def stop_at_second(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(steptime, "time_point", stop_at_second)
+    cfg = steptime.SweepConfig(model=MINI, tp=2, batches=(1, 2), contexts=(32,), modes=("eager",), device="cpu",
+                               repeats=1, eager_repeats=1, op_level=())
+    with pytest.raises(KeyboardInterrupt):
+        steptime.sweep(cfg, tmp_path, progress=lambda s: None)
+    import pandas as pd
+    assert set(pd.read_csv(tmp_path / "timings.csv")["batch"]) == {1}
+    assert len(pd.read_csv(tmp_path / "bytes.csv")) > 0
+    assert json.loads((tmp_path / "meta.json").read_text())["finished"] is False

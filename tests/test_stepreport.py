@@ -111,3 +111,124 @@ def test_sweep_config_follows_the_parameters():
     assert gpu.device == "cuda" and gpu.op_level == ((1, 384), (64, 384)) and gpu.sparse_points == ((1, 8192), (64, 8192))
     cpu = sr.sweep_config(p, gpu=False)
     assert (cpu.model, cpu.tp, cpu.modes, cpu.device) == ("glm5-mini", 2, ("eager",), "cpu")
+
+
+# ---- bf16 against FP8 and the overlap (synthetic studies from CPU sweeps of the scaled-down model)
+
+P_CPU = {"model": "glm5-mini", "tp": 2, "batches": [1, 4], "contexts": [32], "cpu_model": "glm5-mini",
+         "cpu_batches": [1, 4], "cpu_contexts": [32], "time_limit_s": 60, "shared_overlap": "auto"}
+
+
+@pytest.fixture(scope="module")
+def cpu_study(tmp_path_factory):
+    """A bf16 and an FP8 sweep on the CPU, merged as the chapter merges them, with one-stream rows copied
+    as if overlapped (the CPU has no second stream) so that every table can be built."""
+    from helpers.model import steptime
+
+    root = tmp_path_factory.mktemp("prec")
+    steptime.sweep(sr.sweep_config(P_CPU, False), root / "sweep", progress=lambda s: None)
+    merged, err = sr.time_precisions(P_CPU, root / "sweep", root, device="cpu", progress=lambda s: None)
+    assert err == "" and merged["meta"]["failed"] == {} and set(merged["meta"]["sweeps"]) == {"bf16", "fp8"}
+    t = merged["timings"]
+    on = t.copy()
+    on["overlap"] = True
+    on.loc[on["what"] == "step", "median_us"] *= 0.9
+    t = pd.concat([t.assign(overlap=False)[t["what"] == "step"], on], ignore_index=True)
+    return mb.PrecisionStudy(t, merged["bytes"], merged["meta"], "a test", "CPU")
+
+
+def test_precision_tables_pick_both_precisions(cpu_study):
+    assert cpu_study.precisions() == ["bf16", "fp8"] and cpu_study.main_overlap()
+    st = sr.precision_steps(cpu_study, 32, mode="eager")
+    assert list(st["batch"]) == [1, 4] and (st["fp8_GiB"] < st["bf16_GiB"]).all()
+    r = cpu_study.row("fp8", 4, 32, mode="eager", overlap=True)
+    assert math.isclose(st.loc[st.batch == 4, "fp8_ms"].iloc[0], r["median_us"] / 1e3)
+    ov = sr.overlap_steps(cpu_study, 32, mode="eager")
+    assert set(ov["precision"]) == {"bf16", "fp8"} and (ov["saved_share"].round(6) == 0.1).all()
+    sp = sr.precision_split(cpu_study, 4, 32, mode="eager")
+    assert list(sp["component"]) == list(sr.SPLIT) and (sp.loc[sp.component == "moe", "fp8_MiB"]
+                                                         < sp.loc[sp.component == "moe", "bf16_MiB"]).all()
+    with pytest.raises(mb.MeasuredBudgetError, match="0 timing rows for bf16, batch 1, context 32, 'step', graph"):
+        sr.precision_steps(cpu_study, 32)          # no graph rows on a CPU
+    assert sr.precision_source(cpu_study) == "a test (CPU)" and sr.precision_source(None) == "none"
+
+
+def test_precision_configs_add_fp8_and_the_one_stream_steps_on_a_gpu():
+    cfg = sr.precision_configs({**P_CPU, "model": "glm5", "tp": 8, "batches": [1, 64], "contexts": [384, 8192]})
+    assert set(cfg) == {"fp8", "bf16-serial", "fp8-serial"} and cfg["fp8"].dtype == "fp8"
+    assert cfg["fp8"].op_level == ((1, 384), (64, 384)) and cfg["fp8"].sparse_points == ()
+    assert cfg["bf16-serial"].shared_overlap == "off" and not cfg["bf16-serial"].components
+    off = sr.precision_configs({**P_CPU, "shared_overlap": "off"})
+    assert set(off) == {"fp8"}
+
+
+def test_a_gpu_without_fp8_is_reported_not_timed(monkeypatch, tmp_path):
+    from helpers.model import fp8
+    monkeypatch.setattr(fp8, "probe", lambda d, out_dtype=None: fp8.Support(d, "RuntimeError: sm80", "x"))
+    assert sr.time_precisions(P_CPU, tmp_path, tmp_path, device="cpu") == (None, "RuntimeError: sm80")
+
+
+def test_fp8_bytes_and_accuracy_values(meas, glm5):
+    from helpers.model import step
+    tab, v = sr.precision_bytes(meas, glm5, 8, 384)
+    assert math.isclose(v["gib_bf16_1"], sr.bytes_values(meas, 384)["gib_emul_1"], rel_tol=1e-5)   # CSV digits
+    assert v["gib_fp8_64"] < 0.6 * v["gib_bf16_64"] and math.isclose(tab.loc["total", "fp8 GiB @64"], v["gib_fp8_64"])
+    assert math.isclose(tab.loc["total", "checkpoint GiB @1"], sr.bytes_values(meas, 384)["gib_ckpt_1"], rel_tol=1e-5)
+    w = sr.fp8_weight_table(glm5, 8).set_index("weight")
+    assert w.loc["w13", "held_in"].startswith("FP8") and w.loc["router", "held_in"] == "bf16"
+    acc = sr.fp8_accuracy_values(step.fp8_check("glm5-mini", 4, 32), step.fp8_product_errors("glm5-mini"))
+    assert acc["acc_ok"] == "passes" and acc["acc_wrong_caught"] == "fails it"
+    assert acc["acc_bf16"] < acc["acc_fp8"] <= acc["acc_tol"] < acc["acc_wrong"]
+    with pytest.raises(FindingError, match="no row with variant='fp8'"):
+        sr.fp8_accuracy_values(pd.DataFrame({"variant": ["bf16"], "rel_l2": [0.1]}), pd.DataFrame())
+
+
+def test_overlap_labels(meas, cpu_study):
+    assert sr.overlap_label(meas, 384) == "off"                    # the committed bf16 study: one stream
+    assert sr.has_overlap_pair(cpu_study) and not sr.has_overlap_pair(None)
+    with pytest.raises(mb.MeasuredBudgetError, match="no whole-step rows at context 7"):
+        sr.overlap_label(meas, 7)
+
+
+def test_a_merged_study_registered_as_the_device_script_says_is_what_the_chapter_reads(tmp_path, monkeypatch):
+    """scripts/device-step-fp8.sh's path, on the CPU: two sweeps merged, a `source` column added, the
+    register entries added to a copy of data/: recorded validates the files and precision_study reads them."""
+    import shutil
+    from dataclasses import replace
+
+    import yaml
+
+    from helpers import repo_root
+    from helpers.book import recorded
+    from helpers.model import steptime
+
+    data = tmp_path / "data"
+    shutil.copytree(repo_root() / "data", data)
+    study = "step-fp8-cpu-20990101"
+    cfg = steptime.SweepConfig(model="glm5-mini", tp=2, batches=(1,), contexts=(32,), modes=("eager",), device="cpu",
+                               repeats=1, eager_repeats=1, op_level=())
+    for prec in ("bf16", "fp8"):
+        steptime.sweep(replace(cfg, dtype=prec), tmp_path / prec, progress=lambda s: None)
+    d = data / "measured" / study
+    steptime.merge_sweeps({p: tmp_path / p for p in ("bf16", "fp8", "bf16-serial")}, d)
+    for f in ("timings.csv", "bytes.csv"):
+        t = pd.read_csv(d / f)
+        t.assign(source=study).to_csv(d / f, index=False)
+    reg = steptime.register_entries(study, "CPU", "2099-01-01", "abc", "scripts/device-step-fp8.sh")
+    reg = yaml.safe_load(yaml.safe_dump(reg))                      # as register.yaml carries it
+    src = yaml.safe_load((data / "sources.yaml").read_text())
+    sch = yaml.safe_load((data / "schema.yaml").read_text())
+    src[study] = reg.pop(study)
+    sch.update(reg)
+    (data / "sources.yaml").write_text(yaml.safe_dump(src, sort_keys=False))
+    (data / "schema.yaml").write_text(yaml.safe_dump(sch, sort_keys=False))
+    monkeypatch.setattr(recorded, "data_dir", lambda: data)
+    recorded.schema.cache_clear(), recorded.sources.cache_clear()
+    try:
+        ps = mb.precision_study(None)
+        assert ps is not None and ps.where == f"data/measured/{study}" and ps.precisions() == ["bf16", "fp8"]
+        assert ps.meta["missing"] == ["bf16-serial"]
+        assert ps.row("fp8", 1, 32, mode="eager")["median_us"] > 0
+        assert sr.precision_steps(ps, 32, mode="eager")["fp8_GiB"].iloc[0] > 0
+    finally:
+        recorded.schema.cache_clear(), recorded.sources.cache_clear()

@@ -37,6 +37,7 @@ from helpers.model import step as stp
 
 STEP_CHAPTER = "07_decode_step"
 STEP_ROLE = "decode-step"     # the measured study (data/sources.yaml role) used where this run has none
+PRECISION_ROLE = "decode-step-fp8"   # the bf16-against-FP8 study (and the overlap on and off), likewise
 TP = 8
 
 
@@ -118,6 +119,73 @@ def step_measurement(run_dir: str | Path | None, model: str = "glm5") -> StepMea
     b = recorded.load(f"{rel}/bytes.csv")
     meta = json.loads((recorded.data_dir() / rel / "meta.json").read_text())
     return StepMeasurement(t, b, meta, f"data/{rel}", str(meta.get("device_name", "")), s.id)
+
+
+@dataclass(frozen=True)
+class PrecisionStudy:
+    """The step timed in bf16 and in FP8, with the shared expert overlapped and not (steptime.merge_sweeps'
+    shape): every timing row with its `dtype` and `overlap`, the bytes per precision, each sweep's meta."""
+
+    timings: pd.DataFrame
+    bytes: pd.DataFrame
+    meta: dict
+    where: str
+    device: str
+
+    def precisions(self) -> list[str]:
+        return sorted(set(self.timings["dtype"].astype(str)))
+
+    def row(self, dtype: str, batch: int, context: int, what: str = "step", mode: str = "graph",
+            overlap: bool | None = None, attention: str = "dense") -> pd.Series:
+        t = self.timings
+        m = ((t["dtype"] == dtype) & (t["batch"] == batch) & (t["context"] == context) & (t["what"] == what)
+             & (t["mode"] == mode) & (t["attention"] == attention))
+        if overlap is not None:
+            m &= t["overlap"].astype(bool) == bool(overlap)
+        r = t[m]
+        if len(r) != 1:
+            raise MeasuredBudgetError(f"{self.where}: {len(r)} timing rows for {dtype}, batch {batch}, context "
+                                      f"{context}, '{what}', {mode}, overlap {overlap} (expected one)")
+        return r.iloc[0]
+
+    def component_bytes(self, dtype: str, batch: int, context: int, component: str) -> float:
+        b = self.bytes
+        r = b[(b["dtype"] == dtype) & (b["batch"] == batch) & (b["context"] == context)
+              & (b["component"] == component) & (b["attention"] == "dense")]
+        if len(r) != 1:
+            raise MeasuredBudgetError(f"{self.where}: {len(r)} byte rows for {dtype}, batch {batch}, context "
+                                      f"{context}, '{component}'")
+        return float(r["bytes_emulated"].iloc[0])
+
+    def main_overlap(self) -> bool:
+        """The overlap setting of the full sweeps (the ones that timed components): True where both
+        precisions have component rows with the shared expert overlapped."""
+        t = self.timings[self.timings["what"] == "moe"]
+        on = t[t["overlap"].astype(bool)]
+        return bool(len(on) and set(on["dtype"]) >= set(self.precisions()))
+
+
+def precision_study(run_dir: str | Path | None) -> PrecisionStudy | None:
+    """This run's bf16-against-FP8 timings (07_decode_step's `precision_times`) where it made them, else
+    the committed study of role PRECISION_ROLE, else None (no FP8 measurement exists)."""
+    import json
+
+    if run_dir:
+        t = layout.load_if_present(run_dir, STEP_CHAPTER, "precision_times")
+        if t is not None and (t["dtype"] == "fp8").any():
+            meta = layout.load(run_dir, STEP_CHAPTER, "precision_meta")
+            name = next((m.get("device_name") for m in meta.get("sweeps", {}).values()), "")
+            return PrecisionStudy(t, layout.load(run_dir, STEP_CHAPTER, "precision_bytes"), meta, "this run",
+                                  str(name))
+    found = recorded.measured_studies(PRECISION_ROLE)
+    if not found:
+        return None
+    s = found[0]
+    rel = f"measured/{s.id}"
+    meta = json.loads((recorded.data_dir() / rel / "meta.json").read_text())
+    name = next((m.get("device_name") for m in meta.get("sweeps", {}).values()), "")
+    return PrecisionStudy(recorded.load(f"{rel}/timings.csv"), recorded.load(f"{rel}/bytes.csv"), meta,
+                          f"data/{rel}", str(name))
 
 
 def gpu_bandwidth(system: str) -> bd.Quantity:
@@ -290,6 +358,8 @@ def _gemm_ops(m: ma.ModelConfig) -> list[tuple]:
 
 
 EXPERT_OPS = ("permute", "grouped gemm 1", "expert activation", "grouped gemm 2", "combine")
+#: the FP8 step's quantizations of the experts' inputs (aiconfigurator's FP8 MoE kernel times include its own)
+FP8_EXPERT_OPS = ("quantize MLP input (fp8)", "quantize expert activation (fp8)")
 
 
 def op_fidelity(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: int, target: str = kt.RTX
@@ -304,7 +374,8 @@ def op_fidelity(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: i
     bw = gpu_bandwidth(here_sys).value / gpu_bandwidth(target).value
     specs = {s.name: s for s in stp.attention_specs(m) + stp.mlp_specs(m, True) + stp.mlp_specs(m, False)
              + stp.head_specs(m)}
-    nb = stp.BYTES[str(meas.timings["dtype"].iloc[0])]
+    prec = str(meas.timings["dtype"].iloc[0])
+    nb = stp.BYTES[prec]
     rows = []
 
     def op_time(name):
@@ -321,9 +392,10 @@ def op_fidelity(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: i
         vals = sum(float(np.prod(stp.local_shape(specs[w], TP))) for w in wnames)
         fmt = m.fmt(group)
         ckpt = vals * ma.FORMATS[fmt]["bytes_per_value"]
-        emul = vals * nb
+        emul = sum(stp.stored_bytes(specs[w], TP, prec) for w in wnames)
         rows.append({"op": name, "op_kind": "gemm",
-                     "ours_us": t, "aic_here_us": kt.gemm_us(aic_here, "bf16", batch, n, k) if aic_here else np.nan,
+                     "ours_us": t, "aic_here_us": kt.gemm_us(aic_here, "bf16", batch, n, k)
+                     if aic_here and not stp.held_in_fp8(wnames[0], prec) else np.nan,
                      "projected_us": project(t, kern, layers, emul, ckpt),
                      "aic_target_us": kt.gemm_us(target, fmt if group != "router" else "bf16", batch, n, k),
                      "target_dtype": fmt if group != "router" else "bf16", "bytes_emulated": emul})
@@ -345,16 +417,20 @@ def op_fidelity(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: i
                      "aic_target_us": kt.mla_bmm_us(target, aop, batch), "target_dtype": "bf16",
                      "bytes_emulated": vals * nb})
     if m.moe_layers:
-        ts = [op_time(o) for o in EXPERT_OPS]
+        names = EXPERT_OPS + (FP8_EXPERT_OPS if prec == "fp8" else ())
+        ts = [op_time(o) for o in names]
         t = sum(x[0] for x in ts) / m.moe_layers
         kern = sum(x[1] for x in ts)
         dist = float(meas.component_bytes(batch, context, "moe")["distinct_experts"])
         vals = dist * 3 * m.hidden * stp.shard_sizes(m, TP).moe_inter
+        emul = dist * sum(stp.stored_bytes(specs[w], TP, prec) for w in ("w13", "w2")) / m.n_routed
         ef = m.fmt("routed_experts")
+        # like for like on this GPU class: SGLang's bf16 fused MoE, or its FP8 (block-scaled) one for FP8
+        aic_dtype = "fp8_block" if prec == "fp8" else "bf16"
         rows.append({"op": "routed experts (permute .. combine)", "op_kind": "experts", "ours_us": t,
-                     "aic_here_us": kt.moe_us(aic_here, "bf16", batch) if aic_here else np.nan,
-                     "projected_us": project(t, kern, m.moe_layers, vals * nb, vals * ma.FORMATS[ef]["bytes_per_value"]),
-                     "aic_target_us": kt.moe_us(target, ef, batch), "target_dtype": ef, "bytes_emulated": vals * nb})
+                     "aic_here_us": kt.moe_us(aic_here, aic_dtype, batch) if aic_here else np.nan,
+                     "projected_us": project(t, kern, m.moe_layers, emul, vals * ma.FORMATS[ef]["bytes_per_value"]),
+                     "aic_target_us": kt.moe_us(target, ef, batch), "target_dtype": ef, "bytes_emulated": emul})
     df = pd.DataFrame(rows)
     df.insert(0, "batch", batch)
     df.insert(1, "context", context)

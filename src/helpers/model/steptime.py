@@ -27,7 +27,7 @@ from . import arith as ma
 from . import step as stp
 
 TIMING_COLUMNS = ("model", "device", "tp", "dtype", "attention", "batch", "context", "mode", "what", "median_us",
-                  "p10_us", "p90_us", "repeats", "time_limited", "kernels")
+                  "p10_us", "p90_us", "repeats", "time_limited", "kernels", "overlap")
 
 
 class TimeLimit(RuntimeError):
@@ -144,7 +144,7 @@ def time_point(st: stp.DecodeStep, graphs: bool, repeats: int = 10, warmup: int 
     deadline = time.monotonic() + time_limit_s if time_limit_s else None
     mode = "graph" if graphs else "eager"
     base = {"model": rm.m.name, "device": dev, "tp": rm.tp, "dtype": rm.dtype, "attention": st.attention,
-            "batch": st.b, "context": st.c, "mode": mode}
+            "batch": st.b, "context": st.c, "mode": mode, "overlap": bool(st.overlap)}
     what = [("step", None, None)] + ([(c, [c], None) for c in st.components_present()] if components else [])
     what += [(f"op:{o}", None, [o]) for o in st.op_names()] if ops else []
     rows, keep = [], []
@@ -205,7 +205,8 @@ class SweepConfig:
     batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
     contexts: tuple[int, ...] = (384, 8192)
     modes: tuple[str, ...] = ("graph", "eager")
-    dtype: str = "bf16"
+    dtype: str = "bf16"              # a precision of helpers.model.step.PRECISIONS
+    shared_overlap: str = "auto"     # helpers.model.step.SHARED_OVERLAP
     attention: str = "dense"
     device: str = "cuda"
     repeats: int = 10
@@ -227,7 +228,14 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
     With `group` (a torch.distributed process group of cfg.tp processes, one per GPU or CPU rank), every
     process builds its own rank's shard and the step's all-reduces and logits all-gather run over the
     group inside the step; every rank times every point (the same points, no time limit, so that the
-    collectives stay matched) and rank 0 alone writes and reports."""
+    collectives stay matched) and rank 0 alone writes and reports.
+
+    `cfg.dtype` "fp8" is refused (StepError naming the device) where a trial scaled product fails; where
+    only the grouped one fails, the experts run one product each and the sweep runs eagerly only.
+    `cfg.shared_overlap` as DecodeStep's; the rows' `overlap` column says what each step ran."""
+    stp.check_precision(cfg.dtype)
+    if cfg.shared_overlap not in stp.SHARED_OVERLAP:
+        raise stp.StepError(f"shared_overlap {cfg.shared_overlap!r}: expected one of {stp.SHARED_OVERLAP}")
     for mode in cfg.modes:
         if mode not in ("graph", "eager"):
             raise stp.StepError(f"mode {mode!r}: expected 'graph' or 'eager'")
@@ -255,6 +263,9 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
         p = out / "timings.csv"
         if p.exists():
             old = pd.read_csv(p)
+            if "dtype" in old.columns and len(old) and set(old["dtype"]) != {cfg.dtype}:
+                raise stp.StepError(f"{p} holds {sorted(set(old['dtype']))} timings; this sweep is {cfg.dtype}: "
+                                    f"write it to another folder")
             rows = old.to_dict("records")
             done = {(int(r["batch"]), int(r["context"]), r["mode"], r["attention"]) for r in rows}
     bmax, cmax = max(cfg.batches), max(cfg.contexts)
@@ -265,27 +276,40 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
     rm, _ = stp.build_rank(m, cfg.tp, rank, bmax, cmax, cfg.device, cfg.dtype, cfg.seed, plan=plan)
     _sync(cfg.device)
     meta = {"config": asdict(cfg), "plan": asdict(plan), "build_s": time.monotonic() - t0,
-            "torch": torch.__version__, "device_name": _device_name(cfg.device)}
+            "torch": torch.__version__, "device_name": _device_name(cfg.device), "precision": cfg.dtype,
+            "fp8_support": rm.fp8_support, "fp8_weights": sorted(stp.FP8_WEIGHTS) if cfg.dtype == "fp8" else []}
     meta.update(launch_floor(cfg.device))
     meta.update(copy_bandwidth(cfg.device))
     progress(f"built one rank in {meta['build_s']:.1f} s; launch floor {meta.get('graph_us_per_kernel', float('nan')):.2f} "
              f"us/kernel (graph), {meta['eager_us_per_kernel']:.2f} us (eager); copy {meta['copy_GBps']:.0f} GB/s")
-    modes, moe_impl = tuple(cfg.modes), "grouped_mm"
+    modes = tuple(cfg.modes)
+    first = stp.DecodeStep(rm, min(cfg.batches), min(cfg.contexts), attention=cfg.attention, group=group,
+                           shared_overlap=cfg.shared_overlap)
+    moe_impl = first.moe_impl      # "loop" already where the FP8 trial found no torch._scaled_grouped_mm
     try:   # one eager step first: a device whose torch lacks torch._grouped_mm falls back to a loop
-        stp.DecodeStep(rm, min(cfg.batches), min(cfg.contexts), attention=cfg.attention, group=group).run()
+        first.run()
         _sync(cfg.device)
     except (RuntimeError, NotImplementedError) as e:
+        if moe_impl == "loop":
+            raise
         moe_impl = "loop"
         meta["grouped_mm_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    if moe_impl == "loop" and "graph" in modes:
         modes = tuple(mo for mo in modes if mo != "graph")
-        progress(f"torch._grouped_mm failed ({meta['grouped_mm_error']}); experts run one matmul each, eager only")
+        why = meta.get("grouped_mm_error") or (rm.fp8_support or {}).get("grouped_error")
+        progress(f"no grouped GEMM here ({why}); experts run one product each, eager only")
+    del first
     meta["moe_impl"] = moe_impl
+    meta["finished"] = False          # until the last point: an interrupted sweep's meta says so
+    if out is not None:
+        (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
     points = [(c, b, mode, cfg.attention) for c in cfg.contexts for b in cfg.batches for mode in modes]
     points += [(c, b, modes[0], "sparse") for b, c in cfg.sparse_points if cfg.attention != "sparse"]
     routing, byte_rows, failures = {}, [], []
     cuda = str(cfg.device).startswith("cuda")
     for i, (c, b, mode, att) in enumerate(points, 1):
-        st = stp.DecodeStep(rm, b, c, attention=att, seed=cfg.seed + 1, moe_impl=moe_impl, group=group)
+        st = stp.DecodeStep(rm, b, c, attention=att, seed=cfg.seed + 1, moe_impl=moe_impl, group=group,
+                            shared_overlap=cfg.shared_overlap)
         st.record_routing = True
         st.run()
         st.record_routing = False
@@ -294,8 +318,9 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
         if mode == modes[0]:
             bt = stp.component_bytes(m, cfg.tp, b, c, routing.get((b, c), 0.0), cfg.dtype, att)
             byte_rows += [{"batch": b, "context": c, "attention": att, "distinct_experts": routing.get((b, c), 0.0),
-                           **r} for r in bt.to_dict("records")]
-        label = f"batch {b} context {c} {mode}" + (" sparse" if att == "sparse" else "")
+                           "dtype": cfg.dtype, **r} for r in bt.to_dict("records")]
+        label = f"batch {b} context {c} {mode}" + (" sparse" if att == "sparse" else "") + \
+            (" overlap" if st.overlap else "")
         if (b, c, mode, att) in done:
             progress(f"[{i}/{len(points)}] {label}: done before, skipped")
             continue
@@ -314,8 +339,9 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
             if str(cfg.device).startswith("cuda"):
                 torch.cuda.empty_cache()
         rows += new
-        if out is not None:
+        if out is not None:     # every finished point is on disk: an interrupted sweep keeps its rows
             pd.DataFrame(rows).to_csv(out / "timings.csv", index=False)
+            pd.DataFrame(byte_rows).to_csv(out / "bytes.csv", index=False)
         s = next(r for r in new if r["what"] == "step")
         progress(f"[{i}/{len(points)}] {label}: step {s['median_us'] / 1e3:.2f} ms "
                  f"({s['p10_us'] / 1e3:.2f}-{s['p90_us'] / 1e3:.2f}), {b * 1e6 / s['median_us']:.0f} tok/s, "
@@ -324,6 +350,7 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
     meta["kernel_count_errors"] = list(COUNT_ERRORS)
     meta["failures"] = failures
     meta["sweep_s"] = time.monotonic() - t_start
+    meta["finished"] = True
     timings = pd.DataFrame(rows, columns=list(TIMING_COLUMNS))
     bytes_df = pd.DataFrame(byte_rows)
     if out is not None:
@@ -338,3 +365,73 @@ def _device_name(device: str) -> str:
         return torch.cuda.get_device_name(torch.device(device))
     import platform
     return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def merge_sweeps(folders: dict[str, str | Path], out_dir: str | Path | None = None) -> dict:
+    """Several sweeps (name -> the out_dir a sweep wrote) as one study: every timing row of each (their
+    `dtype` and `overlap` columns tell them apart), the byte rows once per precision, and meta {name: its
+    meta.json}. A folder without timings is left out and named in meta["missing"] (one failed sweep does
+    not lose the others). With `out_dir`, writes timings.csv, bytes.csv and meta.json there."""
+    times, byts, metas, missing, seen = [], [], {}, [], set()
+    for name, folder in folders.items():
+        f = Path(folder)
+        if not (f / "timings.csv").exists():
+            missing.append(name)
+            continue
+        t = pd.read_csv(f / "timings.csv")
+        if "overlap" not in t.columns:
+            t["overlap"] = False
+        times.append(t)
+        if (f / "meta.json").exists():
+            metas[name] = json.loads((f / "meta.json").read_text())
+        if (f / "bytes.csv").exists():
+            b = pd.read_csv(f / "bytes.csv")
+            prec = str(b["dtype"].iloc[0]) if "dtype" in b.columns and len(b) else name
+            if prec not in seen:
+                seen.add(prec)
+                byts.append(b)
+    if not times:
+        raise stp.StepError(f"no sweep of {sorted(folders)} wrote timings.csv")
+    timings = pd.concat(times, ignore_index=True)[list(TIMING_COLUMNS)]
+    bytes_df = pd.concat(byts, ignore_index=True) if byts else pd.DataFrame()
+    meta = {"sweeps": metas, "missing": missing}
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        timings.to_csv(out / "timings.csv", index=False)
+        bytes_df.to_csv(out / "bytes.csv", index=False)
+        (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
+    return {"timings": timings, "bytes": bytes_df, "meta": meta}
+
+
+#: data/schema.yaml types of a merged study's timings.csv (TIMING_COLUMNS, then the `source` column)
+_TIMING_TYPES = {"model": "str", "device": "str", "tp": "int", "dtype": "str", "attention": "str", "batch": "int",
+                 "context": "int", "mode": "str", "what": "str", "median_us": "float", "p10_us": "float",
+                 "p90_us": "float", "repeats": "int", "time_limited": "bool", "kernels": "int", "overlap": "bool",
+                 "source": "str"}
+
+
+def register_entries(study: str, device_name: str, date: str, commit: str, command: str,
+                     role: str = "decode-step-fp8") -> dict:
+    """What committing a merged study (merge_sweeps, with a `source` column) under data/measured/<study>/
+    adds to data/sources.yaml (the key `study`) and data/schema.yaml (the keys measured/<study>/*.csv)."""
+    if set(_TIMING_TYPES) != set(TIMING_COLUMNS) | {"source"}:
+        raise stp.StepError("steptime._TIMING_TYPES does not type every timing column")
+    return {
+        study: {"kind": "measured", "file": f"data/measured/{study}/",
+                "title": f"The emulated GLM-5 decode step (one TP8 rank, random weights) in bf16 and FP8, the shared "
+                         f"expert overlapped and not, on one {device_name}",
+                "machine": f"lent nvidia-h200: {device_name} (env.txt)", "date": date, "commit": commit,
+                "command": command, "role": role},
+        f"measured/{study}/timings.csv": {
+            "columns": dict(_TIMING_TYPES),
+            "required": ["model", "device", "tp", "dtype", "attention", "batch", "context", "mode", "what",
+                         "median_us", "repeats", "overlap", "source"],
+            "choices": {"mode": ["graph", "eager"], "attention": ["dense", "sparse"], "dtype": list(stp.PRECISIONS)}},
+        f"measured/{study}/bytes.csv": {
+            "columns": {"batch": "int", "context": "int", "attention": "str", "distinct_experts": "float",
+                        "dtype": "str", "component": "str", "bytes_emulated": "float", "bytes_checkpoint": "float",
+                        "source": "str"},
+            "required": ["batch", "context", "attention", "dtype", "component", "bytes_emulated",
+                         "bytes_checkpoint", "source"]},
+    }
