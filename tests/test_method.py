@@ -23,6 +23,7 @@ def _grid():
                               start=start, start_lead_us=lead, control=control, stream=stream))
     out += [Method.direct(harness=h, timer=t, placement=p, rotate_bytes=r) for h, t, p, r in itertools.product(
         ("eager", "graph"), ("events", "host"), ("in-place", "out-of-place"), (0, 2**28))]
+    out += [m.but(nodes=n) for m in out if m.api != "direct" and m.start == "barrier" for n in (2, 16)]
     return out
 
 
@@ -95,6 +96,9 @@ def test_for_op_makes_all_to_all_out_of_place():
     ({"start": "aligned", "start_lead_us": 0}, "start_lead_us = 0 must be an integer >= 1"),
     ({"control": "gloo"}, "control = 'gloo' with api = 'torch'"),
     ({"api": "direct"}, "api = 'direct' is one process"),
+    ({"nodes": 0}, "nodes = 0 must be an integer from 1"),
+    ({"nodes": 2, "start": "aligned"}, "start = 'aligned' with nodes = 2: an aligned start launches every rank at one "
+                                       "deadline on the host's monotonic clock, which ranks on different nodes do not share"),
 ])
 def test_a_method_that_cannot_exist_is_refused_naming_the_field(kw, msg):
     with pytest.raises(MethodError, match=msg):
@@ -115,3 +119,26 @@ def test_a_method_the_backend_cannot_run_is_refused(m, backend, msg):
 
 def test_every_field_is_a_column():
     assert COLUMNS == ("method",) + FIELDS and set(FIELDS) == set(Method.__dataclass_fields__)
+
+
+def test_a_method_across_nodes_says_so_in_its_label_description_and_rows():
+    m = Method(nodes=2)
+    assert m.label == "eager+2_nodes" and m.short == "torch.distributed, eager, 2 nodes"
+    assert "ranks on 2 nodes (a torchrun rendezvous), released by a barrier: hosts share no clock, so no aligned " \
+           "start" in m.description
+    assert m.cli_args()[-2:] == ["--nodes", "2"] and m.as_row()["nodes"] == 2
+    v = Method(harness="graph", timer="host", start="aligned", api="nccl")
+    assert v.but(start="barrier", nodes=4).label == "graph+host_timer+libnccl+4_nodes"
+    with pytest.raises(MethodError, match="aligned"):
+        v.but(nodes=2)
+    with pytest.raises(MethodError, match="api = 'direct'"):
+        Method.direct(nodes=2)
+
+
+def test_a_row_from_before_multi_node_sweeps_reads_as_one_node():
+    old = {k: v for k, v in Method(timer="host").as_row().items() if k != "nodes"}
+    assert Method.from_row(old) == Method(timer="host")
+    t = pd.DataFrame([old, old])
+    assert methods_of(t) == [Method(timer="host")]
+    mixed = pd.DataFrame([old, Method(nodes=2).as_row()])      # the older row's nodes is blank
+    assert methods_of(mixed) == [Method(timer="host"), Method(nodes=2)]

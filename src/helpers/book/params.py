@@ -4,8 +4,9 @@ Each chapter has one cell tagged `parameters` holding literals only; the next ce
 with a spec per parameter. A bad value fails at once with a `ParameterError` naming the parameter,
 the value and what is allowed, and how to set it (one line per bad value). Numbers must be finite:
 NaN and infinity are refused (a comparison with NaN is always false, so a range check alone would
-let it through). The runbook runs the same checks on a target's values before the first chapter
-starts (helpers.book.precheck).
+let it through). A spec may also depend on other parameters (`depends`: rdzv_endpoint is required when
+nnodes is above 1): its rule sees their values too. The runbook runs the same checks on a target's values
+before the first chapter starts (helpers.book.precheck).
 """
 from __future__ import annotations
 
@@ -33,10 +34,20 @@ def _fix_hint(name: str) -> str:
 @dataclass(frozen=True)
 class Spec:
     """What one parameter may be: `check(value)` returns the normalised value or raises ValueError
-    with a description of what is allowed."""
+    with a description of what is allowed. `rule(value, *others)`, where given, sees the values of the
+    parameters named in `on` too and returns why the combination is refused (None where it is allowed)."""
 
     describe: str
     check: Callable[[Any], Any]
+    on: tuple[str, ...] = ()
+    rule: Callable[..., str | None] | None = None
+
+
+def depends(spec: Spec, on: str | tuple[str, ...], rule: Callable[..., str | None]) -> Spec:
+    """`spec`, and then `rule(value, *values of on)`: why the value cannot go with those parameters' values
+    (a sentence naming what to set and how), or None. Checked only where the others are valid themselves."""
+    names = (on,) if isinstance(on, str) else tuple(on)
+    return Spec(spec.describe, spec.check, names, rule)
 
 
 def choice(*allowed: Any) -> Spec:
@@ -102,12 +113,19 @@ def boolean() -> Spec:
     return Spec("True or False", check)
 
 
-def problem(name: str, value: Any, spec: Spec) -> str | None:
-    """Why `value` is not allowed for parameter `name` (None when it is)."""
+def problem(name: str, value: Any, spec: Spec, values: dict[str, Any] | None = None) -> str | None:
+    """Why `value` is not allowed for parameter `name` (None when it is); with `values` (every parameter's
+    value) also why it cannot go with the parameters its spec depends on."""
     try:
         spec.check(value)
     except (ValueError, TypeError, ArithmeticError):
         return f"parameter '{name}' = {value!r} is not allowed: expected {spec.describe}"
+    if spec.rule is None or values is None or any(o not in values for o in spec.on):
+        return None
+    why = spec.rule(value, *[values[o] for o in spec.on])
+    if why:
+        others = ", ".join(f"{o} = {values[o]!r}" for o in spec.on)
+        return f"parameter '{name}' = {value!r} is not allowed with {others}: {why}"
     return None
 
 
@@ -150,7 +168,8 @@ def validate(values: dict[str, Any], specs: dict[str, Spec]) -> dict[str, Any]:
         if name not in values:
             bad.append(f"parameter '{name}' is missing from the parameters cell")
             continue
-        why = problem(name, values[name], spec)
+        others_bad = [o for o in spec.on if o in specs and o in values and problem(o, values[o], specs[o])]
+        why = problem(name, values[name], spec, None if others_bad else values)
         if why:
             bad.append(f"{why}. Fix: {_fix_hint(name)}")
         else:

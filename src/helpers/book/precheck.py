@@ -129,7 +129,21 @@ def problems(chapter: str, notebook: str | Path, given: dict[str, Any], origins:
                 value = eval(compile(ast.Expression(expr), "<value>", "eval"), {}, dict(values))
             except Exception:  # noqa: BLE001 - fall back to the raw value
                 value = given[name]
-        why = P.problem(name, value, checks.specs[name])
+        why = P.problem(name, value, checks.specs[name], _valid(values, checks.specs))
         if why:
             out.append(f"{where}: chapter {chapter}: {why}")
+    # a parameter left at its default can still be refused by one that was given (nnodes given, rdzv_endpoint not)
+    for name, spec in checks.specs.items():
+        given_on = [o for o in spec.on if o in given]
+        if name in given or name in runbook_set or not given_on or name not in values:
+            continue
+        why = P.problem(name, values[name], spec, _valid(values, checks.specs))
+        if why:
+            where = origins.get(given_on[0], "the run's parameters")
+            out.append(f"{where}: chapter {chapter}: {why}")
     return out
+
+
+def _valid(values: dict[str, Any], specs: dict[str, "P.Spec"]) -> dict[str, Any]:
+    """The values their own specs accept: a rule between parameters is checked only on those."""
+    return {k: v for k, v in values.items() if k not in specs or P.problem(k, v, specs[k]) is None}

@@ -7,6 +7,9 @@ torchrun runs under a keeper (helpers.book.procs): it and its workers die with t
 launched them, also on kill -9. `resume_collectives` keeps the points an earlier launch with the same
 settings wrote into a work folder and launches only for the points still missing.
 How the collectives are timed is one helpers.interconnect.method.Method, which every result row carries.
+Past one node, `nodes=Nodes(count, endpoint)` (helpers.interconnect.nodes) launches torchrun with its c10d
+rendezvous instead of --standalone: this process's node hosts it and records the points, the other nodes
+run the join command, and the method must say how many nodes (Method(nodes=count)).
 
 The figures follow nccl-tests (doc/PERFORMANCE.md and src/common.cu): time is the mean over ranks of
 (block time / iterations); algbw = S / t with S the message size in bytes per rank; busbw = algbw x
@@ -30,6 +33,7 @@ import pandas as pd
 from helpers.book import procs
 from helpers.interconnect.copies import parse_sizes
 from helpers.interconnect.method import COLUMNS as METHOD_COLUMNS, Method, MethodError
+from helpers.interconnect.nodes import JOINED_PREFIX, Nodes
 
 OPS = ("all_reduce", "all_to_all")
 BACKENDS = ("gloo", "nccl")
@@ -110,16 +114,29 @@ class RunResult:
 
     def summary(self) -> dict:
         return {"variant": self.variant, "backend": self.backend, "world_size": self.world_size,
-                "method": self.method.label, "status": self.status, "returncode": self.returncode,
+                "nodes": self.method.nodes, "method": self.method.label, "status": self.status,
+                "returncode": self.returncode,
                 "wall_s": round(self.wall_s, 2), "points": len(self.rows), "message": self.message}
 
 
 #: The columns of RunResult.summary, in order (the suite's run table).
-SUMMARY_COLUMNS = ["variant", "backend", "world_size", "method", "status", "returncode", "wall_s", "points", "message"]
+SUMMARY_COLUMNS = ["variant", "backend", "world_size", "nodes", "method", "status", "returncode", "wall_s", "points",
+                   "message"]
 
 
-def check_request(backend: str, world_size, ops: Sequence[str]) -> None:
-    """Raise CollectiveConfigError for a sweep that cannot run here, naming the input and the fix."""
+def per_node(world_size: int, nodes: Nodes) -> int:
+    """Processes each node starts: world_size over the node count, which must divide it."""
+    if world_size % nodes.count:
+        raise CollectiveConfigError(f"world_size = {world_size} is not a multiple of nnodes = {nodes.count}: every node "
+                                    f"starts the same number of processes; use a multiple of {nodes.count}, or 0 for "
+                                    "one per GPU on every node")
+    return world_size // nodes.count
+
+
+def check_request(backend: str, world_size, ops: Sequence[str], nodes: Nodes = Nodes()) -> None:
+    """Raise CollectiveConfigError for a sweep that cannot run here, naming the input and the fix. Across
+    nodes, this node's share of the ranks is checked against this node's devices (the others are
+    assumed alike; a node that starts another count is refused by the workers)."""
     import torch
     import torch.distributed as dist
 
@@ -127,6 +144,11 @@ def check_request(backend: str, world_size, ops: Sequence[str]) -> None:
         raise CollectiveConfigError(f"backend = {backend!r} is not supported; choose one of {BACKENDS}")
     if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
         raise CollectiveConfigError(f"world_size = {world_size!r} must be an integer >= 1 (processes to launch)")
+    if not isinstance(nodes, Nodes):
+        raise CollectiveConfigError(f"nodes = {nodes!r} must be a helpers.interconnect.nodes.Nodes")
+    total, world_size = world_size, per_node(int(world_size), nodes)
+    asked = (f"world_size = {total} is more ranks than" if not nodes.multi else
+             f"world_size = {total} puts {world_size} ranks on each of the {nodes.count} nodes, more ranks than")
     bad = [o for o in ops if o not in OPS]
     if bad or not ops:
         raise CollectiveConfigError(f"ops = {list(ops)!r}: choose one or more of {OPS}")
@@ -139,30 +161,40 @@ def check_request(backend: str, world_size, ops: Sequence[str]) -> None:
                                         "install a CUDA build of torch or use backend='gloo'")
         n = torch.cuda.device_count()
         if world_size > n:
-            raise CollectiveConfigError(f"world_size = {world_size} is more ranks than the {n} GPU(s) here; "
-                                        f"NCCL needs one GPU per rank: use world_size <= {n}")
+            raise CollectiveConfigError(f"{asked} the {n} GPU(s) here; NCCL needs one GPU per rank: use "
+                                        f"world_size <= {n * nodes.count}")
     else:
         if not dist.is_gloo_available():
             raise CollectiveConfigError("backend 'gloo' is unavailable in this torch build; use 'nccl' on a GPU machine")
         n = os.cpu_count() or 1
         if world_size > n:
-            raise CollectiveConfigError(f"world_size = {world_size} is more ranks than the {n} CPU core(s) here; "
-                                        f"the processes would share cores and time the scheduler: use world_size <= {n}")
+            raise CollectiveConfigError(f"{asked} the {n} CPU core(s) here; the processes would share cores and "
+                                        f"time the scheduler: use world_size <= {n * nodes.count}")
 
 
 def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = OPS, variant: str = "default",
                     env: dict[str, str] | None = None, warmup: int = 5, iters: int = 20, repeats: int = 3,
                     dtype: str = "float32", timeout_s: float = 120, hang_rank: int = -1,
                     workdir: str | Path | None = None, method: Method = Method(),
-                    points: str | Path | None = None) -> RunResult:
+                    points: str | Path | None = None, nodes: Nodes = Nodes()) -> RunResult:
     """Launch one sweep with torchrun and collect its points, timed by `method` (default: the eager
     harness with CUDA events through torch.distributed, in place, one buffer; see
     helpers.interconnect.method.Method for nccl-tests' method and the others). Bad requests raise
     CollectiveConfigError (a method that cannot run on `backend`: MethodError); a run that fails or hangs
-    returns a RunResult with status 'failed' or 'timeout' and the error text."""
+    returns a RunResult with status 'failed' or 'timeout' and the error text.
+
+    `nodes` (helpers.interconnect.nodes.Nodes) spans several nodes: `world_size` ranks in all, an equal
+    share on each, through torchrun's c10d rendezvous, which this node hosts; the other nodes run
+    `nodes.join_command(...)`. `method.nodes` must be `nodes.count`. The launch's limit is then `timeout_s`
+    plus `nodes.join_timeout_s` (the other nodes' join), and a launch whose other nodes never join returns
+    status 'timeout' about `nodes.join_timeout_s` after it started, saying which command they should run."""
     if not isinstance(method, Method):
         raise CollectiveConfigError(f"method = {method!r} must be a helpers.interconnect.method.Method")
-    check_request(backend, world_size, ops)
+    check_request(backend, world_size, ops, nodes)
+    if method.nodes != nodes.count:
+        raise CollectiveConfigError(f"method {method.label!r} says nodes = {method.nodes}, but the launch spans "
+                                    f"{nodes.count}: use method.but(nodes={nodes.count}) (with start='barrier' across "
+                                    "nodes)")
     method.check_backend(backend)
     sizes = parse_sizes(sizes)
     for k, v in (("warmup", warmup), ("iters", iters), ("repeats", repeats)):
@@ -173,11 +205,14 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
     wd = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="collectives-"))
     wd.mkdir(parents=True, exist_ok=True)
     out = Path(points) if points else wd / f"points-{backend}-{world_size}-{slug(variant)}-{os.getpid()}-{time.time_ns()}.jsonl"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
-           "-m", "helpers.interconnect.worker", "--backend", backend, "--ops", ",".join(ops),
-           "--sizes", ",".join(str(s) for s in sizes), "--dtype", dtype, "--warmup", str(warmup),
-           "--iters", str(iters), "--repeats", str(repeats), "--variant", variant, "--out", str(out),
-           "--hang-rank", str(hang_rank)] + method.cli_args()
+    nproc = per_node(world_size, nodes)
+    cmd = ([sys.executable, "-m", "torch.distributed.run"] + nodes.torchrun_args(nproc) +
+           ["-m", "helpers.interconnect.worker", "--backend", backend, "--ops", ",".join(ops),
+            "--sizes", ",".join(str(s) for s in sizes), "--dtype", dtype, "--warmup", str(warmup),
+            "--iters", str(iters), "--repeats", str(repeats), "--variant", variant, "--out", str(out),
+            "--hang-rank", str(hang_rank)] + method.cli_args())
+    if nodes.multi:   # the variant's settings reach the joining nodes' workers through the plan they receive
+        cmd += [x for k, v in {**BASE_ENV, **(env or {})}.items() for x in ("--env", f"{k}={v}")]
     full_env = {**os.environ, **BASE_ENV, **(env or {})}
     # the workers import helpers.interconnect.worker: make sure they find this package even where it is
     # used from a source tree that is on the parent's sys.path only (benchmarks/fidelity.py, a notebook)
@@ -185,18 +220,21 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
     paths = [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if pkg_root not in paths:
         full_env["PYTHONPATH"] = os.pathsep.join([pkg_root] + paths)
+    limit = timeout_s + (nodes.join_timeout if nodes.multi else 0)   # the other nodes' join, then the sweep
     t0 = time.perf_counter()
     proc = procs.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
-                       timeout_s=timeout_s + 30)   # the keeper's own limit, should this process freeze
+                       timeout_s=limit + 30)   # the keeper's own limit, should this process freeze
     try:
-        text, _ = proc.communicate(timeout=timeout_s)
+        text, _ = proc.communicate(timeout=limit)
         status = "ok" if proc.returncode == 0 else "failed"
         msg = "" if status == "ok" else failure_message(text)
+        if nodes.multi and status == "failed" and "RendezvousTimeoutError" in (text or ""):
+            status, msg = "timeout", nodes.not_joined(nproc)
     except subprocess.TimeoutExpired:
         procs.stop(proc)
         text = _drain(proc)
         status = "timeout"
-        msg = (f"no result within {timeout_s:g} s: torchrun and its workers were killed (a rank hung or "
+        msg = (f"no result within {limit:g} s: torchrun and its workers were killed (a rank hung or "
                f"the backend stalled); points finished before that are kept")
     except BaseException:   # an interrupt: nothing of this launch outlives it
         procs.stop(proc, grace_s=2)
@@ -211,11 +249,18 @@ def slug(s: str) -> str:
 
 
 def failure_message(text: str | None, n: int = 1500) -> str:
-    """The part of a failed launch's output that says why: the first failing rank's own lines (torch
-    prefixes a worker's uncaught error with '[rankN]:'), else the end of the output. torchrun's own
+    """The part of a failed launch's output that says why: a worker's refusal (a line of its own), else the
+    first failing rank's own lines (torch prefixes a worker's uncaught error with '[rankN]:'), else the end
+    of the output. torchrun's own
     summary, which follows and names no cause, is left out where a rank's lines exist."""
     text = (text or "").strip()
     lines = [ln for ln in text.splitlines() if ln.strip() and not set(ln.strip()) <= {"*"}]
+    # a worker that refused the sweep (its own SystemExit, e.g. across nodes) says why in one line
+    refused = [ln.strip() for ln in lines if ln.startswith(("helpers.interconnect.worker:",
+                                                             "helpers.interconnect.worker --join:"))
+               and not ln.startswith(JOINED_PREFIX)]
+    if refused:
+        return "\n".join(dict.fromkeys(refused))[:n]
     ranked = [ln for ln in lines if re.match(r"\[rank\d+\]:", ln)]
     if ranked:
         first = ranked[0].split(":", 1)[0]
@@ -246,13 +291,14 @@ def _read_points(path: Path) -> list[dict]:
 TIDY_COLUMNS = (["op", "backend", "variant", "world_size"] + list(METHOD_COLUMNS)
                 + ["dtype", "count", "size_bytes", "iters", "repeats", "warmup", "time_us", "time_us_p10",
                    "time_us_p90", "time_us_min", "time_us_max", "algbw_GBps", "busbw_GBps", "start_skew_us",
-                   "late_starts", "device", "kind"])
+                   "late_starts", "hosts", "device", "kind"])
 
 
 def tidy(results: Sequence[RunResult], device_label: str = "") -> pd.DataFrame:
     """One row per op x size x variant (x backend x world size) x method: the method's label and fields
     (as the worker recorded them with the point), the time spread over repeats, algbw, busbw; for an
-    aligned start also how many timed blocks a rank started late."""
+    aligned start also how many timed blocks a rank started late; `hosts`, how many hosts the ranks ran on
+    (blank for points from before the worker counted them)."""
     rows = []
     for r in results:
         for p in r.rows:
@@ -275,9 +321,18 @@ def tidy(results: Sequence[RunResult], device_label: str = "") -> pd.DataFrame:
                 "busbw_GBps": float(busbw_GBps(p["op"], p["size_bytes"], med, n)),
                 "start_skew_us": float(np.median(skew)) if skew else np.nan,
                 "late_starts": p.get("late_starts", np.nan),
-                "device": dev, "kind": f"measured: this machine ({p['backend']}, {n} processes)",
+                "hosts": p["hosts"] if p.get("hosts") is not None else np.nan,
+                "device": dev, "kind": measured_kind(p["backend"], n, m.nodes, p.get("hosts")),
             })
     return pd.DataFrame(rows, columns=TIDY_COLUMNS)
+
+
+def measured_kind(backend: str, world_size: int, nodes: int = 1, hosts=None) -> str:
+    """The tidy table's `kind`: where a point was measured."""
+    if nodes <= 1:
+        return f"measured: this machine ({backend}, {world_size} processes)"
+    where = f"{nodes} nodes" + (f" on {int(hosts)} host{'s' if int(hosts) != 1 else ''}" if hosts else "")
+    return f"measured: {where}, recorded on this machine ({backend}, {world_size} processes)"
 
 
 def measure_direct(sizes, method: Method = Method.direct(timer="host"), warmup: int = 5, iters: int = 20,
@@ -414,7 +469,7 @@ def resume_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] 
     sizes = parse_sizes(sizes)
     ops = list(ops)
     method = kw.get("method", Method())
-    settings = {k: v for k, v in kw.items() if k not in ("timeout_s", "workdir", "points", "method")}
+    settings = {k: v for k, v in kw.items() if k not in ("timeout_s", "workdir", "points", "method", "nodes")}
     settings.update(backend=backend, world_size=world_size, base_env=BASE_ENV, method=method.as_row())
     key = hashlib.sha1(json.dumps(settings, sort_keys=True, default=repr).encode()).hexdigest()[:12]
     wd = Path(workdir)

@@ -273,12 +273,16 @@ def _variant_timing(var: pd.DataFrame) -> str:
     late = var.late_starts.dropna()
     lates = (f"; {int(late.sum())} of {int(var.loc[late.index, 'repeats'].sum())} timed blocks had a rank that "
              "received the deadline late and launched at once" if len(late) else "")
-    ahead = f" set {m.start_lead_us / 1000:g} ms ahead" if m.start == "aligned" else ""
     call = ", each an ncclAllReduce call of its own as sglang makes it" if m.api == "nccl" else ""
+    if m.start == "aligned":
+        start = (f"every rank launching at one shared deadline set {m.start_lead_us / 1000:g} ms ahead (median "
+                 f"launch skew between ranks {var.start_skew_us.median():.1f} us{lates}, measured)")
+    else:
+        start = "every rank released by a barrier" + (f" (the ranks span {m.nodes} nodes, whose hosts share no clock "
+                                                       "for an aligned start)" if m.nodes > 1 else "")
     return (f"Each variant is a separate launch whose all-reduces ({int(var.iters.iloc[0])} per block{call}) are "
-            f"captured in one CUDA graph and timed by nccl-tests' host clock, every rank launching at one shared "
-            f"deadline{ahead} (median launch skew between ranks {var.start_skew_us.median():.1f} us{lates}, "
-            "measured): no Python or dispatch cost is left in these figures.")
+            f"captured in one CUDA graph and timed by nccl-tests' host clock, {start}: no Python or dispatch cost "
+            "is left in these figures.")
 
 
 # ------------------------------------------------------------------------------------------ 7. fits

@@ -11,6 +11,9 @@ their own strings: helpers.interconnect.recorded_labels maps those once, when th
     m.label        # 'graph+host_timer+aligned_300us+libnccl'
     m.cli_args()   # ['--api', 'nccl', '--harness', 'graph', '--timer', 'host', ...]
     m.description  # 'ncclAllReduce on a communicator of our own (ctypes, as sglang's pynccl) in one CUDA graph, ...'
+
+`nodes` is how many torchrun nodes (agents) the ranks span (helpers.interconnect.nodes): one by default;
+above one the ranks share no clock, so they are released by a barrier (an aligned start is refused).
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ PLACEMENTS = ("in-place", "out-of-place")
 STARTS = ("barrier", "aligned")         # aligned: every rank launches at one deadline on the host clock
 CONTROLS = ("backend", "gloo")          # gloo: barriers and timings through gloo (with api 'nccl')
 STREAMS = ("side", "legacy")            # legacy: the GPU work on the legacy default stream
+MAX_NODES = 1024                        # a bound for the node count, not a tested size
 
 # The aligned start's deadline lies START_LEAD_US after rank 0 picks it; the GPU idles about that long before
 # each timed block, and idling costs time. Measured on two H200s (data/measured/allreduce-gap-h200x2-20261129c,
@@ -42,7 +46,8 @@ START_LEAD_US = 300
 LEGACY_LEAD_US = 2000
 
 #: The result-table columns a method fills: its label, then one per field.
-FIELDS = ("api", "harness", "timer", "placement", "rotate_bytes", "start", "start_lead_us", "control", "stream")
+FIELDS = ("api", "harness", "timer", "placement", "rotate_bytes", "start", "start_lead_us", "control", "stream",
+          "nodes")
 COLUMNS = ("method",) + FIELDS
 
 
@@ -73,7 +78,9 @@ class Method:
     as its barrier returns (one host only). control="gloo" (with api="nccl") keeps torch's own NCCL
     communicator out of the process. stream="legacy" puts the GPU work on the legacy default stream.
     api="direct" is the one-process call of collectives.measure_direct: no ranks, so no start, control
-    plane or stream of its own (it runs on the legacy default stream)."""
+    plane or stream of its own (it runs on the legacy default stream). nodes=N (N > 1): the ranks span N
+    torchrun nodes joined by a rendezvous (helpers.interconnect.nodes); hosts share no clock, so the ranks
+    are released by a barrier and start must be 'barrier'."""
 
     api: str = "torch"
     harness: str = "eager"
@@ -84,6 +91,7 @@ class Method:
     start_lead_us: int | None = None        # aligned: filled with START_LEAD_US when not given
     control: str = "backend"
     stream: str = "side"
+    nodes: int = 1                          # torchrun nodes the ranks span (1: one node, --standalone)
 
     def __post_init__(self):
         for name, allowed, why in (
@@ -112,6 +120,16 @@ class Method:
         elif self.start_lead_us is not None:
             raise MethodError(f"start_lead_us = {self.start_lead_us!r} is given with start = {self.start!r}; "
                               "a lead belongs to start='aligned' only")
+        if not _is_int(self.nodes) or not 1 <= self.nodes <= MAX_NODES:
+            raise MethodError(f"nodes = {self.nodes!r} must be an integer from 1 to {MAX_NODES} (the torchrun nodes "
+                              "the ranks span; 1 is one node)")
+        object.__setattr__(self, "nodes", int(self.nodes))
+        if self.nodes > 1 and self.start == "aligned":
+            raise MethodError(f"start = 'aligned' with nodes = {self.nodes}: an aligned start launches every rank at "
+                              "one deadline on the host's monotonic clock, which ranks on different nodes do not "
+                              "share; use start='barrier' across nodes (Method.but(start='barrier'))")
+        if self.api == "direct" and self.nodes != 1:
+            raise MethodError("api = 'direct' is one process driving this host's GPUs: use nodes=1")
         if self.control == "gloo" and self.api != "nccl":
             raise MethodError(f"control = 'gloo' with api = {self.api!r}: choose control='backend', or 'gloo' "
                               "with api='nccl' (barriers and timings through gloo, so our NCCL communicator is "
@@ -178,6 +196,8 @@ class Method:
             parts.append("legacy_stream")
         if self.placement == "out-of-place":
             parts.append("out_of_place")
+        if self.nodes > 1:
+            parts.append(f"{self.nodes}_nodes")
         return "+".join(parts)
 
     @property
@@ -193,8 +213,12 @@ class Method:
                  "host timer" if self.timer == "host" else "CUDA events",
                  f"buffers rotating within {_size(self.rotate_bytes)}" if self.rotate_bytes else "one buffer"]
         if self.api != "direct":
-            parts.append(f"ranks launched at one deadline {self.start_lead_us / 1000:g} ms ahead"
-                         if self.start == "aligned" else "ranks released by a barrier")
+            if self.nodes > 1:
+                parts.append(f"ranks on {self.nodes} nodes (a torchrun rendezvous), released by a barrier: hosts "
+                             "share no clock, so no aligned start")
+            else:
+                parts.append(f"ranks launched at one deadline {self.start_lead_us / 1000:g} ms ahead"
+                             if self.start == "aligned" else "ranks released by a barrier")
             if self.control == "gloo":
                 parts.append("barriers and timings through gloo")
         parts.append("legacy default stream" if self.stream == "legacy" else "non-blocking stream")
@@ -208,7 +232,8 @@ class Method:
         """A legend label: the caller, the harness and an aligned start."""
         who = {"torch": "torch.distributed", "nccl": "ncclAllReduce per process",
                "direct": "direct ncclAllReduce"}[self.api]
-        return f"{who}, {self.harness}" + (", aligned start" if self.start == "aligned" else "")
+        return (f"{who}, {self.harness}" + (", aligned start" if self.start == "aligned" else "")
+                + (f", {self.nodes} nodes" if self.nodes > 1 else ""))
 
     # ---------------------------------------------------------------- the worker's command line
     def cli_args(self) -> list[str]:
@@ -216,7 +241,7 @@ class Method:
         args = ["--api", self.api, "--harness", self.harness, "--timer", self.timer, "--placement", self.placement,
                 "--rotate-bytes", str(self.rotate_bytes),
                 "--rank-start", self.start,  # not --start: torchrun would take it for --start-method
-                "--control", self.control, "--stream", self.stream]
+                "--control", self.control, "--stream", self.stream, "--nodes", str(self.nodes)]
         if self.start == "aligned":
             args += ["--start-lead-us", str(self.start_lead_us)]
         return args
@@ -242,11 +267,14 @@ class Method:
         ap.add_argument("--stream", default="side", choices=list(STREAMS),
                         help="GPU work on a stream created non-blocking, as nccl-tests' (side), or on the legacy "
                              "default stream (legacy)")
+        ap.add_argument("--nodes", type=int, default=1,
+                        help="torchrun nodes the ranks span; the worker checks it against torchrun's GROUP_WORLD_SIZE")
 
     @classmethod
     def from_args(cls, a: argparse.Namespace) -> "Method":
         return cls(api=a.api, harness=a.harness, timer=a.timer, placement=a.placement, rotate_bytes=a.rotate_bytes,
-                   start=a.start, start_lead_us=a.start_lead_us, control=a.control, stream=a.stream)
+                   start=a.start, start_lead_us=a.start_lead_us, control=a.control, stream=a.stream,
+                   nodes=a.nodes)
 
     # ---------------------------------------------------------------- result rows
     def as_row(self) -> dict:
@@ -256,7 +284,9 @@ class Method:
     @classmethod
     def from_row(cls, row: Mapping) -> "Method":
         """The method a result row was timed by, from its field columns; its `method` label must agree
-        (a row whose label and fields disagree was written by other code and is refused)."""
+        (a row whose label and fields disagree was written by other code and is refused). A row without
+        `nodes` predates multi-node sweeps, which is to say it was measured on one node."""
+        row = row if "nodes" in row else {**row, "nodes": 1}
         missing = [f for f in FIELDS if f not in row]
         if missing:
             raise MethodError(f"a result row lacks the method columns {missing}; expected {list(COLUMNS)} "
@@ -266,6 +296,8 @@ class Method:
             v = row[f.name]
             if f.name == "start_lead_us":
                 v = None if v is None or (isinstance(v, float) and np.isnan(v)) else int(v)
+            elif f.name == "nodes":     # blank in a table that also holds rows from before multi-node sweeps
+                v = 1 if v is None or (isinstance(v, float) and np.isnan(v)) else int(v)
             elif f.name == "rotate_bytes":
                 v = int(v)
             kw[f.name] = v
@@ -280,7 +312,8 @@ class Method:
 def methods_of(table) -> list[Method]:
     """The distinct methods of a table's rows (its COLUMNS), in the order they first appear."""
     seen: dict[str, Method] = {}
-    for row in table[list(COLUMNS)].drop_duplicates().to_dict("records"):
+    cols = [c for c in COLUMNS if c != "nodes" or c in table.columns]   # no `nodes`: one node (from_row)
+    for row in table[cols].drop_duplicates().to_dict("records"):
         m = Method.from_row(row)
         seen.setdefault(m.label, m)
     return list(seen.values())

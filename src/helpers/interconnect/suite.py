@@ -7,6 +7,11 @@
   library's own floor (no data crosses a link) and gloo between two CPU processes is measured too.
 - no GPU: CPU memcpy and gloo between CPU processes, labelled as such.
 
+Past one node (`nodes=Nodes(count, endpoint)`, helpers.interconnect.nodes) the collective sweeps span every
+node, each launch through torchrun's rendezvous, while the copy sweep stays on this node; the methods
+are the same but for the node count, and across nodes the variant method's ranks start at a barrier
+(`eager_method(n)`, `variant_method(n)`).
+
 `fit_table` gives the alpha-beta fits that the diagnosis chapter reads (`FIT_COLUMNS`, and `method`:
 the label of a collective fit's method); `recorded_fit` fits the original VM's copy sweep. Every
 collective run is timed by one helpers.interconnect.method.Method; the figures are in helpers.book.plotting.
@@ -23,6 +28,8 @@ import pandas as pd
 
 from helpers.interconnect import fits as alphabeta, collectives, copies as copybench
 from helpers.interconnect.method import Method, MethodError
+from helpers.interconnect import nodes as multinode
+from helpers.interconnect.nodes import Nodes, NodesError
 from helpers.book import layout, recorded
 
 #: the diagnosis reads these (helpers.book.layout); `harness` is the method's harness field ('graph' for
@@ -43,6 +50,16 @@ EAGER_METHOD = Method()
 #: between two launches, which a variant's win must exceed before it counts.
 REPEAT_VARIANT = "default, second launch"
 GLOO_MAX_BYTES = 16 * 2**20   # gloo sweeps stop at 16 MiB whatever the preset
+
+
+def eager_method(nodes: int = 1) -> Method:
+    """EAGER_METHOD on `nodes` nodes."""
+    return EAGER_METHOD if nodes == 1 else EAGER_METHOD.but(nodes=nodes)
+
+
+def variant_method(nodes: int = 1) -> Method:
+    """VARIANT_METHOD on `nodes` nodes: across nodes the ranks share no clock, so they start at a barrier."""
+    return VARIANT_METHOD if nodes == 1 else VARIANT_METHOD.but(start="barrier", nodes=nodes)
 
 
 @dataclass(frozen=True)
@@ -102,11 +119,11 @@ class CollectivePlan:
     statements: list = field(default_factory=list)
 
 
-def plan_collectives(m: Machine, world_size: int = 0, variants="all") -> CollectivePlan:
+def plan_collectives(m: Machine, world_size: int = 0, variants="all", nodes: int = 1) -> CollectivePlan:
     """Which collective sweeps this machine can run, and a plain statement for what it cannot. Each run
     is (backend, world_size, variant, note, method): EAGER_METHOD is the eager harness with CUDA events
     (the investigation's way); on two GPUs or more the default also runs, with every variant, by
-    VARIANT_METHOD."""
+    VARIANT_METHOD. Across `nodes` nodes (each assumed to have this machine's GPUs), see plan_nodes."""
     p = CollectivePlan()
     names = list(collectives.NCCL_VARIANTS) if variants == "all" else ([] if variants in ("none", "") else
                                                                         [v.strip() for v in variants.split(",")])
@@ -114,6 +131,8 @@ def plan_collectives(m: Machine, world_size: int = 0, variants="all") -> Collect
     if unknown:
         raise collectives.CollectiveConfigError(
             f"nccl_variants: unknown variant(s) {unknown}; use 'all', 'none' or names from {list(collectives.NCCL_VARIANTS)}")
+    if nodes > 1:
+        return plan_nodes(m, world_size, names, nodes)
     if m.gpus >= 2:
         n = world_size or m.gpus
         if n > m.gpus:
@@ -144,11 +163,49 @@ def plan_collectives(m: Machine, world_size: int = 0, variants="all") -> Collect
     return p
 
 
+def plan_nodes(m: Machine, world_size: int, names: list[str], nodes: int) -> CollectivePlan:
+    """The collective sweeps across `nodes` nodes: world_size ranks in all (0: one per GPU on every node,
+    or one CPU process per node without a GPU), an equal share per node; NCCL where this node has a GPU
+    (every variant too), gloo between CPU processes where it has none."""
+    p = CollectivePlan()
+    if world_size and world_size % nodes:
+        raise collectives.CollectiveConfigError(
+            f"world_size = {world_size} is not a multiple of nnodes = {nodes}: every node starts the same number of "
+            f"processes; use a multiple of {nodes}, or 0 for one per GPU on every node")
+    per = multinode.share(world_size, nodes, m.gpus)
+    n = per * nodes
+    where = f"{per} per node on {nodes} nodes"
+    if m.gpus:
+        if per > m.gpus:
+            raise collectives.CollectiveConfigError(
+                f"world_size = {world_size} puts {per} ranks on each node, more than the {m.gpus} GPU(s) here; use "
+                f"world_size <= {m.gpus * nodes} (0 = one per GPU on every node)")
+        p.runs.append(("nccl", n, "default", f"one process per GPU, {where}, eager", eager_method(nodes)))
+        if names:
+            vm = variant_method(nodes)
+            for v in (["default"] if "default" not in names else []) + names:
+                p.runs.append(("nccl", n, v, f"one process per GPU, {where}, variant sweep", vm))
+            p.runs.append(("nccl", n, REPEAT_VARIANT, "the default again: the launch-to-launch spread", vm))
+    else:
+        p.runs.append(("gloo", n, "default", f"CPU processes, {where}", eager_method(nodes)))
+        p.statements.append(
+            "This node has no GPU: the collectives run with gloo between CPU processes on the nodes, over their "
+            "network (or loopback where the nodes share a host), not between GPUs, and the NCCL variants are skipped.")
+    p.statements.append(
+        f"The collectives span {nodes} nodes through torchrun's rendezvous, {where} (every node is assumed to have "
+        "this node's GPUs; a node that starts another count is refused), with every rank released by a barrier: the "
+        "hosts share no clock for an aligned start. The copy sweep and the host-path study stay on this node.")
+    return p
+
+
 def run_suite(preset: str | Preset = "quick", out_dir: str | Path | None = None, world_size: int = 0,
               variants: str = "all", timeout_s: float = 180, progress: bool = False,
-              do_copies: bool = True, do_collectives: bool = True) -> dict:
+              do_copies: bool = True, do_collectives: bool = True, nodes: Nodes = Nodes()) -> dict:
     """Measure everything this machine can; returns a dict of DataFrames and statements, and writes
-    copy_sweep.csv, collective_sweep.csv, fits.csv (and the skipped/run logs) into out_dir if given."""
+    copy_sweep.csv, collective_sweep.csv, fits.csv (and the skipped/run logs) into out_dir if given.
+    `nodes` (helpers.interconnect.nodes.Nodes): the collective sweeps span that many nodes, each launch
+    through torchrun's rendezvous at nodes.endpoint, while every other node runs nodes.join_command();
+    each launch's limit is then `timeout_s` plus the time it may wait for the other nodes (nodes.join_timeout_s)."""
     pr = PRESETS[preset] if isinstance(preset, str) else preset
     t0 = time.perf_counter()
     m = machine()
@@ -166,7 +223,7 @@ def run_suite(preset: str | Preset = "quick", out_dir: str | Path | None = None,
     out["timings_s"]["copies"] = time.perf_counter() - t0
     results = []
     if do_collectives:
-        plan = plan_collectives(m, world_size, variants)
+        plan = plan_collectives(m, world_size, variants, nodes.count)
         out["statements"] += plan.statements
         wd = Path(out_dir) / "collective_points" if out_dir else None
         it = plan.runs
@@ -181,8 +238,8 @@ def run_suite(preset: str | Preset = "quick", out_dir: str | Path | None = None,
                 results.append(collectives.resume_collectives(
                     backend, n, sizes, variant=variant, env=collectives.NCCL_VARIANTS.get(variant, {}),
                     warmup=pr.coll_warmup, iters=pr.coll_iters, repeats=pr.coll_repeats, timeout_s=timeout_s,
-                    workdir=wd, method=method))
-            except (collectives.CollectiveConfigError, MethodError) as e:
+                    workdir=wd, method=method, nodes=nodes))
+            except (collectives.CollectiveConfigError, MethodError, NodesError) as e:
                 results.append(collectives.RunResult(variant, backend, n, "failed", None, 0.0, str(e), method=method))
     out["collective_results"] = results
     out["collective_sweep"] = collectives.tidy(results)
@@ -263,16 +320,19 @@ def fit_table(copy_sweep: pd.DataFrame | None, collective_sweep: pd.DataFrame | 
 
 # ------------------------------------------------------------------------------------------ variants
 def variant_rows(sweep: pd.DataFrame) -> pd.DataFrame:
-    """The NCCL all-reduce rows the variant comparison uses: those timed by VARIANT_METHOD where the run
-    has them, else (runs made before it existed) those timed by EAGER_METHOD. `sweep` is a tidy table
+    """The NCCL all-reduce rows the variant comparison uses: those timed by VARIANT_METHOD (on the run's
+    node count: variant_method) where the run has them, else (runs made before it existed) those timed by
+    EAGER_METHOD. `sweep` is a tidy table
     with method columns (a run recorded before them: helpers.interconnect.recorded_labels.from_tidy)."""
     if "method" not in sweep.columns:
         raise MethodError("variant_rows needs the sweep's method columns (collectives.tidy writes them; map an "
                           "older table with helpers.interconnect.recorded_labels.from_tidy)")
     s = sweep[(sweep.backend == "nccl") & (sweep.op == "all_reduce")]
-    if (s.method == VARIANT_METHOD.label).any():
-        return s[s.method == VARIANT_METHOD.label]
-    return s[s.method == EAGER_METHOD.label]
+    counts = sorted({int(n) for n in s["nodes"].dropna()} or {1}) if "nodes" in s.columns else [1]
+    graph = {variant_method(n).label for n in counts}
+    if s.method.isin(graph).any():
+        return s[s.method.isin(graph)]
+    return s[s.method.isin({eager_method(n).label for n in counts})]
 
 
 def best_variant(sweep: pd.DataFrame, sizes, exclude=()) -> pd.DataFrame:

@@ -42,20 +42,41 @@ Options that make the timing match nccl-tests' own (benchmarks/fidelity.py compa
                        group, so the process holds no NCCL communicator but ours (nccl-tests' shape: its
                        control plane is MPI).
 
+Past one node (helpers.interconnect.nodes): torchrun's c10d rendezvous joins the nodes. The book's node
+launches this worker with the whole sweep on its command line; every other node launches it with `--join`
+and nothing else. The book's node's local rank 0 publishes its command line (without --out) in torchrun's
+store, with a hash of this worker's source, and each joining rank runs exactly that, after setting the
+`--env` variables it names (a variant's NCCL settings) before its backend starts: the nodes cannot disagree
+about the sweep, and a joining node with other code is refused. The ranks check that torchrun started as
+many nodes as the method says (--nodes) and as many processes on each. The book's node's local rank 0
+writes the points (torchrun, not the book, numbers the nodes). Across nodes the ranks share no clock, so
+they are released by a barrier (the Method refuses an aligned start there).
+
 Every point also records `start_skew_us`: per repeat, the spread of the ranks' launch instants on the
-host's monotonic clock (max - min), where all ranks share one host (else null), and `late_starts`: the
-number of repeats in which some rank passed the aligned start's deadline before it could wait for it.
+host's monotonic clock (max - min), where all ranks share one host (else null), `late_starts`: the
+number of repeats in which some rank passed the aligned start's deadline before it could wait for it,
+and `hosts`: how many distinct hosts (by host name) the ranks ran on.
 COLLECTIVE_WORKER_STACKS_AFTER_S=<s> in the environment dumps every thread's stack after s seconds.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import socket
 import sys
 import time
+from pathlib import Path
 
 from helpers.interconnect.method import Method, MethodError
+from helpers.interconnect.nodes import JOINED_PREFIX
+
+#: torchrun's store keys: the book's node's command line, and each rank's host name
+PLAN_KEY = "helpers.interconnect.worker/plan"
+HOST_KEY = "helpers.interconnect.worker/host/"
+#: how long a joining rank waits for the book's node's plan (it is published as its workers start)
+PLAN_WAIT_S = 120
 
 
 def _now_ns() -> int:
@@ -65,38 +86,163 @@ def _now_ns() -> int:
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog="python -m helpers.interconnect.worker")
-    ap.add_argument("--backend", required=True, choices=["gloo", "nccl"])
+    ap.add_argument("--backend", choices=["gloo", "nccl"], help="required unless --join")
     ap.add_argument("--ops", default="all_reduce,all_to_all")
-    ap.add_argument("--sizes", required=True, help="comma-separated byte counts")
+    ap.add_argument("--sizes", help="comma-separated byte counts (required unless --join)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--variant", default="default")
     Method.add_arguments(ap)   # --api, --harness, --timer, --placement, --rotate-bytes, --rank-start, ...
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="where the book's node's local rank 0 appends the points (required unless --join)")
     ap.add_argument("--hang-rank", type=int, default=-1,
                     help="testing only: this rank sleeps forever before the first collective")
-    return ap.parse_args(argv)
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="set in every rank's environment before its backend starts (a variant's NCCL settings; "
+                         "how they reach a joining node)")
+    ap.add_argument("--join", action="store_true",
+                    help="a node joining another's sweep: every other option comes from the book's node")
+    a = ap.parse_args(argv)
+    if not a.join and (a.backend is None or a.sizes is None or a.out is None):
+        ap.error("--backend, --sizes and --out are required (or --join, on a node that joins another node's sweep)")
+    bad = [e for e in a.env if "=" not in e or not e.split("=", 1)[0]]
+    if bad:
+        ap.error(f"--env {bad[0]!r}: expected NAME=VALUE")
+    return a
+
+
+def source_hash() -> str:
+    """What the nodes must share: the code that times the sweep (this worker, the method, the NCCL binding)."""
+    here = Path(__file__).resolve().parent
+    h = hashlib.sha1()
+    for name in ("worker.py", "method.py", "nccl.py"):
+        h.update((here / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _without_out(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+        elif x == "--out":
+            skip = True
+        elif not x.startswith("--out="):
+            out.append(x)
+    return out
+
+
+def _store():
+    """A client of torchrun's store for this launch (its MASTER_ADDR and MASTER_PORT)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                         timeout=timedelta(seconds=PLAN_WAIT_S))
+
+
+class Refused(Exception):
+    """This rank cannot run the sweep; across nodes every rank is told why before any of them leaves."""
+
+
+def _share_plan(a, argv: list[str], store, local: int, local_world: int, nodes: int):
+    """The book's node publishes its command line; a joining node reads it and parses it as its own."""
+    if not a.join:
+        if local == 0:
+            store.set(PLAN_KEY, json.dumps({"argv": _without_out(argv), "source": source_hash(),
+                                            "local_world": local_world, "nodes": nodes}))
+        return a
+    try:
+        plan = json.loads(store.get(PLAN_KEY).decode())
+    except Exception as e:  # noqa: BLE001 - name what did not come
+        raise Refused(f"helpers.interconnect.worker --join: no sweep from the book's node within {PLAN_WAIT_S} s "
+                      f"({type(e).__name__}: {e}); is the node that hosts the rendezvous running the book's "
+                      "collective sweep?") from None
+    if plan["source"] != source_hash():
+        raise Refused(f"helpers.interconnect.worker --join: this node's worker code ({source_hash()}) differs from "
+                      f"the book's node's ({plan['source']}): check out the same commit on every node")
+    if plan["local_world"] != local_world:
+        raise Refused(f"helpers.interconnect.worker --join: {local_world} process(es) on this node, "
+                      f"{plan['local_world']} on the book's node: run the join command with --nproc-per-node "
+                      f"{plan['local_world']}")
+    try:
+        joined = parse_args(plan["argv"] + ["--join"])
+    except SystemExit:
+        raise Refused("helpers.interconnect.worker --join: the book's node's sweep options do not parse here "
+                      f"({plan['argv']}): check out the same commit on every node") from None
+    joined.out = None
+    return joined
+
+
+def _handshake(store, rank: int, world: int, problem: str | None) -> int:
+    """Across nodes, before the backend starts: every rank posts its host name and what it refuses, if
+    anything, and reads every other rank's; a refusal anywhere ends every rank with its reason (a rank
+    that never posts ends them after PLAN_WAIT_S). Returns how many hosts the ranks are on."""
+    store.set(f"{HOST_KEY}{rank}", json.dumps({"host": socket.gethostname(), "problem": problem or ""}))
+    if problem:
+        raise SystemExit(problem)
+    posts = []
+    for r in range(world):
+        try:
+            posts.append(json.loads(store.get(f"{HOST_KEY}{r}").decode()))
+        except Exception as e:  # noqa: BLE001 - name the rank that did not answer
+            raise SystemExit(f"helpers.interconnect.worker: rank {r} did not start within {PLAN_WAIT_S} s "
+                             f"({type(e).__name__}); see its node's output") from None
+    bad = [(r, p) for r, p in enumerate(posts) if p["problem"]]
+    if bad:
+        r, p = bad[0]
+        raise SystemExit(f"helpers.interconnect.worker: rank {r} (on {p['host']}) cannot run the sweep: {p['problem']}")
+    return len({p["host"] for p in posts})
 
 
 def main(argv=None) -> int:
-    a = parse_args(argv if argv is not None else sys.argv[1:])
-    try:   # the method is built once, from the options collectives.run_collectives wrote (Method.cli_args)
-        method = Method.from_args(a)
-        method.check_backend(a.backend)
-    except MethodError as e:
-        raise SystemExit(f"helpers.interconnect.worker: {e}") from None
+    argv = list(argv if argv is not None else sys.argv[1:])
+    a = parse_args(argv)
     stacks_after = float(os.environ.get("COLLECTIVE_WORKER_STACKS_AFTER_S", "0") or 0)
     if stacks_after > 0:  # diagnosing a hang: every thread's stack goes to stderr after this many seconds
         import faulthandler
 
         faulthandler.dump_traceback_later(stacks_after, repeat=False)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    nodes = int(os.environ.get("GROUP_WORLD_SIZE", 1))   # torchrun's node count for this launch
+    store = _store() if nodes > 1 or a.join else None
+    problem = None
+    try:
+        if store is not None:
+            a = _share_plan(a, argv, store, local, local_world, nodes)
+        for item in a.env:   # before the backend starts: NCCL reads its settings when a communicator is made
+            k, v = item.split("=", 1)
+            os.environ[k] = v
+        try:   # the method is built once, from the options collectives.run_collectives wrote (Method.cli_args)
+            method = Method.from_args(a)
+            method.check_backend(a.backend)
+        except MethodError as e:
+            raise Refused(f"helpers.interconnect.worker: {e}") from None
+        if method.nodes != nodes:
+            raise Refused(f"helpers.interconnect.worker: the method says nodes = {method.nodes}, but torchrun started "
+                          f"{nodes} node(s) (GROUP_WORLD_SIZE): launch with as many nodes as the method names")
+        if nodes > 1 and world != nodes * local_world:
+            raise Refused(f"helpers.interconnect.worker: {world} ranks on {nodes} nodes, {local_world} of them on "
+                          f"this one: every node must start {local_world} process(es), as this one does (the join "
+                          f"command's --nproc-per-node {local_world})")
+    except Refused as e:
+        problem = str(e)
+    if store is not None:
+        hosts = _handshake(store, rank, world, problem)
+    elif problem:
+        raise SystemExit(problem)
+    else:
+        hosts = 1 if local_world == world else None
+    if a.join and local == 0:
+        print(f"{JOINED_PREFIX} the {a.variant!r} sweep timed by {method.label}, {world} ranks on {nodes} nodes",
+              flush=True)
     import torch
     import torch.distributed as dist
 
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local = int(os.environ.get("LOCAL_RANK", rank))
     if a.backend == "nccl":
         torch.cuda.set_device(local)
         device = torch.device("cuda", local)
@@ -111,10 +257,10 @@ def main(argv=None) -> int:
     # The control plane uses all-reduces only (barrier, sums, maxima): the NCCL variants' environment
     # applies to torch's communicator too, and NCCL_ALGO=Tree leaves NCCL no algorithm for an all-gather
     # or a broadcast (measured on two H200s: "no algorithm/protocol available for function AllGather").
-    # torchrun tells each rank how many ranks share its node: all of them share one host when that is all.
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    one_host = local_world == world
-    if method.start == "aligned" and not one_host:
+    # torchrun tells each rank how many ranks share its node: all of them share one host when that is all;
+    # across nodes, the ranks' host names (the handshake) say whether they share one (two nodes in a test)
+    one_host = hosts == 1
+    if method.start == "aligned" and local_world != world:
         raise SystemExit(f"--rank-start aligned needs every rank on one host (they share its monotonic clock); "
                          f"{local_world} of the {world} ranks are on this one: use --rank-start barrier")
     comm = None
@@ -173,7 +319,7 @@ def main(argv=None) -> int:
         # nccl-tests creates its streams, not to the legacy default stream, which the driver also orders
         # against the device's other blocking streams (see --stream in the module docstring)
         torch.cuda.set_stream(torch.cuda.Stream(device))
-    out = open(a.out, "a") if rank == 0 else None
+    out = open(a.out, "a") if not a.join and local == 0 else None   # the book's node's first rank
     for op in a.ops.split(","):
         for size in [int(s) for s in a.sizes.split(",")]:
             count = size // esize
@@ -257,7 +403,7 @@ def main(argv=None) -> int:
                     "dtype": a.dtype, "count": count, "size_bytes": nbytes, "iters": a.iters,
                     "repeats": a.repeats, "warmup": a.warmup, "times_us": times,
                     **m.as_row(),                                  # the method: its label and every field
-                    "start_skew_us": skews if skews else None, "late_starts": late,
+                    "start_skew_us": skews if skews else None, "late_starts": late, "hosts": hosts,
                     "device": torch.cuda.get_device_name(device) if gpu else "cpu",
                 }) + "\n")
                 out.flush()
