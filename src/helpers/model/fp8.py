@@ -18,6 +18,7 @@ it reads row counts on the host, so it cannot be captured in a CUDA graph).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -104,9 +105,44 @@ def gather_rows(xq: torch.Tensor, s: torch.Tensor, idx: torch.Tensor) -> tuple[t
     return xq.view(torch.uint8)[idx].view(FP8), s[idx]
 
 
-def linear(xq: torch.Tensor, s: torch.Tensor, w: QWeight, out_dtype: torch.dtype) -> torch.Tensor:
-    """xq (M, K) E4M3 with row scales s (M, 1) times `w` (K, N): (M, N) in `out_dtype`."""
+def scaled_linear(xq: torch.Tensor, s: torch.Tensor, w: QWeight, out_dtype: torch.dtype) -> torch.Tensor:
+    """xq (M, K) E4M3 with row scales s (M, 1) times `w` (K, N): (M, N) in `out_dtype`, by torch._scaled_mm."""
     return torch._scaled_mm(xq, w.q, scale_a=s, scale_b=w.scale.view(1, -1), out_dtype=out_dtype)
+
+
+def emulated_linear(xq: torch.Tensor, s: torch.Tensor, w: QWeight, out_dtype: torch.dtype) -> torch.Tensor:
+    """The same product from the same E4M3 values and scales, computed in float32 (what torch._scaled_mm
+    computes, accumulation order aside): for a CPU whose torch._scaled_mm takes per-tensor scales only."""
+    return ((xq.to(torch.float32) * s) @ w.dequantize(torch.float32)).to(out_dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_rowwise() -> str | None:
+    """None where this torch's CPU torch._scaled_mm takes row and column scales (torch 2.13 does), else
+    its error (torch 2.11's oneDNN path asserts per-tensor scales: measured on the lent H200 machine)."""
+    try:
+        xq, s = quantize_rows(torch.ones(2, ALIGN))
+        scaled_linear(xq, s, quantize(torch.ones(ALIGN, ALIGN)), torch.float32)
+    except Exception as e:  # noqa: BLE001 - any failure means: not supported here
+        return _error(e)
+    return None
+
+
+def cpu_products() -> str:
+    """How FP8 products run on this machine's CPU, in words for the page."""
+    err = cpu_rowwise()
+    return ("torch._scaled_mm" if err is None else
+            f"emulated in float32 from the same E4M3 values and scales (this torch's CPU torch._scaled_mm "
+            f"takes per-tensor scales only: {err[:120]})")
+
+
+def linear(xq: torch.Tensor, s: torch.Tensor, w: QWeight, out_dtype: torch.dtype) -> torch.Tensor:
+    """xq (M, K) E4M3 with row scales s (M, 1) times `w` (K, N): (M, N) in `out_dtype`: torch._scaled_mm,
+    or on a CPU whose torch._scaled_mm takes no row scales the emulated product (a CPU's FP8 products
+    check numerics, never speed: require() refuses FP8 timing there)."""
+    if xq.device.type == "cpu" and cpu_rowwise() is not None:
+        return emulated_linear(xq, s, w, out_dtype)
+    return scaled_linear(xq, s, w, out_dtype)
 
 
 def grouped_mm(xq: torch.Tensor, s: torch.Tensor, w: QWeight, offs: torch.Tensor) -> torch.Tensor:
@@ -123,8 +159,7 @@ def grouped_mm_loop(xq: torch.Tensor, s: torch.Tensor, w: QWeight, offs: torch.T
     start = 0
     for e, end in enumerate(offs.tolist()):
         if end > start:
-            out[start:end] = torch._scaled_mm(xq[start:end], w.q[e], scale_a=s[start:end],
-                                              scale_b=w.scale[e].view(1, -1), out_dtype=out_dtype)
+            out[start:end] = linear(xq[start:end], s[start:end], QWeight(w.q[e], w.scale[e]), out_dtype)
         start = end
     return out
 
@@ -164,7 +199,7 @@ def probe(device: str, out_dtype: torch.dtype = torch.bfloat16) -> Support:
     try:
         xq, s = quantize_rows(x.to(device, out_dtype))
         qw = quantize(w[0].to(device))
-        got = linear(xq, s, qw, out_dtype).float().cpu()
+        got = scaled_linear(xq, s, qw, out_dtype).float().cpu()
         want = (xq.float() * s).cpu() @ qw.dequantize().cpu()
         if not torch.allclose(got, want, rtol=2e-2, atol=2e-2):
             dense = f"torch._scaled_mm ran but gave a wrong product (max error {float((got - want).abs().max()):.3g})"
