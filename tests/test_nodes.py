@@ -323,3 +323,17 @@ def test_a_workers_refusal_is_the_launchs_message_not_torchruns_summary():
            f"{multinode.JOINED_PREFIX} the 'default' sweep\n")
     assert collectives.failure_message(out).startswith("helpers.interconnect.worker: rank 1 (on b) cannot run")
     assert "FAILED" not in collectives.failure_message(out) and "joined" not in collectives.failure_message(out)
+
+
+def test_a_launch_whose_worker_refused_counts_as_failed_whatever_the_rendezvous_raised_after():
+    """Under load the joining node's torchrun, shutting down after its worker refused, can raise
+    RendezvousClosedError or RendezvousConnectionError (the book's node has already gone): the join command
+    must report the refusal, not wait for another launch (seen once in a full CI run)."""
+    refusal = ("helpers.interconnect.worker --join: this node's worker code (1) differs from the book's node's (2): "
+               "check out the same commit on every node\n")
+    for tail in ("torch.distributed.elastic.rendezvous.api.RendezvousClosedError\n",
+                 "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: the store went away\n"):
+        assert multinode._outcome(1, refusal + tail) == "failed"
+        assert multinode._outcome(1, tail) in ("closed", "gone")
+    assert multinode._outcome(1, "helpers.interconnect.worker FAILED\nRendezvousClosedError\n") == "closed"
+    assert multinode._outcome(0, refusal) == "ok"

@@ -42,6 +42,9 @@ IDLE_S = 120
 MAX_NODES = 1024
 #: the line a joining worker prints when it has the plan (the join command shows it)
 JOINED_PREFIX = "helpers.interconnect.worker: joined"
+#: how a worker's own lines begin (its join line, its refusals): torchrun's summary names the module without
+#: a colon ("helpers.interconnect.worker FAILED")
+WORKER_SAYS = ("helpers.interconnect.worker: ", "helpers.interconnect.worker --join: ")
 
 
 class NodesError(ValueError):
@@ -208,6 +211,8 @@ def _outcome(rc: int | None, text: str) -> str:
     away before torchrun reached it) or failed."""
     if rc == 0:
         return "ok"
+    if any(s in text for s in WORKER_SAYS):   # a worker of this launch ran and said why it ended: whatever
+        return "failed"                       # torchrun's rendezvous raised while it shut down after it
     if "RendezvousClosedError" in text or "RendezvousGracefulExitError" in text:
         return "closed"
     if "RendezvousConnectionError" in text and JOINED_PREFIX not in text:
