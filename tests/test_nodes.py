@@ -160,10 +160,10 @@ def test_the_join_command_tells_a_finished_rendezvous_from_a_failed_launch():
 
 
 # ---------------------------------------------------------------- real processes: two torchrun agents on 127.0.0.1
-def _join(endpoint: str, tag: str, *extra: str) -> subprocess.Popen:
+def _join(endpoint: str, tag: str, *extra: str, env: dict | None = None, cwd=None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "helpers.interconnect.nodes", "--rdzv-endpoint", endpoint,
                              "--nnodes", "2", *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "BOOK_TEST_TAG": tag})
+                            env={**os.environ, "BOOK_TEST_TAG": tag, **(env or {})}, cwd=cwd)
 
 
 def _nothing_left(tag: str, within_s: float = 10) -> dict:
@@ -298,10 +298,8 @@ def test_a_joining_node_with_other_code_is_refused_and_the_book_says_why(tmp_pat
     w.write_text(w.read_text() + "\n# another commit\n")
     tag = f"other-code-{uuid.uuid4().hex[:8]}"
     ep = f"127.0.0.1:{free_port()}"
-    joiner = subprocess.Popen([sys.executable, "-m", "helpers.interconnect.nodes", "--rdzv-endpoint", ep, "--nnodes",
-                               "2", "--nproc-per-node", "1", "--first-wait-s", "60", "--idle-s", "3"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
-                              env={**os.environ, "BOOK_TEST_TAG": tag, "PYTHONPATH": str(copy)})
+    joiner = _join(ep, tag, "--nproc-per-node", "1", "--first-wait-s", "60", "--idle-s", "3",
+                   env={"PYTHONPATH": str(copy)}, cwd=tmp_path)
     try:
         r = collectives.run_collectives("gloo", 2, [64], warmup=1, iters=2, repeats=1, timeout_s=60,
                                         workdir=tmp_path, env={"BOOK_TEST_TAG": tag},

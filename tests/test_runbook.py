@@ -4,54 +4,21 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
-import nbformat
 import pytest
 
-from helpers import repo_root
+import minibook
 from helpers.book import runbook
-
-ROOT = repo_root()
-
-
-def _nb(path: Path, body: str, title: str):
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.metadata["language_info"] = {"name": "python"}
-    p = nbformat.v4.new_code_cell('mode = "auto"  # allowed: "recorded", "auto"\nrun_dir = ""  # run folder')
-    p.metadata["tags"] = ["parameters"]
-    nb.cells = [
-        nbformat.v4.new_markdown_cell(f"# {title}\n\nValue: {{glue:text}}`answer:.1f`"),
-        p,
-        nbformat.v4.new_code_cell(
-            "from helpers.book import params, results\nfrom helpers.book.glue import glue\nimport pandas as pd\n"
-            "P = params.validate({'mode': mode, 'run_dir': run_dir}, "
-            "{'mode': params.choice('recorded', 'auto'), 'run_dir': params.string()})\n"
-            f"out = params.run_directory(run_dir, '{path.stem}')\n" + body),
-    ]
-    nbformat.write(nb, path)
 
 
 @pytest.fixture()
 def mini(tmp_path, monkeypatch):
-    root = tmp_path / "book"
-    (root / "notebooks").mkdir(parents=True)
-    (root / "targets").mkdir()
-    shutil.copytree(ROOT / "data", root / "data")
-    shutil.copy(ROOT / "_config.yml", root / "_config.yml")
-    (root / "intro.md").write_text("# Mini\n\nA test book.\n")
-    (root / "appendix").mkdir()
-    (root / "appendix" / "status.md").write_text("# Run status\n\nplaceholder\n")
-    (root / "_toc.yml").write_text(
-        "format: jb-book\nroot: intro\nchapters:\n  - file: notebooks/01_first\n"
-        "  - file: notebooks/02_broken\n  - file: notebooks/03_after\n  - file: appendix/status\n")
     ok_body = ("results.save_table(out, 'numbers', pd.DataFrame({'x': [1, 2]}))\n"
                "glue('answer', 42.0, display=False)\n")
-    _nb(root / "notebooks" / "01_first.ipynb", ok_body, "First")
-    _nb(root / "notebooks" / "02_broken.ipynb", "raise ValueError('boom: the GPU caught fire')\n", "Broken")
-    _nb(root / "notebooks" / "03_after.ipynb", ok_body, "After")
-    (root / "targets" / "quick.yaml").write_text("description: a quick target\nparameters: {mode: auto}\n")
+    root = minibook.book(tmp_path / "book", {
+        "01_first": (ok_body, "First"),
+        "02_broken": ("raise ValueError('boom: the GPU caught fire')\n", "Broken"),
+        "03_after": (ok_body, "After")})
     (root / "targets" / "typo.yaml").write_text(
         "description: bad\nparameters: {mode: auto}\nchapters: {01_first: {sizes: [1]}}\n")
     monkeypatch.setenv("BOOK_ROOT", str(root))

@@ -3,7 +3,6 @@ every point, nothing the run started is left running, finished chapters are kept
 resumes from its finished points, and the run ends with the true status of every chapter."""
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -11,14 +10,12 @@ import time
 import uuid
 from pathlib import Path
 
-import nbformat
 import pytest
 
-from helpers import repo_root
+import minibook
 from helpers.book import procs, results
 from proctags import tagged_pids as tagged
 
-ROOT = repo_root()
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300),
               pytest.mark.skipif(not procs.LINUX, reason="needs /proc")]
 
@@ -36,41 +33,11 @@ glue('answer', float(len(done)), display=False)
 """
 
 
-def _nb(path: Path, body: str, title: str):
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.metadata["language_info"] = {"name": "python"}
-    p = nbformat.v4.new_code_cell('mode = "auto"  # allowed: "recorded", "auto"\nrun_dir = ""  # run folder')
-    p.metadata["tags"] = ["parameters"]
-    nb.cells = [
-        nbformat.v4.new_markdown_cell(f"# {title}\n\nValue: {{glue:text}}`answer:.1f`"), p,
-        nbformat.v4.new_code_cell(
-            "from helpers.book import params, results\nfrom helpers.book.glue import glue\nimport pandas as pd\n"
-            "P = params.validate({'mode': mode, 'run_dir': run_dir}, "
-            "{'mode': params.choice('recorded', 'auto'), 'run_dir': params.string()})\n"
-            f"out = params.run_directory(run_dir, '{path.stem}')\n" + body)]
-    nbformat.write(nb, path)
-
-
 @pytest.fixture()
 def book(tmp_path):
-    root = tmp_path / "book"
-    (root / "notebooks").mkdir(parents=True)
-    (root / "targets").mkdir()
-    shutil.copytree(ROOT / "data", root / "data")
-    shutil.copy(ROOT / "_config.yml", root / "_config.yml")
-    (root / "intro.md").write_text("# Mini\n\nA test book.\n")
-    (root / "appendix").mkdir()
-    (root / "appendix" / "status.md").write_text("# Run status\n\nplaceholder\n")
-    (root / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: notebooks/01_first\n"
-                                   "  - file: notebooks/02_slow\n  - file: notebooks/03_after\n"
-                                   "  - file: appendix/status\n")
     ok = "glue('answer', 42.0, display=False)\n"
-    _nb(root / "notebooks" / "01_first.ipynb", ok, "First")
-    _nb(root / "notebooks" / "02_slow.ipynb", SLOW_BODY, "Slow")
-    _nb(root / "notebooks" / "03_after.ipynb", ok, "After")
-    (root / "targets" / "quick.yaml").write_text("description: a quick target\nparameters: {mode: auto}\n")
-    return root
+    return minibook.book(tmp_path / "book", {"01_first": (ok, "First"), "02_slow": (SLOW_BODY, "Slow"),
+                                               "03_after": (ok, "After")})
 
 
 def start(book, tag, *args):

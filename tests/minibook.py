@@ -1,0 +1,47 @@
+"""A throw-away book for the runbook's tests: real chapters (a parameters cell, a validation cell and a
+body that globs `answer`), the repository's data and _config.yml, a status appendix and a quick target."""
+import shutil
+from pathlib import Path
+
+import nbformat
+
+from helpers import repo_root
+
+
+def chapter(path: Path, body: str, title: str) -> None:
+    """A notebook chapter at `path` whose prose cites the glued `answer` and whose last cell runs `body`
+    (with `out`, the chapter's run folder, and `glue`, `results`, `pd` in scope)."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    p = nbformat.v4.new_code_cell('mode = "auto"  # allowed: "recorded", "auto"\nrun_dir = ""  # run folder')
+    p.metadata["tags"] = ["parameters"]
+    nb.cells = [
+        nbformat.v4.new_markdown_cell(f"# {title}\n\nValue: {{glue:text}}`answer:.1f`"),
+        p,
+        nbformat.v4.new_code_cell(
+            "from helpers.book import params, results\nfrom helpers.book.glue import glue\nimport pandas as pd\n"
+            "P = params.validate({'mode': mode, 'run_dir': run_dir}, "
+            "{'mode': params.choice('recorded', 'auto'), 'run_dir': params.string()})\n"
+            f"out = params.run_directory(run_dir, '{path.stem}')\n" + body),
+    ]
+    nbformat.write(nb, path)
+
+
+def book(root: Path, chapters: dict[str, tuple[str, str]]) -> Path:
+    """A book at `root` with `chapters` (notebook stem: (body, title)) in that order, then the status
+    appendix, and the target `quick` (mode auto)."""
+    (root / "notebooks").mkdir(parents=True)
+    (root / "targets").mkdir()
+    shutil.copytree(repo_root() / "data", root / "data")
+    shutil.copy(repo_root() / "_config.yml", root / "_config.yml")
+    (root / "intro.md").write_text("# Mini\n\nA test book.\n")
+    (root / "appendix").mkdir()
+    (root / "appendix" / "status.md").write_text("# Run status\n\nplaceholder\n")
+    (root / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n"
+                                   + "".join(f"  - file: notebooks/{stem}\n" for stem in chapters)
+                                   + "  - file: appendix/status\n")
+    for stem, (body, title) in chapters.items():
+        chapter(root / "notebooks" / f"{stem}.ipynb", body, title)
+    (root / "targets" / "quick.yaml").write_text("description: a quick target\nparameters: {mode: auto}\n")
+    return root
