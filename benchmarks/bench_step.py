@@ -75,6 +75,11 @@ def main(argv=None) -> int:
     ap.add_argument("--shared-overlap", default="auto", choices=step.SHARED_OVERLAP,
                     help="the shared expert beside the routed ones on a second CUDA stream (auto: as SGLang, "
                          "on CUDA for up to 1024 tokens)")
+    ap.add_argument("--fusion", default="fused", choices=step.FUSIONS,
+                    help="fused: the small ops as an engine fuses them (torch.compile on CUDA); unfused: the "
+                         "reference chain of torch operators")
+    ap.add_argument("--compile", default="auto", choices=("auto", "on", "off"),
+                    help="torch.compile the fused ops (auto: on CUDA only)")
     ap.add_argument("--check", action="store_true", help="also run the 2-rank gloo sharding check and the FP8 "
                     "accuracy check on the CPU")
     ap.add_argument("--out", default=None)
@@ -89,7 +94,7 @@ def main(argv=None) -> int:
         batches=a.batches or ((1, 2, 4, 8, 16, 32, 64) if gpu else (1, 8)),
         contexts=a.contexts or ((384, 8192) if gpu else (96, 384)),
         modes=tuple((a.modes or ("graph,eager" if gpu else "eager")).split(",")), device=a.device,
-        dtype=a.precision, shared_overlap=a.shared_overlap,
+        dtype=a.precision, shared_overlap=a.shared_overlap, fusion=a.fusion, compile=a.compile,
         repeats=a.repeats, eager_repeats=a.eager_repeats, components=not a.no_components,
         time_limit_s=a.time_limit_s, moe_held=a.moe_held,
         op_level=_points(a.op_level) if a.op_level else (((1, 384), (64, 384)) if gpu else ()),
@@ -114,7 +119,9 @@ def main(argv=None) -> int:
             os._exit(0)
     t = res["timings"]
     print(f"sweep: {len(t)} rows in {time.monotonic() - t0:.1f} s wall ({res['meta']['sweep_s']:.1f} s in sweep), "
-          f"precision {cfg.dtype}, experts {res['meta']['moe_impl']}")
+          f"precision {cfg.dtype}, experts {res['meta']['moe_impl']}, {cfg.fusion}"
+          f"{' (compiled)' if res['meta'].get('compiled') else ''}: compile {res['meta'].get('compile_s', 0):.1f} s "
+          f"in {res['meta'].get('compiles', 0)} compilations")
     steps = t[t.what == "step"].copy()
     steps["tok_s"] = steps.batch * 1e6 / steps.median_us
     print(steps[["batch", "context", "mode", "attention", "overlap", "median_us", "p10_us", "p90_us", "tok_s",

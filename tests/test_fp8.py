@@ -143,8 +143,13 @@ def test_the_fp8_step_on_the_cpu_runs_its_experts_one_product_each(mini):
         assert st.moe_impl == "loop"
     st.run()
     assert torch.isfinite(st.logits()).all()
-    assert any(n.startswith("quantize") for n in st.op_names())
-    bf = step.DecodeStep(step.build_full(mini, 4, 32, "bf16"), 4, 32)
+    # the fused step quantizes inside the ops that produce each activation; the unfused one in ops of their own
+    assert not any(n.startswith("quantize") for n in st.op_names())
+    un = step.DecodeStep(full, 4, 32, fusion="unfused")
+    un.run()
+    assert torch.isfinite(un.logits()).all()
+    assert any(n.startswith("quantize") for n in un.op_names())
+    bf = step.DecodeStep(step.build_full(mini, 4, 32, "bf16"), 4, 32, fusion="unfused")
     assert not any(n.startswith("quantize") for n in bf.op_names())
 
 

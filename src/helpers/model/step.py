@@ -62,6 +62,7 @@ import torch.nn.functional as F
 
 from . import arith as ma
 from . import fp8
+from . import fused as fz
 
 COMPONENTS = ("attention", "indexer", "moe", "shared/dense MLP", "norms and small ops", "lm_head", "collectives")
 #: what a step's weights are held in (see the module docstring)
@@ -75,6 +76,9 @@ BYTES = {"bf16": 2, "fp32": 4, "fp8": 2}
 FP8_WEIGHTS = frozenset({"qkv_a", "q_b", "o_proj", "idx_wq_b", "idx_wk", "d_w13", "d_w2", "w13", "w2",
                          "s_w13", "s_w2"})
 SHARED_OVERLAP = ("auto", "on", "off")
+#: "fused": the small ops as an engine runs them (helpers.model.fused; compiled on CUDA); "unfused": one
+#: torch operator chain per op, the reference the fused path is checked against
+FUSIONS = ("fused", "unfused")
 #: SGLang's DeepseekV2MoE runs the shared expert beside the routed ones for up to this many tokens (CUDA)
 DUAL_STREAM_TOKEN_THRESHOLD = 1024
 
@@ -585,8 +589,12 @@ class DecodeStep:
     one stream. `self.overlap` says what was chosen."""
 
     def __init__(self, rm: RankModel, batch: int, context: int, group=None, attention: str = "dense", seed: int = 1,
-                 moe_impl: str = "auto", shared_overlap: str = "auto"):
+                 moe_impl: str = "auto", shared_overlap: str = "auto", fusion: str = "fused", compile: str = "auto"):
         _check_shape_args(batch, context)
+        if fusion not in FUSIONS:
+            raise StepError(f"fusion {fusion!r}: expected one of {FUSIONS}")
+        if compile not in fz.COMPILE:
+            raise StepError(f"compile {compile!r}: expected one of {fz.COMPILE}")
         if batch > rm.batch_max or context > rm.context_max:
             raise StepError(f"batch {batch} x context {context} exceeds what the caches were built for "
                             f"({rm.batch_max} x {rm.context_max})")
@@ -598,6 +606,9 @@ class DecodeStep:
             raise StepError(f"shared_overlap {shared_overlap!r}: expected one of {SHARED_OVERLAP}")
         self.rm, self.b, self.c, self.group, self.attention = rm, batch, context, group, attention
         m, dev = rm.m, rm.device
+        self.fusion = fusion
+        #: whether the fused path's functions run through torch.compile (helpers.model.fused)
+        self.compiled = fusion == "fused" and fz.wants_compile(dev, compile)
         if moe_impl == "auto":
             grouped_fp8_ok = rm.dtype != "fp8" or not (rm.fp8_support or {}).get("grouped_error")
             moe_impl = "grouped_mm" if grouped_fp8_ok else "loop"
@@ -676,6 +687,8 @@ class DecodeStep:
 
     # ---- program
     def _program(self) -> list[Op]:
+        if self.fusion == "fused":
+            return self._program_fused()
         rm, m, S, b, c = self.rm, self.rm.m, self.S, self.b, self.c
         sh = rm.shard
         ops: list[Op] = []
@@ -874,6 +887,225 @@ class DecodeStep:
             add("add shared", "norms and small ops", lambda: setattr(S, "mlp", S.moe + S.sd))
         else:
             add("moe out", "norms and small ops", lambda: setattr(S, "mlp", S.moe))
+
+    # ---- the fused program (helpers.model.fused): what an engine fuses is one function, compiled on CUDA
+    def _fz(self, fn):
+        return fz.compiled(fn, self.compiled)
+
+    def _program_fused(self) -> list[Op]:
+        """The same step as _program, with the small ops fused as a serving engine fuses them: each residual
+        add folded into the RMSNorm after it (the MLP's into the next layer's input norm), FP8 activation
+        quantization inside the op that produces the activation, rotary embedding of all heads in one op,
+        the indexer's scoring with its top-k, the router's sigmoid/top-k/normalise in one op, the routing
+        weights applied in the experts' activation and the combine a gather-sum with the shared expert's
+        output added. Op names of the products are _program's; see helpers.model.fused."""
+        rm, m, S = self.rm, self.rm.m, self.S
+        sh = rm.shard
+        ops: list[Op] = []
+
+        def add(name, comp, fn, stream="main", kind="op"):
+            if fn is not None:
+                ops.append(Op(name, comp, fn, stream, kind))
+        H = rm.head
+        lo = rm.rank * sh.vocab
+        emb = self._fz(fz.embed)
+
+        def embed():
+            S.h = emb(H["embed"], self.tokens, lo, sh.vocab, self.dt)
+            S.res = (None, None)      # what the next norm adds to the residual stream first
+        add("embedding", "norms and small ops", embed)
+        if rm.tp > 1:
+            add("all-reduce (embedding)", "collectives", self._all_reduce("h"))
+        for li in rm.layer_of_position:
+            W, C = rm.layers[li], rm.caches[li]
+            self._attention_fused(add, W, C, sh)
+            if li < rm.dense_held:
+                self._dense_fused(add, W)
+            else:
+                self._moe_fused(add, W, sh)
+        norm = self._fz(fz.add_rmsnorm)
+
+        def final():
+            S.h, S.xf, _ = norm(S.h, *S.res, H["final_norm"], 1e-5, False)
+        add("final norm", "norms and small ops", final)
+        add("lm_head", "lm_head", lambda: setattr(S, "logits", S.xf @ H["lm_head"]))
+        if rm.tp > 1 and self.group is not None:
+            add("all-gather (logits)", "collectives", self._all_gather_logits())
+        else:
+            add("logits view", "norms and small ops", lambda: setattr(S, "full_logits", S.logits))
+        add("sampling", "norms and small ops", lambda: setattr(S, "next_tokens", S.full_logits.argmax(-1)))
+        return ops
+
+    @staticmethod
+    def _fp8_any(*weights) -> bool:
+        return any(isinstance(w, fp8.QWeight) for w in weights)
+
+    def _set_q(self, name: str, x, q) -> None:
+        setattr(self.S, name, x)
+        if q is not None:
+            setattr(self.S, name + "_q", q)
+
+    def _attention_fused(self, add, W, C, sh: Shard):
+        m, S, b, c = self.rm.m, self.S, self.b, self.c
+        ql, kl, r, nope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim
+        hl = sh.heads
+        norm, lat, rot = self._fz(fz.add_rmsnorm), self._fz(fz.latent_norms), self._fz(fz.rotary_entry)
+        qx = self._fp8_any(W["qkv_a"], W.get("idx_wk"))
+        def ln1():
+            S.h, x, q = norm(S.h, *S.res, W["ln1"], 1e-5, qx)
+            self._set_q("x", x, q)
+        add("input norm", "norms and small ops", ln1)
+        add("fused q_a + kv_a", "attention", lambda: setattr(S, "qkv", self._mm("x", W["qkv_a"])))
+        qq = self._fp8_any(W["q_b"], W.get("idx_wq_b"))
+
+        def norms():
+            qc, S.kvc, q = lat(S.qkv, W["q_norm"], W["kv_norm"], ql, kl, 1e-5, qq)
+            self._set_q("qc", qc, q)
+        add("q_a + kv_a norms", "norms and small ops", norms)
+        add("q_b", "attention", lambda: setattr(S, "q", self._mm("qc", W["q_b"]).view(b, hl, m.qk_head_dim)))
+
+        def absorb_k():
+            S.qlat = torch.bmm(S.q[..., :nope].transpose(0, 1), W["w_kc"]).transpose(0, 1)
+        add("absorbed k (bmm)", "attention", absorb_k)
+
+        def rotary():
+            S.qfull, S.entry = rot(S.q, S.qlat, S.qkv, S.kvc, self.cos, self.sin, nope, ql + kl)
+        add("rotary embedding", "attention", rotary)
+        add("kv-cache store", "attention", lambda: C["kv"][:b, c - 1].copy_(S.entry))
+        if m.has_indexer:
+            self._indexer_fused(add, W, C)
+        if self.attention == "sparse" and c > m.index_topk:
+            att = self._fz(fz.attend_sparse)
+            fn = lambda: setattr(S, "olat", att(S.qfull, C["kv"][:b], S.topi, self.scale, kl))  # noqa: E731
+        else:
+            att = self._fz(fz.attend)
+            fn = lambda: setattr(S, "olat", att(S.qfull, C["kv"][:b, :c], self.scale, kl))  # noqa: E731
+        add("attention", "attention", fn)
+        av = self._fz(fz.absorb_v)
+        oq = self._fp8_any(W["o_proj"])
+
+        def absorb_v():
+            o, q = av(S.olat, W["w_vc"], oq)
+            self._set_q("o", o, q)
+        add("absorbed v (bmm)", "attention", absorb_v)
+        add("o_proj", "attention", lambda: setattr(S, "a", self._mm("o", W["o_proj"])))
+        if self.rm.tp > 1:
+            add("all-reduce (attention)", "collectives", self._all_reduce("a"))
+        mx = self._fp8_any(W.get("d_w13"), W.get("w13"), W.get("s_w13"))
+
+        def res_norm():
+            S.h, x2, q = norm(S.h, S.a, None, W["ln2"], 1e-5, mx)
+            self._set_q("x2", x2, q)
+        add("residual + norm", "norms and small ops", res_norm)
+
+    def _indexer_fused(self, add, W, C):
+        m, S, b, c = self.rm.m, self.S, self.b, self.c
+        nh, d, r = m.index_n_heads, m.index_head_dim, m.qk_rope_head_dim
+        qk, top = self._fz(fz.indexer_qk), self._fz(fz.indexer_topk)
+        add("indexer wq_b", "indexer", lambda: setattr(S, "iq", self._mm("qc", W["idx_wq_b"])))
+        add("indexer wk", "indexer", lambda: setattr(S, "ik", self._mm("x", W["idx_wk"])))
+        add("indexer weights_proj", "indexer", lambda: setattr(S, "iw", S.x @ W["idx_weights_proj"]))
+
+        def rope():
+            S.iq3, S.ik2 = qk(S.iq, S.ik, W["idx_k_norm_w"], W["idx_k_norm_b"], self.cos, self.sin, r, nh)
+        add("indexer k_norm + rope", "indexer", rope)
+        add("indexer key store", "indexer", lambda: C["ik"][:b, c - 1].copy_(S.ik2))
+        k = min(m.index_topk, c)
+        add("index scores + top-k", "indexer",
+            lambda: setattr(S, "topi", top(S.iq3, C["ik"][:b, :c], S.iw, k)))
+
+    def _dense_fused(self, add, W):
+        S, i = self.S, self.rm.shard.dense_inter
+        act = self._fz(fz.gated_act)
+        q = self._fp8_any(W["d_w2"])
+        add("dense gate_up", "shared/dense MLP", lambda: setattr(S, "d13", self._mm("x2", W["d_w13"])))
+
+        def activation():
+            a, aq = act(S.d13, i, None, q)
+            self._set_q("da", a, aq)
+        add("dense activation", "shared/dense MLP", activation)
+
+        def down():
+            S.mlp = self._mm("da", W["d_w2"])
+            S.res = (S.mlp, None)
+        add("dense down", "shared/dense MLP", down)
+        if self.rm.tp > 1:
+            add("all-reduce (MLP)", "collectives", self._all_reduce("mlp"))
+
+    def _moe_fused(self, add, W, sh: Shard):
+        m, S, b = self.rm.m, self.S, self.b
+        k, E, i = m.top_k, m.n_routed, sh.moe_inter
+        scaling = float(m.routed_scaling)
+        shared = "s_w13" in W
+        routed = "alt" if (self.overlap and shared) else "main"
+        fp8_experts = isinstance(W["w13"], fp8.QWeight)
+        j = self._moe_positions
+        self._moe_positions += 1
+        act, rt, rtf, comb = (self._fz(fz.gated_act), self._fz(fz.route), self._fz(fz.route_forced),
+                              self._fz(fz.combine))
+        perm = self._fz(fz.permute_fp8 if fp8_experts else fz.permute)
+        if routed == "alt":
+            alt, cur = self.alt, torch.cuda.current_stream
+            add("fork (routed experts to the second stream)", "moe", lambda: alt.wait_stream(cur()), kind="fork")
+        if shared:
+            si = sh.shared_inter
+            sq = self._fp8_any(W["s_w2"])
+            add("shared gate_up", "shared/dense MLP", lambda: setattr(S, "s13", self._mm("x2", W["s_w13"])))
+
+            def s_act():
+                a, aq = act(S.s13, si, None, sq)
+                self._set_q("sa", a, aq)
+            add("shared activation", "shared/dense MLP", s_act)
+            add("shared down", "shared/dense MLP", lambda: setattr(S, "sd", self._mm("sa", W["s_w2"])))
+        add("router", "moe", lambda: setattr(S, "rl", S.x2 @ W["router"]), routed)
+
+        def select():
+            if self.forced_routing is not None:
+                S.ids = self.forced_routing[j].to(S.rl.device)
+                S.rw = rtf(S.rl, S.ids, scaling, self.dt)
+            else:
+                S.rw, S.ids = rt(S.rl, W["router_bias"], k, scaling, self.dt)
+            if self.record_routing:
+                self.routing.append(S.ids)
+        add("top-k select", "moe", select, routed)
+
+        def permute():
+            if fp8_experts:
+                xq, xs, S.pw, S.inv, S.offs = perm(S.ids, S.rw, *S.x2_q, E)
+                S.xs_q = (xq, xs)
+            else:
+                S.xs, S.pw, S.inv, S.offs, _ = perm(S.ids, S.rw, S.x2, E)
+        add("permute", "moe", permute, routed)
+        add("grouped gemm 1", "moe", lambda: setattr(S, "g1", self._gmm("xs", W["w13"])), routed)
+
+        def e_act():
+            a, aq = act(S.g1, i, S.pw, fp8_experts)
+            self._set_q("ga", a, aq)
+        add("expert activation", "moe", e_act, routed)
+        add("grouped gemm 2", "moe", lambda: setattr(S, "g2", self._gmm("ga", W["w2"])), routed)
+        # the shared expert's output is added in the combine where both run on one stream; after the join,
+        # in the next norm (one rank) or in an add before the all-reduce (several)
+        in_combine = shared and routed == "main"
+        tp = self.rm.tp > 1
+
+        def combine():
+            S.moe = comb(S.g2, S.inv, k, self.dt, S.sd if in_combine else None)
+            if not shared or in_combine:
+                S.mlp = S.moe
+                S.res = (S.mlp, None)
+            else:
+                S.res = (S.moe, S.sd)
+        add("combine", "moe", combine, routed)
+        if routed == "alt":
+            alt, cur = self.alt, torch.cuda.current_stream
+            add("join (routed experts back)", "moe", lambda: cur().wait_stream(alt), kind="join")
+        if shared and not in_combine and tp:
+            def add_shared():
+                S.mlp = S.moe + S.sd
+                S.res = (S.mlp, None)
+            add("add shared", "norms and small ops", add_shared)
+        if tp:
+            add("all-reduce (MLP)", "collectives", self._all_reduce("mlp"))
 
     # ---- running
     def components_present(self) -> list[str]:

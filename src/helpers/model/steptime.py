@@ -24,10 +24,11 @@ import pandas as pd
 import torch
 
 from . import arith as ma
+from . import fused as fz
 from . import step as stp
 
 TIMING_COLUMNS = ("model", "device", "tp", "dtype", "attention", "batch", "context", "mode", "what", "median_us",
-                  "p10_us", "p90_us", "repeats", "time_limited", "kernels", "overlap")
+                  "p10_us", "p90_us", "repeats", "time_limited", "kernels", "overlap", "fusion")
 
 
 class TimeLimit(RuntimeError):
@@ -144,7 +145,7 @@ def time_point(st: stp.DecodeStep, graphs: bool, repeats: int = 10, warmup: int 
     deadline = time.monotonic() + time_limit_s if time_limit_s else None
     mode = "graph" if graphs else "eager"
     base = {"model": rm.m.name, "device": dev, "tp": rm.tp, "dtype": rm.dtype, "attention": st.attention,
-            "batch": st.b, "context": st.c, "mode": mode, "overlap": bool(st.overlap)}
+            "batch": st.b, "context": st.c, "mode": mode, "overlap": bool(st.overlap), "fusion": st.fusion}
     what = [("step", None, None)] + ([(c, [c], None) for c in st.components_present()] if components else [])
     what += [(f"op:{o}", None, [o]) for o in st.op_names()] if ops else []
     rows, keep = [], []
@@ -207,6 +208,8 @@ class SweepConfig:
     modes: tuple[str, ...] = ("graph", "eager")
     dtype: str = "bf16"              # a precision of helpers.model.step.PRECISIONS
     shared_overlap: str = "auto"     # helpers.model.step.SHARED_OVERLAP
+    fusion: str = "fused"            # helpers.model.step.FUSIONS
+    compile: str = "auto"            # helpers.model.fused.COMPILE (torch.compile of the fused ops: CUDA only)
     attention: str = "dense"
     device: str = "cuda"
     repeats: int = 10
@@ -234,6 +237,8 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
     only the grouped one fails, the experts run one product each and the sweep runs eagerly only.
     `cfg.shared_overlap` as DecodeStep's; the rows' `overlap` column says what each step ran."""
     stp.check_precision(cfg.dtype)
+    if cfg.fusion not in stp.FUSIONS:
+        raise stp.StepError(f"fusion {cfg.fusion!r}: expected one of {stp.FUSIONS}")
     if cfg.shared_overlap not in stp.SHARED_OVERLAP:
         raise stp.StepError(f"shared_overlap {cfg.shared_overlap!r}: expected one of {stp.SHARED_OVERLAP}")
     for mode in cfg.modes:
@@ -266,6 +271,10 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
             if "dtype" in old.columns and len(old) and set(old["dtype"]) != {cfg.dtype}:
                 raise stp.StepError(f"{p} holds {sorted(set(old['dtype']))} timings; this sweep is {cfg.dtype}: "
                                     f"write it to another folder")
+            old_fusion = set(old["fusion"]) if "fusion" in old.columns else {"unfused"}
+            if len(old) and old_fusion != {cfg.fusion}:
+                raise stp.StepError(f"{p} holds {sorted(old_fusion)} timings; this sweep is {cfg.fusion}: "
+                                    f"write it to another folder")
             rows = old.to_dict("records")
             done = {(int(r["batch"]), int(r["context"]), r["mode"], r["attention"]) for r in rows}
     bmax, cmax = max(cfg.batches), max(cfg.contexts)
@@ -284,11 +293,15 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
              f"us/kernel (graph), {meta['eager_us_per_kernel']:.2f} us (eager); copy {meta['copy_GBps']:.0f} GB/s")
     modes = tuple(cfg.modes)
     first = stp.DecodeStep(rm, min(cfg.batches), min(cfg.contexts), attention=cfg.attention, group=group,
-                           shared_overlap=cfg.shared_overlap)
+                           shared_overlap=cfg.shared_overlap, fusion=cfg.fusion, compile=cfg.compile)
+    meta["fusion"], meta["compiled"] = cfg.fusion, first.compiled
+    first_runs = {}
     moe_impl = first.moe_impl      # "loop" already where the FP8 trial found no torch._scaled_grouped_mm
     try:   # one eager step first: a device whose torch lacks torch._grouped_mm falls back to a loop
+        t_first = time.monotonic()
         first.run()
         _sync(cfg.device)
+        first_runs[f"{first.b}x{first.c} {first.attention}"] = time.monotonic() - t_first
     except (RuntimeError, NotImplementedError) as e:
         if moe_impl == "loop":
             raise
@@ -309,9 +322,12 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
     cuda = str(cfg.device).startswith("cuda")
     for i, (c, b, mode, att) in enumerate(points, 1):
         st = stp.DecodeStep(rm, b, c, attention=att, seed=cfg.seed + 1, moe_impl=moe_impl, group=group,
-                            shared_overlap=cfg.shared_overlap)
+                            shared_overlap=cfg.shared_overlap, fusion=cfg.fusion, compile=cfg.compile)
         st.record_routing = True
+        t_first = time.monotonic()
         st.run()
+        _sync(cfg.device)
+        first_runs.setdefault(f"{b}x{c} {att}", time.monotonic() - t_first)
         st.record_routing = False
         if rm.m.moe_layers:
             routing[(b, c)] = st.distinct_experts()
@@ -347,6 +363,11 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
                  f"({s['p10_us'] / 1e3:.2f}-{s['p90_us'] / 1e3:.2f}), {b * 1e6 / s['median_us']:.0f} tok/s, "
                  f"point {time.monotonic() - t1:.1f} s")
     meta["distinct_experts"] = {f"{b}x{c}": v for (b, c), v in routing.items()}
+    # the first step of each shape (compilation included where the fused ops compile), measured apart from
+    # the timed steps; compile_s: the calls that compiled, summed (helpers.model.fused.COMPILE_LOG)
+    meta["first_step_s"] = first_runs
+    meta["compile_s"] = fz.compile_seconds()
+    meta["compiles"] = len(fz.COMPILE_LOG)
     meta["kernel_count_errors"] = list(COUNT_ERRORS)
     meta["failures"] = failures
     meta["sweep_s"] = time.monotonic() - t_start
@@ -381,6 +402,8 @@ def merge_sweeps(folders: dict[str, str | Path], out_dir: str | Path | None = No
         t = pd.read_csv(f / "timings.csv")
         if "overlap" not in t.columns:
             t["overlap"] = False
+        if "fusion" not in t.columns:       # studies from before the fused path ran the unfused step
+            t["fusion"] = "unfused"
         times.append(t)
         if (f / "meta.json").exists():
             metas[name] = json.loads((f / "meta.json").read_text())
@@ -408,7 +431,7 @@ def merge_sweeps(folders: dict[str, str | Path], out_dir: str | Path | None = No
 _TIMING_TYPES = {"model": "str", "device": "str", "tp": "int", "dtype": "str", "attention": "str", "batch": "int",
                  "context": "int", "mode": "str", "what": "str", "median_us": "float", "p10_us": "float",
                  "p90_us": "float", "repeats": "int", "time_limited": "bool", "kernels": "int", "overlap": "bool",
-                 "source": "str"}
+                 "fusion": "str", "source": "str"}
 
 
 def register_entries(study: str, device_name: str, date: str, commit: str, command: str,
@@ -427,7 +450,8 @@ def register_entries(study: str, device_name: str, date: str, commit: str, comma
             "columns": dict(_TIMING_TYPES),
             "required": ["model", "device", "tp", "dtype", "attention", "batch", "context", "mode", "what",
                          "median_us", "repeats", "overlap", "source"],
-            "choices": {"mode": ["graph", "eager"], "attention": ["dense", "sparse"], "dtype": list(stp.PRECISIONS)}},
+            "choices": {"mode": ["graph", "eager"], "attention": ["dense", "sparse"], "dtype": list(stp.PRECISIONS),
+                        "fusion": list(stp.FUSIONS)}},
         f"measured/{study}/bytes.csv": {
             "columns": {"batch": "int", "context": "int", "attention": "str", "distinct_experts": "float",
                         "dtype": "str", "component": "str", "bytes_emulated": "float", "bytes_checkpoint": "float",

@@ -1,0 +1,244 @@
+"""The decode step's small operations as an engine runs them: each a short function that a compiler can turn
+into one kernel (or a few), for the `fused` path of helpers.model.step.DecodeStep.
+
+Each function here is plain torch. On a CUDA device `compiled(fn)` hands it to torch.compile (TorchInductor,
+which generates Triton kernels: pointwise chains and reductions fused into one kernel each, matrix
+products left to cuBLAS), so that what an engine does in one kernel is one kernel here too:
+
+- `add_rmsnorm`: the residual add(s) and the RMSNorm after them (and, for FP8, the per-row quantization of
+  the normalized rows for the next product), as SGLang's fused_add_rmsnorm (+ its per-token quant);
+- `latent_norms`: the q_a and kv_a RMSNorms of the fused projection's output (and q_a's quantization);
+- `rotary_entry`: rotary embedding of the query's and the new key's rope parts in one pass, and the
+  new latent KV-cache entry and the attention query built from them (no per-head kernel chains);
+- `indexer_qk`, `indexer_topk`: the DSA indexer's key LayerNorm and rotary, then its scores (ReLU, the
+  per-head weights, the sum over heads) and top-k;
+- `route`: the router's sigmoid, bias, top-k and normalisation (SGLang's biased grouped top-k kernel);
+- `permute`: expert order, per-expert row offsets and the rows gathered for the grouped products;
+- `gated_act`: SiLU(gate) x up, times each row's routing weight for the experts (the gating fused into the
+  activation, before the second grouped product), and its FP8 quantization;
+- `combine`: each token's expert rows summed (a gather, no atomics), plus the shared expert's output.
+
+Matrix products, the KV-cache stores (a copy into a slice of the cache) and the collectives stay outside
+the compiled functions: torch.compile gives no faster GEMM than cuBLAS at these shapes, and an in-place
+write into a view of a larger cache inside a compiled graph costs a copy back.
+
+On a CPU (the CI) the same functions run as written, uncompiled (`compiled` returns them unchanged unless
+asked): Inductor's C++ backend compiles them too, but takes minutes on two cores. Their numerics are the
+compiled ones' up to the order of float operations; the tests compare the fused step's logits with the
+unfused step's, and one compiled function with its plain self.
+
+Compilation: `torch.compile(fn, mode="default", dynamic=None, fullgraph=True)`: every layer shares the
+shapes, so each function compiles once for a batch size and is reused over all layers; a second batch size
+makes the batch dimension symbolic (dynamo's automatic dynamic shapes), and later batches reuse that
+graph. `mode="max-autotune"` is not used: on the H200 it took 73 s to 188 s for the norms and rotary alone.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+
+from . import fp8
+
+#: torch.compile's mode for the fused functions on CUDA
+COMPILE_MODE = "default"
+#: what "compile" settings DecodeStep accepts: "auto" compiles on CUDA only, "on" everywhere, "off" never
+COMPILE = ("auto", "on", "off")
+
+_COMPILED: dict = {}
+#: seconds spent in the first call of each compiled function and shape (compilation, measured)
+COMPILE_LOG: list[dict] = []
+
+
+def wants_compile(device: str, setting: str = "auto") -> bool:
+    if setting not in COMPILE:
+        raise ValueError(f"compile {setting!r}: expected one of {COMPILE}")
+    if setting == "auto":
+        return str(device).startswith("cuda") and os.environ.get("BOOK_STEP_COMPILE", "1") != "0"
+    return setting == "on"
+
+
+def compiled(fn, on: bool):
+    """`fn` compiled by torch.compile (once per process: every layer and every step share it), or `fn`."""
+    if not on:
+        return fn
+    if fn not in _COMPILED:
+        import torch._dynamo
+
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        c = torch.compile(fn, mode=COMPILE_MODE, dynamic=None, fullgraph=True)
+        _COMPILED[fn] = _Timed(c, fn.__name__)
+    return _COMPILED[fn]
+
+
+class _Timed:
+    """A compiled function that logs how long a call took when it compiled (dynamo's frame counter moved)."""
+
+    def __init__(self, c, name):
+        self.c, self.name = c, name
+
+    def __call__(self, *a, **k):
+        from torch._dynamo.utils import counters
+
+        before = counters["stats"]["unique_graphs"]
+        t0 = time.monotonic()
+        out = self.c(*a, **k)
+        if counters["stats"]["unique_graphs"] != before:
+            COMPILE_LOG.append({"function": self.name, "seconds": time.monotonic() - t0,
+                                "shapes": [tuple(x.shape) for x in a if isinstance(x, torch.Tensor)][:3]})
+        return out
+
+
+def compile_seconds() -> float:
+    return float(sum(r["seconds"] for r in COMPILE_LOG))
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+
+
+def _quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp8.quantize_rows as one expression (max |x| per row, scale, divide, cast)."""
+    s = x.float().abs().amax(-1, keepdim=True).clamp_min(fp8._EPS) * (1.0 / fp8.FP8_MAX)
+    return (x.float() / s).to(fp8.FP8), s
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).flatten(-2)
+
+
+# ---- norms
+
+
+def add_rmsnorm(h: torch.Tensor, a: torch.Tensor | None, b: torch.Tensor | None, w: torch.Tensor, eps: float,
+                quant: bool):
+    """h + a (+ b), and RMSNorm of the sum with weight w; with `quant`, the normalized rows quantized to
+    FP8 too. Returns (new h, normalized rows, (values, row scales) or None)."""
+    if a is not None:
+        h = h + (a if b is None else a + b)
+    x = _rms(h, w, eps)
+    return h, x, (_quant(x) if quant else None)
+
+
+def latent_norms(qkv: torch.Tensor, wq: torch.Tensor, wkv: torch.Tensor, ql: int, kl: int, eps: float, quant: bool):
+    """The q_a and kv_a RMSNorms of the fused projection's output; q_a quantized with `quant`."""
+    qc = _rms(qkv[:, :ql], wq, eps)
+    kvc = _rms(qkv[:, ql:ql + kl], wkv, eps)
+    return qc, kvc, (_quant(qc) if quant else None)
+
+
+# ---- attention
+
+
+def rotary_entry(q: torch.Tensor, qlat: torch.Tensor, qkv: torch.Tensor, kvc: torch.Tensor, cos: torch.Tensor,
+                 sin: torch.Tensor, nope: int, off: int):
+    """Rotary embedding of the query's rope part (all heads at once) and of the new key's, returning the
+    attention query [qlat | rope(q_pe)] and the new latent cache entry [kvc | rope(k_pe)]."""
+    qpe = _rope(q[..., nope:], cos, sin)
+    kpe = _rope(qkv[:, off:], cos, sin)
+    return torch.cat([qlat, qpe], -1), torch.cat([kvc, kpe], -1)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, scale: float, kl: int) -> torch.Tensor:
+    """Decode attention over latent keys k [b, n, kl + rope] for queries q [b, heads, kl + rope]."""
+    s = torch.bmm(q, k.transpose(1, 2)) * scale
+    p = torch.softmax(s.float(), -1).to(q.dtype)
+    return torch.bmm(p, k[..., :kl])
+
+
+def attend_sparse(q: torch.Tensor, cache: torch.Tensor, topi: torch.Tensor, scale: float, kl: int) -> torch.Tensor:
+    k = cache.gather(1, topi[..., None].expand(-1, -1, cache.shape[-1]))
+    return attend(q, k, scale, kl)
+
+
+def absorb_v(olat: torch.Tensor, w_vc: torch.Tensor, quant: bool):
+    """The absorbed v up-projection per head, its output laid out [b, heads x v] (and quantized)."""
+    b = olat.shape[0]
+    o = torch.bmm(olat.transpose(0, 1), w_vc).transpose(0, 1).reshape(b, -1)
+    return o, (_quant(o) if quant else None)
+
+
+# ---- indexer
+
+
+def indexer_qk(iq: torch.Tensor, ik: torch.Tensor, nw: torch.Tensor, nb: torch.Tensor, cos: torch.Tensor,
+               sin: torch.Tensor, r: int, nh: int, eps: float = 1e-5):
+    """The indexer's key LayerNorm, and rotary on the rope part of its query heads and key."""
+    b, d = ik.shape
+    iq = iq.view(b, nh, d)
+    ik = F.layer_norm(ik, (d,), nw, nb, eps)
+    iq = torch.cat([_rope(iq[..., :r], cos, sin), iq[..., r:]], -1)
+    ik = torch.cat([_rope(ik[..., :r], cos, sin), ik[..., r:]], -1)
+    return iq, ik
+
+
+def indexer_topk(iq: torch.Tensor, keys: torch.Tensor, iw: torch.Tensor, k: int) -> torch.Tensor:
+    """Index scores sum_h relu(q_h . k) w_h over the cached keys, and the top-k positions."""
+    sc = torch.relu(torch.bmm(iq, keys.transpose(1, 2)))
+    return (sc * iw[..., None]).sum(1).topk(k, -1).indices
+
+
+# ---- MoE
+
+
+def route(logits: torch.Tensor, bias: torch.Tensor, k: int, scaling: float, dtype: torch.dtype):
+    """Sigmoid scores, top-k with the correction bias, the chosen scores normalised and scaled."""
+    s = torch.sigmoid(logits.float())
+    ids = torch.topk(s + bias.float(), k, -1).indices
+    w = s.gather(1, ids)
+    return (w / w.sum(-1, keepdim=True) * scaling).to(dtype), ids
+
+
+def route_forced(logits: torch.Tensor, ids: torch.Tensor, scaling: float, dtype: torch.dtype):
+    s = torch.sigmoid(logits.float())
+    w = s.gather(1, ids)
+    return (w / w.sum(-1, keepdim=True) * scaling).to(dtype)
+
+
+def permute(ids: torch.Tensor, rw: torch.Tensor, x: torch.Tensor, experts: int):
+    """Rows grouped by expert: for each (token, slot) in expert order its token, its routing weight and its
+    input row; the inverse order (for combine) and the cumulative rows per expert (int32)."""
+    flat = ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    k = ids.shape[1]
+    tok = order // k
+    inv = torch.empty_like(order)
+    inv[order] = torch.arange(order.numel(), device=order.device)
+    counts = torch.zeros(experts, dtype=torch.int32, device=flat.device).scatter_add_(
+        0, flat, torch.ones_like(flat, dtype=torch.int32))
+    offs = torch.cumsum(counts, 0, dtype=torch.int32)
+    return x[tok], rw.reshape(-1)[order], inv, offs, tok
+
+
+def permute_fp8(ids: torch.Tensor, rw: torch.Tensor, xq: torch.Tensor, s: torch.Tensor, experts: int):
+    """permute for FP8 rows: the values gathered as bytes, their row scales with them."""
+    rows, w, inv, offs, tok = permute(ids, rw, xq.view(torch.uint8), experts)
+    return rows.view(fp8.FP8), s[tok], w, inv, offs
+
+
+def gated_act(g: torch.Tensor, i: int, w: torch.Tensor | None, quant: bool):
+    """SiLU(gate) x up (times each row's routing weight `w`), and its FP8 quantization with `quant`."""
+    a = F.silu(g[:, :i]) * g[:, i:]
+    if w is not None:
+        a = a * w[:, None].to(a.dtype)
+    return a, (_quant(a) if quant else None)
+
+
+def combine(g2: torch.Tensor, inv: torch.Tensor, k: int, dtype: torch.dtype, shared: torch.Tensor | None):
+    """Each token's k expert rows (already weighted) summed, plus the shared expert's output."""
+    b = inv.numel() // k
+    out = g2[inv].view(b, k, -1).to(dtype).sum(1)
+    return out if shared is None else out + shared
+
+
+# ---- head
+
+
+def embed(table: torch.Tensor, tokens: torch.Tensor, lo: int, n: int, dtype: torch.dtype) -> torch.Tensor:
+    ids = tokens - lo
+    inside = (ids >= 0) & (ids < n)
+    return table[ids.clamp(0, n - 1)] * inside[:, None].to(dtype)
