@@ -124,23 +124,22 @@ def add_rmsnorm(h: torch.Tensor, a: torch.Tensor | None, b: torch.Tensor | None,
     return h, x, (_quant(x) if quant else None)
 
 
-def latent_norms(qkv: torch.Tensor, wq: torch.Tensor, wkv: torch.Tensor, ql: int, kl: int, eps: float, quant: bool):
-    """The q_a and kv_a RMSNorms of the fused projection's output; q_a quantized with `quant`."""
+def latent_norms(qkv: torch.Tensor, wq: torch.Tensor, wkv: torch.Tensor, ql: int, kl: int, r: int,
+                 cos: torch.Tensor, sin: torch.Tensor, eps: float, quant: bool):
+    """The q_a and kv_a RMSNorms of the fused projection's output (q_a quantized with `quant`), and the new
+    latent cache entry [kv_a normalized | rotary(k_pe)]."""
     qc = _rms(qkv[:, :ql], wq, eps)
     kvc = _rms(qkv[:, ql:ql + kl], wkv, eps)
-    return qc, kvc, (_quant(qc) if quant else None)
+    entry = torch.cat([kvc, _rope(qkv[:, ql + kl:ql + kl + r], cos, sin)], -1)
+    return qc, entry, (_quant(qc) if quant else None)
 
 
 # ---- attention
 
 
-def rotary_entry(q: torch.Tensor, qlat: torch.Tensor, qkv: torch.Tensor, kvc: torch.Tensor, cos: torch.Tensor,
-                 sin: torch.Tensor, nope: int, off: int):
-    """Rotary embedding of the query's rope part (all heads at once) and of the new key's, returning the
-    attention query [qlat | rope(q_pe)] and the new latent cache entry [kvc | rope(k_pe)]."""
-    qpe = _rope(q[..., nope:], cos, sin)
-    kpe = _rope(qkv[:, off:], cos, sin)
-    return torch.cat([qlat, qpe], -1), torch.cat([kvc, kpe], -1)
+def rotary_query(q: torch.Tensor, qlat: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, nope: int):
+    """Rotary embedding of the query's rope part, all heads at once: the attention query [qlat | rope(q_pe)]."""
+    return torch.cat([qlat, _rope(q[..., nope:], cos, sin)], -1)
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, scale: float, kl: int) -> torch.Tensor:
@@ -176,10 +175,15 @@ def indexer_qk(iq: torch.Tensor, ik: torch.Tensor, nw: torch.Tensor, nb: torch.T
     return iq, ik
 
 
-def indexer_topk(iq: torch.Tensor, keys: torch.Tensor, iw: torch.Tensor, k: int) -> torch.Tensor:
-    """Index scores sum_h relu(q_h . k) w_h over the cached keys, and the top-k positions."""
+def indexer_scores(iq: torch.Tensor, keys: torch.Tensor, iw: torch.Tensor) -> torch.Tensor:
+    """Index scores sum_h relu(q_h . k) w_h over the cached keys."""
     sc = torch.relu(torch.bmm(iq, keys.transpose(1, 2)))
-    return (sc * iw[..., None]).sum(1).topk(k, -1).indices
+    return (sc * iw[..., None]).sum(1)
+
+
+def indexer_topk(iq: torch.Tensor, keys: torch.Tensor, iw: torch.Tensor, k: int) -> torch.Tensor:
+    """indexer_scores and their top-k positions."""
+    return indexer_scores(iq, keys, iw).topk(k, -1).indices
 
 
 # ---- MoE
@@ -191,6 +195,59 @@ def route(logits: torch.Tensor, bias: torch.Tensor, k: int, scaling: float, dtyp
     ids = torch.topk(s + bias.float(), k, -1).indices
     w = s.gather(1, ids)
     return (w / w.sum(-1, keepdim=True) * scaling).to(dtype), ids
+
+
+def route_triton_ok(device: str, experts: int, k: int) -> bool:
+    """Whether `route_triton` runs here: CUDA with Triton, and powers of two experts and top-k."""
+    if not str(device).startswith("cuda") or experts & (experts - 1) or k & (k - 1) or experts > 4096:
+        return False
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+_ROUTE_KERNEL = None
+
+
+def _route_kernel():
+    global _ROUTE_KERNEL
+    if _ROUTE_KERNEL is None:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def kernel(logits, bias, w_out, ids_out, scaling, stride, E: tl.constexpr, K: tl.constexpr):
+            row = tl.program_id(0)
+            offs = tl.arange(0, E)
+            ko = tl.arange(0, K)
+            s = tl.sigmoid(tl.load(logits + row * stride + offs).to(tl.float32))
+            sel = s + tl.load(bias + offs).to(tl.float32)
+            wv = tl.zeros([K], dtype=tl.float32)
+            iv = tl.zeros([K], dtype=tl.int64)
+            for j in tl.static_range(K):
+                m = tl.max(sel, 0)
+                idx = tl.min(tl.where(sel == m, offs, E), 0)
+                wj = tl.sum(tl.where(offs == idx, s, 0.0), 0)
+                wv = tl.where(ko == j, wj, wv)
+                iv = tl.where(ko == j, idx.to(tl.int64), iv)
+                sel = tl.where(offs == idx, float("-inf"), sel)
+            wv = wv / tl.sum(wv, 0) * scaling
+            tl.store(w_out + row * K + ko, wv.to(w_out.dtype.element_ty))
+            tl.store(ids_out + row * K + ko, iv)
+        _ROUTE_KERNEL = kernel
+    return _ROUTE_KERNEL
+
+
+def route_triton(logits: torch.Tensor, bias: torch.Tensor, k: int, scaling: float, dtype: torch.dtype):
+    """`route` in one Triton kernel (one program a token: sigmoid, biased top-k by k passes of max over the
+    experts, the chosen scores normalised and scaled), as SGLang's biased grouped top-k kernel does it."""
+    b, e = logits.shape
+    w = torch.empty(b, k, dtype=dtype, device=logits.device)
+    ids = torch.empty(b, k, dtype=torch.int64, device=logits.device)
+    _route_kernel()[(b,)](logits, bias, w, ids, float(scaling), logits.stride(0), E=e, K=k)
+    return w, ids
 
 
 def route_forced(logits: torch.Tensor, ids: torch.Tensor, scaling: float, dtype: torch.dtype):

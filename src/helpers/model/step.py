@@ -50,6 +50,7 @@ import math
 import os
 import sys
 import tempfile
+import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -529,6 +530,50 @@ def build_rank(m: ma.ModelConfig, tp: int, rank: int, batch_max: int, context_ma
 # The step
 
 
+#: id of a layer's qkv_a values -> (a weak reference to them, _x_projection's result); dropped with them
+_X_PROJ: dict[int, tuple] = {}
+
+
+def _plain(w) -> torch.Tensor:
+    return w.q if isinstance(w, fp8.QWeight) else w
+
+
+def _x_projection(W: dict) -> tuple:
+    """The products that read a layer's normalized input x as one weight, as an engine fuses them: q_a + kv_a
+    (qkv_a), the indexer's wk and, where it is held in the same format, its weights_proj (bf16: all three;
+    fp8: the first two, weights_proj stays bf16). Returns (fused weight, widths of its parts). The layer's
+    own entries become views into the fused weight (no second copy is held), so the unfused path reads the
+    same memory; done once per layer and remembered."""
+    hit = _X_PROJ.get(id(_plain(W["qkv_a"])))
+    if hit is not None and hit[0]() is _plain(W["qkv_a"]):
+        return hit[1]
+    names = ["qkv_a"] + [n for n in ("idx_wk", "idx_weights_proj") if n in W
+                         and isinstance(W[n], fp8.QWeight) == isinstance(W["qkv_a"], fp8.QWeight)]
+    widths = tuple(int(W[n].shape[-1]) for n in names)
+    if len(names) == 1:
+        out = (W["qkv_a"], widths)
+    elif isinstance(W["qkv_a"], fp8.QWeight):
+        store = torch.cat([W[n].storage() for n in names], 0)
+        scale = torch.cat([W[n].scale for n in names], -1)
+        fused = fp8.QWeight.from_storage(store, scale)
+        start = 0
+        for n, w in zip(names, widths):
+            W[n] = fp8.QWeight.from_storage(store[start:start + w], scale[start:start + w])
+            start += w
+        out = (fused, widths)
+    else:
+        fused = torch.cat([W[n] for n in names], -1)
+        start = 0
+        for n, w in zip(names, widths):
+            W[n] = fused[:, start:start + w]
+            start += w
+        out = (fused, widths)
+    key = _plain(W["qkv_a"])
+    _X_PROJ[id(key)] = (weakref.ref(key), out)
+    weakref.finalize(key, _X_PROJ.pop, id(key), None)
+    return out
+
+
 @dataclass
 class Op:
     name: str
@@ -949,17 +994,27 @@ class DecodeStep:
         m, S, b, c = self.rm.m, self.S, self.b, self.c
         ql, kl, r, nope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim
         hl = sh.heads
-        norm, lat, rot = self._fz(fz.add_rmsnorm), self._fz(fz.latent_norms), self._fz(fz.rotary_entry)
+        norm, lat, rot = self._fz(fz.add_rmsnorm), self._fz(fz.latent_norms), self._fz(fz.rotary_query)
         qx = self._fp8_any(W["qkv_a"], W.get("idx_wk"))
         def ln1():
             S.h, x, q = norm(S.h, *S.res, W["ln1"], 1e-5, qx)
             self._set_q("x", x, q)
         add("input norm", "norms and small ops", ln1)
-        add("fused q_a + kv_a", "attention", lambda: setattr(S, "qkv", self._mm("x", W["qkv_a"])))
+        fused_w, parts = _x_projection(W)
+        n1 = parts[0]
+
+        def proj():
+            y = self._mm("x", fused_w)
+            S.qkv = y[:, :n1]
+            if len(parts) > 1:
+                S.ik = y[:, n1:n1 + parts[1]]
+            if len(parts) > 2:
+                S.iw = y[:, n1 + parts[1]:]
+        add("fused q_a + kv_a", "attention", proj)
         qq = self._fp8_any(W["q_b"], W.get("idx_wq_b"))
 
         def norms():
-            qc, S.kvc, q = lat(S.qkv, W["q_norm"], W["kv_norm"], ql, kl, 1e-5, qq)
+            qc, S.entry, q = lat(S.qkv, W["q_norm"], W["kv_norm"], ql, kl, r, self.cos, self.sin, 1e-5, qq)
             self._set_q("qc", qc, q)
         add("q_a + kv_a norms", "norms and small ops", norms)
         add("q_b", "attention", lambda: setattr(S, "q", self._mm("qc", W["q_b"]).view(b, hl, m.qk_head_dim)))
@@ -968,9 +1023,8 @@ class DecodeStep:
             S.qlat = torch.bmm(S.q[..., :nope].transpose(0, 1), W["w_kc"]).transpose(0, 1)
         add("absorbed k (bmm)", "attention", absorb_k)
 
-        def rotary():
-            S.qfull, S.entry = rot(S.q, S.qlat, S.qkv, S.kvc, self.cos, self.sin, nope, ql + kl)
-        add("rotary embedding", "attention", rotary)
+        add("rotary embedding", "attention",
+            lambda: setattr(S, "qfull", rot(S.q, S.qlat, self.cos, self.sin, nope)))
         add("kv-cache store", "attention", lambda: C["kv"][:b, c - 1].copy_(S.entry))
         if m.has_indexer:
             self._indexer_fused(add, W, C)
@@ -1003,16 +1057,23 @@ class DecodeStep:
         nh, d, r = m.index_n_heads, m.index_head_dim, m.qk_rope_head_dim
         qk, top = self._fz(fz.indexer_qk), self._fz(fz.indexer_topk)
         add("indexer wq_b", "indexer", lambda: setattr(S, "iq", self._mm("qc", W["idx_wq_b"])))
-        add("indexer wk", "indexer", lambda: setattr(S, "ik", self._mm("x", W["idx_wk"])))
-        add("indexer weights_proj", "indexer", lambda: setattr(S, "iw", S.x @ W["idx_weights_proj"]))
+        parts = _x_projection(W)[1]       # wk (and weights_proj) come out of the fused q_a + kv_a product
+        if len(parts) < 3:
+            add("indexer weights_proj", "indexer", lambda: setattr(S, "iw", S.x @ W["idx_weights_proj"]))
 
         def rope():
             S.iq3, S.ik2 = qk(S.iq, S.ik, W["idx_k_norm_w"], W["idx_k_norm_b"], self.cos, self.sin, r, nh)
         add("indexer k_norm + rope", "indexer", rope)
         add("indexer key store", "indexer", lambda: C["ik"][:b, c - 1].copy_(S.ik2))
-        k = min(m.index_topk, c)
-        add("index scores + top-k", "indexer",
-            lambda: setattr(S, "topi", top(S.iq3, C["ik"][:b, :c], S.iw, k)))
+        if c > m.index_topk:
+            add("index scores + top-k", "indexer",
+                lambda: setattr(S, "topi", top(S.iq3, C["ik"][:b, :c], S.iw, m.index_topk)))
+        else:
+            # every cached position is in the top-k: the scores are computed, the selection is all of them
+            # (SGLang's top-k transform takes the same short path below index_topk tokens)
+            sc = self._fz(fz.indexer_scores)
+            S.topi = torch.arange(c, device=self.rm.device).expand(b, c)
+            add("index scores + top-k", "indexer", lambda: setattr(S, "isc", sc(S.iq3, C["ik"][:b, :c], S.iw)))
 
     def _dense_fused(self, add, W):
         S, i = self.S, self.rm.shard.dense_inter
@@ -1041,8 +1102,8 @@ class DecodeStep:
         fp8_experts = isinstance(W["w13"], fp8.QWeight)
         j = self._moe_positions
         self._moe_positions += 1
-        act, rt, rtf, comb = (self._fz(fz.gated_act), self._fz(fz.route), self._fz(fz.route_forced),
-                              self._fz(fz.combine))
+        act, rtf, comb = self._fz(fz.gated_act), self._fz(fz.route_forced), self._fz(fz.combine)
+        rt = fz.route_triton if (self.compiled and fz.route_triton_ok(self.rm.device, E, k)) else self._fz(fz.route)
         perm = self._fz(fz.permute_fp8 if fp8_experts else fz.permute)
         if routed == "alt":
             alt, cur = self.alt, torch.cuda.current_stream
