@@ -442,8 +442,10 @@ def register_entries(study: str, device_name: str, date: str, commit: str, comma
         raise stp.StepError("steptime._TIMING_TYPES does not type every timing column")
     return {
         study: {"kind": "measured", "file": f"data/measured/{study}/",
-                "title": f"The emulated GLM-5 decode step (one TP8 rank, random weights) in bf16 and FP8, the shared "
-                         f"expert overlapped and not, on one {device_name}",
+                "title": (f"The emulated GLM-5 decode step (one TP8 rank, random weights), fused as an engine fuses it "
+                          f"and unfused, in bf16 and FP8, on one {device_name}" if role == "decode-step-fused" else
+                          f"The emulated GLM-5 decode step (one TP8 rank, random weights) in bf16 and FP8, the shared "
+                          f"expert overlapped and not, on one {device_name}"),
                 "machine": f"lent nvidia-h200: {device_name} (env.txt)", "date": date, "commit": commit,
                 "command": command, "role": role},
         f"measured/{study}/timings.csv": {
