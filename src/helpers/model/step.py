@@ -1144,27 +1144,17 @@ class DecodeStep:
             self._set_q("ga", a, aq)
         add("expert activation", "moe", e_act, routed)
         add("grouped gemm 2", "moe", lambda: setattr(S, "g2", self._gmm("ga", W["w2"])), routed)
-        # the shared expert's output is added in the combine where both run on one stream; after the join,
-        # in the next norm (one rank) or in an add before the all-reduce (several)
-        in_combine = shared and routed == "main"
-        tp = self.rm.tp > 1
-
-        def combine():
-            S.moe = comb(S.g2, S.inv, k, self.dt, S.sd if in_combine else None)
-            if not shared or in_combine:
-                S.mlp = S.moe
-                S.res = (S.mlp, None)
-            else:
-                S.res = (S.moe, S.sd)
-        add("combine", "moe", combine, routed)
+        # the routed rows come back from the second stream before the combine, which sums each token's expert
+        # rows and adds the shared expert's output in one op (no separate add)
         if routed == "alt":
             alt, cur = self.alt, torch.cuda.current_stream
             add("join (routed experts back)", "moe", lambda: cur().wait_stream(alt), kind="join")
-        if shared and not in_combine and tp:
-            def add_shared():
-                S.mlp = S.moe + S.sd
-                S.res = (S.mlp, None)
-            add("add shared", "norms and small ops", add_shared)
+        tp = self.rm.tp > 1
+
+        def combine():
+            S.mlp = S.moe = comb(S.g2, S.inv, k, self.dt, S.sd if shared else None)
+            S.res = (S.mlp, None)
+        add("combine", "moe", combine)
         if tp:
             add("all-reduce (MLP)", "collectives", self._all_reduce("mlp"))
 
