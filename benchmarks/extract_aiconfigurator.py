@@ -191,6 +191,61 @@ def comm_rows(root: Path, system: str) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------------------------------
+# H200 SXM only: the FP8 GEMMs and the GLM-5 indexer kernels (for the fused step's op fidelity, chapter
+# "The decode step, rebuilt"); written to their own files, aic_h200_*.csv
+
+H200 = "h200_sxm"
+#: the fused step's product of everything that reads the normalized input: q_a + kv_a + the indexer's wk
+#: (+ weights_proj in bf16; helpers.model.step._x_projection)
+H200_EXTRA_GEMMS = {"x projection (fp8: q_a + kv_a + wk)": (2048 + 512 + 64 + 128, HIDDEN),
+                    "x projection (bf16: q_a + kv_a + wk + weights_proj)": (2048 + 512 + 64 + 128 + 32, HIDDEN)}
+
+
+def h200_gemm_fp8_rows(root: Path) -> pd.DataFrame:
+    """SGLang's FP8 W8A8 GEMM (sgl_kernel fp8_scaled_mm: per-token activation and per-channel weight
+    scales, the recipe of helpers.model.fp8) on H200 SXM at the step's shapes and the grid points around them;
+    columns as aic_gemm.csv."""
+    path = root / H200 / "gemm" / FRAMEWORK / VERSION / "gemm_perf.parquet"
+    df = pd.read_parquet(path)
+    d = df[df["gemm_dtype"] == "fp8"]
+    keep = []
+    for name, (n, k) in {**GEMMS, **H200_EXTRA_GEMMS}.items():
+        ns, ks = bracket(d["n"], n), bracket(d["k"], k)
+        keep.append(d[d["n"].isin(ns) & d["k"].isin(ks)])
+    out = pd.concat(keep).drop_duplicates()
+    return pd.DataFrame({
+        "system": SYSTEMS[H200], "framework": f"{FRAMEWORK} {VERSION}", "kernel_source": out["kernel_source"],
+        "gemm_dtype": out["gemm_dtype"], "m": out["m"], "n": out["n"], "k": out["k"],
+        "latency_us": out["latency"] * 1e3, "source": SOURCE,
+        "note": f"{H200}/gemm/{FRAMEWORK}/{VERSION}/gemm_perf.parquet",
+    }).sort_values(["gemm_dtype", "n", "k", "m"])
+
+
+def h200_indexer_rows(root: Path) -> pd.DataFrame:
+    """The GLM-5 DSA indexer's kernels on H200 SXM, kernel-level tables: the index scores (DeepGEMM
+    fp8_mqa_logits, FP8 keys) and the top-k (fast_topk_transform_fused, both score modes), per batch and
+    context (`context` = isl + step)."""
+    frames = []
+    for op in ("glm5_mqa_logits_module", "glm5_topk_module"):
+        p = root / H200 / "sparse_attention" / FRAMEWORK / VERSION / f"{op}_perf.parquet"
+        d = pd.read_parquet(p)
+        d = d[(d["model"] == "zai-org/GLM-5") & (d["batch_size"] <= 64)]
+        frames.append(pd.DataFrame({
+            "system": SYSTEMS[H200], "framework": f"{FRAMEWORK} {d['version'].iloc[0]}",
+            "op": op, "kernel_source": d["kernel_source"], "model": d["model"],
+            "kv_cache_dtype": d["kv_cache_dtype"], "gemm_type": d["gemm_type"], "num_heads": d["num_heads"],
+            "score_mode": d["score_mode"] if "score_mode" in d else "", "batch_size": d["batch_size"],
+            "context": d["isl"] + d["step"], "latency_us": d["latency"] * 1e3, "source": SOURCE,
+            "note": str(p.relative_to(root))}))
+    return pd.concat(frames, ignore_index=True).sort_values(["op", "score_mode", "batch_size", "context"])
+
+
+def h200_tables(root: Path) -> dict[str, pd.DataFrame]:
+    """The H200-only files (kept apart from the tables above)."""
+    return {"aic_h200_gemm_fp8.csv": h200_gemm_fp8_rows(root), "aic_h200_indexer.csv": h200_indexer_rows(root)}
+
+
+# --------------------------------------------------------------------------------------------------
 # aiconfigurator's own estimate
 
 ESTIMATE_BATCHES = (1, 64)
@@ -269,13 +324,19 @@ def main(argv=None) -> int:
                     help="folder holding aiconfigurator_core/ (default: the installed package's parent)")
     ap.add_argument("--out", type=Path, default=Path("data/reference"), help="output folder")
     ap.add_argument("--no-estimate", action="store_true", help="skip running aiconfigurator's estimator")
+    ap.add_argument("--h200-only", action="store_true", help="write only the H200 files (aic_h200_*.csv)")
     a = ap.parse_args(argv)
     if a.site is None:
         import aiconfigurator_core
         a.site = Path(aiconfigurator_core.__file__).parent.parent
     root = data_root(a.site)
     a.out.mkdir(parents=True, exist_ok=True)
-    tables = {
+    if a.h200_only:
+        for name, df in h200_tables(root).items():
+            df.to_csv(a.out / name, index=False, float_format="%.6g")
+            print(f"{a.out / name}: {len(df)} rows")
+        return 0
+    tables = {**h200_tables(root),
         "aic_gemm.csv": pd.concat([gemm_rows(root, s) for s in SYSTEMS]),
         "aic_moe.csv": pd.concat([moe_rows(root, s) for s in SYSTEMS]),
         "aic_attention.csv": pd.concat([attention_rows(root, s) for s in SYSTEMS]),

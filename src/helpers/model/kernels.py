@@ -31,8 +31,12 @@ class KernelTableError(LookupError):
 
 @lru_cache(maxsize=None)
 def table(name: str) -> pd.DataFrame:
-    """One of data/reference/aic_{gemm,moe,attention,comm,estimate}.csv, checked by the schema."""
-    return recorded.load(f"reference/aic_{name}.csv")
+    """One of data/reference/aic_{gemm,moe,attention,comm,estimate}.csv, checked by the schema; "gemm"
+    includes the H200's FP8 GEMMs (aic_h200_gemm_fp8.csv), "h200_indexer" is aic_h200_indexer.csv."""
+    t = recorded.load(f"reference/aic_{name}.csv")
+    if name == "gemm":
+        t = pd.concat([t, recorded.load("reference/aic_h200_gemm_fp8.csv")], ignore_index=True)
+    return t
 
 
 def _select(df: pd.DataFrame, what: str, **eq) -> pd.DataFrame:
@@ -103,6 +107,15 @@ def mla_bmm_us(system: str, op: str, tokens: int, dtype: str = "bfloat16", heads
     d = _select(table("attention"), "aic_attention", system=system, op=op, gemm_dtype=dtype,
                 heads_per_rank=heads_per_rank)
     return _interp(d, ["batch_size"], [tokens], f"{op} {system}")
+
+
+def indexer_us(system: str, op: str, batch: int, context: int, score_mode: str = "flat") -> float:
+    """One of the GLM-5 indexer's kernels (H200 only): op "glm5_mqa_logits_module" (the index scores,
+    DeepGEMM FP8) or "glm5_topk_module" (the top-k, `score_mode` flat or top_last), at `batch` and `context`."""
+    d = _select(table("h200_indexer"), "aic_h200_indexer", system=system, op=op)
+    if op == "glm5_topk_module":
+        d = _select(d, "aic_h200_indexer", score_mode=score_mode)
+    return _interp(d, ["batch_size", "context"], [batch, context], f"{op} {system}")
 
 
 def dsa_module_us(batch: int, context: int, system: str = H200) -> float:

@@ -575,3 +575,112 @@ def aic_shares(batch: int) -> pd.DataFrame:
     step_us, _, _ = kt.estimate_step_us(batch)
     return pd.DataFrame({"op": e["quantity"].str.replace("share of generation: ", "", regex=False),
                          "share": e["value"].astype(float), "ms": e["value"].astype(float) * step_us / 1e3})
+
+
+# --------------------------------------------------------------------------------------------------
+# The fused step against an engine on the same GPU (H200): aiconfigurator's SGLang kernels for the same op list
+
+#: fused-step op (helpers.model.step, fusion "fused") -> (component, how aiconfigurator's H200 tables price it)
+ENGINE_STAND_INS = {
+    "fused q_a + kv_a": ("attention", "GEMM of q_a + kv_a + indexer wk (+ weights_proj in bf16), one product"),
+    "q_b": ("attention", "GEMM"),
+    "absorbed k (bmm)": ("attention", "mla_gen_pre (torch bmm, bf16)"),
+    "attention": ("attention", "mla_generation (FlashAttention MLA decode, bf16 KV)"),
+    "absorbed v (bmm)": ("attention", "mla_gen_post (torch bmm, bf16)"),
+    "o_proj": ("attention", "GEMM"),
+    "indexer wq_b": ("indexer", "GEMM"),
+    "indexer weights_proj": ("indexer", "GEMM bf16 (fp8 step only: bf16 weight)"),
+    "index scores + top-k": ("indexer", "glm5_mqa_logits_module (DeepGEMM FP8) + glm5_topk_module (flat)"),
+    "router": ("moe", "GEMM bf16"),
+    "routed experts": ("moe", "fused MoE (Triton; bf16 or fp8_block), power_law_1.01 routing; "
+                              "includes permute, both grouped GEMMs, activation, finalize"),
+    "shared expert": ("shared/dense MLP", "GEMMs gate_up + down; beside the routed experts (the longer path)"),
+    "dense MLP": ("shared/dense MLP", "GEMMs gate_up + down"),
+    "lm_head": ("lm_head", "GEMM bf16"),
+}
+#: small fused ops no aiconfigurator table prices: kernels per layer (or per step for the head), each at the
+#: graph-replay floor measured beside the step (assumed count: one kernel each, as an engine runs them)
+ENGINE_SMALL_OPS = {"attention": ("input norm", "q_a + kv_a norms + k rotary", "q rotary", "kv-cache store",
+                                  "residual + norm"),
+                    "indexer": ("k_norm + rope", "key store"),
+                    "moe": ("top-k select", "shared/expert activation", "add shared"),
+                    "head": ("embedding", "final norm", "sampling")}
+
+
+def engine_composite(m: ma.ModelConfig, batch: int, context: int, precision: str, floor_us: float,
+                     system: str = kt.H200, distribution: str = kt.AIC_DISTRIBUTION) -> pd.DataFrame:
+    """The fused step's op list priced with aiconfigurator's SGLang 0.5.14 kernels measured on `system` (H200
+    SXM): one row per op with component, count per step, us each and per step, and what stands in for it
+    (ENGINE_STAND_INS; small ops: the floor x ENGINE_SMALL_OPS). `precision` "bf16" or "fp8" (the products
+    whose weights the fp8 step holds in FP8 priced with SGLang's FP8 W8A8 GEMM, the experts with its
+    fp8_block fused MoE; the bmms, router, weights_proj and lm_head stay bf16 as in the step). Derived."""
+    if precision not in ("bf16", "fp8"):
+        raise MeasuredBudgetError(f"precision {precision!r}: the engine composite prices 'bf16' or 'fp8'")
+    sh = stp.shard_sizes(m, TP)
+    b, h, L, Lm, Ld = int(batch), m.hidden, m.layers, m.moe_layers, m.dense_layers
+    g = "fp8" if precision == "fp8" else "bf16"
+    rows = []
+
+    def add(op, count, us, how=None):
+        comp, what = ENGINE_STAND_INS.get(op, ("norms and small ops", how or "graph floor (measured) x 1 kernel"))
+        rows.append({"op": op, "component": comp, "count": count, "us_each": us, "us_step": count * us,
+                     "stand_in": what if how is None else how, "kind": "measured" if how is None else "derived"})
+
+    xn = m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim + (m.index_head_dim if m.has_indexer else 0)
+    if m.has_indexer and precision != "fp8":
+        xn += m.index_n_heads
+    add("fused q_a + kv_a", L, kt.gemm_us(system, g, b, xn, h))
+    add("q_b", L, kt.gemm_us(system, g, b, sh.heads * m.qk_head_dim, m.q_lora_rank))
+    add("absorbed k (bmm)", L, kt.mla_bmm_us(system, "mla_gen_pre", b))
+    add("attention", L, kt.mla_us(system, b, context))
+    add("absorbed v (bmm)", L, kt.mla_bmm_us(system, "mla_gen_post", b))
+    add("o_proj", L, kt.gemm_us(system, g, b, h, sh.heads * m.v_head_dim))
+    if m.has_indexer:
+        add("indexer wq_b", L, kt.gemm_us(system, g, b, m.index_n_heads * m.index_head_dim, m.q_lora_rank))
+        if precision == "fp8":
+            add("indexer weights_proj", L, kt.gemm_us(system, "bf16", b, m.index_n_heads, h))
+        scores = kt.indexer_us(system, "glm5_mqa_logits_module", b, context)
+        top = kt.indexer_us(system, "glm5_topk_module", b, context) if context > m.index_topk else 0.0
+        add("index scores + top-k", L, scores + top)
+    for comp, ops in ENGINE_SMALL_OPS.items():
+        n = {"attention": L, "indexer": L if m.has_indexer else 0, "moe": Lm, "head": 1}[comp]
+        for op in ops:
+            if n:
+                add(op, n, floor_us, "graph floor (measured) x 1 kernel (assumed)")
+    if Lm:
+        router = kt.gemm_us(system, "bf16", b, m.n_routed, h)
+        experts = kt.moe_us(system, "fp8_block" if precision == "fp8" else "bf16", b, distribution)
+        shared = kt.gemm_us(system, g, b, 2 * sh.shared_inter, h) + kt.gemm_us(system, g, b, h, sh.shared_inter)
+        add("router", Lm, router)
+        add("routed experts", Lm, experts)
+        add("shared expert", Lm, max(0.0, shared - (router + experts + floor_us)))   # beside the routed path
+    if Ld:
+        add("dense MLP", Ld, kt.gemm_us(system, g, b, 2 * sh.dense_inter, h) + kt.gemm_us(system, g, b, h, sh.dense_inter)
+            + floor_us)
+    add("lm_head", 1, kt.gemm_us(system, "bf16", b, sh.vocab, h))
+    return pd.DataFrame(rows)
+
+
+def engine_fidelity(meas_timings: pd.DataFrame, m: ma.ModelConfig, batch: int, context: int, precision: str,
+                    floor_us: float, fusion: str = "fused", where: str = "the study") -> pd.DataFrame:
+    """Each component of the measured step (graphs, dense attention, `precision`, `fusion`) beside the engine
+    composite (engine_composite) for the same op list, and the whole step: ratio = measured / engine."""
+    t = meas_timings
+    sel = t[(t["batch"] == batch) & (t["context"] == context) & (t["mode"] == "graph") & (t["attention"] == "dense")
+            & (t["dtype"] == precision)]
+    if "fusion" in sel.columns:
+        sel = sel[sel["fusion"] == fusion]
+    eng = engine_composite(m, batch, context, precision, floor_us)
+    comp = eng.groupby("component")["us_step"].sum()
+    rows = []
+    for c in list(comp.index) + ["step"]:
+        r = sel[sel["what"] == c]
+        if len(r) != 1:
+            raise MeasuredBudgetError(f"{where}: {len(r)} timing rows for '{c}', {precision} {fusion}, batch "
+                                      f"{batch}, context {context} (expected one)")
+        ours = float(r["median_us"].iloc[0])
+        engine = float(comp.sum()) if c == "step" else float(comp[c])
+        rows.append({"precision": precision, "batch": batch, "context": context, "component": c,
+                     "measured_us": ours, "engine_us": engine, "ratio": ours / engine,
+                     "kernels": float(r["kernels"].iloc[0]) if pd.notna(r["kernels"].iloc[0]) else np.nan})
+    return pd.DataFrame(rows)
