@@ -124,3 +124,29 @@ def test_gpu_fused_step_compiles_and_matches_and_the_router_kernel_is_right():
     w2, i2 = fz.route_triton(logits, bias, 8, 2.5, torch.bfloat16)
     assert torch.equal(i1.sort(-1).values, i2.sort(-1).values)
     assert torch.allclose(w1.float().sort(-1).values, w2.float().sort(-1).values, rtol=1e-2)
+
+
+def test_bad_inputs_are_refused_before_anything_is_allocated(mini, monkeypatch):
+    """Each names the input and the fix; none gets as far as drawing a weight (a draw would call _fill)."""
+    def no_alloc(*a, **k):
+        raise AssertionError("allocated before refusing")
+    monkeypatch.setattr(step, "_fill", no_alloc)
+    glm5 = ma.load_model("glm5")
+    cases = [
+        (dict(m=mini, tp=2, dtype="int4", batch_max=1, context_max=16), step.StepError, "precision 'int4'"),
+        (dict(m=glm5, tp=3, dtype="bf16", batch_max=1, context_max=16), ma.ModelError, "does not divide the 64"),
+        (dict(m=glm5, tp=8, dtype="bf16", batch_max=1, context_max=300000), step.StepError,
+         "beyond GLM-5.*202752.*max_position_embeddings"),
+        (dict(m=glm5, tp=1, dtype="bf16", batch_max=64, context_max=8192), step.StepMemoryError,
+         "needs at least .* GiB per rank.*larger TP degree"),
+    ]
+    for kw, err, msg in cases:
+        with pytest.raises(err, match=msg):
+            step.build_rank(kw["m"], kw["tp"], 0, kw["batch_max"], kw["context_max"], "cpu", kw["dtype"],
+                            plan=None if err is not step.StepMemoryError else
+                            step.plan_memory(kw["m"], kw["tp"], kw["dtype"], kw["batch_max"], kw["context_max"],
+                                             10 * 2**30))
+    from helpers.model import steptime
+    with pytest.raises(step.StepError, match="context = 999999"):
+        steptime.sweep(steptime.SweepConfig(model=MINI, tp=2, batches=(1,), contexts=(999999,), modes=("eager",),
+                                            device="cpu"))

@@ -313,6 +313,38 @@ def positions(m: ma.ModelConfig, dense_held: int, moe_held: int) -> list[int]:
     return list(range(m.dense_layers)) + [m.dense_layers + (p % moe_held) for p in range(m.moe_layers)]
 
 
+def context_limit(m: ma.ModelConfig) -> int | None:
+    """The longest context the model file allows (architecture.max_position_embeddings), or None."""
+    from helpers.book import recorded
+
+    try:
+        v = recorded.model_config(m.key)["architecture"].get("max_position_embeddings")
+    except (FileNotFoundError, KeyError, TypeError):
+        return None
+    return int(v) if v else None
+
+
+def check_inputs(m: ma.ModelConfig, tp: int, precision: str, batch: int, context: int) -> None:
+    """Everything about a step's inputs that can be refused before anything is allocated: the precision, the TP
+    degree (it must divide the attention heads, the shared and dense intermediate sizes and the vocabulary;
+    the routed experts, split on their intermediate size, need it to divide that too), the batch and the
+    context (positive, and the context within the model's max_position_embeddings). StepError (or
+    ModelError for the heads) naming the input and the fix; memory is checked by plan_memory."""
+    if precision not in PRECISIONS:
+        raise StepError(f"precision {precision!r}: expected one of {PRECISIONS}")
+    sh = shard_sizes(m, tp)
+    if m.moe_layers and m.moe_intermediate % tp:
+        raise StepError(f"tp = {tp} does not divide the routed experts' intermediate size {m.moe_intermediate} "
+                        f"of {m.name} (each expert is split across the ranks); use a TP degree that divides it")
+    _check_shape_args(batch, context)
+    lim = context_limit(m)
+    if lim is not None and context > lim:
+        raise StepError(f"context = {context} tokens is beyond {m.name}'s limit of {lim} "
+                        f"(max_position_embeddings in data/models/{m.key}.yaml); use a context of at most {lim}")
+    check_precision(precision, m, tp)
+    del sh
+
+
 def _check_shape_args(batch_max: int, context_max: int) -> None:
     for name, v in (("batch", batch_max), ("context", context_max)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
@@ -446,8 +478,7 @@ def plan_memory(m: ma.ModelConfig, tp: int, dtype: str, batch_max: int, context_
                 ) -> MemoryPlan:
     """How many distinct MoE layers one rank can hold in `free_bytes`, with their KV caches; raises
     StepMemoryError naming the model, TP degree and the memory needed when not even one fits."""
-    _check_shape_args(batch_max, context_max)
-    check_precision(dtype, m, tp)
+    check_inputs(m, tp, dtype, batch_max, context_max)
     nb = BYTES[dtype]
     att = attention_specs(m)
     dense = _spec_bytes(att + mlp_specs(m, True), tp, dtype) if m.dense_layers else 0.0
@@ -495,7 +526,7 @@ def build_rank(m: ma.ModelConfig, tp: int, rank: int, batch_max: int, context_ma
     after checking the device has the memory (see plan_memory). For precision "fp8", a trial product on
     the device first (fp8.probe): where torch._scaled_mm fails, StepError naming the device and the fix;
     each FP8 weight is drawn in bf16 and quantized (helpers.model.fp8)."""
-    check_precision(dtype, m, tp)
+    check_inputs(m, tp, dtype, batch_max, context_max)
     shard_sizes(m, tp)
     if not 0 <= rank < tp:
         raise StepError(f"rank {rank} is not in 0..{tp - 1}")

@@ -247,6 +247,9 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
     if "graph" in cfg.modes and not str(cfg.device).startswith("cuda"):
         raise stp.StepError("CUDA graphs need a CUDA device; on the CPU use modes ('eager',)")
     m = ma.load_model(cfg.model)
+    for b in cfg.batches:          # refused before anything is allocated, naming the input and the fix
+        for c in cfg.contexts:
+            stp.check_inputs(m, cfg.tp, cfg.dtype, b, c)
     t_start = time.monotonic()
     rank, barrier = 0, None
     if group is not None:
