@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Iterable
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -662,3 +663,28 @@ def keep_legends_off_data(fig, max_share: float = 0.2) -> int:
             legend_outside(ax, "right", **kw)
         moved += 1
     return moved
+
+
+def band_figure(rows, observed_label: str = "observed"):
+    """Predictions with their 5-95 % bands beside the observations, one panel per point (`rows`: panel,
+    label, kind, band_low, predicted, band_high, observed): a bar from band_low to band_high with a dot at
+    the point prediction per row, and the observed value as one vertical line per panel."""
+    panels = list(dict.fromkeys(rows["panel"]))
+    fig, axes = figure(ncols=len(panels), width=4.6 * len(panels), height=0.45 * rows.groupby("panel").size().max() + 1.4)
+    axes = np.atleast_1d(axes).ravel()
+    for ax, panel in zip(axes, panels):
+        g = rows[rows["panel"] == panel].reset_index(drop=True)
+        ys = np.arange(len(g))[::-1]
+        for y, r in zip(ys, g.itertuples()):
+            color = kind_color(r.kind)
+            ax.plot([r.band_low, r.band_high], [y, y], "-", lw=5, color=color, alpha=0.35, solid_capstyle="butt")
+            ax.plot([r.predicted], [y], "o", ms=4, color=color)
+        ax.axvline(float(g["observed"].iloc[0]), color=PALETTE["recorded"], lw=1.2, ls="--", label=observed_label)
+        ax.set_yticks(ys)
+        ax.set_yticklabels(g["label"], fontsize=7)
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _p: f"{x:g}"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda x, _p: ""))
+        ax.set_xlabel(f"tokens/s, {panel}")
+    figure_legend(fig, "below")
+    return fig
