@@ -156,9 +156,10 @@ def rows_for(src: Source, version: str) -> list[dict]:
     add("pci_speed_fallback", 60, "100 Mbit/s per lane", topo, n,
         "kvDictPciGen: a link_speed string NCCL does not know (e.g. empty or 'Unknown') counts as 8 GT/s",
         "", "", "pci")
-    for gts, pat in (("8", r'"8\.0 GT/s PCIe"'), ("16", r'"16\.0 GT/s PCIe"'), ("32", r'"32\.0 GT/s PCIe"')):
+    for gts, pat in (("8", r'"8\.0 GT/s PCIe"\s*,\s*([0-9]+)'), ("16", r'"16\.0 GT/s PCIe"\s*,\s*([0-9]+)'),
+                     ("32", r'"32\.0 GT/s PCIe"\s*,\s*([0-9]+)')):
         n, text = src.find(topo, pat, after=r"kvDictPciGen")
-        add("pci_speed", _numbers(text.split(",", 1)[1])[0], "100 Mbit/s per lane", topo, n,
+        add("pci_speed", float(re.search(pat, text).group(1)), "100 Mbit/s per lane", topo, n,
             "kvDictPciGen entry", "", "", "pci", f"link_speed={gts}.0 GT/s PCIe")
     n, text = src.find(topo, r"if \(width == 0\) width = 16;")
     add("pci_width_fallback", 16, "lanes", topo, n, "a link width of 0 (not reported) counts as x16", "", "", "pci")
