@@ -382,29 +382,42 @@ class LinkReading:
     why: str
 
 
-#: What NCCL may read for the original VM's links (PCIe Gen5 x16 GPUs on QEMU's i440FX flat bus).
-LINK_READINGS = (
-    LinkReading("gen5-x16", 32.0, 16,
-                "the GPUs' own link (PCIe Gen5 x16, recorded): QEMU exposes an assigned device's PCIe "
-                "capability as-is on i440FX's conventional bus, and NCCL up to 2.30.4 reads the device's "
-                "max_link_speed (the bus above has none); 2.30.7 asks NVML for the current generation"),
-    LinkReading("gen4-x16", 16.0, 16,
-                "a link or a virtual root port at 16 GT/s (QEMU's generic PCIe root port on q35 advertises "
-                "16 GT/s, and NCCL up to 2.30.4 takes the lower of device and port; or NVML reports the link "
-                "trained at Gen4)"),
-    LinkReading("unknown-speed", None, None,
-                "a speed NCCL cannot read (an empty or unknown sysfs string, or 2.30.7's '16.0 GT/s' default "
-                "when NVML gives none, which its table does not list): 8 GT/s x16, 12 GB/s (NVIDIA/nccl "
-                "#428, #1329: NCCL in VMs sees no link speeds)"),
-)
+#: The PCIe generation of the middle reading below: a 16 GT/s link or virtual root port (an assumption
+#: that brackets the recorded Gen5 link and NCCL's 8 GT/s fallback; see link_readings).
+ROOT_PORT_GENERATION = 4
+
+
+def link_readings() -> tuple[LinkReading, ...]:
+    """What NCCL may read for the original VM's GPU links: the recorded physical link (data/recorded/
+    hardware.csv, 'gpu_link'), a 16 GT/s virtual root port, and a speed it cannot read."""
+    from helpers.interconnect import topology
+
+    link = topology.recorded_vm_link()
+    gts = float(topology.LINK_SPEEDS[link.generation].split()[0])
+    port = float(topology.LINK_SPEEDS[ROOT_PORT_GENERATION].split()[0])
+    return (
+        LinkReading(f"gen{link.generation}-x{link.width}", gts, link.width,
+                    f"the GPUs' own link as recorded ({link.source}): QEMU exposes an assigned device's PCIe "
+                    "capability as-is on i440FX's conventional bus, and NCCL up to 2.30.4 reads the device's "
+                    "max_link_speed (the bus above it has none); 2.30.7 asks NVML for the current generation"),
+        LinkReading(f"gen{ROOT_PORT_GENERATION}-x{link.width}", port, link.width,
+                    f"a link, or a virtual root port above it, at {port:g} GT/s: NCCL up to 2.30.4 takes the "
+                    "lower of device and port speeds, and a q35 machine puts each GPU behind an emulated "
+                    "root port (its default advertised speed is not checked here against QEMU's source); or "
+                    "the link trained at that speed"),
+        LinkReading("unknown-speed", None, None,
+                    "a speed NCCL cannot read (an empty or unknown sysfs string, or 2.30.7's '16.0 GT/s' "
+                    "default when NVML gives none, which its table does not list): 8 GT/s x16, 12 GB/s "
+                    "(NVIDIA/nccl #428, #1329: NCCL in VMs sees no link speeds)"),
+    )
 
 
 def vm_scenarios(message_bytes: Sequence[int] | int, nranks: int = 8, *, cpu_vendor: str = "amd",
                  version: str = DEFAULT_VERSION) -> pd.DataFrame:
-    """`predictions` for each of LINK_READINGS, with columns `scenario` and `why` added in front: the
+    """`predictions` for each of `link_readings()`, with columns `scenario` and `why` added in front: the
     table a chapter shows (12 KiB and 768 KiB are one and 64 tokens of hidden 6144 in 2-byte elements)."""
     frames = []
-    for r in LINK_READINGS:
+    for r in link_readings():
         df = predictions(message_bytes, nranks, link_GBps=pcie_link_GBps(r.gt_per_s, r.lanes, version),
                          cpu_vendor=cpu_vendor, version=version)
         frames.append(df.assign(scenario=r.name, why=r.why))
@@ -456,7 +469,7 @@ def band(message_bytes: int, nranks: int = 8, *, cpu_vendor: str = "amd", fallba
     _check_common(message_bytes, nranks, "shm-pci", version)
     c = constants(version)
     ends = []
-    for r in LINK_READINGS:
+    for r in link_readings():
         bw = pcie_link_GBps(r.gt_per_s, r.lanes, version)
         graph = ring_graph(bw, cpu_vendor=cpu_vendor, version=version)
         failed = graph.search_failed
