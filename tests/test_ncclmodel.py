@@ -154,3 +154,12 @@ def test_vm_scenarios_table_is_labelled():
 def test_bad_input_is_refused_by_name(call, match):
     with pytest.raises(m.NcclModelError, match=match):
         call()
+
+
+def test_tree_is_never_picked_on_this_path():
+    # Tree's latency (6.8 + 14 x 1.0 = 20.8 us LL) is above the ring's (20.6) and its bandwidth below
+    # (LL: / 3.8 and x 0.5), so from 1 B to 1 GB the pick is always a ring, at every link reading.
+    sizes = sorted({int(10 ** (k / 20)) for k in range(0, 181)})
+    for link in (48.0, 24.0, 12.0):
+        picked = m.predictions(sizes, 8, link_GBps=link).query("tuner_pick")
+        assert set(picked["algo"]) == {"ring"}, link

@@ -38,8 +38,8 @@ model of the hardware. It does not know that the SHM transport copies every chun
 cudaMemcpy-based SHM is on), the VM's interrupt and IOMMU costs, kernel launch and CUDA-graph overheads,
 or contention with other traffic; its PCI latencies are the same for a PCIe switch and for a trip
 through host memory. The tree's graph is taken to be the ring's (same channels and bandwidth) and NCCL's
-0.85 factor for a non-balanced tree pattern is not applied; tree never wins on this path at these
-sizes. Nothing here is fitted to any observation.
+0.85 factor for a non-balanced tree pattern is not applied (it would only slow the tree, which never
+wins on this path from 1 B to 1 GB; a test checks it). Nothing here is fitted to any observation.
 
     allreduce_us(12 * 1024, 8, "ring", "LL", link_GBps=48.0)      # one estimate
     predictions([12 * 1024, 768 * 1024], 8)                       # every enabled pair, and NCCL's pick
