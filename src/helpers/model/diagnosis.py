@@ -436,6 +436,10 @@ def bare_metal_band(d: Diagnosis) -> Part:
 
 
 # ------------------------------------------------------------------------------------------ 7. the VM predicted
+VM_TAKEAWAY_NONE = ("No host-path model with evidence behind it reproduces the VM's one-stream speed on its own: "
+                    "the VM lost more than any of them prices.")
+VM_TAKEAWAY_SOME = ("{n} of {of} host-path models reproduce the VM's one-stream speed within their band; the others "
+                    "leave part of the loss unexplained.")
 VM_COLUMNS = ["scenario", "what", "observed_tok_s", "predicted_tok_s", "band_low_tok_s", "band_high_tok_s",
               "inside_band"]
 
@@ -454,6 +458,8 @@ def vm_predicted(d: Diagnosis) -> Part:
               "vmp_lo_64": float(c64["predicted_tok_s"].min()), "vmp_hi_64": float(c64["predicted_tok_s"].max()),
               "vm_obs_1": float(one_stream["observed_tok_s"].iloc[0]), "vm_obs_64": float(c64["observed_tok_s"].iloc[0]),
               "n_inside_1": int(one_stream["inside_band"].sum())}
+    values["vm_takeaway"] = (VM_TAKEAWAY_NONE if values["n_inside_1"] == 0 else
+                             VM_TAKEAWAY_SOME.format(n=values["n_inside_1"], of=len(v.scenarios)))
     bm = v.bare_metal()
     fig = pd.concat([
         _band_rows(bm, lambda r: "one stream" if r.concurrency == 1 else "concurrency 64",
@@ -514,6 +520,11 @@ def decision(d: Diagnosis) -> Part:
 
 
 # ------------------------------------------------------------------------------------------ 10. ceilings
+CEILING_TAKEAWAY = {
+    True: ("Even bare metal reaches less than half of the bandwidth floor for one stream: latency, not bytes, "
+           "sets a single stream's speed on these GPUs."),
+    False: "Bare metal reaches half of the bandwidth floor or more for one stream: bytes set its speed.",
+}
 def ceilings(d: Diagnosis) -> Part:
     """Every observed and predicted point as a fraction of the weight-bytes floor at TP8 (derived)."""
     v = d.verdict
@@ -533,7 +544,8 @@ def ceilings(d: Diagnosis) -> Part:
                           "fraction_of_ceiling": tok / ce["ceiling_tok_s"], "bytes_per_gpu_GB": ce["bytes_per_gpu_GB"],
                           "floor_ms": ce["floor_ms"]})
     t = pd.DataFrame(rows_)
-    values = {}
+    bm1 = float(one(t[t["concurrency"] == 1], "the ceilings", point="bare metal, observed (reference)")["fraction_of_ceiling"])
+    values = {"ceiling_takeaway": CEILING_TAKEAWAY[bm1 < 0.5]}
     for c in ENDS:
         g = t[t["concurrency"] == c]
         values.update({f"ceil_{c}": float(g["ceiling_tok_s"].iloc[0]), f"ceil_gb_{c}": float(g["bytes_per_gpu_GB"].iloc[0]),
