@@ -450,11 +450,17 @@ def op_fidelity_table(meas: StepMeasurement, m: ma.ModelConfig, batches, context
 # The comparison the diagnosis shows
 
 
+#: aiconfigurator's estimates the budgets table carries, by budget id: the DeepSeek-V3 substitution (the
+#: "aiconfigurator" row the diagnosis has always compared with) and GLM-5's own graph with only its
+#: attention swapped for dense MLA decode (helpers.model.kernels.GLM5_GRAPH)
+AIC_BUDGETS = {"aiconfigurator": kt.DSV3_GRAPH, "aiconfigurator glm5 graph": kt.GLM5_GRAPH}
+
+
 def budgets_table(m: ma.ModelConfig, old_pred: pd.DataFrame, meas: StepMeasurement, context: int,
                   tolerance: float = 0.25) -> pd.DataFrame:
     """Predicted and observed output tokens/s at concurrency 1 (per stream) and 64 (aggregate), per system
     and budget: the old budget (assumed compute), measured kernels, the projection of this run, and
-    aiconfigurator's own estimate; with the relative error against the observation."""
+    aiconfigurator's own estimates (AIC_BUDGETS); with the relative error against the observation."""
     obs = bd.primary_observations()
     floor = meas.floor_us()
     rows = []
@@ -474,9 +480,10 @@ def budgets_table(m: ma.ModelConfig, old_pred: pd.DataFrame, meas: StepMeasureme
         entries.append(("projection", f"projection of this run's step ({meas.device})" + ("" if bare else ", compute only"),
                         float(pj["us"].sum()), "derived"))
         if bare:
-            est, status, _ = kt.estimate_step_us(b)
-            if est is not None:
-                entries.append(("aiconfigurator", f"aiconfigurator estimate ({status})", est, "reference"))
+            for bid, sub in AIC_BUDGETS.items():
+                est, status, _ = kt.estimate_step_us(b, sub)
+                if est is not None:
+                    entries.append((bid, f"aiconfigurator estimate ({status})", est, "reference"))
         for bid, name, us, kind in entries:
             pred = b * 1e6 / us
             rows.append({"system": r.system, "concurrency": b, "budget_id": bid, "budget": name, "kind": kind,
@@ -520,7 +527,7 @@ def host_allreduce(message_bytes: float) -> pd.DataFrame:
 
 
 #: the budgets of budgets_table, by the id each row carries in its `budget_id` column
-BUDGET_IDS = ("old", "measured kernels", "projection", "aiconfigurator")
+BUDGET_IDS = ("old", "measured kernels", "projection", *AIC_BUDGETS)
 
 
 def pick_budget(table: pd.DataFrame, system: str, concurrency: int, budget_id: str) -> pd.Series:
@@ -565,13 +572,14 @@ def goal(table: pd.DataFrame, terms: dict[int, pd.DataFrame], tolerance: float =
     return pd.DataFrame(rows)
 
 
-def aic_shares(batch: int) -> pd.DataFrame:
-    """aiconfigurator's estimate split by its own operation names (share of its generation time), for the
-    substitution it could run."""
-    e = kt.estimate()
+def aic_shares(batch: int, substitution: str = kt.DEFAULT_SUBSTITUTION) -> pd.DataFrame:
+    """aiconfigurator's estimate split by its own operation names (share of its generation time), for one
+    substitution it could run (helpers.model.kernels: DSV3_GRAPH, GLM5_GRAPH, GLM5_GRAPH_INDEXER)."""
+    e = kt.estimate(substitution)
     e = e[(e["batch"] == batch) & e["quantity"].str.startswith("share of generation") & (e["status"] == "ok")]
     if not len(e):
-        raise MeasuredBudgetError(f"aic_estimate.csv has no per-op shares for batch {batch}")
-    step_us, _, _ = kt.estimate_step_us(batch)
+        raise MeasuredBudgetError(f"aic_estimate.csv has no per-op shares for batch {batch} with substitution "
+                                  f"{substitution!r}")
+    step_us, _, _ = kt.estimate_step_us(batch, substitution)
     return pd.DataFrame({"op": e["quantity"].str.replace("share of generation: ", "", regex=False),
                          "share": e["value"].astype(float), "ms": e["value"].astype(float) * step_us / 1e3})
