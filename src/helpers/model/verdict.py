@@ -11,7 +11,8 @@ Nothing here is fitted to an observation it is checked against. The inputs:
   kernel (its roofline to the measured stand-in), the indexer on bare metal (skipped by the dense path or
   priced), the shared expert's hidden fraction (measured in the decode-step study, its spread over batch,
   context and precision), per-step CPU time (0 to the overlap scheduler's gain), the bare-metal
-  collective latency (aiconfigurator's NCCL table to the community's 8-GPU figure) and, on the VM at
+  collectives (aiconfigurator's NCCL table to the fastest the community's latency and P2P bandwidth
+  allow) and, on the VM at
   nominal concurrency 64, the decode batch (the recorded achieved concurrency to the nominal).
 * **The VM's collectives, one scenario per model with evidence behind it** (`host_path_scenarios`): the
   recorded two-GPU copy mapped by ring, tree and one-shot (band: the fit's 90 % confidence), NCCL's own
@@ -104,7 +105,7 @@ class Range:
 
 #: the inputs every prediction draws (name -> the systems it must be given for)
 INPUTS = ("routing_skew", "attention_kernel", "indexer", "shared_hidden", "cpu_step_fraction",
-          "collective_factor", "batch_at_nominal_64")
+          "collective_spread", "batch_at_nominal_64")
 
 
 def table_ranges(table: pd.DataFrame | None = None) -> list[Range]:
@@ -162,21 +163,34 @@ def overlap_range(study: mb.PrecisionStudy | None) -> Range:
 
 
 def collective_range() -> Range:
-    """Bare-metal collective latency, as a factor on aiconfigurator's NCCL table: from the community's
-    8-GPU figure over the table's value at the same size (low) to the table itself (mid, high)."""
+    """Bare-metal collectives between the evidence's two ends, as a fraction x of the way from the fastest
+    the public figures allow (0) to aiconfigurator's NCCL table (1, the point estimate): an 8-GPU all-reduce
+    costs lo + x (table - lo), lo = the community's small-message 8-GPU latency plus the ring's bytes at the
+    one-way P2P bandwidth (`bare_floor_us`)."""
+    lat, bw = _bare_evidence()
+    return Range("collective_spread", "bare metal", 0.0, 1.0, 1.0, "fraction", "triangular", "reference",
+                 "rtx6kpro-pcie",
+                 f"NCCL over 8 GPUs with P2P: aiconfigurator's table (1, measured on its collection host, the point "
+                 f"estimate) against the fastest the public figures allow (0): the community's {lat:.0f} us 8-GPU "
+                 f"latency plus the ring's 2(n-1)/n of the message at {bw:.0f} GB/s one-way P2P")
+
+
+def _bare_evidence() -> tuple[float, float]:
+    """(8-GPU all-reduce latency us, one-way P2P bandwidth GB/s) on bare metal, from baremetal.csv."""
     ref = recorded.load("reference/baremetal.csv")
-    r = ref[(ref["metric"] == "allreduce_time") & (ref["gpus"] == TP)]
-    if not len(r):
-        raise VerdictInputError("data/reference/baremetal.csv has no 8-GPU allreduce_time row: the bare-metal "
-                                "collective range needs the community figure")
-    size = float(r["message_bytes"].max())
-    community = float(r["value"].iloc[0])
-    table = kt.comm_us(kt.RTX, "all_reduce", TP, size)
-    lo = min(1.0, community / table)
-    return Range("collective_factor", "bare metal", lo, 1.0, 1.0, "x aiconfigurator's NCCL time", "triangular",
-                 "reference", "rtx6kpro-pcie",
-                 f"NCCL over 8 GPUs: aiconfigurator's table ({table:.1f} us at {size / 1024:.0f} KiB, the point "
-                 f"estimate) against the community's {community:.0f} us on another 8-GPU PCIe host")
+    lat = ref[(ref["metric"] == "allreduce_time") & (ref["gpus"] == TP)]
+    bw = ref[ref["metric"] == "p2p_bandwidth"]
+    if not len(lat) or not len(bw):
+        raise VerdictInputError("data/reference/baremetal.csv needs an 8-GPU allreduce_time row and a p2p_bandwidth "
+                                "row: the bare-metal collective range is built from them")
+    return float(lat["value"].min()), float(bw["value"].iloc[0])
+
+
+def bare_floor_us(kind: str, size: float, table_us: float, ranks: int = TP) -> float:
+    """The fastest collective the public bare-metal figures allow (never above the table's own time)."""
+    lat, bw = _bare_evidence()
+    steps = (2 if kind == "all_reduce" else 1) * (ranks - 1) / ranks
+    return min(table_us, lat + steps * size / (bw * 1e3))
 
 
 @dataclass(frozen=True)
@@ -200,7 +214,7 @@ class Inputs:
     def check(self) -> "Inputs":
         for name in INPUTS:
             for system in (BARE, VM):
-                if name == "collective_factor" and system == VM:
+                if name == "collective_spread" and system == VM:
                     continue
                 self.get(name, system)
         return self
@@ -223,8 +237,9 @@ class Parts:
     indexer: float
     router: float
     shared: float             # the shared expert's two GEMMs, every MoE layer
-    routed_power: float       # the fused MoE kernel, aiconfigurator's power-law routing
+    routed_power: float       # the fused MoE kernel, aiconfigurator's power-law routing (alpha 1.01)
     routed_uniform: float     # the same, uniform routing
+    routed_skewed: float      # the same, its more skewed power law (alpha 1.2)
     collectives: tuple        # (name, kind, per step, message bytes, bare-metal us each)
 
 
@@ -233,6 +248,7 @@ def _parts(model: str, batch: int, context: int, floor_us: float) -> Parts:
     m = ma.load_model(model)
     pw = mb.kernel_terms(m, batch, context, floor_us, distribution=kt.AIC_DISTRIBUTION, overlap_shared=False)
     un = mb.kernel_terms(m, batch, context, floor_us, distribution="balanced", overlap_shared=False)
+    sk = mb.kernel_terms(m, batch, context, floor_us, distribution="power_law_1.2", overlap_shared=False)
     op = lambda t, name: float(t.loc[t["op"] == name, "us_step"].sum())  # noqa: E731
     routed = "routed experts (fused MoE kernel)"
     coll = pw[pw["component"] == "collectives"]
@@ -245,7 +261,7 @@ def _parts(model: str, batch: int, context: int, floor_us: float) -> Parts:
     roof = m.layers * (kv / (mb.gpu_bandwidth(kt.RTX).value * 1e3) + floor_us)
     fixed = float(pw["us_step"].sum()) - indexer - core - op(pw, routed) - float(coll["us_step"].sum())
     return Parts(batch, fixed, core, roof, indexer, op(pw, "router"), op(pw, "shared expert (gate_up + down)"),
-                 op(pw, routed), op(un, routed), colls)
+                 op(pw, routed), op(un, routed), op(sk, routed), colls)
 
 
 def parts(model: str, batch: int, context: int, floor_us: float) -> Parts:
@@ -254,14 +270,21 @@ def parts(model: str, batch: int, context: int, floor_us: float) -> Parts:
 
 def compute_us(p: Parts, draw: dict) -> np.ndarray:
     """The step's compute (no collectives, no CPU time) for each draw of the inputs."""
-    routed = p.routed_power + draw["routing_skew"] * (p.routed_uniform - p.routed_power)
+    u = draw["routing_skew"]
+    routed = np.where(u >= 0, p.routed_power + u * (p.routed_uniform - p.routed_power),
+                      p.routed_power - u * (p.routed_skewed - p.routed_power))
     att = p.attention_roofline + draw["attention_kernel"] * (p.attention_standin - p.attention_roofline)
     hidden = draw["shared_hidden"] * np.minimum(p.shared, p.router + routed)
     return p.fixed + att + draw["indexer"] * p.indexer + routed - hidden
 
 
 def bare_collectives_us(p: Parts, draw: dict) -> np.ndarray:
-    return draw["collective_factor"] * sum(n * us for _, _, n, _, us in p.collectives)
+    x = draw["collective_spread"]
+    total = 0.0
+    for _, kind, n, size, us in p.collectives:
+        lo = bare_floor_us(kind, size, us)
+        total = total + n * (lo + x * (us - lo))
+    return total
 
 
 # -------------------------------------------------------------------------------------------- host path
@@ -541,7 +564,7 @@ class Verdict:
             rng = np.random.default_rng(self.seed)
             d = {}
             for name in INPUTS:
-                if name == "collective_factor" and system == VM:
+                if name == "collective_spread" and system == VM:
                     d[name] = np.ones(self.samples)
                     rng.uniform(size=self.samples)   # keep the streams aligned across systems
                     continue
@@ -551,9 +574,9 @@ class Verdict:
         return self._draws[system]
 
     def mids(self, system: str) -> dict:
-        d = {n: np.array([self.inputs.get(n, system).mid]) for n in INPUTS if not (n == "collective_factor" and system == VM)}
+        d = {n: np.array([self.inputs.get(n, system).mid]) for n in INPUTS if not (n == "collective_spread" and system == VM)}
         if system == VM:
-            d["collective_factor"] = np.ones(1)
+            d["collective_spread"] = np.ones(1)
         d["q"] = np.array([0.5])
         return d
 
