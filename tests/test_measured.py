@@ -122,15 +122,6 @@ def test_budgets_table_and_goal_are_computed_not_typed(glm5, meas):
         mb.pick_budget(t[t.budget_id != "aiconfigurator"], "bare metal (reference)", 1, "aiconfigurator")
 
 
-def test_vm_gap_is_the_observed_step_minus_measured_compute(glm5, meas):
-    g = mb.vm_gap(glm5, meas, 384).set_index("concurrency")
-    for c, r in g.iterrows():
-        assert math.isclose(r.left_for_collectives_ms, r.observed_step_ms - r.compute_ms)
-        assert math.isclose(r.per_collective_us * r.collectives / 1e3, r.left_for_collectives_ms)
-    h = mb.host_allreduce(12288)
-    assert set(h.kind) == {"measured", "reference"}
-
-
 def test_step_report_picks_name_missing_rows(meas):
     s = sr.steps(meas)
     assert {"graph", "eager"} == set(s["mode"]) and (s.step_ms > 0).all()

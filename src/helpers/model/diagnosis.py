@@ -263,7 +263,7 @@ def aiconfigurator_outcome() -> dict:
     stock = rows(est, "aiconfigurator's estimate (data/reference/aic_estimate.csv)", substitution="none",
                  quantity="decode_step").iloc[0]
     sub = rows(est, "aiconfigurator's estimate (data/reference/aic_estimate.csv)", status="ok",
-               quantity="decode_step").iloc[0]
+               quantity="decode_step", substitution=kt.DSV3_GRAPH).iloc[0]
     return {"aic_stock": str(stock["note"]).split(" (first:")[0], "aic_sub": str(sub["substitution"])}
 
 
@@ -432,7 +432,30 @@ def bare_metal_band(d: Diagnosis) -> Part:
                        f"bmb_err_{c}": 100 * float(r["rel_err"]), f"bmb_inside_{c}": "inside" if inside[c] else "outside"})
     values.update({"band_text": BAND_TEXT[(inside[1], inside[64])], "n_samples": v.samples, "band_seed": v.seed,
                    "hidden_mid_pct": 100 * v.inputs.get("shared_hidden", BARE).mid})
-    return Part(values, {"verdict_inputs": v.inputs.table(), "bare_metal_band": t}, {"bare_metal_band": t[BAND_COLUMNS]})
+    peer = peer_on_glm5_graph(d)
+    for r in peer.itertuples():
+        values.update({f"peer_{r.concurrency}": r.predicted_tok_s, f"peer_err_{r.concurrency}": 100 * r.rel_err})
+    values["peer_what"] = kt.GLM5_GRAPH
+    return Part(values, {"verdict_inputs": v.inputs.table(), "bare_metal_band": t},
+                {"bare_metal_band": t[BAND_COLUMNS], "peer": peer})
+
+
+def peer_on_glm5_graph(d: Diagnosis) -> pd.DataFrame:
+    """aiconfigurator's own estimator composed on GLM-5's op graph from the same measured tables (its DSA
+    attention op replaced by its dense MLA decode ops, stated), beside the book's point prediction and the
+    observation, at 1 and 64 (reference: its step time, turned into tokens/s as the book's)."""
+    bm = d.verdict.bare_metal()
+    out = []
+    for c in ENDS:
+        us, status, note = kt.estimate_step_us(c, substitution=kt.GLM5_GRAPH)
+        if us is None:
+            raise FindingError(f"aiconfigurator has no GLM-5-graph estimate at batch {c}: {status} ({note})")
+        obs = d.observed(BARE, c)
+        ours = float(one(bm, "the bare-metal band", concurrency=c)["predicted_tok_s"])
+        pred = c * 1e6 / us
+        out.append({"concurrency": c, "observed_tok_s": obs, "this_book_tok_s": ours, "predicted_tok_s": pred,
+                    "rel_err": (pred - obs) / obs, "book_rel_err": (ours - obs) / obs})
+    return pd.DataFrame(out)
 
 
 # ------------------------------------------------------------------------------------------ 7. the VM predicted

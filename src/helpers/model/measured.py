@@ -493,39 +493,6 @@ def budgets_table(m: ma.ModelConfig, old_pred: pd.DataFrame, meas: StepMeasureme
     return pd.DataFrame(rows)
 
 
-def vm_gap(m: ma.ModelConfig, meas: StepMeasurement, context: int) -> pd.DataFrame:
-    """On the original VM, with compute from measured kernels: the step time left for the collectives at
-    concurrency 1 and 64, per collective (derived), beside what each costs on bare metal (aiconfigurator,
-    NCCL over 8 RTX PRO 6000)."""
-    obs = bd.primary_observations()
-    vm = obs[obs["system"] == "original VM"]
-    n = ma.collectives_per_step(m)
-    rows = []
-    for r in vm.itertuples():
-        b = int(r.concurrency)
-        compute = float(kernel_terms(m, b, context, meas.floor_us(), collectives=False)["us_step"].sum())
-        observed = b / r.observed * 1e6
-        bare = kernel_terms(m, b, context, meas.floor_us())
-        bare_coll = float(bare.loc[bare["component"] == "collectives", "us_step"].sum())
-        ar = kt.comm_us(kt.RTX, "all_reduce", TP, b * m.hidden * 2)
-        rows.append({"concurrency": b, "observed_step_ms": observed / 1e3, "compute_ms": compute / 1e3,
-                     "left_for_collectives_ms": (observed - compute) / 1e3, "collectives": n,
-                     "per_collective_us": (observed - compute) / n, "bare_metal_allreduce_us": ar,
-                     "bare_metal_collectives_ms": bare_coll / 1e3, "message_bytes": b * m.hidden * 2})
-    return pd.DataFrame(rows)
-
-
-def host_allreduce(message_bytes: float) -> pd.DataFrame:
-    """Measured and reference all-reduce times through host memory (data/reference/host_allreduce.csv)
-    at the message size nearest `message_bytes`, per system."""
-    d = recorded.load("reference/host_allreduce.csv")
-    out = []
-    for sysname, g in d.groupby("system", sort=False):
-        i = (np.log(g["message_bytes"].astype(float)) - np.log(float(message_bytes))).abs().idxmin()
-        out.append(g.loc[i])
-    return pd.DataFrame(out).reset_index(drop=True)
-
-
 #: the budgets of budgets_table, by the id each row carries in its `budget_id` column
 BUDGET_IDS = ("old", "measured kernels", "projection", *AIC_BUDGETS)
 
