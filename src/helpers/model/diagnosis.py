@@ -413,9 +413,12 @@ BAND_COLUMNS = ["concurrency", "observed_tok_s", "predicted_tok_s", "band_low_to
 
 
 def _band_rows(t: pd.DataFrame, panel_of, label_of, kind: str = "model") -> pd.DataFrame:
+    obs_kind = lambda r: "reference" if r.system == BARE else "recorded"  # noqa: E731
+    obs_label = lambda r: f"observed: {r.system}" if r.system == BARE else f"observed: {r.system} (recorded)"  # noqa: E731
     return pd.DataFrame([{"panel": panel_of(r), "label": label_of(r), "kind": kind, "band_low": r.band_low_tok_s,
                           "predicted": r.predicted_tok_s, "band_high": r.band_high_tok_s,
-                          "observed": r.observed_tok_s} for r in t.itertuples()])
+                          "observed": r.observed_tok_s, "observed_kind": obs_kind(r), "observed_label": obs_label(r)}
+                         for r in t.itertuples()])
 
 
 def bare_metal_band(d: Diagnosis) -> Part:
