@@ -62,6 +62,19 @@ def test_an_unknown_scenario_or_half_a_measurement_is_refused(meas, study):
         vd.Verdict.build("glm5", 384, meas.floor_us(), None)
 
 
+def test_a_missing_observation_is_refused_before_any_prediction(meas, study, monkeypatch):
+    real = recorded.load
+
+    def load(name):
+        t = real(name)
+        if name == "recorded/serving.csv":
+            t = t[t["experiment"] != "server_log_decode_batch"]
+        return t
+    monkeypatch.setattr(recorded, "load", load)
+    with pytest.raises(vd.VerdictInputError, match="no server_log_decode_batch generation_throughput at concurrency 17"):
+        vd.Verdict.build("glm5", 384, meas.floor_us(), study)
+
+
 # ---------------------------------------------------------------------------- the inputs
 def test_the_hidden_fraction_is_measured_from_the_study(study):
     f = vd.overlap_fractions(study)

@@ -500,7 +500,14 @@ def observations() -> list[Observation]:
     """Every observation the predictions are scored against (primary figures by the book's fixed rule,
     the server-log decode batch, the decode-heavy sweep)."""
     prim = bd.primary_observations()
-    pick = lambda s, c: float(prim[(prim["system"] == s) & (prim["concurrency"] == c)]["observed"].iloc[0])  # noqa: E731
+
+    def pick(system, conc):
+        r = prim[(prim["system"] == system) & (prim["concurrency"] == conc)]
+        if len(r) != 1:
+            raise VerdictInputError(f"the primary observations have {len(r)} rows for {system!r} at concurrency "
+                                    f"{conc} (expected one): see data/recorded/serving.csv and "
+                                    f"data/reference/baremetal.csv")
+        return float(r["observed"].iloc[0])
     srv = recorded.load("recorded/serving.csv")
 
     def rec(experiment, metric, conc):
@@ -554,6 +561,8 @@ class Verdict:
             hps = [h for h in hps if h.key in scenarios]
         if not hps:
             raise VerdictInputError("no host-path scenario has evidence: the VM cannot be predicted")
+        observations()          # every observation it is scored against, present (VerdictInputError naming one)
+        check_remedies()
         return cls(m, int(context), float(floor_us), ins, hps, samples, seed)
 
     # -- draws
@@ -810,10 +819,20 @@ def ceiling(m: ma.ModelConfig, batch: int) -> dict:
 
 
 # -------------------------------------------------------------------------------------------- remedies
+def check_remedies() -> pd.DataFrame:
+    """data/reference/remedies.csv, each mechanism one the verdict can price (or says it cannot)."""
+    t = recorded.load("reference/remedies.csv")
+    bad = sorted(set(t["mechanism"]) - set(PRICED_AS))
+    if bad:
+        raise VerdictInputError(f"data/reference/remedies.csv: mechanism(s) {bad} are not priced by "
+                                f"helpers.model.verdict; known: {sorted(PRICED_AS)}")
+    return t
+
+
 def remedies(v: Verdict, fits_tp4: bool) -> pd.DataFrame:
     """Each remedy of data/reference/remedies.csv with its predicted tokens/s at 1 and 64 (band over the
     host-path scenarios) and gain over the VM as observed; what the investigation tried and found."""
-    table = recorded.load("reference/remedies.csv")
+    table = check_remedies()
     att = v.attribution()
     obs = {o.key: o for o in observations()}
     rows = []
