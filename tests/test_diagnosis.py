@@ -13,6 +13,7 @@ from helpers.model import arith as ma
 from helpers.model import budget as bd
 from helpers.model import diagnosis as dg
 from helpers.model import measured as mb
+from helpers.model import verdict as vd
 
 
 @pytest.fixture(scope="module")
@@ -99,11 +100,9 @@ def test_a_removed_observation_fails_naming_it(meas, monkeypatch):
     real = bd.primary_observations
     monkeypatch.setattr(bd, "primary_observations",
                         lambda: real().query("not (system == @dg.BARE and concurrency == 64)"))
-    d = dg.Diagnosis.build("glm5", 0.25, meas, live=False)
-    with pytest.raises(FindingError, match=r"system='bare metal \(reference\)', concurrency=64"):
-        dg.check(d)
-    with pytest.raises(FindingError, match=r"concurrency=64"):
-        d.observed(dg.BARE, 64)
+    # the verdict checks every observation it is scored against when the diagnosis is built
+    with pytest.raises(vd.VerdictInputError, match=r"'bare metal \(reference\)' at concurrency 64"):
+        dg.Diagnosis.build("glm5", 0.25, meas, live=False)
 
 
 def test_a_renamed_scenario_fails_naming_it(rec):
