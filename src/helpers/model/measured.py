@@ -72,6 +72,23 @@ class StepMeasurement:
                                       f"{sorted(self.meta)})")
         return self.meta[key]
 
+    @property
+    def fusion(self) -> str:
+        """The step's implementation path (helpers.model.step.FUSIONS): the timings' `fusion` column, or
+        "unfused" for studies made before the fused path existed (they have no such column)."""
+        t = self.timings
+        if "fusion" not in t.columns:
+            return "unfused"
+        found = sorted(set(t["fusion"].dropna().astype(str)))
+        if len(found) != 1:
+            raise MeasuredBudgetError(f"{self.where}: timings of {found or 'no'} fusion paths (expected one; "
+                                      f"keep one sweep's rows per measurement)")
+        return found[0]
+
+    def has_op(self, name: str) -> bool:
+        """Whether the measurement timed an op of this name alone (op names differ between fusion paths)."""
+        return bool((self.timings["what"] == f"op:{name}").any())
+
     def peak(self) -> bd.Quantity:
         """The datasheet memory bandwidth of the GPU this was measured on (data/reference/gpu_specs.csv)."""
         return gpu_bandwidth(spec_name(self.device))
@@ -336,17 +353,26 @@ def spec_name(device_name: str) -> str:
 # Per-op fidelity: this run's ops against aiconfigurator's
 
 
-def _gemm_ops(m: ma.ModelConfig) -> list[tuple]:
-    """(op name in helpers.model.step, layers it runs in, n, k, precision group, step weight names)."""
+def _gemm_ops(m: ma.ModelConfig, fusion: str = "unfused", precision: str = "bf16") -> list[tuple]:
+    """(op name in helpers.model.step, layers it runs in, n, k, precision group, step weight names). The fused
+    path's q_a + kv_a product also carries the indexer's wk and, where it is held in the same format (not
+    in fp8), its weights_proj (helpers.model.step._x_projection): n and the weights grow by theirs."""
     sh = stp.shard_sizes(m, TP)
     h = m.hidden
-    out = [("fused q_a + kv_a", m.layers, m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim, h, "attention", ["qkv_a"]),
+    xn, xw = m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim, ["qkv_a"]
+    wp_alone = True
+    if fusion == "fused" and m.has_indexer:
+        xn, xw = xn + m.index_head_dim, xw + ["idx_wk"]
+        if precision != "fp8":
+            xn, xw, wp_alone = xn + m.index_n_heads, xw + ["idx_weights_proj"], False
+    out = [("fused q_a + kv_a", m.layers, xn, h, "attention", xw),
            ("q_b", m.layers, sh.heads * m.qk_head_dim, m.q_lora_rank, "attention", ["q_b"]),
            ("o_proj", m.layers, h, sh.heads * m.v_head_dim, "attention", ["o_proj"]),
            ("lm_head", 1, sh.vocab, h, "embeddings", ["lm_head"])]
     if m.has_indexer:
-        out += [("indexer wq_b", m.layers, m.index_n_heads * m.index_head_dim, m.q_lora_rank, "attention", ["idx_wq_b"]),
-                ("indexer weights_proj", m.layers, m.index_n_heads, h, "attention", ["idx_weights_proj"])]
+        out += [("indexer wq_b", m.layers, m.index_n_heads * m.index_head_dim, m.q_lora_rank, "attention", ["idx_wq_b"])]
+        if wp_alone:
+            out += [("indexer weights_proj", m.layers, m.index_n_heads, h, "attention", ["idx_weights_proj"])]
     if m.moe_layers:
         out += [("router", m.moe_layers, m.n_routed, h, "router", ["router"]),
                 ("shared gate_up", m.moe_layers, 2 * sh.shared_inter, h, "shared_experts", ["s_w13"]),
@@ -358,7 +384,8 @@ def _gemm_ops(m: ma.ModelConfig) -> list[tuple]:
 
 
 EXPERT_OPS = ("permute", "grouped gemm 1", "expert activation", "grouped gemm 2", "combine")
-#: the FP8 step's quantizations of the experts' inputs (aiconfigurator's FP8 MoE kernel times include its own)
+#: the unfused FP8 step's quantizations of the experts' inputs (aiconfigurator's FP8 MoE kernel times include
+#: its own; the fused step quantizes inside the producing ops, so it has no such ops)
 FP8_EXPERT_OPS = ("quantize MLP input (fp8)", "quantize expert activation (fp8)")
 
 
@@ -376,6 +403,7 @@ def op_fidelity(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: i
              + stp.head_specs(m)}
     prec = str(meas.timings["dtype"].iloc[0])
     nb = stp.BYTES[prec]
+    fusion = meas.fusion
     rows = []
 
     def op_time(name):
@@ -386,16 +414,19 @@ def op_fidelity(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: i
         launch = (kernels / layers) * floor if np.isfinite(kernels) else 0.0
         return launch + max(0.0, t - launch) * (ckpt_bytes / emul_bytes) * bw
 
-    for name, layers, n, k, group, wnames in _gemm_ops(m):
+    for name, layers, n, k, group, wnames in _gemm_ops(m, fusion, prec):
         t, kern = op_time(name)
         t /= layers
         vals = sum(float(np.prod(stp.local_shape(specs[w], TP))) for w in wnames)
         fmt = m.fmt(group)
         ckpt = vals * ma.FORMATS[fmt]["bytes_per_value"]
         emul = sum(stp.stored_bytes(specs[w], TP, prec) for w in wnames)
+        # like for like on this GPU class: SGLang's bf16 GEMM, or its FP8 W8A8 one where the step holds the
+        # weight in FP8 (H200 only: aic_h200_gemm_fp8.csv)
+        here_dtype = "fp8" if stp.held_in_fp8(wnames[0], prec) else "bf16"
         rows.append({"op": name, "op_kind": "gemm",
-                     "ours_us": t, "aic_here_us": kt.gemm_us(aic_here, "bf16", batch, n, k)
-                     if aic_here and not stp.held_in_fp8(wnames[0], prec) else np.nan,
+                     "ours_us": t, "aic_here_us": kt.gemm_us(aic_here, here_dtype, batch, n, k)
+                     if aic_here else np.nan,
                      "projected_us": project(t, kern, layers, emul, ckpt),
                      "aic_target_us": kt.gemm_us(target, fmt if group != "router" else "bf16", batch, n, k),
                      "target_dtype": fmt if group != "router" else "bf16", "bytes_emulated": emul})
@@ -417,7 +448,7 @@ def op_fidelity(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: i
                      "aic_target_us": kt.mla_bmm_us(target, aop, batch), "target_dtype": "bf16",
                      "bytes_emulated": vals * nb})
     if m.moe_layers:
-        names = EXPERT_OPS + (FP8_EXPERT_OPS if prec == "fp8" else ())
+        names = EXPERT_OPS + tuple(o for o in FP8_EXPERT_OPS if prec == "fp8" and meas.has_op(o))
         ts = [op_time(o) for o in names]
         t = sum(x[0] for x in ts) / m.moe_layers
         kern = sum(x[1] for x in ts)
