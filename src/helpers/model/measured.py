@@ -37,6 +37,7 @@ from helpers.model import step as stp
 
 STEP_CHAPTER = "07_decode_step"
 STEP_ROLE = "decode-step"     # the measured study (data/sources.yaml role) used where this run has none
+FUSED_ROLE = "decode-step-fused"   # the fused step beside the unfused one, bf16 and FP8 (device-step-fused.sh)
 PRECISION_ROLE = "decode-step-fp8"   # the bf16-against-FP8 study (and the overlap on and off), likewise
 TP = 8
 
@@ -120,7 +121,9 @@ def _real_model(t: pd.DataFrame, model_name: str) -> bool:
 
 def step_measurement(run_dir: str | Path | None, model: str = "glm5") -> StepMeasurement:
     """This run's decode-step measurement (07_decode_step's results) where it timed the real model's TP8
-    shapes on a GPU with graphs; otherwise the committed measured study of role STEP_ROLE under data/measured/."""
+    shapes on a GPU with graphs; otherwise the committed fused study's bf16 fused sweep (role FUSED_ROLE,
+    where one holds the chapter's whole sweep: FusionStudy.full), else the committed study of role STEP_ROLE
+    (the unfused step) under data/measured/."""
     name = ma.load_model(model).name
     if run_dir:
         t = layout.load_if_present(run_dir, STEP_CHAPTER, "step_times")
@@ -130,12 +133,88 @@ def step_measurement(run_dir: str | Path | None, model: str = "glm5") -> StepMea
             return StepMeasurement(t, b, meta, "this run", str(meta.get("device_name", "")), "this run")
     import json
 
+    fs = fusion_study()
+    if fs is not None and fs.full():
+        return fs.measurement("bf16", "fused")
     s = recorded.study(STEP_ROLE)
     rel = f"measured/{s.id}"
     t = recorded.load(f"{rel}/timings.csv")
     b = recorded.load(f"{rel}/bytes.csv")
     meta = json.loads((recorded.data_dir() / rel / "meta.json").read_text())
     return StepMeasurement(t, b, meta, f"data/{rel}", str(meta.get("device_name", "")), s.id)
+
+
+@dataclass(frozen=True)
+class FusionStudy:
+    """The step fused and unfused, in bf16 and FP8, as scripts/device-step-fused.sh merges it
+    (steptime.merge_sweeps): every timing row with its `dtype` and `fusion`, the bytes per precision, and
+    each sweep's meta under meta["sweeps"]."""
+
+    timings: pd.DataFrame
+    bytes: pd.DataFrame
+    meta: dict
+    where: str
+    device: str
+    id: str
+
+    def sweep_meta(self, dtype: str, fusion: str) -> dict:
+        """The meta of the sweep that timed `dtype` `fusion` with its components (the full one)."""
+        found = [m for m in self.meta.get("sweeps", {}).values()
+                 if m["config"].get("dtype") == dtype and m["config"].get("fusion", "unfused") == fusion]
+        found.sort(key=lambda m: (not m["config"].get("components", True), -len(m["config"].get("batches", []))))
+        if not found:
+            raise MeasuredBudgetError(f"{self.where}: no {dtype} {fusion} sweep (it has "
+                                      f"{sorted(self.meta.get('sweeps', {}))})")
+        return found[0]
+
+    def full(self, dtype: str = "bf16") -> bool:
+        """Whether the fused sweep in `dtype` holds what the decode-step chapter reads of its measurement:
+        graphs and eager, two contexts or more, op by op, DSA sparse points (a QUICK run does not)."""
+        try:
+            c = self.sweep_meta(dtype, "fused")["config"]
+        except MeasuredBudgetError:
+            return False
+        return ({"graph", "eager"} <= set(c.get("modes", ())) and bool(c.get("op_level"))
+                and bool(c.get("sparse_points")) and len(c.get("contexts", ())) > 1)
+
+    def measurement(self, dtype: str = "bf16", fusion: str = "fused") -> StepMeasurement:
+        """One sweep's rows as a StepMeasurement (its meta: that sweep's)."""
+        t = self.timings[(self.timings["dtype"] == dtype) & (self.timings["fusion"] == fusion)]
+        b = self.bytes[self.bytes["dtype"] == dtype] if "dtype" in self.bytes.columns else self.bytes
+        if not len(t):
+            raise MeasuredBudgetError(f"{self.where}: no {dtype} {fusion} timings")
+        return StepMeasurement(t.reset_index(drop=True), b.reset_index(drop=True), self.sweep_meta(dtype, fusion),
+                               self.where, self.device, self.id)
+
+    def step(self, dtype: str, fusion: str, batch: int, context: int, what: str = "step",
+             mode: str = "graph") -> pd.Series | None:
+        """The one row of `what` at that point, or None where the study did not time it."""
+        t = self.timings
+        r = t[(t["dtype"] == dtype) & (t["fusion"] == fusion) & (t["batch"] == batch) & (t["context"] == context)
+              & (t["what"] == what) & (t["mode"] == mode) & (t["attention"] == "dense")]
+        if len(r) > 1:
+            raise MeasuredBudgetError(f"{self.where}: {len(r)} rows for {dtype} {fusion} batch {batch} context "
+                                      f"{context} '{what}' {mode} (expected at most one)")
+        return r.iloc[0] if len(r) else None
+
+
+def fusion_study() -> FusionStudy | None:
+    """The committed study of role FUSED_ROLE: the last one registered in data/sources.yaml that holds the
+    chapter's whole sweep (FusionStudy.full), else the last registered; None where there is none."""
+    import json
+
+    found = recorded.measured_studies(FUSED_ROLE)
+    if not found:
+        return None
+    studies = []
+    for s in found:
+        rel = f"measured/{s.id}"
+        meta = json.loads((recorded.data_dir() / rel / "meta.json").read_text())
+        name = next((m.get("device_name") for m in meta.get("sweeps", {}).values()), "")
+        studies.append(FusionStudy(recorded.load(f"{rel}/timings.csv"), recorded.load(f"{rel}/bytes.csv"), meta,
+                                   f"data/{rel}", str(name), s.id))
+    full = [f for f in studies if f.full()]
+    return (full or studies)[-1]
 
 
 @dataclass(frozen=True)
