@@ -30,8 +30,13 @@ def test_engine_composite_prices_every_op_and_fp8_reads_fp8_tables(glm5):
     b16 = mb.engine_composite(glm5, 1, 384, "bf16", 1.0)
     f8 = mb.engine_composite(glm5, 1, 384, "fp8", 1.0)
     assert set(b16["component"]) == {"attention", "indexer", "moe", "shared/dense MLP", "norms and small ops",
-                                     "lm_head"}
-    assert (b16["us_step"] >= 0).all() and b16["us_step"].sum() > 0
+                                     "lm_head", mb.OVERLAP}
+    own = b16[b16["component"] != mb.OVERLAP]
+    assert (own["us_step"] >= 0).all() and b16["us_step"].sum() > 0
+    # the shared expert alone (as the step times its component) and, apart, what the second stream hides
+    hidden = float(b16.loc[b16["component"] == mb.OVERLAP, "us_each"].iloc[0])
+    shared = float(b16.loc[b16.op == "shared expert", "us_each"].iloc[0])
+    assert -shared <= hidden < 0
     # the experts: SGLang's bf16 and fp8_block fused MoE on H200; FP8 reads half the bytes and is faster
     e16 = float(b16.loc[b16.op == "routed experts", "us_each"].iloc[0])
     e8 = float(f8.loc[f8.op == "routed experts", "us_each"].iloc[0])

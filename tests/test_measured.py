@@ -79,12 +79,31 @@ def test_kernel_terms_cover_the_step_and_label_every_figure(glm5, meas):
 
 
 def test_projection_scales_only_the_non_launch_part(glm5, meas):
-    p = mb.projected_terms(meas, glm5, 1, 384, collectives=False).set_index("component")
+    p = mb.projected_terms(meas, glm5, 1, 384, collectives=False, tolerance=None).set_index("component")
     for c, r in p.iterrows():
         assert r.us >= r.launch_us - 1e-9
         expect = r.launch_us + max(0.0, r.measured_us - r.launch_us) * r.bytes_ratio * r.bandwidth_ratio
         assert math.isclose(r.us, expect, rel_tol=1e-12)
     assert math.isclose(p.bandwidth_ratio.iloc[0], 4800 / 1597, rel_tol=1e-9)
+
+
+def test_projection_keeps_only_components_within_the_engine_tolerance(glm5, meas):
+    """A component whose time on its own GPU is more than FIDELITY_TOLERANCE times the engine composite takes
+    the recorded GPU's kernel tables instead; the ratio is engine_fidelity's own."""
+    full = mb.projected_terms(meas, glm5, 1, 384, collectives=False, tolerance=None).set_index("component")
+    p = mb.projected_terms(meas, glm5, 1, 384, collectives=False).set_index("component")
+    fid = mb.engine_fidelity(meas.timings, glm5, 1, 384, "bf16", meas.floor_us()).set_index("component")
+    kts = mb.components(mb.kernel_terms(glm5, 1, 384, meas.floor_us(), collectives=False)).set_index("component")
+    assert set(p.priced_by) == {"projection", f"aiconfigurator {kt.RTX} tables"}
+    for c, r in p.iterrows():
+        assert math.isclose(r.engine_ratio, fid.loc[c, "ratio"])
+        if r.engine_ratio <= mb.FIDELITY_TOLERANCE:
+            assert r.priced_by == "projection" and math.isclose(r.us, full.loc[c, "us"])
+        else:
+            assert r.priced_by != "projection" and math.isclose(r.us, kts.loc[c, "us"])
+    # a tolerance nothing meets leaves every component to the tables; one everything meets, to the projection
+    assert (mb.projected_terms(meas, glm5, 1, 384, collectives=False, tolerance=0.01).priced_by != "projection").all()
+    assert (mb.projected_terms(meas, glm5, 1, 384, collectives=False, tolerance=100).priced_by == "projection").all()
 
 
 def test_op_fidelity_compares_like_with_like(glm5, meas):

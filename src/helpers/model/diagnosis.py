@@ -251,9 +251,38 @@ BUDGET_COLUMNS = ["system", "concurrency", "budget", "kind", "step_ms", "predict
                   "rel_err", "within_tolerance"]
 
 
-def _projected_split(d: Diagnosis, batch: int) -> pd.DataFrame:
-    p = mb.projected_terms(d.meas, d.model, batch, d.context)
+def _projected_split(d: Diagnosis, batch: int, tolerance: float | None = mb.FIDELITY_TOLERANCE) -> pd.DataFrame:
+    p = mb.projected_terms(d.meas, d.model, batch, d.context, tolerance=tolerance)
     return p.groupby("component", sort=False)["us"].sum().reset_index()
+
+
+#: how the projection fares against bare metal, by (within tolerance at 1, at 64)
+PJ_VERDICT = {(False, False): "is far off", (True, False): "is within the tolerance for one stream but not at 64",
+              (False, True): "is outside the tolerance for one stream and within it at 64",
+              (True, True): "is within the tolerance at both ends"}
+PJ_TABLES_NONE = ("aiconfigurator has no SGLang kernels for {device}, so no component's fidelity can be checked "
+                  "there and every component is projected.")
+PJ_TABLES_ALL_KEPT = ("Every component is within {tol:g} times the engine composite on {device}, so every one is "
+                      "projected.")
+PJ_TABLES_SOME = ("Only components whose time on {device} is within {tol:g} times the engine composite for the same "
+                  "operations (aiconfigurator's SGLang kernels on that GPU class) are projected; the others take "
+                  "the recorded GPU's kernel tables instead: {which}.")
+
+
+def projection_tables_text(pjs: dict[int, pd.DataFrame], device: str, tol: float = mb.FIDELITY_TOLERANCE) -> str:
+    """Which components the projection prices from the recorded GPU's tables instead (three variants)."""
+    if all(p["engine_ratio"].isna().all() for p in pjs.values()):
+        return PJ_TABLES_NONE.format(device=device)
+    parts = []
+    for b, p in pjs.items():
+        own = p[p["component"] != "collectives"]
+        out = own[own["priced_by"] != "projection"]
+        if len(out):
+            parts.append(f"at batch {b} the " + ", ".join(f"{r.component} ({r.engine_ratio:.2f}x)"
+                                                         for r in out.itertuples()))
+    if not parts:
+        return PJ_TABLES_ALL_KEPT.format(tol=tol, device=device)
+    return PJ_TABLES_SOME.format(tol=tol, device=device, which="; ".join(parts))
 
 
 def aiconfigurator_outcome() -> dict:
@@ -294,6 +323,8 @@ def measured_compute(d: Diagnosis) -> Part:
         for k in ("largest", "second"):
             values.update({f"goal_{k}_{c}": str(g[k]), f"goal_{k}_ms_{c}": float(g[f"{k}_ms"]),
                            f"goal_{k}_pct_{c}": 100 * abs(float(g[f"{k}_change"]))})
+    values["pj_tables_text"] = projection_tables_text(pjs, meas.device)
+    values["pj_verdict"] = PJ_VERDICT[tuple(abs(values[f"bm_pj_err_{c}"]) <= 100 * d.tolerance for c in ENDS)]
     values.update({"aic_dist": kt.AIC_DISTRIBUTION, "msg_kib_64": float(ma.allreduce_bytes(m, 64)) / 1024,
                    "bw_here": meas.peak().value, "bw_rtx": mb.gpu_bandwidth(kt.RTX).value,
                    "meas_device": meas.device, "meas_where": meas.where, **aiconfigurator_outcome()})
@@ -309,14 +340,15 @@ PROJECTION_CHECK_COLUMNS = ["batch", "op", "ours_us", "projected_us", "aic_targe
 def projection_check(d: Diagnosis) -> Part:
     """The projection, operation by operation, against aiconfigurator's kernels on the recorded GPU."""
     fid = mb.op_fidelity_table(d.meas, d.model, ENDS, d.context)
-    one_stream = _projected_split(d, 1)
+    one_stream = _projected_split(d, 1, tolerance=None)     # the emulated step's own, all projected
     small = float(one(one_stream, "the projected step at batch 1", component="norms and small ops")["us"]) / 1e3
     small += float(one(one_stream, "the projected step at batch 1", component="indexer")["us"]) / 1e3
     values = {"pj_ratio_med": float(fid["ratio_projected"].median()), "pj_ratio_lo": float(fid["ratio_projected"].min()),
               "pj_ratio_hi": float(fid["ratio_projected"].max()),
               "pj_hi_op": str(fid.loc[fid["ratio_projected"].idxmax(), "op"]),
               "pj_lo_op": str(fid.loc[fid["ratio_projected"].idxmin(), "op"]),
-              "here_ratio_med": float(fid["ratio_here"].median()), "pj_small_idx_1": small}
+              "here_ratio_med": float(fid["ratio_here"].median()), "pj_small_idx_1": small,
+              "pj_small_what": "fused" if d.meas.fusion == "fused" else "unfused"}
     return Part(values, {"projection_check": fid})
 
 

@@ -390,15 +390,40 @@ def components(terms: pd.DataFrame) -> pd.DataFrame:
 # The projection of this run's emulated step to the recorded GPU
 
 
+#: a component of the emulated step is projected only where its time on its own GPU is within this factor of
+#: the engine composite for the same op list on that GPU class (engine_fidelity; issue 22's per-component bound)
+FIDELITY_TOLERANCE = 1.5
+PROJECTED = ("attention", "indexer", "moe", "shared/dense MLP", "norms and small ops", "lm_head")
+
+
+def component_fidelity(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: int) -> dict[str, float] | None:
+    """Each component's measured time over the engine composite on the measurement's own GPU class
+    (engine_fidelity, the measurement's precision and fusion path); None where aiconfigurator has no SGLang
+    tables for that GPU class (only H200 among the classes a measurement comes from)."""
+    if spec_name(meas.device) != kt.H200:
+        return None
+    prec = str(meas.timings["dtype"].iloc[0])
+    if prec not in ("bf16", "fp8"):
+        return None
+    f = engine_fidelity(meas.timings, m, batch, context, prec, meas.floor_us(), meas.fusion, meas.where)
+    return {str(r.component): float(r.ratio) for r in f.itertuples() if r.component != "step"}
+
+
 def projected_terms(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: int, target: str = kt.RTX,
-                    collectives: bool = True) -> pd.DataFrame:
-    """Each component of this run's emulated step moved to `target` (see the module docstring)."""
+                    collectives: bool = True, tolerance: float | None = FIDELITY_TOLERANCE) -> pd.DataFrame:
+    """Each component of this run's emulated step moved to `target` (see the module docstring). With a
+    `tolerance`, only the components whose measured time is within that factor of the engine composite on
+    the measurement's own GPU class (component_fidelity) are projected; each of the others takes its time
+    from aiconfigurator's kernels measured on `target` (kernel_terms, the same component), and says so in
+    `priced_by`. Where no engine tables exist for the measurement's GPU every component is projected."""
     floor = meas.floor_us()
     here = gpu_bandwidth(spec_name(meas.device))
     there = gpu_bandwidth(target)
     ratio_bw = here.value / there.value
+    fid = component_fidelity(meas, m, batch, context) if tolerance is not None else None
+    table = None
     rows = []
-    for comp in ("attention", "indexer", "moe", "shared/dense MLP", "norms and small ops", "lm_head"):
+    for comp in PROJECTED:
         r = meas.row(batch, context, comp)
         kernels = float(r["kernels"]) if pd.notna(r["kernels"]) else float("nan")
         launch = kernels * floor if np.isfinite(kernels) else 0.0
@@ -406,14 +431,25 @@ def projected_terms(meas: StepMeasurement, m: ma.ModelConfig, batch: int, contex
         by = meas.component_bytes(batch, context, comp)
         br = float(by["bytes_checkpoint"]) / float(by["bytes_emulated"]) if float(by["bytes_emulated"]) else 1.0
         proj = launch + rest * br * ratio_bw
-        rows.append({"component": comp, "measured_us": float(r["median_us"]), "kernels": kernels,
-                     "launch_us": launch, "bytes_ratio": br, "bandwidth_ratio": ratio_bw, "us": proj,
-                     "kind": "derived", "source": f"{meas.where}: projected to {target}"})
+        ratio = fid.get(comp, np.nan) if fid is not None else np.nan
+        row = {"component": comp, "measured_us": float(r["median_us"]), "kernels": kernels,
+               "launch_us": launch, "bytes_ratio": br, "bandwidth_ratio": ratio_bw, "engine_ratio": ratio,
+               "us": proj, "priced_by": "projection", "kind": "derived",
+               "source": f"{meas.where}: projected to {target}"}
+        if fid is not None and not (ratio <= tolerance):
+            if table is None:
+                table = kernel_terms(m, batch, context, floor, target, collectives=False)
+            us = float(table.loc[table["component"] == comp, "us_step"].sum())
+            row.update({"us": us, "priced_by": f"aiconfigurator {target} tables",
+                        "kind": "measured kernels", "source": f"aiconfigurator {target} (kernel_terms): this "
+                        f"component took {ratio:.2f}x the engine composite on {meas.device}, over {tolerance:g}x"})
+        rows.append(row)
     if collectives:
         for c in ma.collective_schedule(m):
             us = kt.comm_us(target, c.kind, TP, batch * c.bytes_per_token)
             rows.append({"component": "collectives", "measured_us": np.nan, "kernels": np.nan, "launch_us": np.nan,
-                         "bytes_ratio": np.nan, "bandwidth_ratio": np.nan, "us": c.per_step * us,
+                         "bytes_ratio": np.nan, "bandwidth_ratio": np.nan, "engine_ratio": np.nan, "us": c.per_step * us,
+                         "priced_by": f"aiconfigurator {target} tables",
                          "kind": "measured", "source": f"aiconfigurator {target} NCCL {c.kind} x{TP}"})
     return pd.DataFrame(rows)
 
@@ -679,7 +715,8 @@ ENGINE_STAND_INS = {
     "router": ("moe", "GEMM bf16"),
     "routed experts": ("moe", "fused MoE (Triton; bf16 or fp8_block), power_law_1.01 routing; "
                               "includes permute, both grouped GEMMs, activation, finalize"),
-    "shared expert": ("shared/dense MLP", "GEMMs gate_up + down; beside the routed experts (the longer path)"),
+    "shared expert": ("shared/dense MLP", "GEMMs gate_up + down, alone (what the second stream hides of it in "
+                                          "the whole step is a row of its own)"),
     "dense MLP": ("shared/dense MLP", "GEMMs gate_up + down"),
     "lm_head": ("lm_head", "GEMM bf16"),
 }
@@ -690,6 +727,10 @@ ENGINE_SMALL_OPS = {"attention": ("input norm", "q_a + kv_a norms + k rotary", "
                     "indexer": ("k_norm + rope", "key store"),
                     "moe": ("top-k select", "shared/expert activation", "add shared"),
                     "head": ("embedding", "final norm", "sampling")}
+
+
+#: engine_composite's row for what the second stream hides: counted in the whole step, set beside no component
+OVERLAP = "overlap (shared expert beside the routed path)"
 
 
 def engine_composite(m: ma.ModelConfig, batch: int, context: int, precision: str, floor_us: float,
@@ -738,7 +779,12 @@ def engine_composite(m: ma.ModelConfig, batch: int, context: int, precision: str
         shared = kt.gemm_us(system, g, b, 2 * sh.shared_inter, h) + kt.gemm_us(system, g, b, h, sh.shared_inter)
         add("router", Lm, router)
         add("routed experts", Lm, experts)
-        add("shared expert", Lm, max(0.0, shared - (router + experts + floor_us)))   # beside the routed path
+        # the shared expert's own time (its component, as the step times it alone) and, apart, what running it
+        # beside the routed path hides of it in the whole step (component OVERLAP: no component of its own)
+        add("shared expert", Lm, shared)
+        add("shared expert beside the routed path", Lm, -min(shared, router + experts + floor_us),
+            "hidden on a second stream: the longer of the two paths counts (aiconfigurator's rule)")
+        rows[-1]["component"] = OVERLAP
     if Ld:
         add("dense MLP", Ld, kt.gemm_us(system, g, b, 2 * sh.dense_inter, h) + kt.gemm_us(system, g, b, h, sh.dense_inter)
             + floor_us)
@@ -758,7 +804,7 @@ def engine_fidelity(meas_timings: pd.DataFrame, m: ma.ModelConfig, batch: int, c
     eng = engine_composite(m, batch, context, precision, floor_us)
     comp = eng.groupby("component")["us_step"].sum()
     rows = []
-    for c in list(comp.index) + ["step"]:
+    for c in [c for c in comp.index if c != OVERLAP] + ["step"]:
         r = sel[sel["what"] == c]
         if len(r) != 1:
             raise MeasuredBudgetError(f"{where}: {len(r)} timing rows for '{c}', {precision} {fusion}, batch "
