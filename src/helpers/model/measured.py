@@ -136,6 +136,13 @@ def step_measurement(run_dir: str | Path | None, model: str = "glm5") -> StepMea
     fs = fusion_study()
     if fs is not None and fs.full():
         return fs.measurement("bf16", "fused")
+    return unfused_measurement()
+
+
+def unfused_measurement() -> StepMeasurement:
+    """The committed study of role STEP_ROLE: the unfused step in bf16, every batch, context and mode."""
+    import json
+
     s = recorded.study(STEP_ROLE)
     rel = f"measured/{s.id}"
     t = recorded.load(f"{rel}/timings.csv")

@@ -123,10 +123,13 @@ def sweep_config(p: Mapping, gpu: bool) -> steptime.SweepConfig:
                                     contexts=tuple(p["contexts"]), device="cuda", time_limit_s=p["time_limit_s"],
                                     op_level=((1, ctx), (bmax, ctx)),
                                     sparse_points=tuple((b, max(p["contexts"])) for b in (1, bmax)),
-                                    shared_overlap=p.get("shared_overlap", "auto"))
+                                    shared_overlap=p.get("shared_overlap", "auto"),
+                                    fusion=p.get("fusion", "fused"),
+                                    modes=("graph", "eager") if p.get("eager", "on") == "on" else ("graph",))
     return steptime.SweepConfig(model=p["cpu_model"], tp=2, batches=tuple(p["cpu_batches"]),
                                 contexts=tuple(p["cpu_contexts"]), modes=("eager",), device="cpu", repeats=3,
-                                eager_repeats=3, time_limit_s=p["time_limit_s"], op_level=())
+                                eager_repeats=3, time_limit_s=p["time_limit_s"], op_level=(),
+                                fusion=p.get("fusion", "fused"))
 
 
 def shape_values(m: ma.ModelConfig, tp: int) -> dict:
@@ -211,13 +214,22 @@ def cpu_text(sweep: dict | None, rank_timing: list[dict] | None, batch: int) -> 
                            rank_ms=float(two["step"]) / 1e3, batch=batch, coll_ms=float(two["collectives"]) / 1e3)
 
 
+EAGER_TEXT = "eagerly, one sequence takes {ms:.0f} ms"
+EAGER_TEXT_NONE = "this measurement timed no eager step (the chapter's `eager` parameter was off)"
+
+
 def measurement_values(meas: mb.StepMeasurement, batch_max: int, context: int, long_context: int) -> dict:
     """The step at 1 and `batch_max` sequences (graphs; eager at 1), at the long context dense and sparse,
     the sweep's time, the kernels a step launches and the launch and copy figures measured beside it."""
     g1, gmax = step_ms(meas, 1, context), step_ms(meas, batch_max, context)
     sparse = meas.row(batch_max, long_context, "step", attention="sparse")
+    t = meas.timings
+    timed_eager = bool(((t["what"] == "step") & (t["mode"] == "eager") & (t["batch"] == 1)
+                        & (t["context"] == context)).any())
+    eager_1 = step_ms(meas, 1, context, "eager") if timed_eager else float("nan")
+    eager_text = (EAGER_TEXT.format(ms=eager_1) if timed_eager else EAGER_TEXT_NONE)
     return {"where": meas.where, "device": meas.device, "step_1": g1, "step_64": gmax, "tok_1": 1e3 / g1,
-            "tok_64": batch_max * 1e3 / gmax, "eager_1": step_ms(meas, 1, context, "eager"), "long_ctx": long_context,
+            "tok_64": batch_max * 1e3 / gmax, "eager_1": eager_1, "eager_text": eager_text, "long_ctx": long_context,
             "step_64_long": step_ms(meas, batch_max, long_context), "sparse_64_long": float(sparse["median_us"]) / 1e3,
             "sweep_s": float(meas.meta_value("sweep_s")),
             "kernels_step": int(meas.row(batch_max, context, "step")["kernels"]), "floor_us": meas.floor_us(),
@@ -240,6 +252,14 @@ def split_by_batch(meas: mb.StepMeasurement, context: int) -> pd.DataFrame:
     t = rows(meas.timings, f"{meas.where}: the step's timings", context=context, mode="graph", attention="dense")
     return t.pivot_table(index="batch", columns="what", values="median_us")[list(SPLIT)] / 1e3
 
+
+#: the split's takeaway, by the measurement's fusion path
+SPLIT_TAKEAWAY = {
+    "unfused": ("torch operators one by one issue many small kernels where a serving engine fuses them; the step's "
+                "weight-reading kernels are close to SGLang's, its small operators are not."),
+    "fused": ("fused as an engine fuses them, the small operators cost a few kernels a layer; what is left is "
+              "mostly the weight-reading kernels, the experts first."),
+}
 
 SHARE_KEYS = (("moe", "moe"), ("attention", "att"), ("indexer", "idx"), ("norms and small ops", "small"))
 
@@ -526,3 +546,146 @@ def has_overlap_pair(ps: mb.PrecisionStudy | None) -> bool:
         return False
     s = ps.timings[ps.timings["what"] == "step"]["overlap"].astype(bool)
     return bool(s.any() and (~s).any())
+
+
+# --------------------------------------------------------------------------------------------------
+# What fusion bought, kernels beside SGLang's op list, and the fused step against an engine on the same GPU
+
+#: the budget's op list for SGLang (helpers.model.budget, one kernel per op, assumed) by the step component
+#: that runs the same work; all-reduces and the logits all-gather are collectives (not run on one GPU)
+SGLANG_COMPONENT = {
+    **{o: "attention" for o in ("fused q_a + kv_a projection", "q_b projection", "absorbed k (bmm)", "rope",
+                                "kv-cache store", "attention", "absorbed v (bmm)", "o_proj")},
+    **{o: "norms and small ops" for o in ("input rmsnorm", "q_a rmsnorm", "kv_a rmsnorm", "residual add + rmsnorm",
+                                          "embedding", "final rmsnorm", "sampling")},
+    **{o: "indexer" for o in bd.INDEXER_OPS},
+    **{o: "shared/dense MLP" for o in ("gate_up", "activation", "down", "shared gate_up", "shared activation",
+                                       "shared down")},
+    **{o: "moe" for o in ("router", "top-k select", "quantize input", "permute", "grouped gemm 1",
+                          "activation + quantize", "grouped gemm 2", "unpermute + reduce", "add shared")},
+    "lm_head": "lm_head",
+    **{o: "collectives" for o in ("all-reduce", "embedding all-reduce", "logits all-gather")},
+}
+
+
+def sglang_kernels(m: ma.ModelConfig) -> pd.Series:
+    """Kernels per decode step by step component from the budget's op lists for SGLang (assumed: one kernel per
+    listed op; bd.kernel_table's layer counts). An op the map does not place is an error naming it."""
+    parts = [(bd.ATTENTION_OPS, m.layers), (bd.INDEXER_OPS if m.has_indexer else (), m.layers),
+             (bd.DENSE_MLP_OPS, m.dense_layers), (bd.MOE_OPS, m.moe_layers), (bd.HEAD_OPS, 1)]
+    out: dict[str, int] = {}
+    for ops, n in parts:
+        for o in ops:
+            if o not in SGLANG_COMPONENT:
+                raise mb.MeasuredBudgetError(f"the budget's op '{o}' has no step component in "
+                                             f"stepreport.SGLANG_COMPONENT; add it")
+            out[SGLANG_COMPONENT[o]] = out.get(SGLANG_COMPONENT[o], 0) + n
+    s = pd.Series(out)
+    if int(s.sum()) != bd.kernels_per_step(m):
+        raise mb.MeasuredBudgetError(f"the op map counts {int(s.sum())} kernels, the budget {bd.kernels_per_step(m)}")
+    return s
+
+
+FUSION_COLUMNS = ["precision", "batch", "mode", "unfused_ms", "fused_ms", "speedup", "unfused_kernels",
+                  "fused_kernels"]
+
+
+def fusion_table(fs: mb.FusionStudy, context: int) -> pd.DataFrame:
+    """The whole step fused against unfused, per precision, batch and mode, where the study timed both
+    (measured, dense attention): times, the unfused over the fused time, kernels per step (graph nodes;
+    none eagerly)."""
+    rows_ = []
+    t = fs.timings
+    s = t[(t["what"] == "step") & (t["context"] == context) & (t["attention"] == "dense")]
+    for (prec, b, mode), _ in s.groupby(["dtype", "batch", "mode"]):
+        fu, un = fs.step(prec, "fused", int(b), context, mode=mode), fs.step(prec, "unfused", int(b), context, mode=mode)
+        if fu is None or un is None:
+            continue
+        rows_.append({"precision": prec, "batch": int(b), "mode": mode, "unfused_ms": float(un["median_us"]) / 1e3,
+                      "fused_ms": float(fu["median_us"]) / 1e3,
+                      "speedup": float(un["median_us"]) / float(fu["median_us"]),
+                      "unfused_kernels": un["kernels"], "fused_kernels": fu["kernels"]})
+    if not rows_:
+        raise mb.MeasuredBudgetError(f"{fs.where}: no point timed both fused and unfused at context {context}")
+    return pd.DataFrame(rows_).sort_values(["precision", "mode", "batch"]).reset_index(drop=True)[FUSION_COLUMNS]
+
+
+def fusion_values(tab: pd.DataFrame, fs: mb.FusionStudy, batch_max: int) -> dict:
+    """The numbers the fusion paragraph cites (bf16 and FP8, graphs, at 1 and `batch_max`), the study's
+    compile time, and FP8 against bf16 in the fused step."""
+    g = rows(tab, "the fusion table", mode="graph")
+    pick = lambda prec, b, col: float(one(g, "the fusion table", precision=prec, batch=b)[col])  # noqa: E731
+    out = {"fusion_where": fs.where, "fusion_device": fs.device}
+    for prec in ("bf16", "fp8"):
+        for b, key in ((1, "1"), (batch_max, "64")):
+            out.update({f"fus_{prec}_{key}": pick(prec, b, "fused_ms"), f"unf_{prec}_{key}": pick(prec, b, "unfused_ms"),
+                        f"fus_x_{prec}_{key}": pick(prec, b, "speedup")})
+        out[f"k_fus_{prec}_1"] = int(pick(prec, 1, "fused_kernels"))
+        out[f"k_unf_{prec}_1"] = int(pick(prec, 1, "unfused_kernels"))
+        m = fs.sweep_meta(prec, "fused")
+        out[f"compile_s_{prec}"] = float(m.get("compile_s", float("nan")))
+    out["fp8_vs_bf16_1"] = out["fus_fp8_1"] / out["fus_bf16_1"]
+    out["fp8_vs_bf16_64"] = out["fus_fp8_64"] / out["fus_bf16_64"]
+    out["fus_bmax"] = int(batch_max)
+    out["eager_in_study"] = "and eagerly" if (tab["mode"] == "eager").any() else "(this study timed no eager steps)"
+    return out
+
+
+KERNEL_COLUMNS = ["component", "fused", "unfused", "sglang_op_list"]
+
+
+def kernel_compare(fs: mb.FusionStudy, unfused: mb.StepMeasurement, m: ma.ModelConfig, context: int,
+                   batch: int = 1, precision: str = "bf16") -> pd.DataFrame:
+    """Kernels per step by component at `batch`: the fused step's and the unfused one's (measured: kernel nodes
+    of each component's own captured graph; the unfused from the fusion study where it timed components, else
+    from `unfused`), beside the budget's op list for SGLang (assumed, sglang_kernels), and the whole step."""
+    sg = sglang_kernels(m)
+    rows_ = []
+    for c in SPLIT + ("step",):
+        fu = fs.step(precision, "fused", batch, context, c)
+        un = fs.step(precision, "unfused", batch, context, c)
+        if un is None:
+            un = unfused.row(batch, context, c)
+        rows_.append({"component": c, "fused": fu["kernels"] if fu is not None else np.nan, "unfused": un["kernels"],
+                      "sglang_op_list": int(sg.sum() - sg.get("collectives", 0)) if c == "step" else int(sg.get(c, 0))})
+    rows_.append({"component": "collectives (not on one GPU)", "fused": np.nan, "unfused": np.nan,
+                  "sglang_op_list": int(sg.get("collectives", 0))})
+    return pd.DataFrame(rows_)[KERNEL_COLUMNS]
+
+
+def engine_table(fs: mb.FusionStudy, m: ma.ModelConfig, context: int, batches) -> pd.DataFrame:
+    """The fused step's components and whole step against the engine composite on the same GPU class
+    (measured.engine_fidelity), bf16 and FP8, at each of `batches`."""
+    out = []
+    for prec in ("bf16", "fp8"):
+        floor = float(fs.sweep_meta(prec, "fused")["graph_us_per_kernel"])
+        for b in batches:
+            out.append(mb.engine_fidelity(fs.timings, m, int(b), context, prec, floor, "fused", fs.where))
+    return pd.concat(out, ignore_index=True)
+
+
+def engine_values(tab: pd.DataFrame, batch_max: int, tol: float = mb.FIDELITY_TOLERANCE) -> dict:
+    """The whole step's ratio to the engine per precision at 1 and `batch_max`, and the components outside
+    `tol` (named with their ratio), as the page says them."""
+    out = {"engine_tol": tol}
+    for prec in ("bf16", "fp8"):
+        for b, key in ((1, "1"), (batch_max, "64")):
+            out[f"eng_{prec}_{key}"] = float(one(tab, "the engine table", precision=prec, batch=b,
+                                                 component="step")["ratio"])
+    comp = tab[tab["component"] != "step"]
+    bad = comp[comp["ratio"] > tol]
+    out["engine_outside"] = ("none" if not len(bad) else
+                             "; ".join(f"{r.component} ({r.precision}, batch {r.batch}: {r.ratio:.2f}x)"
+                                       for r in bad.itertuples()))
+    out["engine_worst"] = float(comp["ratio"].max())
+    return out
+
+
+def kernel_values(tab: pd.DataFrame) -> dict:
+    """The kernel comparison's whole-step figures: the op list's kernels on one GPU and its collectives, the
+    fused step's kernels over the op list's, and the share of the unfused step's kernels fusion removed."""
+    st = one(tab, "the kernel comparison", component="step")
+    coll = one(tab, "the kernel comparison", component="collectives (not on one GPU)")
+    return {"k_sglang": int(st["sglang_op_list"]), "k_sglang_coll": int(coll["sglang_op_list"]),
+            "k_vs_sglang": float(st["fused"]) / float(st["sglang_op_list"]),
+            "k_removed_pct": 100 * (1 - float(st["fused"]) / float(st["unfused"]))}
