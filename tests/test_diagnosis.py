@@ -96,14 +96,14 @@ def test_measured_compute_picks_every_budget_by_its_id(rec):
 
 
 def test_a_removed_observation_fails_naming_it(meas, monkeypatch):
+    """Before any section computes: the verdict checks every observation when the diagnosis is built."""
+    from helpers.model import verdict as vd
+
     real = bd.primary_observations
     monkeypatch.setattr(bd, "primary_observations",
                         lambda: real().query("not (system == @dg.BARE and concurrency == 64)"))
-    d = dg.Diagnosis.build("glm5", 0.25, meas, live=False)
-    with pytest.raises(FindingError, match=r"system='bare metal \(reference\)', concurrency=64"):
-        dg.check(d)
-    with pytest.raises(FindingError, match=r"concurrency=64"):
-        d.observed(dg.BARE, 64)
+    with pytest.raises(vd.VerdictInputError, match=r"'bare metal \(reference\)' at concurrency 64"):
+        dg.Diagnosis.build("glm5", 0.25, meas, live=False)
 
 
 def test_a_renamed_scenario_fails_naming_it(rec):
