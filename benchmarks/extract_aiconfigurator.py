@@ -11,8 +11,19 @@ aiconfigurator-core (PyPI, Apache-2.0) ships per-operation kernel times measured
 Only GLM-5's per-rank shapes at tensor parallelism 8 (and the grid points around them, for
 interpolation) are kept. Latencies are converted from the tables' milliseconds to microseconds.
 
-It also runs aiconfigurator's own estimator for the deployment (GLM-5-NVFP4, SGLang 0.5.14, TP8) at the
-recorded workload and records what it returns, or the error it raises.
+Units of the collective tables: aiconfigurator keys `message_size` on ELEMENTS, not bytes. Its NCCL
+collector (collector/network/collect_nccl.py) runs nccl-tests at a size in bytes and stores
+`size // bytes_per_element`; its engine (NcclOp / CustomAllReduceOp) looks a collective up at
+tokens x elements per token (models pass `hidden`). The extracted column is therefore `message_elements`,
+with its `dtype`; the book converts it to bytes once, where it loads the table (helpers.model.kernels).
+
+It also runs aiconfigurator's own engine:
+- the estimator for the deployment (GLM-5-NVFP4, SGLang 0.5.14, TP8) at the recorded workload: the stock
+  model (which fails on this system: no DSA attention tables), GLM-5's configuration under the DeepSeek-V3
+  graph, and GLM-5's own graph (aiconfigurator's DeepSeekV32Model) with only its attention module replaced
+  by dense MLA decode ops from the same system's tables (`aic_estimate.csv`);
+- single collectives at the queries the book pins its own lookup to (`aic_engine_comm.csv`): 8 GPUs,
+  NCCL, half precision, 1 and 64 tokens of hidden 6144 (all-reduce) and of the vocabulary (all-gather).
 
 Run it in a scratch environment that has the wheel and pyarrow (not project dependencies):
 
@@ -20,11 +31,14 @@ Run it in a scratch environment that has the wheel and pyarrow (not project depe
     python -m venv /tmp/aicvenv && /tmp/aicvenv/bin/pip install /tmp/aic/aiconfigurator_core-0.12.0-*.whl
     /tmp/aicvenv/bin/python benchmarks/extract_aiconfigurator.py --out data/reference
 
+`--only aic_engine_comm.csv` (any of the output names, repeatable) writes only those files; the book's test
+tests/test_kernels.py runs it that way to ask the engine live where an interpreter with the package is at hand.
 It imports nothing from this repository (the scratch environment need not have it installed).
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import shutil
 import sys
@@ -162,22 +176,29 @@ def attention_rows(root: Path, system: str) -> pd.DataFrame:
                                   "context"])
 
 
+#: the note each collective row carries: what its message_elements column counts
+ELEMENTS_NOTE = "; message_size is in elements of dtype (collector: bytes // bytes per element)"
+
+
 def comm_rows(root: Path, system: str) -> pd.DataFrame:
+    """The NCCL all-reduce / all-gather (half) and SGLang custom all-reduce rows. `message_elements` is the
+    tables' `message_size`, unchanged: a count of elements of `dtype` (see the module docstring)."""
     frames = []
     for p in sorted((root / system / "comm" / "nccl").glob("*/nccl_perf.parquet")):
         d = pd.read_parquet(p)
         d = d[(d["nccl_dtype"] == "half") & d["op_name"].isin(["all_reduce", "all_gather"])]
         frames.append(pd.DataFrame({
             "library": f"nccl {p.parent.name}", "kernel_source": d["kernel_source"], "op": d["op_name"],
-            "dtype": d["nccl_dtype"], "num_gpus": d["num_gpus"], "message_bytes": d["message_size"],
-            "latency_us": d["latency"] * 1e3, "note": str(p.relative_to(root))}))
+            "dtype": d["nccl_dtype"], "num_gpus": d["num_gpus"], "message_elements": d["message_size"],
+            "latency_us": d["latency"] * 1e3, "note": str(p.relative_to(root)) + ELEMENTS_NOTE}))
     p = root / system / "comm" / FRAMEWORK / VERSION / "custom_allreduce_perf.parquet"
     if p.exists():
         d = pd.read_parquet(p)
         frames.append(pd.DataFrame({
             "library": f"{FRAMEWORK} {VERSION} custom all-reduce", "kernel_source": d["kernel_source"],
             "op": d["op_name"], "dtype": d["allreduce_dtype"], "num_gpus": d["num_gpus"],
-            "message_bytes": d["message_size"], "latency_us": d["latency"] * 1e3, "note": str(p.relative_to(root))}))
+            "message_elements": d["message_size"], "latency_us": d["latency"] * 1e3,
+            "note": str(p.relative_to(root)) + ELEMENTS_NOTE}))
     out = pd.concat(frames, ignore_index=True)
     out.insert(0, "system", SYSTEMS[system])
     out["source"] = SOURCE
@@ -185,9 +206,9 @@ def comm_rows(root: Path, system: str) -> pd.DataFrame:
     newest = max((str(v) for v in out.loc[out.library.str.startswith("nccl"), "library"]),
                  key=lambda s: tuple(int(x) for x in s.split()[1].split(".")))
     out = out[(out.library == newest) | ~out.library.str.startswith("nccl")]
-    out = out[["system", "library", "kernel_source", "op", "dtype", "num_gpus", "message_bytes", "latency_us",
+    out = out[["system", "library", "kernel_source", "op", "dtype", "num_gpus", "message_elements", "latency_us",
                "source", "note"]]
-    return out.sort_values(["system", "library", "kernel_source", "op", "num_gpus", "message_bytes"])
+    return out.sort_values(["system", "library", "kernel_source", "op", "num_gpus", "message_elements"])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -197,7 +218,10 @@ ESTIMATE_BATCHES = (1, 64)
 ISL, OSL = 256, 256  # the recorded sweep_256_256 workload
 
 
-def _estimate(model_path: str, system: str, **kw) -> list[dict]:
+def _estimate(model_path: str, system: str, per_op: str = "static", **kw) -> list[dict]:
+    """decode_step_latency at each batch, and the generation ops' shares: of run_static_per_op's generation
+    phase (`per_op="static"`, summed over the OSL steps) or of decode_step_per_op (`"step"`, the mean step:
+    needs no context-phase tables)."""
     from aiconfigurator_core.sdk.engine import EngineHandle
 
     rows = []
@@ -206,12 +230,78 @@ def _estimate(model_path: str, system: str, **kw) -> list[dict]:
     for b in ESTIMATE_BATCHES:
         ms = h.decode_step_latency(b, ISL, OSL)
         rows.append({"batch": b, "quantity": "decode_step", "value": ms * 1e3, "unit": "us"})
-        _, gen = h.run_static_per_op(batch_size=b, isl=ISL, osl=OSL)
+        if per_op == "static":
+            _, gen = h.run_static_per_op(batch_size=b, isl=ISL, osl=OSL)
+        else:
+            gen = h.decode_step_per_op(b, ISL, OSL)
         total = sum(v[1] for v in gen)
-        for name, lat_ms, _energy, how in gen:   # generation ops summed over the OSL steps: keep shares
+        for name, lat_ms, _energy, how in gen:   # keep shares
             rows.append({"batch": b, "quantity": f"share of generation: {name} ({how})",
                          "value": lat_ms / total if total else float("nan"), "unit": "fraction"})
     return rows
+
+
+# GLM-5's own graph with only the attention module swapped. aiconfigurator models GLM-5 with DeepSeekV32Model,
+# whose decode attention is one GenerationDSAModule op priced from dsa_generation_module_perf.parquet; the
+# rtx_pro_6000_server tables have no such rows (SGLang 0.5.14's DSA sub-backend raises on SM120), and SGLang
+# runs GLM-5's attention densely there. The stand-in is aiconfigurator's own granular MLA decode ops (the ones
+# its DeepSeekModel uses) at GLM-5's widths, true local head count (64 heads / TP8 = 8), bf16 projections
+# (the checkpoint excludes self_attn from NVFP4) and bf16 KV cache (the only MLA rows this system has).
+GLM5_ATTENTION = {  # (op, n, k) of the GEMMs; heads per rank for the MLA ops
+    "qkv_a": (2048 + 512 + 64, HIDDEN), "q_b": (HEADS_PER_RANK * 256, 2048), "o_proj": (HIDDEN, HEADS_PER_RANK * 256),
+    "indexer wq_b": (32 * 128, 2048), "indexer wk": (128, HIDDEN), "indexer weights_proj": (32, HIDDEN)}
+GLM5_SUBSTITUTIONS = {
+    "GLM-5 graph, DSA attention -> dense MLA, bf16 KV cache": False,
+    "GLM-5 graph, DSA attention -> dense MLA + indexer GEMMs, bf16 KV cache": True,
+}
+
+
+def _glm5_dense_attention(model, indexer: bool) -> list:
+    from aiconfigurator_core.sdk import common
+    from aiconfigurator_core.sdk import operations as ops
+
+    L = model._num_layers * model._mtp_scale_factor
+    bf = common.GEMMQuantMode.bfloat16
+    heads = model._num_heads // model.config.tp_size
+    if heads != HEADS_PER_RANK or model._hidden_size != HIDDEN:
+        raise ValueError(f"aiconfigurator's GLM-5 model has {heads} heads per rank and hidden "
+                         f"{model._hidden_size}; the stand-in is sized for {HEADS_PER_RANK} and {HIDDEN}")
+    g = GLM5_ATTENTION
+    out = [ops.GEMM("generation_qkv_a_proj_gemm", L, *g["qkv_a"], bf),
+           ops.GEMM("generation_q_b_proj_gemm", L, *g["q_b"], bf),
+           ops.MLABmm("generation_bmm_pre", L, heads, bf, if_pre=True),
+           ops.GenerationMLA("generation_attention_mla", L, heads, model.config.kvcache_quant_mode),
+           ops.MLABmm("generation_bmm_post", L, heads, bf, if_pre=False),
+           ops.GEMM("generation_proj_gemm", L, *g["o_proj"], bf)]
+    if indexer:
+        out += [ops.GEMM(f"generation_{name.replace(' ', '_')}_gemm", L, *g[name], bf)
+                for name in ("indexer wq_b", "indexer wk", "indexer weights_proj")]
+    return out
+
+
+def _glm5_graph_estimate(indexer: bool) -> list[dict]:
+    """_estimate on aiconfigurator's own GLM-5 model with generation_attention replaced (see above)."""
+    import aiconfigurator_core.sdk.engine as engine
+
+    stock = engine.get_model
+
+    def swapped(model_path, model_config, backend):
+        model = stock(model_path, model_config, backend)
+        names = [op._name for op in model.generation_ops]
+        if names.count("generation_attention") != 1:
+            raise ValueError(f"aiconfigurator's GLM-5 generation ops are {names}: expected one generation_attention")
+        i = names.index("generation_attention")
+        if type(model.generation_ops[i]).__name__ != "GenerationDSAModule":
+            raise ValueError(f"generation_attention is {type(model.generation_ops[i]).__name__}, not GenerationDSAModule")
+        model.generation_ops[i:i + 1] = _glm5_dense_attention(model, indexer)
+        return model
+
+    engine.get_model = swapped
+    try:
+        return _estimate("nvidia/GLM-5-NVFP4", "rtx_pro_6000_server", per_op="step", kvcache_quant_mode="bfloat16",
+                         fmha_quant_mode="bfloat16")
+    finally:
+        engine.get_model = stock
 
 
 def _error_text(e: BaseException, site: Path) -> str:
@@ -258,9 +348,81 @@ def estimate_rows(site: Path) -> pd.DataFrame:
                      "note": _error_text(e, site)})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    # 3. GLM-5's own graph, only the attention module swapped for dense MLA decode (see GLM5_ATTENTION)
+    for sub, indexer in GLM5_SUBSTITUTIONS.items():
+        g = GLM5_ATTENTION
+        desc = (f"aiconfigurator's own GLM-5 model (DeepSeekV32Model: 78 layers, its MoE, shared expert, router, "
+                f"norms, embedding, logits and TP all-reduces as it builds them) with generation_attention "
+                f"(GenerationDSAModule, no rows for this system) replaced by its granular MLA decode ops at GLM-5's "
+                f"widths: bf16 GEMMs qkv_a {g['qkv_a'][0]}x{g['qkv_a'][1]}, q_b {g['q_b'][0]}x{g['q_b'][1]}, "
+                f"o_proj {g['o_proj'][0]}x{g['o_proj'][1]}; mla_gen_pre/post bmm and generation MLA at "
+                f"{HEADS_PER_RANK} heads per rank, bf16 KV cache"
+                + ("; plus the indexer's bf16 GEMMs wq_b 4096x2048, wk 128x6144, weights_proj 32x6144 (its scores and "
+                   "top-k kernels are not in any table)" if indexer else "; no indexer"))
+        try:
+            for r in _glm5_graph_estimate(indexer):
+                note = (f"decode_step_latency(batch, isl, osl), the mean generation step; {desc}"
+                        if r["quantity"] == "decode_step" else "decode_step_per_op, share of the mean step")
+                rows.append({**common, "model": "nvidia/GLM-5-NVFP4", "substitution": sub, "status": "ok", **r,
+                             "note": note})
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc()
+            for b in ESTIMATE_BATCHES:
+                rows.append({**common, "model": "nvidia/GLM-5-NVFP4", "substitution": sub, "status": "failed",
+                             "batch": b, "quantity": "decode_step", "value": pd.NA, "unit": "us",
+                             "note": _error_text(e, site)})
     cols = ["system", "model", "substitution", "status", "tp", "batch", "isl", "osl", "quantity", "value", "unit",
             "source", "note"]
     return pd.DataFrame(rows)[cols]
+
+
+# --------------------------------------------------------------------------------------------------
+# aiconfigurator's engine on single collectives: what the book's own lookup is pinned to
+
+ENGINE_COMM_TOKENS = (1, 64)
+VOCAB = 154880
+ENGINE_COMM = (  # (op, elements per token, what): the book's decode collectives
+    ("all_reduce", HIDDEN, "TP all-reduce of hidden 6144"),
+    ("all_gather", VOCAB, "logits all-gather, the whole vocabulary per token"),
+)
+
+
+def engine_comm_rows() -> pd.DataFrame:
+    """aiconfigurator's engine asked for one NCCL collective over 8 GPUs in half precision on
+    rtx_pro_6000_server, the way its models ask (NCCL op with num_elements_per_token, evaluated for
+    `tokens` tokens), and SGLang's custom all-reduce for the same all-reduce."""
+    import aiconfigurator_core
+    from aiconfigurator_core.sdk import common, perf_database
+    from aiconfigurator_core.sdk.engine import _evaluate_single_op
+    from aiconfigurator_core.sdk.operations.communication import NCCL, CustomAllReduce
+
+    system = "rtx_pro_6000_server"
+    db = perf_database.get_database(system, FRAMEWORK, VERSION)
+    version = getattr(aiconfigurator_core, "__version__", None) or _dist_version()
+    today = datetime.date.today().isoformat()
+    rows = []
+    for tokens in ENGINE_COMM_TOKENS:
+        asks = [(op, per_tok, what, "NCCL", NCCL("q", 1, op, per_tok, TP, common.CommQuantMode.half),
+                 f"NCCL('q', 1, '{op}', {per_tok}, {TP}, CommQuantMode.half)") for op, per_tok, what in ENGINE_COMM]
+        asks.append(("all_reduce", HIDDEN, "TP all-reduce of hidden 6144", "SGLang custom all-reduce",
+                     CustomAllReduce("q", 1, HIDDEN, TP), f"CustomAllReduce('q', 1, {HIDDEN}, {TP})"))
+        for op, per_tok, what, lib, ask, text in asks:
+            r = _evaluate_single_op(db, ask, is_context=False, batch_size=tokens, s=1)
+            rows.append({"system": SYSTEMS[system], "framework": f"{FRAMEWORK} {VERSION}", "library": lib, "op": op,
+                         "dtype": "half", "num_gpus": TP, "tokens": tokens, "elements_per_token": per_tok,
+                         "message_elements": tokens * per_tok, "latency_us": float(r) * 1e3,
+                         "engine_source": str(getattr(r, "source", "")),
+                         "query": f"_evaluate_single_op(get_database('{system}', '{FRAMEWORK}', '{VERSION}'), {text}, "
+                                  f"is_context=False, batch_size={tokens}, s=1)",
+                         "engine_version": f"aiconfigurator-core {version}", "date": today, "source": SOURCE,
+                         "note": what})
+    return pd.DataFrame(rows)
+
+
+def _dist_version() -> str:
+    from importlib.metadata import version
+
+    return version("aiconfigurator-core")
 
 
 def main(argv=None) -> int:
@@ -268,25 +430,35 @@ def main(argv=None) -> int:
     ap.add_argument("--site", type=Path, default=None,
                     help="folder holding aiconfigurator_core/ (default: the installed package's parent)")
     ap.add_argument("--out", type=Path, default=Path("data/reference"), help="output folder")
-    ap.add_argument("--no-estimate", action="store_true", help="skip running aiconfigurator's estimator")
+    ap.add_argument("--no-estimate", action="store_true",
+                    help="skip running aiconfigurator's engine (aic_estimate.csv, aic_engine_comm.csv)")
+    ap.add_argument("--only", action="append", choices=OUTPUTS, default=None,
+                    help="write only this output (repeatable; default: all)")
     a = ap.parse_args(argv)
     if a.site is None:
         import aiconfigurator_core
         a.site = Path(aiconfigurator_core.__file__).parent.parent
     root = data_root(a.site)
     a.out.mkdir(parents=True, exist_ok=True)
-    tables = {
-        "aic_gemm.csv": pd.concat([gemm_rows(root, s) for s in SYSTEMS]),
-        "aic_moe.csv": pd.concat([moe_rows(root, s) for s in SYSTEMS]),
-        "aic_attention.csv": pd.concat([attention_rows(root, s) for s in SYSTEMS]),
-        "aic_comm.csv": pd.concat([comm_rows(root, s) for s in SYSTEMS]),
+    makers = {
+        "aic_gemm.csv": lambda: pd.concat([gemm_rows(root, s) for s in SYSTEMS]),
+        "aic_moe.csv": lambda: pd.concat([moe_rows(root, s) for s in SYSTEMS]),
+        "aic_attention.csv": lambda: pd.concat([attention_rows(root, s) for s in SYSTEMS]),
+        "aic_comm.csv": lambda: pd.concat([comm_rows(root, s) for s in SYSTEMS]),
+        "aic_estimate.csv": lambda: estimate_rows(a.site),
+        "aic_engine_comm.csv": engine_comm_rows,
     }
-    if not a.no_estimate:
-        tables["aic_estimate.csv"] = estimate_rows(a.site)
-    for name, df in tables.items():
+    wanted = a.only or [n for n in OUTPUTS if not (a.no_estimate and n in ENGINE_OUTPUTS)]
+    for name in wanted:
+        df = makers[name]()
         df.to_csv(a.out / name, index=False, float_format="%.6g")
         print(f"{a.out / name}: {len(df)} rows")
     return 0
+
+
+OUTPUTS = ("aic_gemm.csv", "aic_moe.csv", "aic_attention.csv", "aic_comm.csv", "aic_estimate.csv",
+           "aic_engine_comm.csv")
+ENGINE_OUTPUTS = ("aic_estimate.csv", "aic_engine_comm.csv")
 
 
 if __name__ == "__main__":

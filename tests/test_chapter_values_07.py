@@ -68,7 +68,13 @@ def test_the_diagnosis_cites_the_recorded_observations_and_says_it_read_nothing(
     b = recorded.load("reference/baremetal.csv")
     cut = b[(b.metric == "output_throughput") & b.system.str.contains("cutlass")]
     assert float(g["c_obs_bm_64"]) == float(cut[cut.concurrency == 64].value.iloc[0])
-    assert g["n_coll"] == g["n_coll_vm"] == str(arith.collectives_per_step(arith.load_model("glm5")))
+    m = arith.load_model("glm5")
+    assert g["n_coll"] == str(arith.collectives_per_step(m))
+    assert g["n_ar"] == str(sum(c.per_step for c in arith.collective_schedule(m) if c.kind == "all_reduce"))
+    assert float(g["bmb_obs_1"]) == float(cut[cut.concurrency == 1].value.iloc[0])
+    assert float(g["vm_obs_1"]) == serving_value("sweep_256_256", 1)
+    assert float(g["bmb_lo_1"]) <= float(g["bmb_pt_1"]) <= float(g["bmb_hi_1"])
+    assert g["conclusion_case"] in ("unsettled", "settled_low", "settled_high")
     assert g["run_text"] == "In recorded mode this chapter ignores the run's own measurements."
     assert g["step_source_text"].startswith("In recorded mode the chapter reads nothing from the run")
     assert f"data/measured/{recorded.study('decode-step').id}" in g["step_source_text"]

@@ -73,14 +73,13 @@ def test_glued_values_come_from_data(rec):
     c = dg.check(rec).values
     assert c["c_obs_vm_1"] == prim[("original VM", 1)] and c["c_obs_bm_64"] == prim[("bare metal (reference)", 64)]
     assert c["goal_text"] == dg.goal_text(False, False) and c["n_ok"] == 0
-    g = dg.vm_gap(rec).values
-    assert math.isclose(g["gap_left_for_collectives_ms_1"], g["gap_observed_step_ms_1"] - g["gap_compute_ms_1"])
-    assert g["host_pr_ring"] == 7 * g["host_pr_us"] and g["n_coll_vm"] == ma.collectives_per_step(m)
-    w = dg.what_if(rec)
-    assert w.values["wi_4gpu_GiB"] == ma.weights_per_gpu(m, 4) / ma.GiB
-    assert not w.tables["what_if"].set_index("scenario").loc[bd.TP4_SCENARIO, "weights fit on 96 GB"]
-    top = dg.next_steps(rec).values
-    assert top["top_step"] == "Ask for bare-metal access" and "NCCL tuning" in top["unpriced"]
+    a = dg.attribution(rec).values
+    assert math.isclose(a["loss_1"], 1e3 / prim[("original VM", 1)] - 1e3 / prim[("bare metal (reference)", 1)])
+    assert math.isclose(a["left_1"], a["step_obs_1"] - rec.verdict.residuals().set_index("batch").loc[1].iloc[2])
+    r = dg.remedies(rec)
+    assert r.values["top_remedy"].startswith("GPUDirect clique") and "MTP" in r.values["unpriced_remedies"]
+    assert not dg.fits_on_gpus(rec)[bd.TP4_SCENARIO]
+    assert "Fewer GPUs" in r.values["unpriced_remedies"]
 
 
 def test_measured_compute_picks_every_budget_by_its_id(rec):
@@ -97,31 +96,31 @@ def test_measured_compute_picks_every_budget_by_its_id(rec):
 
 
 def test_a_removed_observation_fails_naming_it(meas, monkeypatch):
+    """Before any section computes: the verdict checks every observation when the diagnosis is built."""
+    from helpers.model import verdict as vd
+
     real = bd.primary_observations
     monkeypatch.setattr(bd, "primary_observations",
                         lambda: real().query("not (system == @dg.BARE and concurrency == 64)"))
-    d = dg.Diagnosis.build("glm5", 0.25, meas, live=False)
-    with pytest.raises(FindingError, match=r"system='bare metal \(reference\)', concurrency=64"):
-        dg.check(d)
-    with pytest.raises(FindingError, match=r"concurrency=64"):
-        d.observed(dg.BARE, 64)
+    with pytest.raises(vd.VerdictInputError, match=r"'bare metal \(reference\)' at concurrency 64"):
+        dg.Diagnosis.build("glm5", 0.25, meas, live=False)
 
 
 def test_a_renamed_scenario_fails_naming_it(rec):
     pred = rec.pred.replace({"scenario": {bd.VM_SCENARIO: "VM (renamed)"}})
     with pytest.raises(FindingError, match=r"scenario='VM as deployed \(TP8, graphs on\)'.*VM \(renamed\)"):
         dg.baseline(replace(rec, pred=pred))
-    pred = rec.pred.replace({"scenario": {bd.PP_SCENARIO: "TP4 x PP2"}})
-    with pytest.raises(FindingError, match=r"\['TP4 x PP2'\].*'what-if: TP4\+PP2 \(VM\)'"):
-        dg.what_if(replace(rec, pred=pred))
 
 
-def test_a_renamed_host_allreduce_variant_fails_naming_it(rec, monkeypatch):
-    real = mb.host_allreduce
-    monkeypatch.setattr(mb, "host_allreduce",
-                        lambda size: real(size).replace({"variant": {dg.HOST_2GPU: "host staging"}}))
-    with pytest.raises(FindingError, match="variant='host memory'.*host staging"):
-        dg.vm_gap(rec)
+def test_a_renamed_host_allreduce_variant_fails_naming_it(monkeypatch):
+    from helpers.book import recorded
+    from helpers.model import verdict as vd
+
+    real = recorded.load
+    monkeypatch.setattr(recorded, "load", lambda name: real(name).replace({"variant": {vd.PAIR_PR: "host staging"}})
+                        if name == "reference/host_allreduce.csv" else real(name))
+    with pytest.raises(vd.VerdictInputError, match="variant 'host memory'.*host staging"):
+        vd.pair_scenarios()
 
 
 def test_a_renamed_budget_id_fails_naming_it(rec):

@@ -48,10 +48,17 @@ def test_lookups_name_what_is_missing():
 
 def test_aiconfigurator_estimate_is_read_as_recorded():
     est, status, note = kt.estimate_step_us(1)
-    assert est and status.startswith("substitution")
+    assert est and status == f"substitution: {kt.DSV3_GRAPH}"
     e = kt.estimate()
     stock = e[(e.substitution == "none")]
     assert (stock.status == "failed").all() and stock.note.str.contains("DSA").all()
+    # both substitutions that ran are there, at both batches
+    for sub in (kt.DSV3_GRAPH, kt.GLM5_GRAPH):
+        d = e[(e.substitution == sub) & (e.quantity == "decode_step")]
+        assert set(d.batch) == {1, 64} and (d.status == "ok").all()
+    sh = mb.aic_shares(1, kt.GLM5_GRAPH)
+    assert "generation_attention_mla (silicon)" in set(sh.op)
+    assert math.isclose(sh.ms.sum(), kt.estimate_step_us(1, kt.GLM5_GRAPH)[0] / 1e3)
 
 
 def test_kernel_terms_cover_the_step_and_label_every_figure(glm5, meas):
@@ -103,20 +110,16 @@ def test_budgets_table_and_goal_are_computed_not_typed(glm5, meas):
     assert set(g.index) == {1, 64}
     for c in (1, 64):
         assert math.isclose(g.loc[c, "predicted_ms"], float(terms[c].us_step.sum()) / 1e3)
+    # aiconfigurator on both graphs, at both concurrencies, priced from the file
+    for c in (1, 64):
+        for bid, sub in mb.AIC_BUDGETS.items():
+            r = mb.pick_budget(t, "bare metal (reference)", c, bid)
+            assert math.isclose(r.step_ms, kt.estimate_step_us(c, sub)[0] / 1e3)
     with pytest.raises(mb.MeasuredBudgetError, match="'no such budget' is not one of"):
         mb.pick_budget(t, "bare metal (reference)", 1, "no such budget")
     with pytest.raises(mb.MeasuredBudgetError, match="0 rows for 'bare metal \\(reference\\)' at concurrency 1 with "
                                                      "budget_id 'aiconfigurator'"):
         mb.pick_budget(t[t.budget_id != "aiconfigurator"], "bare metal (reference)", 1, "aiconfigurator")
-
-
-def test_vm_gap_is_the_observed_step_minus_measured_compute(glm5, meas):
-    g = mb.vm_gap(glm5, meas, 384).set_index("concurrency")
-    for c, r in g.iterrows():
-        assert math.isclose(r.left_for_collectives_ms, r.observed_step_ms - r.compute_ms)
-        assert math.isclose(r.per_collective_us * r.collectives / 1e3, r.left_for_collectives_ms)
-    h = mb.host_allreduce(12288)
-    assert set(h.kind) == {"measured", "reference"}
 
 
 def test_step_report_picks_name_missing_rows(meas):

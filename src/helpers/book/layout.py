@@ -113,10 +113,26 @@ RESULTS: dict[tuple[str, str], Result] = {
         Result("07_diagnosis", "goal", "goal.csv", "the goal per concurrency and the two largest terms"),
         Result("07_diagnosis", "projection_check", "projection_check.csv",
                "the projection per operation against aiconfigurator's kernels on the recorded GPU"),
-        Result("07_diagnosis", "vm_gap", "vm_gap.csv", "the VM's step time left for its collectives"),
-        Result("07_diagnosis", "what_if", "what_if.csv", "the what-if scenarios at batch 1 and 64"),
-        Result("07_diagnosis", "next_steps_ranked", "next_steps_ranked.csv",
-               "the investigation's next steps ranked by predicted gain"),
+        Result("07_diagnosis", "verdict_inputs", "verdict_inputs.csv",
+               "every uncertain input of the predictions: its range, how it is drawn, its kind, source and reason",
+               ("input", "system", "low", "mid", "high")),
+        Result("07_diagnosis", "bare_metal_band", "bare_metal_band.csv",
+               "bare metal predicted from measured inputs with its 5-95 % band, against the reference",
+               ("observation", "predicted_tok_s", "band_low_tok_s", "band_high_tok_s", "inside_band")),
+        Result("07_diagnosis", "vm_scenarios", "vm_scenarios.csv",
+               "the VM predicted per host-path scenario, with its band, against every recorded VM observation",
+               ("observation", "scenario_key", "predicted_tok_s", "band_low_tok_s", "band_high_tok_s", "inside_band")),
+        Result("07_diagnosis", "attribution", "attribution.csv",
+               "the VM's lost time per step against bare metal and the share each scenario explains",
+               ("concurrency", "scenario_key", "share_explained", "share_low", "share_high", "unexplained")),
+        Result("07_diagnosis", "decision_thresholds", "decision_thresholds.csv",
+               "what an 8-rank all-reduce on the VM must cost for the host path to explain 80 % or 25 % of the loss"),
+        Result("07_diagnosis", "decision_evidence", "decision_evidence.csv",
+               "each scenario's 8-rank all-reduce at the rule's sizes and the share it would explain"),
+        Result("07_diagnosis", "ceilings", "ceilings.csv",
+               "every observed and predicted point as a fraction of the weight-bytes floor at TP8"),
+        Result("07_diagnosis", "remedies", "remedies.csv",
+               "the remedies ranked by predicted gain with bands, and what the investigation tried"),
     )
 }
 
@@ -150,6 +166,8 @@ NEEDS: dict[str, tuple[Need, ...]] = {
         Need("07_decode_step", "step_times", _STEP_FALLBACK, "decode-step"),
         Need("07_decode_step", "step_bytes", _STEP_FALLBACK, "decode-step"),
         Need("07_decode_step", "step_meta", _STEP_FALLBACK, "decode-step"),
+        Need("06_vm_p2p", "hostpath_sweep", "no host-path study in this run (it needs the vm-emulation target on "
+                                            "four GPUs or more): the VM is predicted from the other scenarios"),
     ),
 }
 #: Chapters whose needs are waived in a mode that uses recorded inputs only.

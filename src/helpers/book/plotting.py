@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Iterable
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -662,3 +663,36 @@ def keep_legends_off_data(fig, max_share: float = 0.2) -> int:
             legend_outside(ax, "right", **kw)
         moved += 1
     return moved
+
+
+def band_figure(rows):
+    """Predictions with their 5-95 % bands beside the observations, one panel per point (`rows`: panel,
+    label, kind, band_low, predicted, band_high, observed, observed_kind, observed_label): a bar from band_low
+    to band_high with a dot at the point prediction per row (rows in the same order in every panel, labelled
+    once, on the left), and each distinct observation as a dashed vertical line in its kind's colour."""
+    panels = list(dict.fromkeys(rows["panel"]))
+    n = int(rows.groupby("panel").size().max())
+    fig, axes = figure(ncols=len(panels), width=9.0, height=0.42 * n + 1.6)
+    axes = np.atleast_1d(axes).ravel()
+    for i, (ax, panel) in enumerate(zip(axes, panels)):
+        g = rows[rows["panel"] == panel].reset_index(drop=True)
+        ys = np.arange(len(g))[::-1]
+        for y, r in zip(ys, g.itertuples()):
+            color = kind_color(r.kind)
+            ax.plot([r.band_low, r.band_high], [y, y], "-", lw=6, color=color, alpha=0.35, solid_capstyle="butt")
+            ax.plot([r.predicted], [y], "o", ms=4, color=color)
+        for (obs, okind, olabel), _ in g.groupby(["observed", "observed_kind", "observed_label"], sort=False):
+            ax.axvline(float(obs), color=kind_color(okind), lw=1.2, ls="--", label=olabel)
+        ax.set_yticks(ys)
+        ax.set_yticklabels(g["label"] if i == 0 else [], fontsize=7)
+        ax.set_xscale("log")
+        lo = float(min(g["band_low"].min(), g["observed"].min())) * 0.8
+        hi = float(max(g["band_high"].max(), g["observed"].max())) * 1.25
+        ax.set_xlim(lo, hi)
+        ticks = [t for t in (5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000) if lo <= t <= hi]
+        ax.set_xticks(ticks)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _p: f"{x:g}"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda x, _p: ""))
+        ax.set_xlabel(f"tokens/s, {panel}")
+    figure_legend(fig, "below")
+    return fig

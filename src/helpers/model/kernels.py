@@ -2,10 +2,15 @@
 
 The tables hold SGLang 0.5.14 kernels timed on 8x RTX PRO 6000 Blackwell Server Edition (the original
 investigation's GPUs) and on H200 SXM (the lent GPU), on a grid of shapes. A lookup between grid points
-is interpolated (derived): linearly in the token count, the GEMM sizes, the batch and the context;
-log-log in a collective's message size. Repeated keys (the MLA bmm table has no head-dimension column)
-are averaged. A point outside a table's grid, or a system, dtype or kernel the tables do not have, raises
-KernelTableError naming what is missing and what is there.
+is interpolated (derived): linearly in the token count, the GEMM sizes, the batch, the context and a
+collective's message size (aiconfigurator's engine interpolates its collective curves linearly too, so
+the book's lookup equals the engine's: tests/test_kernels.py pins it). Repeated keys (the MLA bmm table
+has no head-dimension column) are averaged. A point outside a table's grid, or a system, dtype or kernel
+the tables do not have, raises KernelTableError naming what is missing and what is there.
+
+Units of the collective table: aiconfigurator keys a collective on its message in ELEMENTS of the row's
+dtype (`message_elements`); `table("comm")` converts that once, on loading, to `message_bytes` with the
+element size of the dtype (ELEMENT_BYTES), and every lookup (`comm_us`) takes bytes.
 """
 from __future__ import annotations
 
@@ -25,14 +30,46 @@ AIC_DISTRIBUTION = "power_law_1.01"
 DTYPE = {"bf16": "bfloat16", "nvfp4": "nvfp4", "fp8": "fp8", "fp16": "bfloat16"}
 
 
+#: bytes per element of the collective tables' dtypes (aiconfigurator's names: NCCL 'half', 'int8'; SGLang's
+#: custom all-reduce 'bfloat16'; the rest for tables that may come)
+ELEMENT_BYTES = {"half": 2, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2, "fp8": 1, "int8": 1,
+                 "float": 4, "float32": 4, "fp32": 4}
+
+
 class KernelTableError(LookupError):
     """A kernel time the tables cannot give."""
 
 
 @lru_cache(maxsize=None)
 def table(name: str) -> pd.DataFrame:
-    """One of data/reference/aic_{gemm,moe,attention,comm,estimate}.csv, checked by the schema."""
-    return recorded.load(f"reference/aic_{name}.csv")
+    """One of data/reference/aic_{gemm,moe,attention,comm,engine_comm,estimate}.csv, checked by the schema;
+    the collective tables with `message_bytes` added (with_message_bytes)."""
+    df = recorded.load(f"reference/aic_{name}.csv")
+    if name in ("comm", "engine_comm"):
+        df = with_message_bytes(df, f"data/reference/aic_{name}.csv")
+    return df
+
+
+def element_bytes(dtype: str, where: str = "a collective table") -> int:
+    """Bytes per element of a collective table's dtype; KernelTableError naming an unknown one."""
+    key = str(dtype).strip().lower()
+    if key not in ELEMENT_BYTES:
+        raise KernelTableError(f"{where}: dtype {dtype!r} has no known element size; known: {sorted(ELEMENT_BYTES)} "
+                               f"(add its bytes per element to helpers.model.kernels.ELEMENT_BYTES)")
+    return ELEMENT_BYTES[key]
+
+
+def with_message_bytes(df: pd.DataFrame, where: str) -> pd.DataFrame:
+    """A collective table keyed on `message_elements` with `message_bytes` = elements x the element size of
+    each row's dtype: the one place the book converts aiconfigurator's element counts into bytes."""
+    for col in ("message_elements", "dtype"):
+        if col not in df.columns:
+            raise KernelTableError(f"{where}: no '{col}' column (it has {list(df.columns)}); aiconfigurator's "
+                                   f"collective tables are keyed on message_elements of a dtype")
+    size = {d: element_bytes(d, where) for d in df["dtype"].unique()}
+    out = df.copy()
+    out["message_bytes"] = out["message_elements"].astype(float) * out["dtype"].map(size).astype(float)
+    return out
 
 
 def _select(df: pd.DataFrame, what: str, **eq) -> pd.DataFrame:
@@ -48,7 +85,7 @@ def _select(df: pd.DataFrame, what: str, **eq) -> pd.DataFrame:
 
 
 def _interp(df: pd.DataFrame, keys: list[str], point: list[float], what: str, log: bool = False) -> float:
-    """Latency at `point` by successive 1-D interpolation over `keys` (linear, or log-log)."""
+    """Latency at `point` by successive 1-D interpolation over `keys` (linear, or log-log where `log`)."""
     if not keys:
         return float(df["latency_us"].astype(float).mean())
     k, x = keys[0], float(point[0])
@@ -114,33 +151,67 @@ def dsa_module_us(batch: int, context: int, system: str = H200) -> float:
 
 
 def comm_us(system: str, op: str, gpus: int, message_bytes: float, library: str = "nccl") -> float:
-    """One collective over `gpus` GPUs of `message_bytes` (NCCL's convention: the whole buffer)."""
+    """One collective over `gpus` GPUs of a message of `message_bytes` bytes (NCCL's convention: the whole
+    buffer; for an all-gather, the gathered output). The table's element counts were converted to bytes on
+    loading (with_message_bytes); interpolated linearly between message sizes, as aiconfigurator's engine does."""
     d = table("comm")
     d = d[d["library"].str.startswith(library)]
     d = _select(d, "aic_comm", system=system, op=op, num_gpus=gpus)
     if "kernel_source" in d and d["kernel_source"].nunique() > 1:
+        # aiconfigurator's engine skips '_eager' kernel sources (decode runs under CUDA graphs): so does the book
+        graph = d[~d["kernel_source"].astype(str).str.endswith("_eager")]
+        d = graph if len(graph) else d
         d = d[d["kernel_source"] == d["kernel_source"].iloc[0]]
-    return _interp(d, ["message_bytes"], [message_bytes], f"aic_comm {system} {op} x{gpus}", log=True)
+    return _interp(d, ["message_bytes"], [message_bytes], f"aic_comm {system} {op} x{gpus} (bytes)")
 
 
-def estimate() -> pd.DataFrame:
-    """aiconfigurator's own estimate rows (data/reference/aic_estimate.csv)."""
-    return table("estimate")
+#: aiconfigurator's estimates in aic_estimate.csv, by the `substitution` each row carries: the stock model
+#: (failed on this system: no DSA attention tables), GLM-5's configuration under its DeepSeek-V3 graph, and
+#: GLM-5's own graph with only its attention module replaced by dense MLA decode (without and with the
+#: indexer's projections)
+STOCK = "none"
+DSV3_GRAPH = "DeepseekV3ForCausalLM graph, bf16 KV cache"
+GLM5_GRAPH = "GLM-5 graph, DSA attention -> dense MLA, bf16 KV cache"
+GLM5_GRAPH_INDEXER = "GLM-5 graph, DSA attention -> dense MLA + indexer GEMMs, bf16 KV cache"
+#: the substitution the book's "aiconfigurator" budget uses unless told otherwise (the one it has always shown)
+DEFAULT_SUBSTITUTION = DSV3_GRAPH
 
 
-def estimate_step_us(batch: int) -> tuple[float | None, str, str]:
-    """(decode step time or None, status, note) of aiconfigurator's estimate for the deployment: the stock
-    model where it ran, else the documented substitution."""
+def estimate(substitution: str | None = None) -> pd.DataFrame:
+    """aiconfigurator's own estimate rows (data/reference/aic_estimate.csv): all of them, or those of one
+    `substitution` (STOCK, DSV3_GRAPH, GLM5_GRAPH, GLM5_GRAPH_INDEXER); KernelTableError naming the ones
+    the file has where it has none."""
+    e = table("estimate")
+    if substitution is None:
+        return e
+    sub = e[e["substitution"] == substitution]
+    if not len(sub):
+        raise KernelTableError(f"aic_estimate.csv has no rows with substitution {substitution!r}; it has "
+                               f"{sorted(e['substitution'].unique())}")
+    return sub
+
+
+def estimate_step_us(batch: int, substitution: str | None = DEFAULT_SUBSTITUTION) -> tuple[float | None, str, str]:
+    """(decode step time or None, status, note) of aiconfigurator's estimate for the deployment at `batch`:
+    the stock model where it ran, else the given substitution (None: the first that ran). Status is
+    'stock', 'substitution: <label>' or 'failed'."""
     e = estimate()
     e = e[(e["quantity"] == "decode_step") & (e["batch"] == batch)]
     if not len(e):
         raise KernelTableError(f"aic_estimate.csv has no decode_step row for batch {batch}")
-    ok = e[e["status"] == "ok"]
-    stock = e[e["substitution"] == "none"]
+    stock = e[e["substitution"] == STOCK]
     if len(stock) and (stock["status"] == "ok").any():
         r = stock[stock["status"] == "ok"].iloc[0]
         return float(r["value"]), "stock", str(r["note"])
+    subs = e[e["substitution"] != STOCK]
+    if substitution is not None:
+        subs = subs[subs["substitution"] == substitution]
+        if not len(subs):
+            raise KernelTableError(f"aic_estimate.csv has no decode_step row for batch {batch} with substitution "
+                                   f"{substitution!r}; it has {sorted(e['substitution'].unique())}")
+    ok = subs[subs["status"] == "ok"]
     if len(ok):
         r = ok.iloc[0]
         return float(r["value"]), f"substitution: {r['substitution']}", str(r["note"])
-    return None, "failed", str(e.iloc[0]["note"])
+    r = (subs if len(subs) else e).iloc[0]
+    return None, "failed", str(r["note"])

@@ -450,11 +450,17 @@ def op_fidelity_table(meas: StepMeasurement, m: ma.ModelConfig, batches, context
 # The comparison the diagnosis shows
 
 
+#: aiconfigurator's estimates the budgets table carries, by budget id: the DeepSeek-V3 substitution (the
+#: "aiconfigurator" row the diagnosis has always compared with) and GLM-5's own graph with only its
+#: attention swapped for dense MLA decode (helpers.model.kernels.GLM5_GRAPH)
+AIC_BUDGETS = {"aiconfigurator": kt.DSV3_GRAPH, "aiconfigurator glm5 graph": kt.GLM5_GRAPH}
+
+
 def budgets_table(m: ma.ModelConfig, old_pred: pd.DataFrame, meas: StepMeasurement, context: int,
                   tolerance: float = 0.25) -> pd.DataFrame:
     """Predicted and observed output tokens/s at concurrency 1 (per stream) and 64 (aggregate), per system
     and budget: the old budget (assumed compute), measured kernels, the projection of this run, and
-    aiconfigurator's own estimate; with the relative error against the observation."""
+    aiconfigurator's own estimates (AIC_BUDGETS); with the relative error against the observation."""
     obs = bd.primary_observations()
     floor = meas.floor_us()
     rows = []
@@ -474,9 +480,10 @@ def budgets_table(m: ma.ModelConfig, old_pred: pd.DataFrame, meas: StepMeasureme
         entries.append(("projection", f"projection of this run's step ({meas.device})" + ("" if bare else ", compute only"),
                         float(pj["us"].sum()), "derived"))
         if bare:
-            est, status, _ = kt.estimate_step_us(b)
-            if est is not None:
-                entries.append(("aiconfigurator", f"aiconfigurator estimate ({status})", est, "reference"))
+            for bid, sub in AIC_BUDGETS.items():
+                est, status, _ = kt.estimate_step_us(b, sub)
+                if est is not None:
+                    entries.append((bid, f"aiconfigurator estimate ({status})", est, "reference"))
         for bid, name, us, kind in entries:
             pred = b * 1e6 / us
             rows.append({"system": r.system, "concurrency": b, "budget_id": bid, "budget": name, "kind": kind,
@@ -486,41 +493,8 @@ def budgets_table(m: ma.ModelConfig, old_pred: pd.DataFrame, meas: StepMeasureme
     return pd.DataFrame(rows)
 
 
-def vm_gap(m: ma.ModelConfig, meas: StepMeasurement, context: int) -> pd.DataFrame:
-    """On the original VM, with compute from measured kernels: the step time left for the collectives at
-    concurrency 1 and 64, per collective (derived), beside what each costs on bare metal (aiconfigurator,
-    NCCL over 8 RTX PRO 6000)."""
-    obs = bd.primary_observations()
-    vm = obs[obs["system"] == "original VM"]
-    n = ma.collectives_per_step(m)
-    rows = []
-    for r in vm.itertuples():
-        b = int(r.concurrency)
-        compute = float(kernel_terms(m, b, context, meas.floor_us(), collectives=False)["us_step"].sum())
-        observed = b / r.observed * 1e6
-        bare = kernel_terms(m, b, context, meas.floor_us())
-        bare_coll = float(bare.loc[bare["component"] == "collectives", "us_step"].sum())
-        ar = kt.comm_us(kt.RTX, "all_reduce", TP, b * m.hidden * 2)
-        rows.append({"concurrency": b, "observed_step_ms": observed / 1e3, "compute_ms": compute / 1e3,
-                     "left_for_collectives_ms": (observed - compute) / 1e3, "collectives": n,
-                     "per_collective_us": (observed - compute) / n, "bare_metal_allreduce_us": ar,
-                     "bare_metal_collectives_ms": bare_coll / 1e3, "message_bytes": b * m.hidden * 2})
-    return pd.DataFrame(rows)
-
-
-def host_allreduce(message_bytes: float) -> pd.DataFrame:
-    """Measured and reference all-reduce times through host memory (data/reference/host_allreduce.csv)
-    at the message size nearest `message_bytes`, per system."""
-    d = recorded.load("reference/host_allreduce.csv")
-    out = []
-    for sysname, g in d.groupby("system", sort=False):
-        i = (np.log(g["message_bytes"].astype(float)) - np.log(float(message_bytes))).abs().idxmin()
-        out.append(g.loc[i])
-    return pd.DataFrame(out).reset_index(drop=True)
-
-
 #: the budgets of budgets_table, by the id each row carries in its `budget_id` column
-BUDGET_IDS = ("old", "measured kernels", "projection", "aiconfigurator")
+BUDGET_IDS = ("old", "measured kernels", "projection", *AIC_BUDGETS)
 
 
 def pick_budget(table: pd.DataFrame, system: str, concurrency: int, budget_id: str) -> pd.Series:
@@ -565,13 +539,14 @@ def goal(table: pd.DataFrame, terms: dict[int, pd.DataFrame], tolerance: float =
     return pd.DataFrame(rows)
 
 
-def aic_shares(batch: int) -> pd.DataFrame:
-    """aiconfigurator's estimate split by its own operation names (share of its generation time), for the
-    substitution it could run."""
-    e = kt.estimate()
+def aic_shares(batch: int, substitution: str = kt.DEFAULT_SUBSTITUTION) -> pd.DataFrame:
+    """aiconfigurator's estimate split by its own operation names (share of its generation time), for one
+    substitution it could run (helpers.model.kernels: DSV3_GRAPH, GLM5_GRAPH, GLM5_GRAPH_INDEXER)."""
+    e = kt.estimate(substitution)
     e = e[(e["batch"] == batch) & e["quantity"].str.startswith("share of generation") & (e["status"] == "ok")]
     if not len(e):
-        raise MeasuredBudgetError(f"aic_estimate.csv has no per-op shares for batch {batch}")
-    step_us, _, _ = kt.estimate_step_us(batch)
+        raise MeasuredBudgetError(f"aic_estimate.csv has no per-op shares for batch {batch} with substitution "
+                                  f"{substitution!r}")
+    step_us, _, _ = kt.estimate_step_us(batch, substitution)
     return pd.DataFrame({"op": e["quantity"].str.replace("share of generation: ", "", regex=False),
                          "share": e["value"].astype(float), "ms": e["value"].astype(float) * step_us / 1e3})

@@ -1,0 +1,80 @@
+"""Whether a committed run may be the published site (Makefile: SITE_RUN).
+
+The published site must show the current book: a run made from a clean commit (its status page says so),
+every chapter of _toc.yml executed and ok unless its target skips it on purpose, and the chapter sources
+(the notebooks and _toc.yml) unchanged since that commit, so that what the site shows is what the book's
+code executes today. `problems` lists what fails; `make site` and a test refuse a run with any.
+"""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from helpers import repo_root
+from helpers.book import runbook
+
+#: the files whose change since a run's commit makes its executed chapters stale
+CHAPTER_SOURCES = ("notebooks", "_toc.yml")
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
+
+
+def problems(run_dir: Path, root: Path | None = None, check_sources: bool = True) -> list[str]:
+    """What keeps `run_dir` from being the published site; empty where nothing does."""
+    root = root or repo_root()
+    run_dir = Path(run_dir)
+    m = runbook.read_manifest(run_dir)
+    out = []
+    said, clean = runbook.commit_provenance(m)
+    if not clean:
+        out.append(f"{run_dir.name}: its status page says it was {said}; make the run from a clean commit "
+                   f"(scripts/device-run.sh does, from a clean copy)")
+    try:
+        skip = set(runbook.load_target(m["target"], root).skip)
+    except runbook.RunbookError:
+        skip = set()
+    recs = {c["stem"]: c for c in m["chapters"]}
+    for doc in runbook.chapters(root):
+        s = runbook.stem(doc)
+        if s in skip:
+            continue
+        rec = recs.get(s)
+        if rec is None:
+            out.append(f"{run_dir.name}: chapter {s} is in _toc.yml but not in the run (target {m['target']} "
+                       f"runs it); the site would show it as skipped")
+        elif rec.get("status") != "ok":
+            out.append(f"{run_dir.name}: chapter {s} is {rec.get('status')} in the run (target {m['target']} "
+                       f"runs it)")
+    if clean and check_sources:
+        commit = str(m["versions"]["book_commit"])
+        known = _git(root, "cat-file", "-e", f"{commit}^{{commit}}")
+        if known.returncode != 0:
+            out.append(f"{run_dir.name}: its commit {commit} is not in this repository's history (a shallow "
+                       f"clone?): cannot tell whether its chapters are today's")
+        else:
+            diff = _git(root, "diff", "--name-only", commit, "HEAD", "--", *CHAPTER_SOURCES)
+            changed = [x for x in diff.stdout.split() if x]
+            if changed:
+                out.append(f"{run_dir.name}: the chapter sources changed since its commit {commit} "
+                           f"({', '.join(changed[:4])}{' ...' if len(changed) > 4 else ''}); the site would show "
+                           f"stale chapters: make a new run from HEAD")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m helpers.book.publish runs/<run-id>", file=sys.stderr)
+        return 2
+    found = problems(Path(args[0]))
+    for p in found:
+        print(f"error: {p}", file=sys.stderr)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

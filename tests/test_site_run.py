@@ -1,0 +1,58 @@
+"""The published site shows the current book: SITE_RUN names a run from a clean commit, with every chapter its
+target runs executed and ok, and the chapter sources unchanged since (helpers.book.publish)."""
+import json
+import re
+import shutil
+
+import pytest
+
+from helpers import repo_root
+from helpers.book import publish
+
+ROOT = repo_root()
+SITE_RUN = re.search(r"^SITE_RUN\s*\?=\s*(runs/\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+
+
+def test_the_published_run_is_current_and_whole():
+    assert publish.problems(ROOT / SITE_RUN) == []
+
+
+@pytest.fixture()
+def copy(tmp_path):
+    dst = tmp_path / "r"
+    dst.mkdir()
+    shutil.copy(ROOT / SITE_RUN / "manifest.json", dst / "manifest.json")
+    return dst
+
+
+def _edit(run, fn):
+    p = run / "manifest.json"
+    m = json.loads(p.read_text())
+    fn(m)
+    p.write_text(json.dumps(m))
+
+
+def test_a_run_from_a_modified_tree_is_refused(copy):
+    _edit(copy, lambda m: m["versions"].update(book_commit=m["versions"]["book_commit"] + "+dirty"))
+    assert any("made from a modified commit" in p for p in publish.problems(copy, check_sources=False))
+
+
+def test_a_chapter_the_target_ran_but_the_run_lacks_is_refused(copy):
+    _edit(copy, lambda m: m.update(chapters=[c for c in m["chapters"] if c["stem"] != "07_decode_step"]))
+    assert any("chapter 07_decode_step is in _toc.yml but not in the run" in p
+               for p in publish.problems(copy, check_sources=False))
+
+
+def test_a_skipped_chapter_is_refused_unless_the_target_skips_it(copy):
+    _edit(copy, lambda m: [c.update(status="skipped") for c in m["chapters"] if c["stem"] == "06_vm_p2p"])
+    assert any("chapter 06_vm_p2p is skipped" in p for p in publish.problems(copy, check_sources=False))
+
+
+def test_stale_chapter_sources_are_refused(copy):
+    """A clean commit whose notebooks differ from HEAD's: the root commit of this repository."""
+    import subprocess
+
+    first = subprocess.run(["git", "rev-list", "--max-parents=0", "HEAD"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.split()[0]
+    _edit(copy, lambda m: m["versions"].update(book_commit=first[:7]))
+    assert any("chapter sources changed since its commit" in p for p in publish.problems(copy))
