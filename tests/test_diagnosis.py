@@ -97,6 +97,9 @@ def test_measured_compute_picks_every_budget_by_its_id(rec):
 
 
 def test_a_removed_observation_fails_naming_it(meas, monkeypatch):
+    """Before any section computes: the verdict checks every observation when the diagnosis is built."""
+    from helpers.model import verdict as vd
+
     real = bd.primary_observations
     monkeypatch.setattr(bd, "primary_observations",
                         lambda: real().query("not (system == @dg.BARE and concurrency == 64)"))

@@ -467,6 +467,12 @@ def bare_metal_band(d: Diagnosis) -> Part:
                        f"bmb_err_{c}": 100 * float(r["rel_err"]), f"bmb_inside_{c}": "inside" if inside[c] else "outside"})
     values.update({"band_text": BAND_TEXT[(inside[1], inside[64])], "n_samples": v.samples, "band_seed": v.seed,
                    "hidden_mid_pct": 100 * v.inputs.get("shared_hidden", BARE).mid})
+    for c in ENDS:
+        sp = v.split(c)
+        values[f"split_step_{c}"] = sp["step"]
+        for k in ("experts", "collectives", "other"):
+            values[f"split_{k}_{c}"] = 100 * sp[k] / sp["step"]
+        values[f"split_attention_{c}"] = 100 * (sp["attention"] + sp["indexer"]) / sp["step"]
     peer = peer_on_glm5_graph(d)
     for r in peer.itertuples():
         values.update({f"peer_{r.concurrency}": r.predicted_tok_s, f"peer_err_{r.concurrency}": 100 * r.rel_err})

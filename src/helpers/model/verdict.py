@@ -646,6 +646,25 @@ class Verdict:
                 "rel_err": (point - obs.observed_tok_s) / obs.observed_tok_s,
                 "inside_band": bool(lo <= obs.observed_tok_s <= hi)}
 
+    def split(self, batch: int) -> dict:
+        """Bare metal's point-prediction step at `batch` by term (ms): experts (routed and router, less the
+        hidden shared expert), attention (its core, projections' share is in 'other'), indexer,
+        collectives, everything else, and CPU time."""
+        p = parts(self.model.key, batch, self.context, self.floor_us)
+        d = self.mids(BARE)
+        routed = float(compute_us(p, {**d, "attention_kernel": d["attention_kernel"], "indexer": np.zeros(1)})[0])
+        att = float((p.attention_roofline + d["attention_kernel"] * (p.attention_standin - p.attention_roofline))[0])
+        idx = float((d["indexer"] * p.indexer)[0])
+        u = float(d["routing_skew"][0])
+        moe = (p.routed_power + u * (p.routed_uniform - p.routed_power) if u >= 0 else
+               p.routed_power - u * (p.routed_skewed - p.routed_power)) + p.router
+        coll = float(bare_collectives_us(p, d)[0])
+        comp = routed
+        other = comp - moe - att
+        cpu = (comp + idx + coll) * float(d["cpu_step_fraction"][0])
+        return {"experts": moe / 1e3, "attention": att / 1e3, "indexer": idx / 1e3, "collectives": coll / 1e3,
+                "other": other / 1e3, "cpu": cpu / 1e3, "step": (comp + idx + coll + cpu) / 1e3}
+
     def bare_metal(self) -> pd.DataFrame:
         return pd.DataFrame([self.predict(o) for o in observations() if o.system == BARE])
 
