@@ -49,7 +49,7 @@ def test_op_fidelity_reads_the_fused_op_list(meas, glm5):
     assert {"fused q_a + kv_a", "routed experts (permute .. combine)", "attention"} <= ops
     assert np.isfinite(fid[["ours_us", "aic_here_us", "projected_us", "aic_target_us"]].to_numpy()).all()
     # the fused product is priced at its own width: q_a + kv_a + rope + the indexer's wk and weights_proj
-    un = mb.op_fidelity(mb.step_measurement(None), glm5, 1, CTX)
+    un = mb.op_fidelity(mb.unfused_measurement(), glm5, 1, CTX)
     fu = fid[fid["batch"] == 1]
     b_un = float(un.loc[un.op == "fused q_a + kv_a", "bytes_emulated"].iloc[0])
     b_fu = float(fu.loc[fu.op == "fused q_a + kv_a", "bytes_emulated"].iloc[0])

@@ -220,8 +220,13 @@ def fusion_study() -> FusionStudy | None:
         name = next((m.get("device_name") for m in meta.get("sweeps", {}).values()), "")
         studies.append(FusionStudy(recorded.load(f"{rel}/timings.csv"), recorded.load(f"{rel}/bytes.csv"), meta,
                                    f"data/{rel}", str(name), s.id))
+    return pick_fusion_study(studies)
+
+
+def pick_fusion_study(studies: list[FusionStudy]) -> FusionStudy | None:
+    """Of studies in registration order: the last that holds the chapter's whole sweep, else the last."""
     full = [f for f in studies if f.full()]
-    return (full or studies)[-1]
+    return (full or studies)[-1] if studies else None
 
 
 @dataclass(frozen=True)

@@ -257,8 +257,8 @@ def split_by_batch(meas: mb.StepMeasurement, context: int) -> pd.DataFrame:
 SPLIT_TAKEAWAY = {
     "unfused": ("torch operators one by one issue many small kernels where a serving engine fuses them; the step's "
                 "weight-reading kernels are close to SGLang's, its small operators are not."),
-    "fused": ("fused as an engine fuses them, the small operators cost a few kernels a layer; what is left is "
-              "mostly the weight-reading kernels, the experts first."),
+    "fused": ("fused as an engine fuses them, the small operators cost a few kernels a layer; the rest of the "
+              "step is the kernels that read the weights and the KV cache."),
 }
 
 SHARE_KEYS = (("moe", "moe"), ("attention", "att"), ("indexer", "idx"), ("norms and small ops", "small"))
