@@ -150,3 +150,27 @@ def test_bad_inputs_are_refused_before_anything_is_allocated(mini, monkeypatch):
     with pytest.raises(step.StepError, match="context = 999999"):
         steptime.sweep(steptime.SweepConfig(model=MINI, tp=2, batches=(1,), contexts=(999999,), modes=("eager",),
                                             device="cpu"))
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_the_fused_step_runs_no_more_ops_a_layer_than_the_op_list_for_sglang(mini, precision):
+    """Ops that launch work, per layer kind, against the budget's op list for SGLang less its collectives
+    (helpers.model.budget; one kernel per listed op, assumed). The kernels each op launches are counted from
+    the CUDA graph on a GPU (device-step-fused.sh); this bounds what the op list itself contributes."""
+    from helpers.model import budget as bd
+
+    rm = step.convert_model(step.build_full(mini, 2, 32, "fp32"), precision)
+    st = step.DecodeStep(rm, 2, 32, fusion="fused")
+    n = {c: 0 for c in ("attention", "indexer", "moe", "shared/dense MLP", "norms and small ops", "lm_head")}
+    for o in st.ops:
+        if o.kind == "op" and o.component in n:
+            n[o.component] += 1
+    ops = sum(n.values())
+    coll = ("all-reduce", "embedding all-reduce", "logits all-gather")
+    listed = sum(len([o for o in ops_ if o not in coll]) * k for ops_, k in (
+        (bd.ATTENTION_OPS, mini.layers), (bd.INDEXER_OPS, mini.layers), (bd.DENSE_MLP_OPS, mini.dense_layers),
+        (bd.MOE_OPS, mini.moe_layers), (bd.HEAD_OPS, 1)))
+    assert ops <= listed, (ops, listed, n)
+    # and no op an engine fuses away is left as an op of its own
+    names = set(st.op_names())
+    assert not names & {"add shared", "residual (MLP)", "indexer rope", "top-k", "index scores"}
