@@ -3,6 +3,8 @@ execution of the book under `recorded` (tests/conftest.py) and checked against d
 helpers that picked them. The fast tests that removed rows and renamed labels fail are in test_diagnosis.py
 and test_stepreport.py."""
 
+from pathlib import Path
+
 import pytest
 
 from helpers import repo_root
@@ -79,3 +81,19 @@ def test_the_diagnosis_cites_the_recorded_observations_and_says_it_read_nothing(
     assert g["step_source_text"].startswith("In recorded mode the chapter reads nothing from the run")
     assert f"data/measured/{recorded.study('decode-step').id}" in g["step_source_text"]
     assert g["meas_where"] == f"data/measured/{recorded.study('decode-step').id}"
+
+
+@pytest.mark.slow
+def test_page_one_cites_only_values_the_chapters_glue(recorded_run):
+    """The pages that cite chapters' values (page 1) find every one in a run made by this book: the
+    'not in this run' marker is for older runs only."""
+    from helpers.book import runbook as rb, staging
+
+    root = repo_root()
+    for doc in rb.toc_entries(root):
+        md = root / f"{doc}.md"
+        if not md.exists():
+            continue
+        for m in staging.CROSS_GLUE.finditer(md.read_text()):
+            stem = Path(m.group("nb")).stem
+            assert m.group("key") in glued(recorded_run, stem), f"{doc}.md cites {m.group(0)}"

@@ -863,6 +863,16 @@ def stage(run_dir: Path, root: Path, stage_dir: Path) -> Path:
                     _problem_page(titles[stem(doc)], rec, manifest), ctx))
         elif src_md.exists():
             shutil.copy(src_md, stage_dir / f"{doc}.md")
+    # pages that cite a chapter's values: a run made before a value existed shows "not in this run" there
+    for doc in toc_entries(root):
+        page = stage_dir / f"{doc}.md"
+        if (root / f"{doc}.md").exists() and page.exists():
+            text, missing = staging.cite_only_what_the_run_has(page.read_text(), stage_dir)
+            if missing:
+                page.write_text(text)
+                print(f"note: {doc}.md cites {len(missing)} value(s) this run's chapters do not have (made by an "
+                      f"older book); shown as 'not in this run': {', '.join(missing[:4])}"
+                      f"{' ...' if len(missing) > 4 else ''}", file=sys.stderr)
     (stage_dir / "appendix").mkdir(exist_ok=True)
     (stage_dir / "appendix" / "status.md").write_text(staging.public_text(status_page(manifest, titles), ctx))
     return stage_dir
