@@ -139,7 +139,7 @@ def test_make_book_interrupted_in_chapter_06_then_the_tests(tmp_path, clean_ids)
             p.wait()
         log.close()
     out = (tmp_path / "make.log").read_text()
-    assert rc != 0 and "interrupted" in out and "--resume" in out, out[-3000:]
+    assert rc != 0 and "interrupted (Ctrl-C)" in out and "--resume" in out, out[-3000:]
     m = json.loads((clone / "runs" / "latest" / "manifest.json").read_text())
     status = {c["stem"]: c["status"] for c in m["chapters"]}
     stems = list(status)
