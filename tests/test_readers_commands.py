@@ -19,10 +19,12 @@ The other documented commands a reader may run first, and why they need no test 
   servers' models go into a cache outside the checkout.
 - `make check-site`: reads _build/html and writes _build/screenshots, which no test reads.
 - `--resume runs/<id>`: finishes a run folder of the reader's own, as above.
+- `.venv/`: `make site`, `make run` and `make render` install a subset of the extras; `make test` then
+  installs the full set into the same environment (its `install` prerequisite), and the only .venv state
+  a test reads is the environment record (book-env.json), which names the kind of environment, not its extras.
 """
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
