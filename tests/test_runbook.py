@@ -97,6 +97,12 @@ def test_failing_chapter_is_reported_and_the_rest_still_run_and_render(mini):
     r = _cli("--render", str(run), env_root=mini)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (html / "index.html").exists() and (run / "manifest.json").read_text() == before
+    # and into a folder of its own (--out-dir), leaving the book's _build/ as it was
+    stamp = (html / "index.html").stat().st_mtime_ns
+    r = _cli("--render", str(run), "--out-dir", str(mini.parent / "elsewhere"), env_root=mini)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (mini.parent / "elsewhere" / "_build" / "html" / "appendix" / "status.html").exists()
+    assert (html / "index.html").stat().st_mtime_ns == stamp
 
 
 @pytest.mark.integration
