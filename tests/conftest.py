@@ -17,14 +17,15 @@ import pytest  # noqa: E402
 
 
 def run_book(target, tmp_path_factory, build):
-    """Execute every chapter under `target` into a fresh run folder: (process, manifest, run folder)."""
+    """Execute every chapter under `target` into a fresh run folder: (process, manifest, run folder).
+    With `build`, the site goes into the run folder's parent (<runs>/_build/html, beside the run), never
+    into the repository's _build/, which belongs to the reader's own `make book`."""
     from helpers import repo_root
 
     runs = tmp_path_factory.mktemp(f"runs-{target}")
     args = [sys.executable, "-m", "helpers.book.runbook", "--target", target, "--runs-dir", str(runs),
             "--run-id", target]
-    if not build:
-        args.append("--no-build")
+    args += ["--out-dir", str(runs)] if build else ["--no-build"]
     proc = subprocess.run(args, capture_output=True, text=True, cwd=repo_root(), timeout=1800)
     manifest = json.loads((runs / target / "manifest.json").read_text())
     return proc, manifest, runs / target

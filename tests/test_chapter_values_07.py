@@ -3,6 +3,8 @@ execution of the book under `recorded` (tests/conftest.py) and checked against d
 helpers that picked them. The fast tests that removed rows and renamed labels fail are in test_diagnosis.py
 and test_stepreport.py."""
 
+from pathlib import Path
+
 import pytest
 
 from helpers import repo_root
@@ -138,3 +140,19 @@ def test_the_decode_step_chapter_cites_the_fusion_study(recorded_run):
                  if (sw["config"]["dtype"], sw["config"].get("fusion")) == ("bf16", "fused"))
     eng = mb.engine_composite(m, 1, 384, "bf16", floor)["us_step"].sum()
     assert float(g["eng_bf16_1"]) == pytest.approx(pick("bf16", "fused", 1) / eng)
+
+
+@pytest.mark.slow
+def test_page_one_cites_only_values_the_chapters_glue(recorded_run):
+    """The pages that cite chapters' values (page 1) find every one in a run made by this book: the
+    'not in this run' marker is for older runs only."""
+    from helpers.book import runbook as rb, staging
+
+    root = repo_root()
+    for doc in rb.toc_entries(root):
+        md = root / f"{doc}.md"
+        if not md.exists():
+            continue
+        for m in staging.CROSS_GLUE.finditer(md.read_text()):
+            stem = Path(m.group("nb")).stem
+            assert m.group("key") in glued(recorded_run, stem), f"{doc}.md cites {m.group(0)}"

@@ -80,8 +80,8 @@ def test_chapter_executes_under_auto(auto_run, stem):
 def test_auto_run_builds_strictly_with_a_status_page(auto_run):
     proc, manifest, run = auto_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    html = ROOT / "_build" / "html"
-    assert (html / "index.html").exists()
+    html = run.parent / "_build" / "html"   # the fixture's own build folder, not the reader's _build/
+    assert (html / "index.html").exists() and f"{html / 'index.html'}" in proc.stdout
     status = (html / "appendix" / "status.html").read_text()
     assert manifest["run_id"] in status
     for stem in STEMS:

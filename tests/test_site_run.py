@@ -56,3 +56,25 @@ def test_stale_chapter_sources_are_refused(copy):
                            text=True).stdout.split()[0]
     _edit(copy, lambda m: m["versions"].update(book_commit=first[:7]))
     assert any("chapter sources changed since its commit" in p for p in publish.problems(copy))
+
+
+def test_a_page_shows_what_an_older_run_lacks_and_leaves_the_rest(tmp_path):
+    """Rendering a run made before a value existed: the page marks that value 'not in this run' (and a
+    missing glued figure likewise); what the run has stays a glue reference."""
+    from helpers.book import staging
+
+    pre = "application/papermill.record/"
+    nb = {"cells": [{"cell_type": "code", "source": "", "metadata": {}, "outputs": [
+        {"output_type": "display_data", "metadata": {"scrapbook": {"name": "old", "mime_prefix": pre}},
+         "data": {pre + "text/plain": "11.0"}}]}]}
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "c.ipynb").write_text(json.dumps(nb))
+    (tmp_path / "_glued" / "c").mkdir(parents=True)
+    (tmp_path / "_glued" / "c" / "have.png").write_bytes(b"png")
+    page = ("A {glue:text}`notebooks/c.ipynb::old:.1f` and {glue:text}`notebooks/c.ipynb::new:.0f`.\n\n"
+            "```{figure} _glued/c/have.png\n:name: a\nHere.\n```\n\n```{figure} _glued/c/gone.png\n:name: b\nGone.\n```\n")
+    text, missing = staging.cite_only_what_the_run_has(page, tmp_path)
+    assert "{glue:text}`notebooks/c.ipynb::old:.1f`" in text and "_glued/c/have.png" in text
+    assert missing == ["notebooks/c.ipynb::new", "_glued/c/gone.png"]
+    assert text.count(staging.NOT_IN_RUN) == 1 and staging.FIGURE_NOT_IN_RUN in text and "gone.png" not in text
+    assert staging.cite_only_what_the_run_has(text, tmp_path)[1] == []

@@ -184,6 +184,7 @@ def test_the_chapter_conclusion_comes_from_the_rule(meas, study):
     d2 = dg.Diagnosis.build("glm5", 0.25, meas, live=False, study=study, vm_allreduce_us=high)
     p = dg.decision(d2).values
     assert p["conclusion_case"] == "explains" and p["conclusion_text"].startswith("The all-reduce measured on a VM")
+    assert p["page1_status"] == vd.STATUS["explains"] and set(vd.STATUS) == set(vd.CONCLUSIONS)
 
 
 def test_remedies_follow_the_investigation(v):

@@ -863,6 +863,16 @@ def stage(run_dir: Path, root: Path, stage_dir: Path) -> Path:
                     _problem_page(titles[stem(doc)], rec, manifest), ctx))
         elif src_md.exists():
             shutil.copy(src_md, stage_dir / f"{doc}.md")
+    # pages that cite a chapter's values: a run made before a value existed shows "not in this run" there
+    for doc in toc_entries(root):
+        page = stage_dir / f"{doc}.md"
+        if (root / f"{doc}.md").exists() and page.exists():
+            text, missing = staging.cite_only_what_the_run_has(page.read_text(), stage_dir)
+            if missing:
+                page.write_text(text)
+                print(f"note: {doc}.md cites {len(missing)} value(s) this run's chapters do not have (made by an "
+                      f"older book); shown as 'not in this run': {', '.join(missing[:4])}"
+                      f"{' ...' if len(missing) > 4 else ''}", file=sys.stderr)
     (stage_dir / "appendix").mkdir(exist_ok=True)
     (stage_dir / "appendix" / "status.md").write_text(staging.public_text(status_page(manifest, titles), ctx))
     return stage_dir
@@ -919,6 +929,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="RUN", help="continue an interrupted run (a folder, or a run id in "
                                                   "--runs-dir) with the plan it was started with")
     p.add_argument("--no-strict", action="store_true", help="build without -W -n (warnings not fatal)")
+    p.add_argument("--out-dir", metavar="DIR", help="build the site into DIR/_build/html (default: the "
+                                                   "repository root, so _build/html)")
     p.add_argument("-p", "--param", action="append", default=[], metavar="[CHAPTER.]NAME=VALUE",
                    help="override a target parameter for every chapter, or for one (value read as YAML)")
     p.add_argument("--list-targets", action="store_true", help="list the targets and exit")
@@ -967,6 +979,7 @@ def main(argv: list[str] | None = None) -> int:
         runs_dir = Path(args.runs_dir)
         if not runs_dir.is_absolute():
             runs_dir = root / runs_dir
+        out_dir = Path(args.out_dir).resolve() if args.out_dir else None
         if args.list_targets:
             for name in known_targets(root):
                 t = load_target(name, root)
@@ -977,7 +990,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.render:
             run_dir = _run_dir_arg(args.render, runs_dir, "--render")
             read_manifest(run_dir)
-            build(run_dir, root, strict=not args.no_strict)
+            build(run_dir, root, strict=not args.no_strict, out_dir=out_dir)
             return 0
         if args.resume:
             given = [o for o, v in (("--target", args.target), ("--chapters", args.chapters),
@@ -1019,12 +1032,12 @@ def main(argv: list[str] | None = None) -> int:
             with _signals_interrupt():
                 manifest = execute(target, run_dir, root, only, manifest=manifest)
         except KeyboardInterrupt as exc:
-            print(f"\ninterrupted ({exc or 'Ctrl-C'}): the manifest says which chapters finished; continue with "
+            print(f"\ninterrupted ({str(exc) or 'Ctrl-C'}): the manifest says which chapters finished; continue with "
                   f"python -m helpers.book.runbook --resume {run_dir}", file=sys.stderr)
             return 130 if not isinstance(exc, RunInterrupted) else 143
         print(f"executed in {manifest['duration_s']:.1f} s: status {manifest['status']}")
         if not args.no_build:
-            build(run_dir, root, strict=not args.no_strict)
+            build(run_dir, root, strict=not args.no_strict, out_dir=out_dir)
         return 0 if manifest["status"] == "ok" else 1
     except RunbookError as exc:
         print(f"error: {exc}", file=sys.stderr)

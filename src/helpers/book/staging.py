@@ -366,3 +366,44 @@ def export_glued_figures(nb: dict, folder) -> list[str]:
                 (folder / f"{name}.png").write_bytes(base64.b64decode(_as_text(png)))
                 keys.append(name)
     return keys
+
+
+# ---- pages that cite another page's values, rendered from a run made before those values existed
+#: `{glue:...}`path/to/chapter.ipynb::key[:format]`` in a Markdown page
+CROSS_GLUE = re.compile(r"\{glue(?::[a-z]+)?\}`(?P<nb>[^`:]+\.ipynb)::(?P<key>[A-Za-z0-9_]+)(?::[^`]*)?`")
+#: a figure directive that shows a glued figure exported under _glued/<stem>/<key>.png
+GLUED_FIGURE = re.compile(r"```\{figure\}\s+(?P<path>" + re.escape(GLUED_DIR) + r"/[^\s`]+)\n.*?\n```", re.S)
+NOT_IN_RUN = "*(not in this run)*"
+FIGURE_NOT_IN_RUN = ("*This figure is not in this run: the run was made before the chapter drew it (its status "
+                     "page says from which commit).*")
+
+
+def cite_only_what_the_run_has(text: str, stage_root: Path) -> tuple[str, list[str]]:
+    """A Markdown page with every cross-page glue reference and glued figure that the run's executed
+    chapters do not have replaced by a visible 'not in this run' marker (a run made by an older book, whose
+    chapters glued other values); returns the page and what was replaced. Values and figures the run has
+    are left as they are, so a current run's page is unchanged."""
+    from helpers.book.glue import read_glued
+
+    have: dict[str, set] = {}
+    missing: list[str] = []
+
+    def keys(nb: str) -> set:
+        if nb not in have:
+            p = stage_root / nb
+            have[nb] = set(read_glued(p)) if p.exists() else set()
+        return have[nb]
+
+    def cite(m):
+        if m.group("key") in keys(m.group("nb")):
+            return m.group(0)
+        missing.append(f"{m.group('nb')}::{m.group('key')}")
+        return NOT_IN_RUN
+
+    def figure(m):
+        if (stage_root / m.group("path")).exists():
+            return m.group(0)
+        missing.append(m.group("path"))
+        return FIGURE_NOT_IN_RUN
+
+    return GLUED_FIGURE.sub(figure, CROSS_GLUE.sub(cite, text)), missing

@@ -818,6 +818,17 @@ def decide(evidence: pd.DataFrame, thresholds: pd.DataFrame) -> tuple[str, dict]
     return "unsettled", vals
 
 
+#: the one-line status page 1 gives, by the decision rule's case
+STATUS = {
+    "unsettled": "No all-reduce was ever timed on that VM, so the question stays open.",
+    "settled_low": "Every model with evidence prices it below the 25 % mark: the seeds' claim fails on this evidence.",
+    "settled_high": "Every model with evidence prices it above the 80 % mark: the seeds' claim holds on this evidence.",
+    "explains": "An all-reduce measured on a VM settles it: the host path is the loss.",
+    "cannot": "An all-reduce measured on a VM settles it: the host path is not the loss.",
+    "partly": "An all-reduce measured on a VM puts it between the 25 % and 80 % marks: part of the loss.",
+}
+
+
 def conclusion(evidence: pd.DataFrame, thresholds: pd.DataFrame) -> tuple[str, str]:
     """(case, sentence) of the decision rule."""
     case, vals = decide(evidence, thresholds)

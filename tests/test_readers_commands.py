@@ -1,0 +1,164 @@
+"""The README's commands in the README's order: a reader runs `make book` (or another documented command)
+before `make test`, and what that leaves in the checkout (runs/<id>/, runs/latest, _build/) changes
+nothing about what the suite checks or whether it passes.
+
+Each test runs one command for real in a throw-away clone of this commit (git clone of HEAD), then, in
+that clone: collects the whole suite and compares the test ids with those of a clean clone (a test
+parametrized over what is on disk would show here), checks that no file git tracks was changed, and runs
+the test modules that read runs/ or _build/ (AFFECTED). `.ci/run` covers plain `make book` (the README's
+first command) before the whole suite. The clone reuses this checkout's .venv (VENV=<its path>, with make
+told not to remake its install stamp, so nothing is installed) and puts its own src/ first on the path, so
+the clone's code, run folders and build folder are the ones used.
+
+The other documented commands a reader may run first, and why they need no test of their own:
+- `make book RUN=runs/<id>` and `make render`: render an existing run into _build/ with execution off,
+  what `make site` does for SITE_RUN (tested below), and the suite never reads _build/.
+- `make run`: the execution of `make book` without the build: a new run folder and runs/latest, what the
+  interrupted `make book` below leaves (a run whose manifest the suite must not read).
+- `make book TARGET=cpu-demo`: a run folder and _build/ as `make book TARGET=recorded` (below); its
+  servers' models go into a cache outside the checkout.
+- `make check-site`: reads _build/html and writes _build/screenshots, which no test reads.
+- `--resume runs/<id>`: finishes a run folder of the reader's own, as above.
+- `.venv/`: `make site`, `make run` and `make render` install a subset of the extras; `make test` then
+  installs the full set into the same environment (its `install` prerequisite), and the only .venv state
+  a test reads is the environment record (book-env.json), which names the kind of environment, not its extras.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import repo_root
+from proctags import tagged
+
+ROOT = repo_root()
+VENV = Path(sys.prefix)
+#: the modules that read runs/ or _build/, or list what they test from them
+AFFECTED = ["tests/test_runbook.py", "tests/test_packaging.py", "tests/test_book_site.py",
+            "tests/test_notebooks.py", "tests/test_diagnosis.py", "tests/test_findings.py",
+            "tests/test_recorded_labels.py"]
+#: of their slow tests, the one that reads committed runs at run time: each committed run rendered strictly
+#: (the published site's run among them); the others execute the book or build SITE_RUN into folders of
+#: their own and run once, in `make test` itself
+SLOW_READERS = ["tests/test_runbook.py::test_every_committed_run_renders_strictly_at_this_commit"]
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1500),
+              pytest.mark.skipif(not (VENV / ".installed").exists(),
+                                 reason=f"needs the environment `make install` builds ({VENV} has no .installed "
+                                        f"stamp); run the suite with `make test`")]
+
+
+def _env(clone: Path, **extra) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(clone / "src"), **extra}
+    env.pop("BOOK_ROOT", None)
+    return env
+
+
+def make(clone: Path, *args: str) -> list[str]:
+    """`make <args>` in the clone over this checkout's .venv, with its install stamp taken as done."""
+    return ["make", "--no-print-directory", "-C", str(clone), f"VENV={VENV}", "-o", f"{VENV}/.installed", *args]
+
+
+def clone_of_head(dest: Path) -> Path:
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    subprocess.run(["git", "clone", "--quiet", "--no-checkout", str(ROOT), str(dest)], check=True, timeout=300)
+    subprocess.run(["git", "-C", str(dest), "checkout", "--quiet", head], check=True, timeout=300)
+    return dest
+
+
+def pytest_in(clone: Path, tmp: Path, *args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
+    """The suite in the clone, with temporary folders of its own (never this session's)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--basetemp={tmp}", *args]
+    return subprocess.run(cmd, cwd=clone, env=_env(clone), capture_output=True, text=True, timeout=timeout)
+
+
+def collected(clone: Path, tmp: Path) -> list[str]:
+    p = pytest_in(clone, tmp, "--collect-only", "-q", timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return sorted(ln for ln in p.stdout.splitlines() if "::" in ln)
+
+
+@pytest.fixture(scope="module")
+def clean_ids(tmp_path_factory):
+    """What the suite collects in a clone where nothing was run."""
+    d = tmp_path_factory.mktemp("clean")
+    return collected(clone_of_head(d / "clone"), d / "pytest")
+
+
+def check_suite(clone: Path, tmp: Path, clean_ids: list[str]) -> None:
+    """After a reader's command: no tracked file changed, the same tests collected as in a clean clone,
+    and the affected modules pass in the clone."""
+    changed = subprocess.run(["git", "-C", str(clone), "status", "--porcelain", "--untracked-files=no"],
+                             capture_output=True, text=True, check=True).stdout
+    assert changed == "", f"the command changed files git tracks:\n{changed}"
+    ids = collected(clone, tmp / "collect")
+    assert ids == clean_ids, (f"collected only after the command: {sorted(set(ids) - set(clean_ids))[:10]}; "
+                              f"only before: {sorted(set(clean_ids) - set(ids))[:10]}")
+    for name, args in (("fast", ["-m", "not slow", *AFFECTED]), ("slow", SLOW_READERS)):
+        p = pytest_in(clone, tmp / name, "-q", *args)
+        assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-2000:]
+        assert " passed" in p.stdout.splitlines()[-1], p.stdout[-2000:]
+
+
+def test_make_book_target_recorded_then_the_tests(tmp_path, clean_ids):
+    clone = clone_of_head(tmp_path / "clone")
+    p = subprocess.run(make(clone, "book", "TARGET=recorded"), env=_env(clone), capture_output=True, text=True,
+                       timeout=1200)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    latest = clone / "runs" / "latest"
+    assert latest.is_symlink() and json.loads((latest / "manifest.json").read_text())["status"] == "ok"
+    assert (clone / "_build" / "html" / "index.html").exists()
+    check_suite(clone, tmp_path, clean_ids)
+
+
+def test_make_book_interrupted_in_chapter_06_then_the_tests(tmp_path, clean_ids):
+    """Ctrl-C as a terminal sends it: SIGINT to make's process group, once chapter 06 (the VM/P2P
+    chapter, target auto) has written its first collective point. The run stays behind, interrupted."""
+    clone = clone_of_head(tmp_path / "clone")
+    tag = f"readers-{os.getpid()}-{time.monotonic_ns()}"
+    log = (tmp_path / "make.log").open("w")
+    p = subprocess.Popen(make(clone, "book"), env=_env(clone, BOOK_TEST_TAG=tag), stdout=log,
+                         stderr=subprocess.STDOUT, start_new_session=True)
+    points = clone / "runs" / "latest" / "results" / "06_vm_p2p" / "collective_points"
+    deadline = time.monotonic() + 900
+    try:
+        while not any(f.stat().st_size for f in points.glob("points-*.jsonl")):
+            assert p.poll() is None, f"make book ended (exit {p.returncode}) before chapter 06's first point"
+            assert time.monotonic() < deadline, "chapter 06 wrote no collective point within 900 s"
+            time.sleep(0.2)
+        os.killpg(p.pid, signal.SIGINT)
+        rc = p.wait(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        log.close()
+    out = (tmp_path / "make.log").read_text()
+    assert rc != 0 and "interrupted (Ctrl-C)" in out and "--resume" in out, out[-3000:]
+    m = json.loads((clone / "runs" / "latest" / "manifest.json").read_text())
+    status = {c["stem"]: c["status"] for c in m["chapters"]}
+    stems = list(status)
+    at = stems.index("06_vm_p2p")
+    assert m["status"] == "interrupted" and status["06_vm_p2p"] == "interrupted", status
+    assert {status[s] for s in stems[:at]} == {"ok"} and {status[s] for s in stems[at + 1:]} == {"pending"}, status
+    deadline = time.monotonic() + 30
+    while tagged(tag) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert tagged(tag) == {}, f"left running after Ctrl-C: {tagged(tag)}"
+    assert not (clone / "_build" / "html").exists()     # interrupted before the build
+    check_suite(clone, tmp_path, clean_ids)
+
+
+def test_make_site_then_the_tests(tmp_path, clean_ids):
+    clone = clone_of_head(tmp_path / "clone")
+    p = subprocess.run(make(clone, "site"), env=_env(clone), capture_output=True, text=True, timeout=1200)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert (clone / "_build" / "html" / ".nojekyll").exists() and (clone / "_build" / "html" / "index.html").exists()
+    check_suite(clone, tmp_path, clean_ids)
