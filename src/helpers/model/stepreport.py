@@ -627,7 +627,7 @@ def fusion_values(tab: pd.DataFrame, fs: mb.FusionStudy, batch_max: int) -> dict
     out["fp8_vs_bf16_1"] = out["fus_fp8_1"] / out["fus_bf16_1"]
     out["fp8_vs_bf16_64"] = out["fus_fp8_64"] / out["fus_bf16_64"]
     out["fus_bmax"] = int(batch_max)
-    out["eager_in_study"] = "and eagerly" if (tab["mode"] == "eager").any() else "(this study timed no eager steps)"
+    out["eager_in_study"] = "and eagerly" if (tab["mode"] == "eager").any() else "only (the study timed no eager step)"
     return out
 
 
