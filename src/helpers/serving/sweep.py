@@ -10,7 +10,9 @@ under* (`settings_id`: the model, requests per point, the prompts' tokenizer and
 server, its command line): a point made with 1 request per point is never taken for one made with 20,
 and a frame of results only ever holds points of one set of settings (the latest, unless asked). A
 point whose requests all failed is not done: a resumed sweep measures it again. A server whose every
-request of a point ran out of time is not asked for the rest of its points (they stay to do).
+request of a point ran out of time is not asked for the rest of its points (they stay to do). A point
+the sweep planned that has no row afterwards, neither done nor failed (its row was lost: a write cut short,
+a file changed under the sweep), fails the sweep with `PointsLost`, never a table that silently lacks it.
 """
 from __future__ import annotations
 
@@ -24,6 +26,10 @@ import pandas as pd
 
 from helpers.book import results
 from helpers.serving import client as cl
+
+
+class PointsLost(RuntimeError):
+    """Points a sweep planned have no row in its file afterwards, neither done nor failed."""
 
 
 def _key(row: dict, keys: Sequence[str]) -> tuple:
@@ -88,6 +94,7 @@ def sweep(rows_path: str | Path, base_url: str, model: str, workloads: Iterable[
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(todo), desc=" ".join(f"{k}={v}" for k, v in labels.items()) or "sweep", leave=False)
+    left: list[tuple[cl.Workload, int]] = []
     for i, (w, c) in enumerate(todo):
         n = cl.requests_for(c, per_concurrency, min_requests)
         row = {**labels, **cl.run_point(base_url, model, w, c, n, tokenizer=tokenizer, timeout_s=timeout_s),
@@ -103,10 +110,25 @@ def sweep(rows_path: str | Path, base_url: str, model: str, workloads: Iterable[
         if row["completed"] == 0 and row.get("timed_out", 0) == row["num_requests"] and i + 1 < len(todo):
             print(f"{base_url}: every request of point {w.name} x {c} ran out of its {timeout_s:g} s; the server "
                   f"is not answering, so its {len(todo) - i - 1} other point(s) are left for a resumed run")
+            left = todo[i + 1:]
             break
     if bar is not None:
         bar.close()
+    keys = [*labels, "workload", "concurrency", "settings_id"]
+    have = {_key(r, keys) for r in results.read_rows(rows_path)}
+    lost = [f"{w.name} x {c}" for w in workloads for c in concurrencies if (w, c) not in left
+            and _key({**labels, "workload": w.name, "concurrency": c, "settings_id": sid}, keys) not in have]
+    if lost:
+        raise PointsLost(f"{rows_path}: {len(lost)} planned point(s) have no row, neither done nor failed: "
+                         f"{_few(lost)}; their rows were lost (a write cut short, or the file changed while the "
+                         f"sweep ran). Continue the run (--resume) to measure them")
     return rows_frame(rows_path, labels, settings_id=sid)
+
+
+def _few(items: Sequence, n: int = 4) -> str:
+    """At most `n` items of a long list, and how many more."""
+    items = list(items)
+    return ", ".join(map(str, items[:n])) + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
 def rows_frame(rows_path: str | Path, labels: dict | None = None, settings_id: str | None = None) -> pd.DataFrame:
@@ -145,4 +167,9 @@ def run_matrix(rows_path: str | Path, names: Sequence[str], run_one: Callable[[s
         row = run_one(name)
         results.append_row(rows_path, {**row, "name": name, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
     df = pd.DataFrame(results.read_rows(rows_path))
+    lost = [n for n in names if df.empty or n not in set(df["name"])]
+    if lost:
+        raise PointsLost(f"{rows_path}: {len(lost)} planned configuration(s) have no row, neither done nor "
+                         f"failed: {_few(lost)}; their rows were lost (a write cut short, or the file changed "
+                         f"while the matrix ran). Continue the run (--resume) to try them")
     return df[df["name"].isin(names)].drop_duplicates("name", keep="last").reset_index(drop=True)
