@@ -14,7 +14,9 @@ with. Every chapter is in the manifest from the start; the manifest is rewritten
 a file) whenever a chapter starts or ends, and on SIGTERM or Ctrl-C the chapter in progress is marked
 interrupted. `--resume RUN` continues a run with the plan it was started with: finished chapters are
 kept, the others run again into the same folder, where their sweeps resume from the points already
-measured. runs/latest points at the newest run. The site is then built from the run with execution off
+measured. One process owns a run at a time (RunLock: `<run>/.runbook.lock`, the owner's pid and host): a
+second `--resume` of a run that is still executing is refused at once, naming the owner. runs/latest points
+at the newest run. The site is then built from the run with execution off
 ("run where the hardware is, render anywhere"): a chapter that did not finish is rendered as a page that
 says so, and the status page lists every chapter.
 
@@ -546,6 +548,97 @@ def _point_latest(runs_dir: Path, run_dir: Path) -> None:
     link.symlink_to(run_dir.name)
 
 
+# ----------------------------------------------------------------------------- one process per run
+LOCK_NAME = ".runbook.lock"
+
+
+class RunLock:
+    """One runbook process per run folder: `<run>/.runbook.lock` holds the owner's pid, host, start time and
+    command line, under an exclusive flock that the kernel releases when the owner dies however it dies
+    (kill -9 included). A second process is refused at once, naming the owner; a lock file whose owner is
+    gone (its flock free) is stale and is taken over, with a message. Released (removed) at exit."""
+
+    def __init__(self, run_dir: Path, echo=None):
+        self.path = Path(run_dir) / LOCK_NAME
+        self.fd: int | None = None
+        self.echo = echo or (lambda m: print(m, file=sys.stderr))
+        self.took_over: dict | None = None
+
+    @staticmethod
+    def _read(fd: int) -> dict:
+        try:
+            data = os.pread(fd, 65536, 0)
+            owner = json.loads(data) if data.strip() else {}
+            return owner if isinstance(owner, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def acquire(self) -> "RunLock":
+        import fcntl
+
+        from helpers.book import results
+
+        for _ in range(20):   # the file can be removed by its releasing owner between open and flock: retry
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise RunbookError(str(results.write_error(self.path, e, "(the run's lock) could not be made"))) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = self._read(fd)
+                os.close(fd)
+                run = self.path.parent
+                raise RunbookError(
+                    f"run {run} is in use by another runbook process: pid {owner.get('pid', '?')} on host "
+                    f"{owner.get('host', '?')}, since {owner.get('started', '?')} ({owner.get('command', '?')}). "
+                    f"Two processes in one run would measure every point twice, each under the other's load. "
+                    f"Wait for it to finish, or stop it (kill {owner.get('pid', 'PID')}) and continue with "
+                    f"--resume {run}") from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
+                continue
+            old = self._read(fd)
+            if old:
+                self.took_over = old
+                self.echo(f"note: took over the stale lock of run {self.path.parent.name}: its owner, pid "
+                          f"{old.get('pid', '?')} on host {old.get('host', '?')} (since {old.get('started', '?')}), "
+                          f"is no longer running")
+            me = {"pid": os.getpid(), "host": socket.gethostname(), "started": _now(),
+                  "command": " ".join(["python -m helpers.book.runbook", *sys.argv[1:]])[:300]}
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, json.dumps(me).encode() + b"\n", 0)
+                os.fsync(fd)
+            except OSError as e:
+                os.close(fd)
+                raise RunbookError(str(results.write_error(self.path, e, "(the run's lock) could not be written"))) from None
+            self.fd = fd
+            return self
+        raise RunbookError(f"{self.path}: could not take the run's lock (the file kept changing); try again")
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+
 # ----------------------------------------------------------------------------- execution
 class _stderr_to:
     """Point this process's file descriptor 2 at `f` (restored on exit)."""
@@ -963,6 +1056,7 @@ class _signals_interrupt:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     root = repo_root()
+    lock = None
     try:
         runs_dir = Path(args.runs_dir)
         if not runs_dir.is_absolute():
@@ -986,6 +1080,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise RunbookError(f"--resume continues a run with the plan it was started with; {', '.join(given)} "
                                    f"cannot change it (start a new run for other settings)")
             run_dir = _run_dir_arg(args.resume, runs_dir, "--resume")
+            lock = RunLock(run_dir).acquire()
             manifest = read_manifest(run_dir)
             if not isinstance(manifest.get("plan"), dict):
                 raise RunbookError(f"{run_dir / 'manifest.json'} records no plan (the run was made before runs "
@@ -1012,6 +1107,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise RunbookError(f"run folder {run_dir} already exists; choose another --run-id, or continue it "
                                    f"with --resume {run_dir}")
             run_dir.mkdir(parents=True)
+            lock = RunLock(run_dir).acquire()
             _point_latest(runs_dir, run_dir)
             manifest = None
             print(f"run {run_id}: target {target.name}, {len(chapters(root))} chapters -> {run_dir}")
@@ -1029,6 +1125,9 @@ def main(argv: list[str] | None = None) -> int:
     except RunbookError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 if __name__ == "__main__":
