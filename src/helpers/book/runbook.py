@@ -122,16 +122,23 @@ class Target:
     path: str = ""                                  # the file it was read from
     origins: dict = field(default_factory=dict)     # (chapter or "", parameter) -> where the value came from
     overrides: list = field(default_factory=list)   # the -p items applied
+    cli: list = field(default_factory=list)         # [(chapter or "", parameter)] given with -p, in order
 
     def origin(self, chapter: str, name: str) -> str:
         return self.origins.get((chapter, name)) or self.origins.get(("", name)) or self.path or "the target"
+
+    def step_origin(self, chapter: str, name: str) -> str:
+        """Where the value `chapter` receives for `name` comes from, the command line first (it wins)."""
+        if (chapter, name) in self.cli or ("", name) in self.cli:
+            return self.origins.get((chapter, name)) if (chapter, name) in self.cli else self.origins[("", name)]
+        return self.origin(chapter, name)
 
     def as_plan(self) -> dict:
         """What the manifest records, so that --resume runs the same plan."""
         return {"target": self.name, "target_file": self.path, "description": self.description,
                 "parameters": self.parameters, "chapters": self.chapters, "skip": self.skip,
                 "execution_timeout": self.execution_timeout, "requires": self.requires,
-                "overrides": self.overrides,
+                "overrides": self.overrides, "cli": [list(x) for x in self.cli],
                 "origins": [[c, n, w] for (c, n), w in self.origins.items()]}
 
     @classmethod
@@ -139,7 +146,8 @@ class Target:
         t = cls(p["target"], p.get("description", ""), dict(p.get("parameters") or {}),
                 {k: dict(v or {}) for k, v in (p.get("chapters") or {}).items()}, list(p.get("skip") or []),
                 int(p.get("execution_timeout", 900)), dict(p.get("requires") or {}), p.get("target_file", ""),
-                {(c, n): w for c, n, w in p.get("origins") or []}, list(p.get("overrides") or []))
+                {(c, n): w for c, n, w in p.get("origins") or []}, list(p.get("overrides") or []),
+                [tuple(x) for x in p.get("cli") or []])
         return t
 
 
@@ -300,9 +308,17 @@ def plan(target: Target, root: Path | None = None, only: list[str] | None = None
             problems.append(f"{target.origin(s, k)}: chapter {s} does not declare parameter {k!r}; it declares: "
                             f"{', '.join(declared) or 'none'}")
         params.update({k: v for k, v in override.items() if k in declared})
+        # the command line wins over the target, also over the target's value for this chapter
+        # (-p NAME=VALUE over `chapters: CHAPTER: NAME`), and -p CHAPTER.NAME over -p NAME
+        for c, k in sorted(target.cli, key=lambda x: x[0] != ""):
+            if k in declared and c == "":
+                params[k] = target.parameters[k]
+            elif k in declared and c == s:
+                params[k] = target.chapters[s][k]
         skipped = s in target.skip or (only is not None and s not in only)
         steps.append({"docname": doc, "stem": s, "notebook": nb, "parameters": params,
-                      "declared": list(declared), "skip": skipped})
+                      "declared": list(declared), "skip": skipped,
+                      "origins": {k: target.step_origin(s, k) for k in params}})
     unused = set(target.parameters) - used_globals
     for k in sorted(unused):
         problems.append(f"{target.origin('', k)}: parameter {k!r} is declared by no chapter")
@@ -312,7 +328,7 @@ def plan(target: Target, root: Path | None = None, only: list[str] | None = None
                 continue
             try:
                 problems += precheck.problems(st["stem"], st["notebook"], st["parameters"],
-                                              {k: target.origin(st["stem"], k) for k in st["parameters"]}, ALWAYS)
+                                              st["origins"], ALWAYS)
             except precheck.PrecheckError as e:
                 problems.append(str(e))
     if problems:
@@ -390,7 +406,9 @@ def unmet_requirements(target: Target, steps: list[dict]) -> list[str]:
 
 def apply_overrides(target: Target, items: list[str]) -> None:
     """`-p NAME=VALUE` (every chapter that declares NAME) or `-p CHAPTER.NAME=VALUE` (one chapter);
-    VALUE is read as YAML (`-p tolerance=0.3`, `-p concurrencies=[1,4]`)."""
+    VALUE is read as YAML (`-p tolerance=0.3`, `-p concurrencies=[1,4]`). The command line wins: a value given
+    here replaces the target's, its per-chapter values included, and `-p CHAPTER.NAME` wins over `-p NAME`;
+    `plan` checks every value that a chapter will receive, whoever gave it."""
     bad = []
     for item in items or []:
         key, sep, value = item.partition("=")
@@ -410,6 +428,10 @@ def apply_overrides(target: Target, items: list[str]) -> None:
         else:
             target.parameters[name] = val
             target.origins[("", name)] = f"the command line (-p {item})"
+        key = (chapter if dot else "", name)
+        if key in target.cli:
+            target.cli.remove(key)
+        target.cli.append(key)
         target.overrides.append(item)
     if bad:
         raise RunbookError("\n".join(bad))
@@ -675,6 +697,7 @@ def new_manifest(target: Target, run_dir: Path, root: Path, steps: list[dict], o
     recs = []
     for st in steps:
         rec = {"docname": st["docname"], "stem": st["stem"], "parameters": dict(st["parameters"]),
+               "parameter_origins": dict(st.get("origins") or {}),
                "status": "skipped" if st["skip"] else "pending", "duration_s": 0.0, "started": None,
                "finished": None, "error": None}
         if st["skip"]:
@@ -737,7 +760,7 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
         if "run_dir" in step["declared"]:
             params["run_dir"] = str(run_dir.resolve())
         out_nb = run_dir / "notebooks" / f"{step['stem']}.ipynb"
-        rec.update(parameters=params, status="running", started=_now(), finished=None, error=None,
+        rec.update(parameters=params, parameter_origins=dict(step.get("origins") or {}), status="running", started=_now(), finished=None, error=None,
                    runs=rec.get("runs", 0) + 1)
         session["ran"].append(step["stem"])
         save()
