@@ -58,6 +58,8 @@ STATUSES = ("pending", "running", "ok", "failed", "interrupted", "skipped")
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 RESERVED_RUN_IDS = ("latest",)
 MAX_EXECUTION_TIMEOUT_S = 7 * 24 * 3600
+#: a target file is a page of settings (the largest in targets/ is about 3 KiB); more is refused unread
+MAX_TARGET_BYTES = 256 * 1024
 
 
 class RunbookError(RuntimeError):
@@ -105,6 +107,34 @@ def declared_parameters(nb_path: Path) -> dict:
 
 
 # ----------------------------------------------------------------------------- targets
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a mapping that holds one key twice (plain YAML keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:   # an unhashable key: the base constructor says so
+                    continue
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {key!r} appears twice, at line {first + 1} and at line "
+                        f"{key_node.start_mark.line + 1} (YAML would keep the second silently); keep one",
+                        key_node.start_mark)
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(text: str):
+    """YAML text as Python values, refusing duplicate keys (naming both lines)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def known_targets(root: Path | None = None) -> list[str]:
     root = root or repo_root()
     return sorted(p.stem for p in (root / TARGETS_DIR).glob("*.yaml"))
@@ -176,11 +206,16 @@ def load_target(name: str, root: Path | None = None) -> Target:
         raise RunbookError(f"unknown target {name!r}; known targets: {', '.join(known)} "
                            f"(each is a file {TARGETS_DIR}/<name>.yaml, or give the path of a YAML file)")
     try:
+        size = path.stat().st_size
+        if size > MAX_TARGET_BYTES:
+            raise RunbookError(f"{path}: {size / 1024:.0f} KiB is too large for a target (at most "
+                               f"{MAX_TARGET_BYTES // 1024} KiB: a target is a page of settings, like the files in "
+                               f"{TARGETS_DIR}/); give the right file")
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise RunbookError(f"{path}: cannot be read as text ({e})") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
     except yaml.YAMLError as e:
         where = ""
         mark = getattr(e, "problem_mark", None)
@@ -418,7 +453,7 @@ def apply_overrides(target: Target, items: list[str]) -> None:
                        f"-p 06_vm_p2p.sweep=full)")
             continue
         try:
-            val = yaml.safe_load(value)
+            val = load_yaml(value)
         except yaml.YAMLError as exc:
             bad.append(f"-p {item!r}: the value is not valid YAML ({str(exc).splitlines()[0]})")
             continue
@@ -1116,7 +1151,7 @@ def main(argv: list[str] | None = None) -> int:
             if runs_dir.resolve() == run_dir.parent:
                 _point_latest(runs_dir, run_dir)
         else:
-            target = load_target(args.target or "auto", root)
+            target = load_target(args.target if args.target is not None else "auto", root)
             apply_overrides(target, args.param)
             only = parse_chapters(args.chapters, root)
             if args.run_id is not None:
