@@ -23,6 +23,9 @@ import pandas as pd
 class WriteError(OSError):
     """A result file could not be written; the message names the file, the cause and what to do."""
 
+    def __str__(self) -> str:
+        return str(self.strerror)
+
 
 _CAUSES = {
     errno.ENOSPC: ("the disk is full", "free space on that disk"),
@@ -50,7 +53,7 @@ def write_error(path: Path | str, exc: OSError, doing: str = "could not be writt
     """A WriteError naming `path`, the cause of `exc` and the fix matching it."""
     why, fix = cause(exc)
     return WriteError(getattr(exc, "errno", None) or errno.EIO,
-                      f"{path} {doing}: {why} ({type(exc).__name__}: {exc.strerror or exc}); {fix}")
+                      f"{why}: {path} {doing} ({type(exc).__name__}: {exc.strerror or exc}); {fix}")
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -541,6 +541,8 @@ def _now() -> str:
 def write_manifest(run_dir: Path, manifest: dict) -> None:
     """Write manifest.json atomically: a temporary file in the same folder, flushed to disk, then renamed
     over the old one (a reader, or a crash, never sees half a file)."""
+    from helpers.book import results
+
     run_dir = Path(run_dir)
     tmp = run_dir / f".manifest.json.{os.getpid()}.tmp"
     data = json.dumps(manifest, indent=2, default=str)
@@ -550,8 +552,14 @@ def write_manifest(run_dir: Path, manifest: dict) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, run_dir / "manifest.json")
+    except OSError as e:   # the last good manifest stays in place, whole
+        raise results.write_error(run_dir / "manifest.json", e,
+                                  "could not be written (its last good state is kept)") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
     try:
         fd = os.open(run_dir, os.O_RDONLY)
         try:
@@ -777,7 +785,7 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
             write_manifest(run_dir, manifest)
         except OSError as e:   # keep going: the next write may succeed; the last one must
             failed_writes.append(str(e))
-            print(f"warning: could not write {run_dir / 'manifest.json'} ({e}); the run goes on", file=sys.stderr)
+            print(f"warning: {e}; the run goes on", file=sys.stderr)
 
     save()
     n = len(steps)
@@ -835,6 +843,10 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
             save()
             raise
         except Exception as exc:  # noqa: BLE001 - a chapter's failure must not stop the others
+            from helpers.book import results
+
+            if isinstance(exc, OSError) and not isinstance(exc, results.WriteError):   # name the file and the cause
+                exc = results.write_error(exc.filename or out_nb, exc, "could not be written or read")
             rec["status"] = "failed"
             rec["error"] = {"ename": type(exc).__name__, "evalue": str(exc)[:2000],
                             "traceback": traceback.format_exc()[-6000:]}
@@ -855,8 +867,7 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
     try:
         write_manifest(run_dir, manifest)
     except OSError as e:
-        raise RunbookError(f"the run finished but {run_dir / 'manifest.json'} could not be written ({e}); "
-                           f"free the disk and continue with --resume {run_dir}") from None
+        raise RunbookError(f"the run ended but {e}; then continue with --resume {run_dir}") from None
     return manifest
 
 
@@ -1076,6 +1087,29 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_writable_dir(folder: Path, what: str) -> None:
+    """Refuse, in one line, a folder the run cannot write: a file, under a file, read-only or not permitted.
+    A folder not there yet is tried in its nearest existing parent (it will be made there)."""
+    import tempfile
+
+    from helpers.book import results
+
+    folder = Path(folder)
+    probe = folder
+    while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        where = "is a file" if probe == folder else f"is under {probe}, which is a file"
+        raise RunbookError(f"{what} {folder} {where}, not a folder; give a folder (or remove that file)")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".runbook-probe-", dir=probe)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as e:
+        why, fix = results.cause(e)
+        raise RunbookError(f"{what} {folder} cannot be written ({probe}: {why}); {fix}") from None
+
+
 def _run_dir_arg(text: str, runs_dir: Path, what: str) -> Path:
     p = Path(text)
     if not p.is_absolute():
@@ -1119,6 +1153,8 @@ def main(argv: list[str] | None = None) -> int:
         runs_dir = Path(args.runs_dir)
         if not runs_dir.is_absolute():
             runs_dir = root / runs_dir
+        if not str(args.runs_dir).strip():
+            raise RunbookError("--runs-dir '': give the folder where run folders go (default: runs)")
         if args.list_targets:
             for name in known_targets(root):
                 t = load_target(name, root)
@@ -1138,6 +1174,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise RunbookError(f"--resume continues a run with the plan it was started with; {', '.join(given)} "
                                    f"cannot change it (start a new run for other settings)")
             run_dir = _run_dir_arg(args.resume, runs_dir, "--resume")
+            check_writable_dir(run_dir, "--resume: the run folder")
             lock = RunLock(run_dir).acquire()
             manifest = read_manifest(run_dir)
             if not isinstance(manifest.get("plan"), dict):
@@ -1157,6 +1194,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.run_id is not None:
                 check_run_id(args.run_id)
             plan(target, root, only)  # validate before creating anything
+            check_writable_dir(runs_dir, "--runs-dir")
             host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0][:20]) or "host"
             run_id = args.run_id or check_run_id(dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
                                                  + f"-{re.sub(r'[^A-Za-z0-9._-]', '-', target.name)}-{host}")
@@ -1164,7 +1202,12 @@ def main(argv: list[str] | None = None) -> int:
             if run_dir.exists() or run_dir.is_symlink():
                 raise RunbookError(f"run folder {run_dir} already exists; choose another --run-id, or continue it "
                                    f"with --resume {run_dir}")
-            run_dir.mkdir(parents=True)
+            try:
+                run_dir.mkdir(parents=True)
+            except OSError as e:
+                from helpers.book import results
+
+                raise RunbookError(str(results.write_error(run_dir, e, "could not be made"))) from None
             lock = RunLock(run_dir).acquire()
             _point_latest(runs_dir, run_dir)
             manifest = None
