@@ -48,6 +48,7 @@ import yaml
 
 from helpers import __version__, repo_root
 from helpers.book import environment, layout, precheck, procs
+from helpers.book.params import short
 
 TARGETS_DIR = "targets"
 _TARGET_KEYS = {"description", "parameters", "chapters", "skip", "execution_timeout", "requires"}
@@ -233,7 +234,7 @@ def load_target(name: str, root: Path | None = None) -> Target:
         bad.append(f"unknown key(s) {sorted(extra)}; allowed: {sorted(_TARGET_KEYS)}")
     desc = raw.get("description")
     if not isinstance(desc, str) or not desc.strip():
-        bad.append(f"needs a `description` (a sentence saying what the target runs); got {desc!r}")
+        bad.append(f"needs a `description` (a sentence saying what the target runs); got {short(desc)}")
     params = raw.get("parameters")
     if params is None:
         params = {}
@@ -259,14 +260,14 @@ def load_target(name: str, root: Path | None = None) -> Target:
     if skip is None:
         skip = []
     elif isinstance(skip, str) or not isinstance(skip, list) or not all(isinstance(x, str) for x in skip):
-        bad.append(f"`skip` must be a list of chapter stems, e.g. `skip: [06_vm_p2p]`; got {skip!r}"
+        bad.append(f"`skip` must be a list of chapter stems, e.g. `skip: [06_vm_p2p]`; got {short(skip)}"
                    + (" (a string, which would be read letter by letter)" if isinstance(skip, str) else ""))
         skip = []
     timeout = raw.get("execution_timeout", 900)
     if (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout)
             or timeout < 1 or timeout > MAX_EXECUTION_TIMEOUT_S or float(timeout) != int(timeout)):
         bad.append(f"`execution_timeout` must be a whole number of seconds from 1 to {MAX_EXECUTION_TIMEOUT_S} "
-                   f"(the time limit of one notebook cell); got {timeout!r}"
+                   f"(the time limit of one notebook cell); got {short(timeout)}"
                    + (" (0 would remove the time limit)" if timeout == 0 and not isinstance(timeout, bool) else ""))
         timeout = 900
     try:
@@ -387,7 +388,7 @@ def _requires(path: Path, raw) -> dict:
         return {}
     if not isinstance(raw, dict) or set(raw) - set(_REQUIRE_KEYS):
         raise RunbookError(f"{path}: `requires` takes the keys {', '.join(_REQUIRE_KEYS)}, each a list of names "
-                           f"or a mapping name -> what it is; got {raw!r}")
+                           f"or a mapping name -> what it is; got {short(raw)}")
     return {k: ({str(n): "" for n in v} if isinstance(v, list) else {str(n): str(d or "") for n, d in v.items()})
             for k, v in raw.items() if v}
 
@@ -439,6 +440,11 @@ def unmet_requirements(target: Target, steps: list[dict]) -> list[str]:
     return out
 
 
+def _item(text: str, chars: int = 80) -> str:
+    """A -p item as a message shows it: a long one cut, saying how long it was."""
+    return text if len(text) <= chars else f"{text[:chars]}... ({len(text)} characters)"
+
+
 def apply_overrides(target: Target, items: list[str]) -> None:
     """`-p NAME=VALUE` (every chapter that declares NAME) or `-p CHAPTER.NAME=VALUE` (one chapter);
     VALUE is read as YAML (`-p tolerance=0.3`, `-p concurrencies=[1,4]`). The command line wins: a value given
@@ -449,20 +455,20 @@ def apply_overrides(target: Target, items: list[str]) -> None:
         key, sep, value = item.partition("=")
         chapter, dot, name = key.strip().rpartition(".")
         if not sep or not name.strip() or (dot and not chapter.strip()):
-            bad.append(f"-p {item!r}: expected NAME=VALUE or CHAPTER.NAME=VALUE (e.g. -p tolerance=0.3 or "
+            bad.append(f"-p {short(item)}: expected NAME=VALUE or CHAPTER.NAME=VALUE (e.g. -p tolerance=0.3 or "
                        f"-p 06_vm_p2p.sweep=full)")
             continue
         try:
             val = load_yaml(value)
         except yaml.YAMLError as exc:
-            bad.append(f"-p {item!r}: the value is not valid YAML ({str(exc).splitlines()[0]})")
+            bad.append(f"-p {short(item)}: the value is not valid YAML ({str(exc).splitlines()[0]})")
             continue
         if dot:
             target.chapters.setdefault(chapter, {})[name] = val
-            target.origins[(chapter, name)] = f"the command line (-p {item})"
+            target.origins[(chapter, name)] = f"the command line (-p {_item(item)})"
         else:
             target.parameters[name] = val
-            target.origins[("", name)] = f"the command line (-p {item})"
+            target.origins[("", name)] = f"the command line (-p {_item(item)})"
         key = (chapter if dot else "", name)
         if key in target.cli:
             target.cli.remove(key)

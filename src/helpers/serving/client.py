@@ -42,6 +42,10 @@ class ServerUnreachable(ConnectionError):
     """Nothing answers at the server URL."""
 
 
+#: the most tokens one side of a request may have (2^20: beyond every served model's context)
+MAX_TOKENS = 1 << 20
+
+
 @dataclass(frozen=True)
 class Workload:
     """Fixed-length random requests: `input_len` prompt tokens, `output_len` generated tokens."""
@@ -52,8 +56,9 @@ class Workload:
     def __post_init__(self):
         for k in ("input_len", "output_len"):
             v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise BenchmarkError(f"Workload.{k} = {v!r}: expected a positive integer number of tokens")
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TOKENS:
+                raise BenchmarkError(f"Workload.{k} = {str(v)[:40]}: expected a whole number of tokens from 1 to "
+                                     f"{MAX_TOKENS} (a request longer than any model's context is a typo)")
 
     @property
     def name(self) -> str:
@@ -67,7 +72,7 @@ class Workload:
             return cls(int(a), int(b))
         except (ValueError, TypeError):
             raise BenchmarkError(
-                f"workload {text!r} is not 'INPUT/OUTPUT' token counts (e.g. '256/256' or '128/512')") from None
+                f"workload {str(text)[:60]!r} is not 'INPUT/OUTPUT' token counts (e.g. '256/256' or '128/512')") from None
 
 
 @dataclass

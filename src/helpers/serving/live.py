@@ -171,8 +171,12 @@ def attempt_runner(name: str, spec: ServerSpec, model: str, log_dir: Path, start
     return a.as_row()
 
 
+#: the most workloads, variants or runners one chapter sweeps (each is a whole sweep)
+MAX_NAMES = 16
+
+
 def _workloads(v):
-    if not isinstance(v, list) or not v:
+    if not isinstance(v, list) or not 1 <= len(v) <= MAX_NAMES:
         raise ValueError
     try:
         return [cl.Workload.parse(x) for x in v]
@@ -181,7 +185,8 @@ def _workloads(v):
 
 
 def _names(v):
-    if not isinstance(v, list) or not v or not all(isinstance(x, str) and x for x in v):
+    if not isinstance(v, list) or not 1 <= len(v) <= MAX_NAMES or not all(isinstance(x, str) and 0 < len(x) <= 200
+                                                                          for x in v):
         raise ValueError
     return list(v)
 
@@ -190,20 +195,22 @@ def workloads_param():
     """params.Spec for a list of 'INPUT/OUTPUT' workload strings."""
     from helpers.book import params
 
-    return params.Spec("a non-empty list of 'INPUT/OUTPUT' token counts, e.g. ['256/256', '128/512']", _workloads)
+    return params.Spec(f"a list of 1 to {MAX_NAMES} 'INPUT/OUTPUT' token counts, each side 1 to {cl.MAX_TOKENS}, "
+                       "e.g. ['256/256', '128/512']", _workloads)
 
 
 def workload_param():
     """params.Spec for one 'INPUT/OUTPUT' workload string (a Workload once validated)."""
     from helpers.book import params
 
-    return params.Spec("'INPUT/OUTPUT' token counts, e.g. '256/256'", lambda v: _workloads([v])[0])
+    return params.Spec(f"'INPUT/OUTPUT' token counts, each side 1 to {cl.MAX_TOKENS}, e.g. '256/256'",
+                       lambda v: _workloads([v])[0])
 
 
 def names_param(what: str):
     from helpers.book import params
 
-    return params.Spec(f"a non-empty list of {what} names (strings)", _names)
+    return params.Spec(f"a list of 1 to {MAX_NAMES} {what} names (strings)", _names)
 
 
 def check_names(param: str, given: list[str], allowed: Sequence[str], engine: str) -> None:
