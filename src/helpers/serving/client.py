@@ -158,6 +158,41 @@ def make_prompts(n: int, input_len: int, tokenizer=None, seed: int = 0) -> list[
     return [" ".join(rng.choice(words) for _ in range(input_len)) for _ in range(n)]
 
 
+def parse_reply(status: int, text: str, chat: bool = True) -> tuple[str, str, str]:
+    """(content, kind, error) of a whole completion reply (JSON, not a stream): the one reader of such replies,
+    for the smoke test and for a stream request answered with a plain JSON body. `kind` is "" (content), http,
+    bad-body, error-body (an error object inside an HTTP 200 reply: sglang's NaN message) or empty."""
+    import json
+
+    shown = text[:300]
+    if status != 200:
+        return "", "http", f"HTTP {status}: {shown}"
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return "", "bad-body", f"HTTP 200 with a body that is not JSON: {shown!r}"
+    if isinstance(d, dict) and d.get("error"):
+        err = d["error"]
+        msg = err.get("message", "") if isinstance(err, dict) else str(err)
+        return "", "error-body", f"error in an HTTP 200 reply: {msg}"[:300]
+    where = "choices[0].message.content" if chat else "choices[0].text"
+    try:
+        content = d["choices"][0]["message"]["content"] if chat else d["choices"][0]["text"]
+    except (KeyError, IndexError, TypeError):
+        return "", "bad-body", f"HTTP 200 without {where}: {shown!r}"[:300]
+    if not content:
+        return "", "empty", ""
+    return str(content), "", ""
+
+
+class _WholeReply(Exception):
+    """A stream request answered with a whole JSON reply: its kind and error (parse_reply)."""
+
+    def __init__(self, kind: str, error: str):
+        super().__init__(error)
+        self.kind, self.error = kind, error
+
+
 async def _one(client, model: str, prompt: str, max_tokens: int, t_origin: float, deadlines: Deadlines,
                chat: bool) -> RequestResult:
     import openai
@@ -183,6 +218,13 @@ async def _one(client, model: str, prompt: str, max_tokens: int, t_origin: float
             raise RequestTimeout("the completions endpoint", "first byte", deadlines.first_byte_s,
                                  time.perf_counter() - t0) from None
         state["headers_s"] = time.perf_counter() - t0
+        response = getattr(stream, "response", None)
+        ctype = response.headers.get("content-type", "") if response is not None else ""
+        if "json" in ctype and "event-stream" not in ctype:   # not a stream: read it as the smoke test does
+            body = (await response.aread()).decode("utf-8", "replace")
+            _, kind, err = parse_reply(response.status_code, body, chat)
+            raise _WholeReply(kind or "bad-body", err or f"the server answered a stream request with a whole JSON "
+                              f"reply instead of a stream: {body[:200]!r}")
         async for chunk in stream:
             now = time.perf_counter()
             state["chunks"] += 1
@@ -225,6 +267,9 @@ async def _one(client, model: str, prompt: str, max_tokens: int, t_origin: float
             heads = "no headers" if state["headers_s"] is None else f"headers after {state['headers_s']:.2f} s"
             res.error = (f"timeout: the reply did not finish within {deadlines.total_s:g} s (total deadline; {heads}, "
                          f"{state['chunks']} chunk(s), {len(res.text)} characters of content)")
+    except _WholeReply as e:
+        res.e2e_s = time.perf_counter() - t0
+        res.error_kind, res.error = e.kind, e.error[:500]
     except openai.APIStatusError as e:
         res.e2e_s = time.perf_counter() - t0
         res.error_kind = "http"
