@@ -1222,7 +1222,7 @@ def main(argv: list[str] | None = None) -> int:
             with _signals_interrupt():
                 manifest = execute(target, run_dir, root, only, manifest=manifest)
         except KeyboardInterrupt as exc:
-            print(f"\ninterrupted ({exc or 'Ctrl-C'}): the manifest says which chapters finished; continue with "
+            print(f"\ninterrupted ({str(exc) or 'Ctrl-C'}): the manifest says which chapters finished; continue with "
                   f"python -m helpers.book.runbook --resume {run_dir}", file=sys.stderr)
             return 130 if not isinstance(exc, RunInterrupted) else 143
         print(f"executed in {manifest['duration_s']:.1f} s: status {manifest['status']}")

@@ -381,10 +381,19 @@ def run_point(base_url: str, model: str, workload: Workload, concurrency: int, n
     if num_requests < 1:
         raise BenchmarkError(f"num_requests = {num_requests}: expected at least 1")
     prompts = make_prompts(num_requests + warmup, workload.input_len, tokenizer, seed)
+    late = []
     if warmup:
-        run_sync(run_requests(base_url, model, prompts[:warmup], min(workload.output_len, 8), 1, timeout_s, chat))
-    results, duration = run_sync(run_requests(base_url, model, prompts[warmup:], workload.output_len, concurrency,
-                                          timeout_s, chat))
+        warm, _ = run_sync(run_requests(base_url, model, prompts[:warmup], min(workload.output_len, 8), 1, timeout_s,
+                                        chat))
+        late = [r for r in warm if r.error_kind == "timeout"]
+    if late:   # the server did not answer the warm-up in time: the point's requests would only wait as long again
+        results = [RequestResult(ok=False, error_kind="timeout",
+                                 error=f"not sent: the warm-up request ran out of time ({late[0].error})"[:500])
+                   for _ in range(num_requests)]
+        duration = 0.0
+    else:
+        results, duration = run_sync(run_requests(base_url, model, prompts[warmup:], workload.output_len,
+                                                  concurrency, timeout_s, chat))
     row = {"workload": workload.name, "input_len": workload.input_len, "output_len": workload.output_len,
            "concurrency": concurrency, "num_requests": num_requests}
     row.update(summarize(results, duration))
