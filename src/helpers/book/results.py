@@ -191,3 +191,26 @@ def read_rows(path: Path) -> list[dict]:
                 _report(path, f"line {i + 1}, which is not a JSON object", offset, len(raw))
         offset += len(raw) + 1
     return rows
+
+
+PARTIAL = "partial"
+#: the environment variable through which the runbook tells a chapter's kernel its cell time limit (s)
+CELL_TIMEOUT_ENV = "BOOK_CELL_TIMEOUT_S"
+
+
+def mark_partial(folder: Path, why: str) -> None:
+    """Record in <folder>/partial.json that the chapter writing there stopped short of its plan on purpose
+    (a sweep stopped before the cell's time limit), and why; the runbook reports the chapter as partial."""
+    path = Path(folder) / f"{PARTIAL}.json"
+    said = json.loads(path.read_text()) if path.exists() else []
+    _atomic_write(path, json.dumps([*said, why], indent=1))
+
+
+def partial_reasons(folder: Path) -> list[str]:
+    """Why the chapter writing into `folder` stopped short of its plan (empty: it did not)."""
+    path = Path(folder) / f"{PARTIAL}.json"
+    try:
+        said = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return [str(x) for x in said] if isinstance(said, list) else [str(said)]

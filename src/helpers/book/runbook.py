@@ -49,12 +49,13 @@ import yaml
 from helpers import __version__, repo_root
 from helpers.book import environment, layout, precheck, procs
 from helpers.book.params import short
+from helpers.book.results import CELL_TIMEOUT_ENV
 
 TARGETS_DIR = "targets"
 _TARGET_KEYS = {"description", "parameters", "chapters", "skip", "execution_timeout", "requires"}
 ALWAYS = ("run_dir",)  # parameters the runbook itself sets
 #: a chapter's status in the manifest
-STATUSES = ("pending", "running", "ok", "failed", "interrupted", "skipped")
+STATUSES = ("pending", "running", "ok", "partial", "failed", "interrupted", "skipped")
 #: run ids are plain names: a letter or digit, then letters, digits, '.', '_', '-' (no path, not 'latest')
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 RESERVED_RUN_IDS = ("latest",)
@@ -817,6 +818,11 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
             print(label, end=" ", flush=True)
             label = ""
         t0 = time.perf_counter()
+        from helpers.book import results
+
+        chapter_results = run_dir / "results" / step["stem"]
+        (chapter_results / f"{results.PARTIAL}.json").unlink(missing_ok=True)   # said by an earlier session
+        os.environ[CELL_TIMEOUT_ENV] = str(target.execution_timeout)   # the kernel's sweeps keep within it
         try:
             with open(run_dir / "logs" / f"{step['stem']}.log", "a") as log, _stderr_to(log):
                 log.write(f"=== {_now()}: {'resumed' if rec['runs'] > 1 else 'started'} by runbook "
@@ -829,6 +835,12 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
                     execution_timeout=target.execution_timeout, cwd=str(root),
                 )
             rec["status"] = "ok"
+            short = results.partial_reasons(chapter_results)
+            if short:   # it ran whole, but stopped short of its plan on purpose: what is left is for --resume
+                rec["status"] = "partial"
+                rec["error"] = {"ename": "Partial", "evalue": "; ".join(short)[:1800] + f". Resume with "
+                                f"`python -m helpers.book.runbook --resume {run_dir}` (or raise the target's "
+                                f"execution_timeout)"}
         except PapermillExecutionError as exc:
             rec["status"] = "failed"
             rec["error"] = {"ename": exc.ename, "evalue": str(exc.evalue)[:2000],
@@ -867,9 +879,10 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
     session["finished"] = _now()
     manifest["duration_s"] = round(sum(c.get("duration_s") or 0.0 for c in manifest["chapters"]), 2)
     manifest["session_duration_s"] = round(time.perf_counter() - t_run, 2)
-    left = [c["stem"] for c in manifest["chapters"] if c["status"] not in ("ok", "skipped", "failed")]
+    left = [c["stem"] for c in manifest["chapters"] if c["status"] not in ("ok", "skipped", "failed", "partial")]
     failed = [c["stem"] for c in manifest["chapters"] if c["status"] == "failed"]
-    manifest["status"] = "failed" if failed else ("interrupted" if left else "ok")
+    partial = [c["stem"] for c in manifest["chapters"] if c["status"] == "partial"]
+    manifest["status"] = "failed" if failed else ("interrupted" if left else ("partial" if partial else "ok"))
     try:
         write_manifest(run_dir, manifest)
     except OSError as e:
@@ -933,7 +946,7 @@ def status_page(manifest: dict, titles: dict[str, str]) -> str:
     counts = {s: sum(1 for c in m["chapters"] if c["status"] == s) for s in STATUSES}
     total = sum(c.get("duration_s") or 0.0 for c in m["chapters"])
     said = ", ".join(f"{counts[s]} {s}" for s in ("ok", "failed", "skipped")) + "".join(
-        f", {counts[s]} {s}" for s in ("interrupted", "running", "pending") if counts[s])
+        f", {counts[s]} {s}" for s in ("partial", "interrupted", "running", "pending") if counts[s])
     lines = [
         "# Run status", "",
         "What executed where: this page is generated from the run's `manifest.json` each time the site "
@@ -1022,7 +1035,7 @@ def stage(run_dir: Path, root: Path, stage_dir: Path) -> Path:
             rec = recs.get(doc)
             titles[stem(doc)] = _title(src_nb, stem(doc))
             executed = run_dir / "notebooks" / f"{stem(doc)}.ipynb"
-            if rec and rec["status"] == "ok" and executed.exists():
+            if rec and rec["status"] in ("ok", "partial") and executed.exists():
                 _stage_notebook(executed, stage_dir / f"{doc}.ipynb", ctx)
             else:
                 rec = rec or {"stem": stem(doc), "status": "skipped", "duration_s": 0.0,
@@ -1228,7 +1241,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"executed in {manifest['duration_s']:.1f} s: status {manifest['status']}")
         if not args.no_build:
             build(run_dir, root, strict=not args.no_strict)
-        return 0 if manifest["status"] == "ok" else 1
+        if manifest["status"] == "partial":
+            print(f"partial: {', '.join(c['stem'] for c in manifest['chapters'] if c['status'] == 'partial')} "
+                  f"stopped short of the plan before the cell's time limit (the manifest says what is left); "
+                  f"resume with python -m helpers.book.runbook --resume {run_dir}")
+        return 0 if manifest["status"] in ("ok", "partial") else 1
     except RunbookError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

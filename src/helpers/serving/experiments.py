@@ -190,6 +190,7 @@ def baseline_sweep(P: dict, out: Path) -> tuple[pd.DataFrame, str, dict]:
     """Sweep concurrency for every workload and server variant (a given server, or one launched per
     variant); saves sweep.csv. Returns the rows, where they were measured, and facts to glue."""
     rows, logs, wls, facts = out / "sweep.jsonl", out / "logs", P["workloads"], {}
+    sweep.start_cell_clock()   # this cell's long work starts here: each point keeps within its limit
     point = {"per_concurrency": P["requests_per_concurrency"], "timeout_s": P["request_timeout_s"]}
     if P["server_url"]:
         model = P["served_model"] or cl.served_model(P["server_url"])
@@ -244,6 +245,7 @@ def runner_comparison(P: dict, out: Path) -> tuple[pd.DataFrame | None, pd.DataF
     """Launch each MoE runner once to classify it, then sweep the runners that serve `repeats` times on
     one server each; saves runner_status.csv and sweep.csv. Returns (sweep rows or None, status, where)."""
     rows, logs, wl = out / "sweep.jsonl", out / "logs", P["workload"]
+    sweep.start_cell_clock()
     if P["engine"] == "transformers":
         base_dir, n_params = _tiny(P)
         tok = live.tokenizer_for(base_dir)

@@ -138,7 +138,16 @@ def sweep_server(spec: ServerSpec, model: str, rows_path: Path, log_dir: Path, w
     Each row carries the server's peak memory so far and its cap."""
     extra = server_settings(spec)
     st = sweep.point_settings(model, per_concurrency, 1, tokenizer, extra)
-    if not sweep.pending(rows_path, labels, workloads, concurrencies, st):
+    todo = sweep.pending(rows_path, labels, workloads, concurrencies, st)
+    if not todo:
+        return sweep.rows_frame(rows_path, labels, settings_id=sweep.settings_id(st))
+    left = sweep.time_left()
+    if left is not None and left <= 0:   # the cell's budget is spent: do not launch a server for nothing
+        from helpers.book import results
+
+        results.mark_partial(Path(rows_path).parent, f"server {spec.name!r} was not launched: the cell's time was "
+                             f"spent; {len(todo)} point(s) left")
+        print(f"partial: server {spec.name!r} not launched, the cell's time was spent; {len(todo)} point(s) left")
         return sweep.rows_frame(rows_path, labels, settings_id=sweep.settings_id(st))
     with Server(spec, Path(log_dir) / f"{spec.name}.log", startup_timeout_s=startup_timeout_s) as srv:
         return sweep.sweep(rows_path, spec.base_url, model, workloads, concurrencies, labels=labels,
