@@ -69,3 +69,15 @@ def test_a_100000_entry_list_gets_a_short_one_line_message_at_once(tmp_path):
     assert r.returncode == 2 and "concurrencies" in r.stderr and "(100000 items)" in r.stderr
     assert len(r.stderr) < 2000, len(r.stderr)
     assert time.monotonic() - t0 < 60 and not (tmp_path / "runs").exists()
+
+
+def test_cpu_batches_times_contexts_beyond_this_machines_memory_are_refused_with_the_estimate():
+    t = runbook.load_target("auto", ROOT)
+    runbook.apply_overrides(t, ["07_decode_step.cpu_contexts=[1000000]", "07_decode_step.cpu_batches=[4096]"])
+    with pytest.raises(runbook.RunbookError) as e:
+        runbook.plan(t, ROOT, only=["07_decode_step"])
+    msg = str(e.value)
+    assert "parameter 'cpu_contexts' = [1000000] is not allowed with cpu_batches = [4096]" in msg
+    assert "batch 4096 x context 1000000 would need about" in msg and "GiB" in msg
+    t = runbook.load_target("auto", ROOT)      # the chapter's own values pass
+    runbook.plan(t, ROOT, only=["07_decode_step"])
