@@ -58,3 +58,27 @@ def test_ctrl_c_says_so_in_its_parentheses(tmp_path):
     os.killpg(p.pid, signal.SIGINT)   # a terminal's Ctrl-C reaches the whole process group
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130 and "interrupted (Ctrl-C)" in err and "()" not in err, err
+
+
+OVERSHOOT = """
+import sys
+from pathlib import Path
+from helpers.serving import classify
+from helpers.serving.server import ServerSpec, free_port
+port = free_port()
+spec = ServerSpec(argv=[sys.executable, sys.argv[1], str(port), "stream-keepalive"], port=port, name="sk")
+a = classify.attempt("sk", spec, "fake", Path(sys.argv[2]), startup_timeout_s=30, decode_concurrency=4,
+                     decode_tokens=4, request_timeout_s=3)
+print(a.outcome, a.request_s)
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_the_request_phase_ends_at_its_limit_including_what_precedes_the_requests(tmp_path):
+    """A fresh process (the client library not yet imported, as in a chapter's kernel): the smoke request is
+    answered, the decode streams never finish; the phase's time counts from its start, not from each request's."""
+    r = subprocess.run([sys.executable, "-c", OVERSHOOT, FAULT, str(tmp_path)], capture_output=True, text=True,
+                       timeout=100)
+    outcome, request_s = r.stdout.split()[-2:]
+    assert outcome == "hang" and float(request_s) <= 3.3, r.stdout + r.stderr

@@ -164,7 +164,7 @@ def attempt(name: str, spec: ServerSpec, model: str, log_dir: str | Path, startu
         if sm.kind != "timeout" and left > 0.05 and srv.running():
             prompts = cl.make_prompts(decode_concurrency, 32, seed=1)
             results, _ = cl.run_sync(cl.run_requests(spec.base_url, model, prompts, decode_tokens, decode_concurrency,
-                                                 deadlines=phase.within(left)))
+                                                 deadlines=phase.within(left), until=t_req + request_timeout_s))
         a.request_s = round(time.monotonic() - t_req, 2)
         a.decode_completed = sum(r.ok for r in results)
         a.decode_failed = len(results) - a.decode_completed

@@ -303,9 +303,12 @@ def _body_text(e) -> str:
 
 async def run_requests(base_url: str, model: str, prompts: Sequence[str], max_tokens: int, concurrency: int,
                        timeout_s: float = 600.0, chat: bool = False, api_key: str = "none",
-                       deadlines: Deadlines | None = None) -> tuple[list[RequestResult], float]:
+                       deadlines: Deadlines | None = None, until: float | None = None
+                       ) -> tuple[list[RequestResult], float]:
     """Send every prompt with at most `concurrency` in flight; return (results, duration_s). Each request
-    runs within `deadlines` (default: Deadlines.from_timeout(timeout_s))."""
+    runs within `deadlines` (default: Deadlines.from_timeout(timeout_s)) and, with `until` (a time.monotonic()
+    instant: the end of the phase the requests belong to), ends by then: a request that could not start
+    before it is not sent."""
     from openai import AsyncOpenAI
 
     (concurrency,) = check_concurrencies([concurrency])
@@ -316,7 +319,13 @@ async def run_requests(base_url: str, model: str, prompts: Sequence[str], max_to
 
     async def gated(p):
         async with sem:
-            return await _one(client, model, p, max_tokens, t_origin, d, chat)
+            if until is None:
+                return await _one(client, model, p, max_tokens, t_origin, d, chat)
+            left = until - time.monotonic()
+            if left <= 0:
+                return RequestResult(ok=False, error_kind="timeout", start_s=time.perf_counter() - t_origin,
+                                     error="not sent: the time limit of its phase had passed")
+            return await _one(client, model, p, max_tokens, t_origin, d.within(left), chat)
 
     try:
         results = await asyncio.gather(*(gated(p) for p in prompts))
