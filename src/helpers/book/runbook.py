@@ -8,7 +8,7 @@
 
 A run is a folder runs/<run-id>/ with the executed notebooks (notebooks/), the chapters' result
 tables (results/<chapter>/), each chapter's log of stderr (logs/) and manifest.json: per-chapter
-status (pending / running / ok / failed / interrupted / skipped, with the error), durations,
+status (pending / running / ok / partial / failed / interrupted / skipped, with the error), durations,
 parameters, the hardware fingerprint, software versions, timestamps and the plan the run was started
 with. Every chapter is in the manifest from the start; the manifest is rewritten atomically (never half
 a file) whenever a chapter starts or ends, and on SIGTERM or Ctrl-C the chapter in progress is marked
