@@ -18,6 +18,23 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 MODES = ("recorded", "auto", "live")
+#: the most items a list parameter may hold (a sweep of more points than this is a mistake, not a plan)
+MAX_LIST = 64
+#: the longest string parameter (a path or a name)
+MAX_STRING = 4096
+
+
+def short(value: Any, items: int = 4, chars: int = 120) -> str:
+    """`repr(value)` for a message, at most a few items of a long list and a few dozen characters of a long
+    string, saying how many there were."""
+    if isinstance(value, (list, tuple)) and len(value) > items:
+        head = ", ".join(short(v, items, 40) for v in value[:items])
+        return f"[{head}, ... ({len(value)} items)]"
+    if isinstance(value, dict) and len(value) > items:
+        head = ", ".join(f"{k!r}: {short(v, items, 40)}" for k, v in list(value.items())[:items])
+        return f"{{{head}, ... ({len(value)} keys)}}"
+    text = repr(value)
+    return text if len(text) <= chars else f"{text[:chars]}... ({len(text)} characters)"
 
 
 class ParameterError(ValueError):
@@ -81,27 +98,26 @@ def number(lo: float | None = None, hi: float | None = None, integer: bool = Fal
 
 
 def number_list(lo: float | None = None, hi: float | None = None, integer: bool = False,
-                min_len: int = 1) -> Spec:
+                min_len: int = 1, max_len: int = MAX_LIST) -> Spec:
     item = number(lo, hi, integer)
 
     def check(v):
-        if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
+        if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)):
             raise ValueError
-        vals = [item.check(x) for x in v]
-        if len(vals) < min_len:
+        if not min_len <= len(v) <= max_len:
             raise ValueError
-        return vals
+        return [item.check(x) for x in v]
 
-    return Spec(f"a list of at least {min_len} item(s), each {item.describe}", check)
+    return Spec(f"a list of {min_len} to {max_len} items, each {item.describe}", check)
 
 
-def string(allow_empty: bool = True) -> Spec:
+def string(allow_empty: bool = True, max_len: int = MAX_STRING) -> Spec:
     def check(v):
-        if not isinstance(v, str) or (not allow_empty and not v.strip()):
+        if not isinstance(v, str) or (not allow_empty and not v.strip()) or len(v) > max_len:
             raise ValueError
         return v
 
-    return Spec("a string" + ("" if allow_empty else " (not empty)"), check)
+    return Spec("a string" + ("" if allow_empty else " (not empty)") + f" of at most {max_len} characters", check)
 
 
 def boolean() -> Spec:
@@ -119,13 +135,13 @@ def problem(name: str, value: Any, spec: Spec, values: dict[str, Any] | None = N
     try:
         spec.check(value)
     except (ValueError, TypeError, ArithmeticError):
-        return f"parameter '{name}' = {value!r} is not allowed: expected {spec.describe}"
+        return f"parameter '{name}' = {short(value)} is not allowed: expected {spec.describe}"
     if spec.rule is None or values is None or any(o not in values for o in spec.on):
         return None
     why = spec.rule(value, *[values[o] for o in spec.on])
     if why:
-        others = ", ".join(f"{o} = {values[o]!r}" for o in spec.on)
-        return f"parameter '{name}' = {value!r} is not allowed with {others}: {why}"
+        others = ", ".join(f"{o} = {short(values[o])}" for o in spec.on)
+        return f"parameter '{name}' = {short(value)} is not allowed with {others}: {why}"
     return None
 
 

@@ -119,7 +119,7 @@ def problems(chapter: str, notebook: str | Path, given: dict[str, Any], origins:
         where = origins.get(name, "the run's parameters")
         if name not in checks.specs:
             allowed = ", ".join(sorted(k for k in checks.specs if k not in runbook_set)) or "none"
-            out.append(f"{where}: chapter {chapter}: parameter '{name}' = {given[name]!r} is not one the chapter "
+            out.append(f"{where}: chapter {chapter}: parameter '{name}' = {P.short(given[name])} is not one the chapter "
                        f"checks (its parameters: {allowed})")
             continue
         expr = checks.values_expr.get(name)

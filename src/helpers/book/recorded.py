@@ -245,7 +245,14 @@ def hardware() -> dict[str, Cited]:
 
 
 def model_config(name: str = "glm5") -> dict:
-    """A model configuration from data/models/<name>.yaml."""
+    """A model configuration from data/models/<name>.yaml (`name` is a plain file stem: nothing outside
+    data/models/ is read)."""
+    import re
+
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,100}", name) or ".." in name:
+        known = sorted(p.stem for p in (data_dir() / "models").glob("*.yaml"))
+        raise DataError(f"model {str(name)[:80]!r} is not a file stem under data/models/ (letters, digits, '.', '_', "
+                        f"'-'; no '/' or '..'); known: {known}")
     path = data_dir() / "models" / f"{name}.yaml"
     if not path.exists():
         known = sorted(p.stem for p in (data_dir() / "models").glob("*.yaml"))

@@ -2,21 +2,76 @@
 
 Tables are written atomically (temporary file, then rename) so an interrupted chapter never leaves a
 half-written file; `append_row` adds one finished point at a time so a sweep can resume.
+
+A row appended to a JSON-lines file is whole or absent: it is written in one call ending in a newline,
+then flushed to disk (fsync); a write cut short (a full disk, a size limit) is taken back before the
+error is raised, and a torn last line left by a process killed in the middle of a write is reported and
+dropped, by `read_rows` from what counts as done and by `append_row` before the next row, so a new row is
+never merged into it. A write that fails raises `WriteError`, naming the file and the cause.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import sys
 from pathlib import Path
 
 import pandas as pd
 
 
+class WriteError(OSError):
+    """A result file could not be written; the message names the file, the cause and what to do."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+_CAUSES = {
+    errno.ENOSPC: ("the disk is full", "free space on that disk"),
+    errno.EDQUOT: ("the disk quota is used up", "free space within the quota"),
+    errno.EFBIG: ("the file is larger than this process may write (a file size limit)",
+                  "raise the limit (ulimit -f) or write elsewhere"),
+    errno.EACCES: ("permission denied", "make the folder writable by this user, or write elsewhere (--runs-dir)"),
+    errno.EPERM: ("the operation is not permitted", "make the folder writable by this user, or write elsewhere"),
+    errno.EROFS: ("the file system is read-only", "write elsewhere (--runs-dir) or remount it read-write"),
+    errno.ENOTDIR: ("a part of the path is a file, not a folder", "remove that file or write elsewhere"),
+    errno.EISDIR: ("the path is a folder", "remove that folder or write elsewhere"),
+    errno.EIO: ("an input/output error (the disk)", "check the disk"),
+}
+
+
+def cause(exc: OSError) -> tuple[str, str]:
+    """(what went wrong, what to do) for an OSError, in words; the advice matches the cause."""
+    said = _CAUSES.get(getattr(exc, "errno", None))
+    if said:
+        return said
+    return (f"{exc.strerror or exc}" if isinstance(exc, OSError) else str(exc), "see the error and try again")
+
+
+def write_error(path: Path | str, exc: OSError, doing: str = "could not be written") -> WriteError:
+    """A WriteError naming `path`, the cause of `exc` and the fix matching it."""
+    why, fix = cause(exc)
+    return WriteError(getattr(exc, "errno", None) or errno.EIO,
+                      f"{why}: {path} {doing} ({type(exc).__name__}: {exc.strerror or exc}); {fix}")
+
+
 def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        raise write_error(path, e) from None
+    finally:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
 
 
 def save_table(folder: Path, name: str, df: pd.DataFrame) -> None:
@@ -45,25 +100,117 @@ def load_json(folder: Path, name: str):
     return json.loads(path.read_text())
 
 
+_REPORTED: set[tuple[str, int, int]] = set()
+
+
+def _report(path: Path, what: str, offset: int, nbytes: int) -> None:
+    """Say once per process (on stderr, the chapter's log) that a torn or unreadable line was dropped."""
+    key = (str(path), offset, nbytes)
+    if key in _REPORTED:
+        return
+    _REPORTED.add(key)
+    print(f"warning: {path}: dropped {what} ({nbytes} bytes at byte {offset}): a write cut short by a full "
+          f"disk or a crash; its point does not count as done and is measured again", file=sys.stderr, flush=True)
+
+
+def _torn_tail(fd: int, size: int) -> int:
+    """Where the last whole line of the open file ends (`size` when it ends in a newline)."""
+    if size == 0:
+        return 0
+    pos, chunk = size, 4096
+    while pos > 0:
+        start = max(0, pos - chunk)
+        data = os.pread(fd, pos - start, start)
+        if pos == size and data.endswith(b"\n"):
+            return size
+        i = data.rfind(b"\n")
+        if i >= 0:
+            return start + i + 1
+        pos = start
+    return 0
+
+
 def append_row(path: Path, row: dict) -> None:
-    """Append one finished point to a JSON-lines file (one object a line), flushed to disk at once."""
+    """Append one finished point to a JSON-lines file (one object a line), whole or not at all: one write
+    ending in a newline, flushed to disk at once. A torn last line already there (a crash mid-write) is
+    reported and cut off first, so the new row is never merged into it; a write cut short is taken back
+    and raised as WriteError naming the file and the cause."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(json.dumps(row, default=str) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    line = (json.dumps(row, default=str) + "\n").encode()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as e:
+        raise write_error(path, e, "could not be opened to append a row") from None
+    size = None
+    try:
+        size = os.fstat(fd).st_size
+        keep = _torn_tail(fd, size)
+        if keep != size:
+            _report(path, "a torn last line", keep, size - keep)
+            os.ftruncate(fd, keep)
+            size = keep
+        n = os.write(fd, line)
+        if n != len(line):
+            raise OSError(errno.ENOSPC, f"only {n} of the row's {len(line)} bytes could be written")
+        os.fsync(fd)
+    except OSError as e:
+        if size is not None:
+            try:   # take the partial row back: the file holds whole rows only
+                os.ftruncate(fd, size)
+            except OSError:
+                pass
+        raise write_error(path, e, "could not take a row") from None
+    finally:
+        os.close(fd)
 
 
 def read_rows(path: Path) -> list[dict]:
-    """Rows of a JSON-lines file; a torn last line (a crash mid-write) is ignored."""
+    """Rows of a JSON-lines file. A torn last line (no newline: a write cut short) and a line that is not a
+    JSON object are reported on stderr and dropped, so their points do not count as done."""
     path = Path(path)
     if not path.exists():
         return []
-    rows = []
-    for line in path.read_text().splitlines():
+    data = path.read_bytes()
+    rows, offset = [], 0
+    lines = data.split(b"\n")
+    for i, raw in enumerate(lines):
+        last = i == len(lines) - 1
+        if last and not raw:
+            break
+        if last:
+            _report(path, "a torn last line", offset, len(raw))
+            break
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+            row = json.loads(raw)
+            if not isinstance(row, dict):
+                raise ValueError("not an object")
+            rows.append(row)
+        except ValueError:
+            if raw.strip():
+                _report(path, f"line {i + 1}, which is not a JSON object", offset, len(raw))
+        offset += len(raw) + 1
     return rows
+
+
+PARTIAL = "partial"
+#: the environment variable through which the runbook tells a chapter's kernel its cell time limit (s)
+CELL_TIMEOUT_ENV = "BOOK_CELL_TIMEOUT_S"
+
+
+def mark_partial(folder: Path, why: str) -> None:
+    """Record in <folder>/partial.json that the chapter writing there stopped short of its plan on purpose
+    (a sweep stopped before the cell's time limit), and why; the runbook reports the chapter as partial."""
+    path = Path(folder) / f"{PARTIAL}.json"
+    said = json.loads(path.read_text()) if path.exists() else []
+    _atomic_write(path, json.dumps([*said, why], indent=1))
+
+
+def partial_reasons(folder: Path) -> list[str]:
+    """Why the chapter writing into `folder` stopped short of its plan (empty: it did not)."""
+    path = Path(folder) / f"{PARTIAL}.json"
+    try:
+        said = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return [str(x) for x in said] if isinstance(said, list) else [str(said)]

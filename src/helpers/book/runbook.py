@@ -8,13 +8,15 @@
 
 A run is a folder runs/<run-id>/ with the executed notebooks (notebooks/), the chapters' result
 tables (results/<chapter>/), each chapter's log of stderr (logs/) and manifest.json: per-chapter
-status (pending / running / ok / failed / interrupted / skipped, with the error), durations,
+status (pending / running / ok / partial / failed / interrupted / skipped, with the error), durations,
 parameters, the hardware fingerprint, software versions, timestamps and the plan the run was started
 with. Every chapter is in the manifest from the start; the manifest is rewritten atomically (never half
 a file) whenever a chapter starts or ends, and on SIGTERM or Ctrl-C the chapter in progress is marked
 interrupted. `--resume RUN` continues a run with the plan it was started with: finished chapters are
 kept, the others run again into the same folder, where their sweeps resume from the points already
-measured. runs/latest points at the newest run. The site is then built from the run with execution off
+measured. One process owns a run at a time (RunLock: `<run>/.runbook.lock`, the owner's pid and host): a
+second `--resume` of a run that is still executing is refused at once, naming the owner. runs/latest points
+at the newest run. The site is then built from the run with execution off
 ("run where the hardware is, render anywhere"): a chapter that did not finish is rendered as a page that
 says so, and the status page lists every chapter.
 
@@ -46,16 +48,20 @@ import yaml
 
 from helpers import __version__, repo_root
 from helpers.book import environment, layout, precheck, procs
+from helpers.book.params import short
+from helpers.book.results import CELL_TIMEOUT_ENV
 
 TARGETS_DIR = "targets"
 _TARGET_KEYS = {"description", "parameters", "chapters", "skip", "execution_timeout", "requires"}
 ALWAYS = ("run_dir",)  # parameters the runbook itself sets
 #: a chapter's status in the manifest
-STATUSES = ("pending", "running", "ok", "failed", "interrupted", "skipped")
+STATUSES = ("pending", "running", "ok", "partial", "failed", "interrupted", "skipped")
 #: run ids are plain names: a letter or digit, then letters, digits, '.', '_', '-' (no path, not 'latest')
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 RESERVED_RUN_IDS = ("latest",)
 MAX_EXECUTION_TIMEOUT_S = 7 * 24 * 3600
+#: a target file is a page of settings (the largest in targets/ is about 3 KiB); more is refused unread
+MAX_TARGET_BYTES = 256 * 1024
 
 
 class RunbookError(RuntimeError):
@@ -103,6 +109,34 @@ def declared_parameters(nb_path: Path) -> dict:
 
 
 # ----------------------------------------------------------------------------- targets
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a mapping that holds one key twice (plain YAML keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:   # an unhashable key: the base constructor says so
+                    continue
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {key!r} appears twice, at line {first + 1} and at line "
+                        f"{key_node.start_mark.line + 1} (YAML would keep the second silently); keep one",
+                        key_node.start_mark)
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(text: str):
+    """YAML text as Python values, refusing duplicate keys (naming both lines)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def known_targets(root: Path | None = None) -> list[str]:
     root = root or repo_root()
     return sorted(p.stem for p in (root / TARGETS_DIR).glob("*.yaml"))
@@ -120,16 +154,23 @@ class Target:
     path: str = ""                                  # the file it was read from
     origins: dict = field(default_factory=dict)     # (chapter or "", parameter) -> where the value came from
     overrides: list = field(default_factory=list)   # the -p items applied
+    cli: list = field(default_factory=list)         # [(chapter or "", parameter)] given with -p, in order
 
     def origin(self, chapter: str, name: str) -> str:
         return self.origins.get((chapter, name)) or self.origins.get(("", name)) or self.path or "the target"
+
+    def step_origin(self, chapter: str, name: str) -> str:
+        """Where the value `chapter` receives for `name` comes from, the command line first (it wins)."""
+        if (chapter, name) in self.cli or ("", name) in self.cli:
+            return self.origins.get((chapter, name)) if (chapter, name) in self.cli else self.origins[("", name)]
+        return self.origin(chapter, name)
 
     def as_plan(self) -> dict:
         """What the manifest records, so that --resume runs the same plan."""
         return {"target": self.name, "target_file": self.path, "description": self.description,
                 "parameters": self.parameters, "chapters": self.chapters, "skip": self.skip,
                 "execution_timeout": self.execution_timeout, "requires": self.requires,
-                "overrides": self.overrides,
+                "overrides": self.overrides, "cli": [list(x) for x in self.cli],
                 "origins": [[c, n, w] for (c, n), w in self.origins.items()]}
 
     @classmethod
@@ -137,7 +178,8 @@ class Target:
         t = cls(p["target"], p.get("description", ""), dict(p.get("parameters") or {}),
                 {k: dict(v or {}) for k, v in (p.get("chapters") or {}).items()}, list(p.get("skip") or []),
                 int(p.get("execution_timeout", 900)), dict(p.get("requires") or {}), p.get("target_file", ""),
-                {(c, n): w for c, n, w in p.get("origins") or []}, list(p.get("overrides") or []))
+                {(c, n): w for c, n, w in p.get("origins") or []}, list(p.get("overrides") or []),
+                [tuple(x) for x in p.get("cli") or []])
         return t
 
 
@@ -166,11 +208,16 @@ def load_target(name: str, root: Path | None = None) -> Target:
         raise RunbookError(f"unknown target {name!r}; known targets: {', '.join(known)} "
                            f"(each is a file {TARGETS_DIR}/<name>.yaml, or give the path of a YAML file)")
     try:
+        size = path.stat().st_size
+        if size > MAX_TARGET_BYTES:
+            raise RunbookError(f"{path}: {size / 1024:.0f} KiB is too large for a target (at most "
+                               f"{MAX_TARGET_BYTES // 1024} KiB: a target is a page of settings, like the files in "
+                               f"{TARGETS_DIR}/); give the right file")
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise RunbookError(f"{path}: cannot be read as text ({e})") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
     except yaml.YAMLError as e:
         where = ""
         mark = getattr(e, "problem_mark", None)
@@ -188,7 +235,7 @@ def load_target(name: str, root: Path | None = None) -> Target:
         bad.append(f"unknown key(s) {sorted(extra)}; allowed: {sorted(_TARGET_KEYS)}")
     desc = raw.get("description")
     if not isinstance(desc, str) or not desc.strip():
-        bad.append(f"needs a `description` (a sentence saying what the target runs); got {desc!r}")
+        bad.append(f"needs a `description` (a sentence saying what the target runs); got {short(desc)}")
     params = raw.get("parameters")
     if params is None:
         params = {}
@@ -214,14 +261,14 @@ def load_target(name: str, root: Path | None = None) -> Target:
     if skip is None:
         skip = []
     elif isinstance(skip, str) or not isinstance(skip, list) or not all(isinstance(x, str) for x in skip):
-        bad.append(f"`skip` must be a list of chapter stems, e.g. `skip: [06_vm_p2p]`; got {skip!r}"
+        bad.append(f"`skip` must be a list of chapter stems, e.g. `skip: [06_vm_p2p]`; got {short(skip)}"
                    + (" (a string, which would be read letter by letter)" if isinstance(skip, str) else ""))
         skip = []
     timeout = raw.get("execution_timeout", 900)
     if (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout)
             or timeout < 1 or timeout > MAX_EXECUTION_TIMEOUT_S or float(timeout) != int(timeout)):
         bad.append(f"`execution_timeout` must be a whole number of seconds from 1 to {MAX_EXECUTION_TIMEOUT_S} "
-                   f"(the time limit of one notebook cell); got {timeout!r}"
+                   f"(the time limit of one notebook cell); got {short(timeout)}"
                    + (" (0 would remove the time limit)" if timeout == 0 and not isinstance(timeout, bool) else ""))
         timeout = 900
     try:
@@ -298,9 +345,17 @@ def plan(target: Target, root: Path | None = None, only: list[str] | None = None
             problems.append(f"{target.origin(s, k)}: chapter {s} does not declare parameter {k!r}; it declares: "
                             f"{', '.join(declared) or 'none'}")
         params.update({k: v for k, v in override.items() if k in declared})
+        # the command line wins over the target, also over the target's value for this chapter
+        # (-p NAME=VALUE over `chapters: CHAPTER: NAME`), and -p CHAPTER.NAME over -p NAME
+        for c, k in sorted(target.cli, key=lambda x: x[0] != ""):
+            if k in declared and c == "":
+                params[k] = target.parameters[k]
+            elif k in declared and c == s:
+                params[k] = target.chapters[s][k]
         skipped = s in target.skip or (only is not None and s not in only)
         steps.append({"docname": doc, "stem": s, "notebook": nb, "parameters": params,
-                      "declared": list(declared), "skip": skipped})
+                      "declared": list(declared), "skip": skipped,
+                      "origins": {k: target.step_origin(s, k) for k in params}})
     unused = set(target.parameters) - used_globals
     for k in sorted(unused):
         problems.append(f"{target.origin('', k)}: parameter {k!r} is declared by no chapter")
@@ -310,7 +365,7 @@ def plan(target: Target, root: Path | None = None, only: list[str] | None = None
                 continue
             try:
                 problems += precheck.problems(st["stem"], st["notebook"], st["parameters"],
-                                              {k: target.origin(st["stem"], k) for k in st["parameters"]}, ALWAYS)
+                                              st["origins"], ALWAYS)
             except precheck.PrecheckError as e:
                 problems.append(str(e))
     if problems:
@@ -334,7 +389,7 @@ def _requires(path: Path, raw) -> dict:
         return {}
     if not isinstance(raw, dict) or set(raw) - set(_REQUIRE_KEYS):
         raise RunbookError(f"{path}: `requires` takes the keys {', '.join(_REQUIRE_KEYS)}, each a list of names "
-                           f"or a mapping name -> what it is; got {raw!r}")
+                           f"or a mapping name -> what it is; got {short(raw)}")
     return {k: ({str(n): "" for n in v} if isinstance(v, list) else {str(n): str(d or "") for n, d in v.items()})
             for k, v in raw.items() if v}
 
@@ -386,28 +441,39 @@ def unmet_requirements(target: Target, steps: list[dict]) -> list[str]:
     return out
 
 
+def _item(text: str, chars: int = 80) -> str:
+    """A -p item as a message shows it: a long one cut, saying how long it was."""
+    return text if len(text) <= chars else f"{text[:chars]}... ({len(text)} characters)"
+
+
 def apply_overrides(target: Target, items: list[str]) -> None:
     """`-p NAME=VALUE` (every chapter that declares NAME) or `-p CHAPTER.NAME=VALUE` (one chapter);
-    VALUE is read as YAML (`-p tolerance=0.3`, `-p concurrencies=[1,4]`)."""
+    VALUE is read as YAML (`-p tolerance=0.3`, `-p concurrencies=[1,4]`). The command line wins: a value given
+    here replaces the target's, its per-chapter values included, and `-p CHAPTER.NAME` wins over `-p NAME`;
+    `plan` checks every value that a chapter will receive, whoever gave it."""
     bad = []
     for item in items or []:
         key, sep, value = item.partition("=")
         chapter, dot, name = key.strip().rpartition(".")
         if not sep or not name.strip() or (dot and not chapter.strip()):
-            bad.append(f"-p {item!r}: expected NAME=VALUE or CHAPTER.NAME=VALUE (e.g. -p tolerance=0.3 or "
+            bad.append(f"-p {short(item)}: expected NAME=VALUE or CHAPTER.NAME=VALUE (e.g. -p tolerance=0.3 or "
                        f"-p 06_vm_p2p.sweep=full)")
             continue
         try:
-            val = yaml.safe_load(value)
+            val = load_yaml(value)
         except yaml.YAMLError as exc:
-            bad.append(f"-p {item!r}: the value is not valid YAML ({str(exc).splitlines()[0]})")
+            bad.append(f"-p {short(item)}: the value is not valid YAML ({str(exc).splitlines()[0]})")
             continue
         if dot:
             target.chapters.setdefault(chapter, {})[name] = val
-            target.origins[(chapter, name)] = f"the command line (-p {item})"
+            target.origins[(chapter, name)] = f"the command line (-p {_item(item)})"
         else:
             target.parameters[name] = val
-            target.origins[("", name)] = f"the command line (-p {item})"
+            target.origins[("", name)] = f"the command line (-p {_item(item)})"
+        key = (chapter if dot else "", name)
+        if key in target.cli:
+            target.cli.remove(key)
+        target.cli.append(key)
         target.overrides.append(item)
     if bad:
         raise RunbookError("\n".join(bad))
@@ -482,6 +548,8 @@ def _now() -> str:
 def write_manifest(run_dir: Path, manifest: dict) -> None:
     """Write manifest.json atomically: a temporary file in the same folder, flushed to disk, then renamed
     over the old one (a reader, or a crash, never sees half a file)."""
+    from helpers.book import results
+
     run_dir = Path(run_dir)
     tmp = run_dir / f".manifest.json.{os.getpid()}.tmp"
     data = json.dumps(manifest, indent=2, default=str)
@@ -491,8 +559,14 @@ def write_manifest(run_dir: Path, manifest: dict) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, run_dir / "manifest.json")
+    except OSError as e:   # the last good manifest stays in place, whole
+        raise results.write_error(run_dir / "manifest.json", e,
+                                  "could not be written (its last good state is kept)") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
     try:
         fd = os.open(run_dir, os.O_RDONLY)
         try:
@@ -546,6 +620,97 @@ def _point_latest(runs_dir: Path, run_dir: Path) -> None:
     link.symlink_to(run_dir.name)
 
 
+# ----------------------------------------------------------------------------- one process per run
+LOCK_NAME = ".runbook.lock"
+
+
+class RunLock:
+    """One runbook process per run folder: `<run>/.runbook.lock` holds the owner's pid, host, start time and
+    command line, under an exclusive flock that the kernel releases when the owner dies however it dies
+    (kill -9 included). A second process is refused at once, naming the owner; a lock file whose owner is
+    gone (its flock free) is stale and is taken over, with a message. Released (removed) at exit."""
+
+    def __init__(self, run_dir: Path, echo=None):
+        self.path = Path(run_dir) / LOCK_NAME
+        self.fd: int | None = None
+        self.echo = echo or (lambda m: print(m, file=sys.stderr))
+        self.took_over: dict | None = None
+
+    @staticmethod
+    def _read(fd: int) -> dict:
+        try:
+            data = os.pread(fd, 65536, 0)
+            owner = json.loads(data) if data.strip() else {}
+            return owner if isinstance(owner, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def acquire(self) -> "RunLock":
+        import fcntl
+
+        from helpers.book import results
+
+        for _ in range(20):   # the file can be removed by its releasing owner between open and flock: retry
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise RunbookError(str(results.write_error(self.path, e, "(the run's lock) could not be made"))) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = self._read(fd)
+                os.close(fd)
+                run = self.path.parent
+                raise RunbookError(
+                    f"run {run} is in use by another runbook process: pid {owner.get('pid', '?')} on host "
+                    f"{owner.get('host', '?')}, since {owner.get('started', '?')} ({owner.get('command', '?')}). "
+                    f"Two processes in one run would measure every point twice, each under the other's load. "
+                    f"Wait for it to finish, or stop it (kill {owner.get('pid', 'PID')}) and continue with "
+                    f"--resume {run}") from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
+                continue
+            old = self._read(fd)
+            if old:
+                self.took_over = old
+                self.echo(f"note: took over the stale lock of run {self.path.parent.name}: its owner, pid "
+                          f"{old.get('pid', '?')} on host {old.get('host', '?')} (since {old.get('started', '?')}), "
+                          f"is no longer running")
+            me = {"pid": os.getpid(), "host": socket.gethostname(), "started": _now(),
+                  "command": " ".join(["python -m helpers.book.runbook", *sys.argv[1:]])[:300]}
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, json.dumps(me).encode() + b"\n", 0)
+                os.fsync(fd)
+            except OSError as e:
+                os.close(fd)
+                raise RunbookError(str(results.write_error(self.path, e, "(the run's lock) could not be written"))) from None
+            self.fd = fd
+            return self
+        raise RunbookError(f"{self.path}: could not take the run's lock (the file kept changing); try again")
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+
 # ----------------------------------------------------------------------------- execution
 class _stderr_to:
     """Point this process's file descriptor 2 at `f` (restored on exit)."""
@@ -582,6 +747,7 @@ def new_manifest(target: Target, run_dir: Path, root: Path, steps: list[dict], o
     recs = []
     for st in steps:
         rec = {"docname": st["docname"], "stem": st["stem"], "parameters": dict(st["parameters"]),
+               "parameter_origins": dict(st.get("origins") or {}),
                "status": "skipped" if st["skip"] else "pending", "duration_s": 0.0, "started": None,
                "finished": None, "error": None}
         if st["skip"]:
@@ -626,7 +792,7 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
             write_manifest(run_dir, manifest)
         except OSError as e:   # keep going: the next write may succeed; the last one must
             failed_writes.append(str(e))
-            print(f"warning: could not write {run_dir / 'manifest.json'} ({e}); the run goes on", file=sys.stderr)
+            print(f"warning: {e}; the run goes on", file=sys.stderr)
 
     save()
     n = len(steps)
@@ -644,7 +810,7 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
         if "run_dir" in step["declared"]:
             params["run_dir"] = str(run_dir.resolve())
         out_nb = run_dir / "notebooks" / f"{step['stem']}.ipynb"
-        rec.update(parameters=params, status="running", started=_now(), finished=None, error=None,
+        rec.update(parameters=params, parameter_origins=dict(step.get("origins") or {}), status="running", started=_now(), finished=None, error=None,
                    runs=rec.get("runs", 0) + 1)
         session["ran"].append(step["stem"])
         save()
@@ -652,6 +818,11 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
             print(label, end=" ", flush=True)
             label = ""
         t0 = time.perf_counter()
+        from helpers.book import results
+
+        chapter_results = run_dir / "results" / step["stem"]
+        (chapter_results / f"{results.PARTIAL}.json").unlink(missing_ok=True)   # said by an earlier session
+        os.environ[CELL_TIMEOUT_ENV] = str(target.execution_timeout)   # the kernel's sweeps keep within it
         try:
             with open(run_dir / "logs" / f"{step['stem']}.log", "a") as log, _stderr_to(log):
                 log.write(f"=== {_now()}: {'resumed' if rec['runs'] > 1 else 'started'} by runbook "
@@ -664,6 +835,12 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
                     execution_timeout=target.execution_timeout, cwd=str(root),
                 )
             rec["status"] = "ok"
+            short = results.partial_reasons(chapter_results)
+            if short:   # it ran whole, but stopped short of its plan on purpose: what is left is for --resume
+                rec["status"] = "partial"
+                rec["error"] = {"ename": "Partial", "evalue": "; ".join(short)[:1800] + f". Resume with "
+                                f"`python -m helpers.book.runbook --resume {run_dir}` (or raise the target's "
+                                f"execution_timeout)"}
         except PapermillExecutionError as exc:
             rec["status"] = "failed"
             rec["error"] = {"ename": exc.ename, "evalue": str(exc.evalue)[:2000],
@@ -684,6 +861,10 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
             save()
             raise
         except Exception as exc:  # noqa: BLE001 - a chapter's failure must not stop the others
+            from helpers.book import results
+
+            if isinstance(exc, OSError) and not isinstance(exc, results.WriteError):   # name the file and the cause
+                exc = results.write_error(exc.filename or out_nb, exc, "could not be written or read")
             rec["status"] = "failed"
             rec["error"] = {"ename": type(exc).__name__, "evalue": str(exc)[:2000],
                             "traceback": traceback.format_exc()[-6000:]}
@@ -698,14 +879,14 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
     session["finished"] = _now()
     manifest["duration_s"] = round(sum(c.get("duration_s") or 0.0 for c in manifest["chapters"]), 2)
     manifest["session_duration_s"] = round(time.perf_counter() - t_run, 2)
-    left = [c["stem"] for c in manifest["chapters"] if c["status"] not in ("ok", "skipped", "failed")]
+    left = [c["stem"] for c in manifest["chapters"] if c["status"] not in ("ok", "skipped", "failed", "partial")]
     failed = [c["stem"] for c in manifest["chapters"] if c["status"] == "failed"]
-    manifest["status"] = "failed" if failed else ("interrupted" if left else "ok")
+    partial = [c["stem"] for c in manifest["chapters"] if c["status"] == "partial"]
+    manifest["status"] = "failed" if failed else ("interrupted" if left else ("partial" if partial else "ok"))
     try:
         write_manifest(run_dir, manifest)
     except OSError as e:
-        raise RunbookError(f"the run finished but {run_dir / 'manifest.json'} could not be written ({e}); "
-                           f"free the disk and continue with --resume {run_dir}") from None
+        raise RunbookError(f"the run ended but {e}; then continue with --resume {run_dir}") from None
     return manifest
 
 
@@ -765,7 +946,7 @@ def status_page(manifest: dict, titles: dict[str, str]) -> str:
     counts = {s: sum(1 for c in m["chapters"] if c["status"] == s) for s in STATUSES}
     total = sum(c.get("duration_s") or 0.0 for c in m["chapters"])
     said = ", ".join(f"{counts[s]} {s}" for s in ("ok", "failed", "skipped")) + "".join(
-        f", {counts[s]} {s}" for s in ("interrupted", "running", "pending") if counts[s])
+        f", {counts[s]} {s}" for s in ("partial", "interrupted", "running", "pending") if counts[s])
     lines = [
         "# Run status", "",
         "What executed where: this page is generated from the run's `manifest.json` each time the site "
@@ -854,7 +1035,7 @@ def stage(run_dir: Path, root: Path, stage_dir: Path) -> Path:
             rec = recs.get(doc)
             titles[stem(doc)] = _title(src_nb, stem(doc))
             executed = run_dir / "notebooks" / f"{stem(doc)}.ipynb"
-            if rec and rec["status"] == "ok" and executed.exists():
+            if rec and rec["status"] in ("ok", "partial") and executed.exists():
                 _stage_notebook(executed, stage_dir / f"{doc}.ipynb", ctx)
             else:
                 rec = rec or {"stem": stem(doc), "status": "skipped", "duration_s": 0.0,
@@ -937,6 +1118,29 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_writable_dir(folder: Path, what: str) -> None:
+    """Refuse, in one line, a folder the run cannot write: a file, under a file, read-only or not permitted.
+    A folder not there yet is tried in its nearest existing parent (it will be made there)."""
+    import tempfile
+
+    from helpers.book import results
+
+    folder = Path(folder)
+    probe = folder
+    while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        where = "is a file" if probe == folder else f"is under {probe}, which is a file"
+        raise RunbookError(f"{what} {folder} {where}, not a folder; give a folder (or remove that file)")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".runbook-probe-", dir=probe)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as e:
+        why, fix = results.cause(e)
+        raise RunbookError(f"{what} {folder} cannot be written ({probe}: {why}); {fix}") from None
+
+
 def _run_dir_arg(text: str, runs_dir: Path, what: str) -> Path:
     p = Path(text)
     if not p.is_absolute():
@@ -975,11 +1179,14 @@ class _signals_interrupt:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     root = repo_root()
+    lock = None
     try:
         runs_dir = Path(args.runs_dir)
         if not runs_dir.is_absolute():
             runs_dir = root / runs_dir
         out_dir = Path(args.out_dir).resolve() if args.out_dir else None
+        if not str(args.runs_dir).strip():
+            raise RunbookError("--runs-dir '': give the folder where run folders go (default: runs)")
         if args.list_targets:
             for name in known_targets(root):
                 t = load_target(name, root)
@@ -999,6 +1206,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise RunbookError(f"--resume continues a run with the plan it was started with; {', '.join(given)} "
                                    f"cannot change it (start a new run for other settings)")
             run_dir = _run_dir_arg(args.resume, runs_dir, "--resume")
+            check_writable_dir(run_dir, "--resume: the run folder")
+            lock = RunLock(run_dir).acquire()
             manifest = read_manifest(run_dir)
             if not isinstance(manifest.get("plan"), dict):
                 raise RunbookError(f"{run_dir / 'manifest.json'} records no plan (the run was made before runs "
@@ -1011,12 +1220,13 @@ def main(argv: list[str] | None = None) -> int:
             if runs_dir.resolve() == run_dir.parent:
                 _point_latest(runs_dir, run_dir)
         else:
-            target = load_target(args.target or "auto", root)
+            target = load_target(args.target if args.target is not None else "auto", root)
             apply_overrides(target, args.param)
             only = parse_chapters(args.chapters, root)
             if args.run_id is not None:
                 check_run_id(args.run_id)
             plan(target, root, only)  # validate before creating anything
+            check_writable_dir(runs_dir, "--runs-dir")
             host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0][:20]) or "host"
             run_id = args.run_id or check_run_id(dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
                                                  + f"-{re.sub(r'[^A-Za-z0-9._-]', '-', target.name)}-{host}")
@@ -1024,7 +1234,13 @@ def main(argv: list[str] | None = None) -> int:
             if run_dir.exists() or run_dir.is_symlink():
                 raise RunbookError(f"run folder {run_dir} already exists; choose another --run-id, or continue it "
                                    f"with --resume {run_dir}")
-            run_dir.mkdir(parents=True)
+            try:
+                run_dir.mkdir(parents=True)
+            except OSError as e:
+                from helpers.book import results
+
+                raise RunbookError(str(results.write_error(run_dir, e, "could not be made"))) from None
+            lock = RunLock(run_dir).acquire()
             _point_latest(runs_dir, run_dir)
             manifest = None
             print(f"run {run_id}: target {target.name}, {len(chapters(root))} chapters -> {run_dir}")
@@ -1038,10 +1254,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"executed in {manifest['duration_s']:.1f} s: status {manifest['status']}")
         if not args.no_build:
             build(run_dir, root, strict=not args.no_strict, out_dir=out_dir)
-        return 0 if manifest["status"] == "ok" else 1
+        if manifest["status"] == "partial":
+            print(f"partial: {', '.join(c['stem'] for c in manifest['chapters'] if c['status'] == 'partial')} "
+                  f"stopped short of the plan before the cell's time limit (the manifest says what is left); "
+                  f"resume with python -m helpers.book.runbook --resume {run_dir}")
+        return 0 if manifest["status"] in ("ok", "partial") else 1
     except RunbookError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 if __name__ == "__main__":

@@ -319,7 +319,7 @@ def main(argv=None) -> int:
         # nccl-tests creates its streams, not to the legacy default stream, which the driver also orders
         # against the device's other blocking streams (see --stream in the module docstring)
         torch.cuda.set_stream(torch.cuda.Stream(device))
-    out = open(a.out, "a") if not a.join and local == 0 else None   # the book's node's first rank
+    out = a.out if not a.join and local == 0 else None   # the book's node's first rank appends the points
     for op in a.ops.split(","):
         for size in [int(s) for s in a.sizes.split(",")]:
             count = size // esize
@@ -398,18 +398,17 @@ def main(argv=None) -> int:
                     was_late = int(lt[2])
                 late += was_late
             if out is not None:
-                out.write(json.dumps({
+                from helpers.book.results import append_row   # whole or absent, fsynced
+
+                append_row(out, {
                     "op": op, "backend": a.backend, "variant": a.variant, "world_size": world,
                     "dtype": a.dtype, "count": count, "size_bytes": nbytes, "iters": a.iters,
                     "repeats": a.repeats, "warmup": a.warmup, "times_us": times,
                     **m.as_row(),                                  # the method: its label and every field
                     "start_skew_us": skews if skews else None, "late_starts": late, "hosts": hosts,
                     "device": torch.cuda.get_device_name(device) if gpu else "cpu",
-                }) + "\n")
-                out.flush()
+                })
             del pool_x, pool_y, views, graph
-    if out is not None:
-        out.close()
     dist.barrier()
     if method.harness == "graph" and gpu:
         # Measured on two H200s (torch 2.11, NCCL 2.28): after NCCL collectives were captured in CUDA

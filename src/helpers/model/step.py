@@ -505,6 +505,42 @@ def plan_memory(m: ma.ModelConfig, tp: int, dtype: str, batch_max: int, context_
     return MemoryPlan(m.name, tp, dtype, batch_max, context_max, dense, moe, head, cache, held, needed, usable)
 
 
+def cpu_check_bytes(m: ma.ModelConfig, batch: int, context: int, copies: int = 6) -> float:
+    """Estimated peak memory of the CPU checks at `batch` x `context` (derived, not measured): the model in
+    float32 (its layers, lm_head and embedding), one latent KV cache per layer and one layer's attention
+    scores, times `copies` (assumed 6: the unsharded reference and the two gloo ranks' shares and caches, x 2
+    for activations and allocator slack; on the 2-core development machine, glm5-mini at 32 x 512 peaked at
+    about 590 MiB beyond the interpreters, against 525 MiB estimated)."""
+    att = attention_specs(m)
+    weights = (_spec_bytes(head_specs(m), 1, "fp32")
+               + m.dense_layers * _spec_bytes(att + mlp_specs(m, True), 1, "fp32")
+               + m.moe_layers * _spec_bytes(att + mlp_specs(m, False), 1, "fp32"))
+    lat = m.kv_lora_rank + m.qk_rope_head_dim + (m.index_head_dim if m.has_indexer else 0)
+    cache = float(batch) * context * lat * 4 * m.layers
+    scores = float(batch) * m.heads * context * 4
+    return copies * (weights + cache + scores)
+
+
+def cpu_memory_rule(contexts, batches, model_key) -> str | None:
+    """params.depends rule of the decode-step chapter: the CPU checks at the largest batch and context must fit
+    in half this machine's memory (estimated with cpu_check_bytes); None where they do, or where the model
+    cannot be read (its own check says why)."""
+    import os
+
+    try:
+        m = ma.load_model(model_key)
+    except Exception:  # noqa: BLE001 - the model parameter's own check names the problem
+        return None
+    need = cpu_check_bytes(m, max(batches), max(contexts))
+    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > have / 2:
+        return (f"the CPU checks at batch {max(batches)} x context {max(contexts)} would need about "
+                f"{need / ma.GiB:,.1f} GiB (estimated: {m.name} in float32, its KV caches and attention scores, "
+                f"x 6), more than half of this machine's {have / ma.GiB:.1f} GiB; use smaller cpu_batches "
+                f"or cpu_contexts")
+    return None
+
+
 def reserve_for(device: str) -> float:
     return GPU_RESERVE_BYTES if str(device).startswith("cuda") else 0.0
 

@@ -122,27 +122,8 @@ def smoke_test(base_url: str, model: str, test: "SmokeTest", deadlines: Deadline
                           elapsed_s=e.elapsed_s)
     except (OSError, ValueError) as e:
         return SmokeReply(error=f"{type(e).__name__}: {e}"[:300], kind="connect", elapsed_s=time.monotonic() - t0)
-    text = r.text[:300]
-    if r.status != 200:
-        return SmokeReply(error=f"HTTP {r.status}: {text}", kind="http", body=text, elapsed_s=r.elapsed_s)
-    try:
-        d = r.json()
-    except ValueError:
-        return SmokeReply(error=f"HTTP 200 with a body that is not JSON: {text!r}", kind="bad-body", body=text,
-                          elapsed_s=r.elapsed_s)
-    if isinstance(d, dict) and d.get("error"):
-        err = d["error"]
-        msg = err.get("message", "") if isinstance(err, dict) else str(err)
-        return SmokeReply(error=f"error in an HTTP 200 reply: {msg}"[:300], kind="error-body", body=text,
-                          elapsed_s=r.elapsed_s)
-    try:
-        content = d["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError):
-        return SmokeReply(error=f"HTTP 200 without choices[0].message.content: {text!r}"[:300], kind="bad-body",
-                          body=text, elapsed_s=r.elapsed_s)
-    if not content:
-        return SmokeReply(kind="empty", body=text, elapsed_s=r.elapsed_s)
-    return SmokeReply(reply=str(content), body=text, elapsed_s=r.elapsed_s)
+    content, kind, error = cl.parse_reply(r.status, r.text, chat=True)   # the one reader of whole replies
+    return SmokeReply(reply=content, error=error, kind=kind, body=r.text[:300], elapsed_s=r.elapsed_s)
 
 
 def smoke(base_url: str, model: str, test: "SmokeTest", timeout_s: float = 60.0) -> tuple[str, str]:
@@ -183,7 +164,7 @@ def attempt(name: str, spec: ServerSpec, model: str, log_dir: str | Path, startu
         if sm.kind != "timeout" and left > 0.05 and srv.running():
             prompts = cl.make_prompts(decode_concurrency, 32, seed=1)
             results, _ = cl.run_sync(cl.run_requests(spec.base_url, model, prompts, decode_tokens, decode_concurrency,
-                                                 deadlines=phase.within(left)))
+                                                 deadlines=phase.within(left), until=t_req + request_timeout_s))
         a.request_s = round(time.monotonic() - t_req, 2)
         a.decode_completed = sum(r.ok for r in results)
         a.decode_failed = len(results) - a.decode_completed

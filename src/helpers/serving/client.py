@@ -42,6 +42,10 @@ class ServerUnreachable(ConnectionError):
     """Nothing answers at the server URL."""
 
 
+#: the most tokens one side of a request may have (2^20: beyond every served model's context)
+MAX_TOKENS = 1 << 20
+
+
 @dataclass(frozen=True)
 class Workload:
     """Fixed-length random requests: `input_len` prompt tokens, `output_len` generated tokens."""
@@ -52,8 +56,9 @@ class Workload:
     def __post_init__(self):
         for k in ("input_len", "output_len"):
             v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise BenchmarkError(f"Workload.{k} = {v!r}: expected a positive integer number of tokens")
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TOKENS:
+                raise BenchmarkError(f"Workload.{k} = {str(v)[:40]}: expected a whole number of tokens from 1 to "
+                                     f"{MAX_TOKENS} (a request longer than any model's context is a typo)")
 
     @property
     def name(self) -> str:
@@ -67,7 +72,7 @@ class Workload:
             return cls(int(a), int(b))
         except (ValueError, TypeError):
             raise BenchmarkError(
-                f"workload {text!r} is not 'INPUT/OUTPUT' token counts (e.g. '256/256' or '128/512')") from None
+                f"workload {str(text)[:60]!r} is not 'INPUT/OUTPUT' token counts (e.g. '256/256' or '128/512')") from None
 
 
 @dataclass
@@ -153,6 +158,41 @@ def make_prompts(n: int, input_len: int, tokenizer=None, seed: int = 0) -> list[
     return [" ".join(rng.choice(words) for _ in range(input_len)) for _ in range(n)]
 
 
+def parse_reply(status: int, text: str, chat: bool = True) -> tuple[str, str, str]:
+    """(content, kind, error) of a whole completion reply (JSON, not a stream): the one reader of such replies,
+    for the smoke test and for a stream request answered with a plain JSON body. `kind` is "" (content), http,
+    bad-body, error-body (an error object inside an HTTP 200 reply: sglang's NaN message) or empty."""
+    import json
+
+    shown = text[:300]
+    if status != 200:
+        return "", "http", f"HTTP {status}: {shown}"
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return "", "bad-body", f"HTTP 200 with a body that is not JSON: {shown!r}"
+    if isinstance(d, dict) and d.get("error"):
+        err = d["error"]
+        msg = err.get("message", "") if isinstance(err, dict) else str(err)
+        return "", "error-body", f"error in an HTTP 200 reply: {msg}"[:300]
+    where = "choices[0].message.content" if chat else "choices[0].text"
+    try:
+        content = d["choices"][0]["message"]["content"] if chat else d["choices"][0]["text"]
+    except (KeyError, IndexError, TypeError):
+        return "", "bad-body", f"HTTP 200 without {where}: {shown!r}"[:300]
+    if not content:
+        return "", "empty", ""
+    return str(content), "", ""
+
+
+class _WholeReply(Exception):
+    """A stream request answered with a whole JSON reply: its kind and error (parse_reply)."""
+
+    def __init__(self, kind: str, error: str):
+        super().__init__(error)
+        self.kind, self.error = kind, error
+
+
 async def _one(client, model: str, prompt: str, max_tokens: int, t_origin: float, deadlines: Deadlines,
                chat: bool) -> RequestResult:
     import openai
@@ -178,6 +218,13 @@ async def _one(client, model: str, prompt: str, max_tokens: int, t_origin: float
             raise RequestTimeout("the completions endpoint", "first byte", deadlines.first_byte_s,
                                  time.perf_counter() - t0) from None
         state["headers_s"] = time.perf_counter() - t0
+        response = getattr(stream, "response", None)
+        ctype = response.headers.get("content-type", "") if response is not None else ""
+        if "json" in ctype and "event-stream" not in ctype:   # not a stream: read it as the smoke test does
+            body = (await response.aread()).decode("utf-8", "replace")
+            _, kind, err = parse_reply(response.status_code, body, chat)
+            raise _WholeReply(kind or "bad-body", err or f"the server answered a stream request with a whole JSON "
+                              f"reply instead of a stream: {body[:200]!r}")
         async for chunk in stream:
             now = time.perf_counter()
             state["chunks"] += 1
@@ -220,6 +267,9 @@ async def _one(client, model: str, prompt: str, max_tokens: int, t_origin: float
             heads = "no headers" if state["headers_s"] is None else f"headers after {state['headers_s']:.2f} s"
             res.error = (f"timeout: the reply did not finish within {deadlines.total_s:g} s (total deadline; {heads}, "
                          f"{state['chunks']} chunk(s), {len(res.text)} characters of content)")
+    except _WholeReply as e:
+        res.e2e_s = time.perf_counter() - t0
+        res.error_kind, res.error = e.kind, e.error[:500]
     except openai.APIStatusError as e:
         res.e2e_s = time.perf_counter() - t0
         res.error_kind = "http"
@@ -253,9 +303,12 @@ def _body_text(e) -> str:
 
 async def run_requests(base_url: str, model: str, prompts: Sequence[str], max_tokens: int, concurrency: int,
                        timeout_s: float = 600.0, chat: bool = False, api_key: str = "none",
-                       deadlines: Deadlines | None = None) -> tuple[list[RequestResult], float]:
+                       deadlines: Deadlines | None = None, until: float | None = None
+                       ) -> tuple[list[RequestResult], float]:
     """Send every prompt with at most `concurrency` in flight; return (results, duration_s). Each request
-    runs within `deadlines` (default: Deadlines.from_timeout(timeout_s))."""
+    runs within `deadlines` (default: Deadlines.from_timeout(timeout_s)) and, with `until` (a time.monotonic()
+    instant: the end of the phase the requests belong to), ends by then: a request that could not start
+    before it is not sent."""
     from openai import AsyncOpenAI
 
     (concurrency,) = check_concurrencies([concurrency])
@@ -266,7 +319,13 @@ async def run_requests(base_url: str, model: str, prompts: Sequence[str], max_to
 
     async def gated(p):
         async with sem:
-            return await _one(client, model, p, max_tokens, t_origin, d, chat)
+            if until is None:
+                return await _one(client, model, p, max_tokens, t_origin, d, chat)
+            left = until - time.monotonic()
+            if left <= 0:
+                return RequestResult(ok=False, error_kind="timeout", start_s=time.perf_counter() - t_origin,
+                                     error="not sent: the time limit of its phase had passed")
+            return await _one(client, model, p, max_tokens, t_origin, d.within(left), chat)
 
     try:
         results = await asyncio.gather(*(gated(p) for p in prompts))
@@ -331,10 +390,19 @@ def run_point(base_url: str, model: str, workload: Workload, concurrency: int, n
     if num_requests < 1:
         raise BenchmarkError(f"num_requests = {num_requests}: expected at least 1")
     prompts = make_prompts(num_requests + warmup, workload.input_len, tokenizer, seed)
+    late = []
     if warmup:
-        run_sync(run_requests(base_url, model, prompts[:warmup], min(workload.output_len, 8), 1, timeout_s, chat))
-    results, duration = run_sync(run_requests(base_url, model, prompts[warmup:], workload.output_len, concurrency,
-                                          timeout_s, chat))
+        warm, _ = run_sync(run_requests(base_url, model, prompts[:warmup], min(workload.output_len, 8), 1, timeout_s,
+                                        chat))
+        late = [r for r in warm if r.error_kind == "timeout"]
+    if late:   # the server did not answer the warm-up in time: the point's requests would only wait as long again
+        results = [RequestResult(ok=False, error_kind="timeout",
+                                 error=f"not sent: the warm-up request ran out of time ({late[0].error})"[:500])
+                   for _ in range(num_requests)]
+        duration = 0.0
+    else:
+        results, duration = run_sync(run_requests(base_url, model, prompts[warmup:], workload.output_len,
+                                                  concurrency, timeout_s, chat))
     row = {"workload": workload.name, "input_len": workload.input_len, "output_len": workload.output_len,
            "concurrency": concurrency, "num_requests": num_requests}
     row.update(summarize(results, duration))

@@ -21,11 +21,60 @@ from helpers.serving.server import Server
 _MODE = {"mode": params.choice("recorded", "auto", "live"), "run_dir": params.string()}
 _SGLANG = {"model_path": params.string(), "flag_set": params.choice("auto", *sg.FLAG_SETS),
            "tp_size": params.number(1, 64, integer=True)}
-_TINY = {"tiny_hidden": params.number(8, 8192, integer=True), "tiny_layers": params.number(1, 64, integer=True),
+#: the most requests one sweep of one workload may send (sum over its concurrencies of requests per point)
+MAX_SWEEP_REQUESTS = 20_000
+
+
+def machine_memory_bytes() -> int:
+    """This machine's physical memory (bytes)."""
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def tiny_memory_bytes(hidden: int, layers: int, experts: int, moe_intermediate: int, vocab: int = 512) -> int:
+    """Estimated peak memory of building and serving the tiny model (derived, not measured): its parameters
+    (embeddings and head, per layer attention, router, routed experts and a shared expert as
+    helpers.serving.tiny_model configures them) in float32, times 3 (the built model, its saved copy read
+    back by the server, and the server's working copy)."""
+    per_layer = 4 * hidden * hidden + hidden * experts + (experts + 2) * 3 * hidden * moe_intermediate
+    n = 2 * vocab * hidden + layers * per_layer
+    return 3 * 4 * n
+
+
+def _tiny_memory_rule(hidden, layers, experts, moe_intermediate):
+    need, have = tiny_memory_bytes(hidden, layers, experts, moe_intermediate), machine_memory_bytes()
+    if need > have // 2:
+        return (f"the tiny model these sizes describe needs about {need / 2**30:.1f} GiB to build and serve "
+                f"(estimated: float32 parameters x 3), more than half of this machine's {have / 2**30:.1f} GiB; "
+                f"make tiny_hidden, tiny_layers, tiny_experts or tiny_moe_intermediate smaller")
+    return None
+
+
+def _tiny_heads_rule(heads, hidden):
+    if hidden % heads or (hidden // heads) % 2:
+        return (f"tiny_hidden ({hidden}) must be tiny_heads x an even head size; set tiny_heads to a divisor of "
+                f"tiny_hidden that leaves an even quotient (e.g. {max(1, hidden // 16)})")
+    return None
+
+
+def _sweep_size_rule(concurrencies, per):
+    total = sum(cl.requests_for(int(c), int(per)) for c in concurrencies)
+    if total > MAX_SWEEP_REQUESTS:
+        return (f"one sweep of one workload would send {total} requests (requests_per_concurrency x each "
+                f"concurrency), more than {MAX_SWEEP_REQUESTS}; use fewer or smaller concurrencies or fewer "
+                f"requests per concurrency")
+    return None
+
+
+_TINY = {"tiny_hidden": params.depends(params.number(8, 8192, integer=True),
+                                       ("tiny_layers", "tiny_experts", "tiny_moe_intermediate"), _tiny_memory_rule),
+         "tiny_layers": params.number(1, 64, integer=True),
          "tiny_experts": params.number(1, 256, integer=True),
          "tiny_moe_intermediate": params.number(8, 16384, integer=True),
-         "tiny_heads": params.number(1, 128, integer=True)}
-_SWEEP = {"concurrencies": params.number_list(1, 4096, integer=True),
+         "tiny_heads": params.depends(params.number(1, 128, integer=True), "tiny_hidden", _tiny_heads_rule)}
+_SWEEP = {"concurrencies": params.depends(params.number_list(1, 4096, integer=True), "requests_per_concurrency",
+                                          _sweep_size_rule),
           "requests_per_concurrency": params.number(1, 1000, integer=True),
           "startup_timeout_s": params.number(1, 3600), "request_timeout_s": params.number(1, 3600)}
 _ENGINE = {"engine": params.choice(*live.ENGINES), "device": params.choice("cpu", "cuda")}
@@ -141,6 +190,7 @@ def baseline_sweep(P: dict, out: Path) -> tuple[pd.DataFrame, str, dict]:
     """Sweep concurrency for every workload and server variant (a given server, or one launched per
     variant); saves sweep.csv. Returns the rows, where they were measured, and facts to glue."""
     rows, logs, wls, facts = out / "sweep.jsonl", out / "logs", P["workloads"], {}
+    sweep.start_cell_clock()   # this cell's long work starts here: each point keeps within its limit
     point = {"per_concurrency": P["requests_per_concurrency"], "timeout_s": P["request_timeout_s"]}
     if P["server_url"]:
         model = P["served_model"] or cl.served_model(P["server_url"])
@@ -195,6 +245,7 @@ def runner_comparison(P: dict, out: Path) -> tuple[pd.DataFrame | None, pd.DataF
     """Launch each MoE runner once to classify it, then sweep the runners that serve `repeats` times on
     one server each; saves runner_status.csv and sweep.csv. Returns (sweep rows or None, status, where)."""
     rows, logs, wl = out / "sweep.jsonl", out / "logs", P["workload"]
+    sweep.start_cell_clock()
     if P["engine"] == "transformers":
         base_dir, n_params = _tiny(P)
         tok = live.tokenizer_for(base_dir)

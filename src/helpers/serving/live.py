@@ -138,7 +138,16 @@ def sweep_server(spec: ServerSpec, model: str, rows_path: Path, log_dir: Path, w
     Each row carries the server's peak memory so far and its cap."""
     extra = server_settings(spec)
     st = sweep.point_settings(model, per_concurrency, 1, tokenizer, extra)
-    if not sweep.pending(rows_path, labels, workloads, concurrencies, st):
+    todo = sweep.pending(rows_path, labels, workloads, concurrencies, st)
+    if not todo:
+        return sweep.rows_frame(rows_path, labels, settings_id=sweep.settings_id(st))
+    left = sweep.time_left()
+    if left is not None and left <= 0:   # the cell's budget is spent: do not launch a server for nothing
+        from helpers.book import results
+
+        results.mark_partial(Path(rows_path).parent, f"server {spec.name!r} was not launched: the cell's time was "
+                             f"spent; {len(todo)} point(s) left")
+        print(f"partial: server {spec.name!r} not launched, the cell's time was spent; {len(todo)} point(s) left")
         return sweep.rows_frame(rows_path, labels, settings_id=sweep.settings_id(st))
     with Server(spec, Path(log_dir) / f"{spec.name}.log", startup_timeout_s=startup_timeout_s) as srv:
         return sweep.sweep(rows_path, spec.base_url, model, workloads, concurrencies, labels=labels,
@@ -171,8 +180,12 @@ def attempt_runner(name: str, spec: ServerSpec, model: str, log_dir: Path, start
     return a.as_row()
 
 
+#: the most workloads, variants or runners one chapter sweeps (each is a whole sweep)
+MAX_NAMES = 16
+
+
 def _workloads(v):
-    if not isinstance(v, list) or not v:
+    if not isinstance(v, list) or not 1 <= len(v) <= MAX_NAMES:
         raise ValueError
     try:
         return [cl.Workload.parse(x) for x in v]
@@ -181,7 +194,8 @@ def _workloads(v):
 
 
 def _names(v):
-    if not isinstance(v, list) or not v or not all(isinstance(x, str) and x for x in v):
+    if not isinstance(v, list) or not 1 <= len(v) <= MAX_NAMES or not all(isinstance(x, str) and 0 < len(x) <= 200
+                                                                          for x in v):
         raise ValueError
     return list(v)
 
@@ -190,20 +204,22 @@ def workloads_param():
     """params.Spec for a list of 'INPUT/OUTPUT' workload strings."""
     from helpers.book import params
 
-    return params.Spec("a non-empty list of 'INPUT/OUTPUT' token counts, e.g. ['256/256', '128/512']", _workloads)
+    return params.Spec(f"a list of 1 to {MAX_NAMES} 'INPUT/OUTPUT' token counts, each side 1 to {cl.MAX_TOKENS}, "
+                       "e.g. ['256/256', '128/512']", _workloads)
 
 
 def workload_param():
     """params.Spec for one 'INPUT/OUTPUT' workload string (a Workload once validated)."""
     from helpers.book import params
 
-    return params.Spec("'INPUT/OUTPUT' token counts, e.g. '256/256'", lambda v: _workloads([v])[0])
+    return params.Spec(f"'INPUT/OUTPUT' token counts, each side 1 to {cl.MAX_TOKENS}, e.g. '256/256'",
+                       lambda v: _workloads([v])[0])
 
 
 def names_param(what: str):
     from helpers.book import params
 
-    return params.Spec(f"a non-empty list of {what} names (strings)", _names)
+    return params.Spec(f"a list of 1 to {MAX_NAMES} {what} names (strings)", _names)
 
 
 def check_names(param: str, given: list[str], allowed: Sequence[str], engine: str) -> None:

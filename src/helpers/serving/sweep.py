@@ -10,12 +10,23 @@ under* (`settings_id`: the model, requests per point, the prompts' tokenizer and
 server, its command line): a point made with 1 request per point is never taken for one made with 20,
 and a frame of results only ever holds points of one set of settings (the latest, unless asked). A
 point whose requests all failed is not done: a resumed sweep measures it again. A server whose every
-request of a point ran out of time is not asked for the rest of its points (they stay to do).
+request of a point ran out of time is not asked for the rest of its points (they stay to do). A point
+the sweep planned that has no row afterwards, neither done nor failed (its row was lost: a write cut short,
+a file changed under the sweep), fails the sweep with `PointsLost`, never a table that silently lacks it.
+
+Each point has its own time budget within the notebook cell's limit (the runbook passes it to the kernel as
+$BOOK_CELL_TIMEOUT_S; `start_cell_clock()` starts it where the cell's long work starts): before a point, its time
+is estimated from the points measured under the same settings (seconds per request and output token, as the
+rows record them) and, where it would not end before the cell's limit, the sweep stops there. The points left
+are recorded (`results.mark_partial`) and the runbook reports the chapter as "partial, resume with ...", not
+as a cell that ran out of time.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -24,6 +35,63 @@ import pandas as pd
 
 from helpers.book import results
 from helpers.serving import client as cl
+
+
+class PointsLost(RuntimeError):
+    """Points a sweep planned have no row in its file afterwards, neither done nor failed."""
+
+
+CELL_TIMEOUT_ENV = results.CELL_TIMEOUT_ENV
+_CLOCK: dict = {"deadline": None, "limit": None, "cell": "none"}
+
+
+def _cell() -> int | None:
+    """Which notebook cell runs now (IPython's execution count; None outside IPython)."""
+    try:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+    except ImportError:
+        return None
+    return None if ip is None else ip.execution_count
+
+
+def start_cell_clock(margin_s: float | None = None) -> float | None:
+    """Start the time budget of the notebook cell now running: its limit ($BOOK_CELL_TIMEOUT_S, set by the
+    runbook) less `margin_s` (default: a tenth of it, at least 10 s) for what the cell does after its sweeps.
+    Returns the limit (None where no limit is set: no budget). Without a call, the first sweep of a cell starts
+    its clock."""
+    try:
+        limit = float(os.environ.get(CELL_TIMEOUT_ENV, ""))
+    except ValueError:
+        limit = float("nan")
+    if not math.isfinite(limit) or limit <= 0:
+        _CLOCK.update(deadline=None, limit=None, cell=_cell())
+        return None
+    margin = max(10.0, 0.1 * limit) if margin_s is None else float(margin_s)
+    _CLOCK.update(deadline=time.monotonic() + limit - margin, limit=limit, cell=_cell())
+    return limit
+
+
+def time_left() -> float | None:
+    """Seconds left of the running cell's budget (None: no budget)."""
+    if _CLOCK["cell"] != _cell():   # a new cell (or none started yet): its budget starts now
+        start_cell_clock()
+    d = _CLOCK["deadline"]
+    return None if d is None else d - time.monotonic()
+
+
+def _point_cost(rows: list[dict]) -> float | None:
+    """Seconds per request and output token of the points measured (warm-up included), the largest."""
+    costs = []
+    for r in rows:
+        try:
+            n, out, t = int(r.get("num_requests") or 0), int(r.get("output_len") or 0), float(r.get("point_s") or 0)
+        except (TypeError, ValueError):
+            continue
+        if n > 0 and out > 0 and t > 0:
+            costs.append(t / ((n + 1) * out))
+    return max(costs) if costs else None
 
 
 def _key(row: dict, keys: Sequence[str]) -> tuple:
@@ -88,14 +156,29 @@ def sweep(rows_path: str | Path, base_url: str, model: str, workloads: Iterable[
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(todo), desc=" ".join(f"{k}={v}" for k, v in labels.items()) or "sweep", leave=False)
+    left: list[tuple[cl.Workload, int]] = []
+    cut = ""
+    keys = [*labels, "workload", "concurrency", "settings_id"]
+    measured = [r for r in results.read_rows(rows_path) if r.get("settings_id") == sid]
     for i, (w, c) in enumerate(todo):
         n = cl.requests_for(c, per_concurrency, min_requests)
+        budget, cost = time_left(), _point_cost(measured)
+        need = None if cost is None else cost * (n + 1) * w.output_len
+        if budget is not None and (budget <= 0 or (need is not None and need > budget)):
+            left = todo[i:]
+            cut = (f"point {w.name} x {c} would need about {need:.0f} s (estimated from the points measured), "
+                   if need is not None else f"the cell's time was spent before point {w.name} x {c}, ")
+            cut += (f"{max(budget, 0):.0f} s of the cell's {_CLOCK['limit']:g} s limit are left")
+            break
+        t_point = time.monotonic()
         row = {**labels, **cl.run_point(base_url, model, w, c, n, tokenizer=tokenizer, timeout_s=timeout_s),
+               "point_s": round(time.monotonic() - t_point, 3),
                "settings_id": sid, "requests_per_concurrency": per_concurrency,
                "point": json.dumps([labels, w.name, c, sid], sort_keys=True, default=str),
                **(extra_columns() if extra_columns else {}),
                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
         results.append_row(rows_path, row)
+        measured.append(row)
         if bar is not None:
             bar.update(1)
         if on_point is not None:
@@ -103,10 +186,30 @@ def sweep(rows_path: str | Path, base_url: str, model: str, workloads: Iterable[
         if row["completed"] == 0 and row.get("timed_out", 0) == row["num_requests"] and i + 1 < len(todo):
             print(f"{base_url}: every request of point {w.name} x {c} ran out of its {timeout_s:g} s; the server "
                   f"is not answering, so its {len(todo) - i - 1} other point(s) are left for a resumed run")
+            left = todo[i + 1:]
             break
     if bar is not None:
         bar.close()
+    if cut:
+        names = [f"{w.name} x {c}" for w, c in left]
+        results.mark_partial(rows_path.parent, f"sweep {' '.join(f'{k}={v}' for k, v in labels.items()) or ''}"
+                             f" stopped before the cell's time limit: {cut}; {len(left)} point(s) left "
+                             f"({_few(names)})")
+        print(f"partial: {cut}; {len(left)} point(s) left for a resumed run ({_few(names)})")
+    have = {_key(r, keys) for r in results.read_rows(rows_path)}
+    lost = [f"{w.name} x {c}" for w in workloads for c in concurrencies if (w, c) not in left
+            and _key({**labels, "workload": w.name, "concurrency": c, "settings_id": sid}, keys) not in have]
+    if lost:
+        raise PointsLost(f"{rows_path}: {len(lost)} planned point(s) have no row, neither done nor failed: "
+                         f"{_few(lost)}; their rows were lost (a write cut short, or the file changed while the "
+                         f"sweep ran). Continue the run (--resume) to measure them")
     return rows_frame(rows_path, labels, settings_id=sid)
+
+
+def _few(items: Sequence, n: int = 4) -> str:
+    """At most `n` items of a long list, and how many more."""
+    items = list(items)
+    return ", ".join(map(str, items[:n])) + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
 def rows_frame(rows_path: str | Path, labels: dict | None = None, settings_id: str | None = None) -> pd.DataFrame:
@@ -145,4 +248,9 @@ def run_matrix(rows_path: str | Path, names: Sequence[str], run_one: Callable[[s
         row = run_one(name)
         results.append_row(rows_path, {**row, "name": name, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
     df = pd.DataFrame(results.read_rows(rows_path))
+    lost = [n for n in names if df.empty or n not in set(df["name"])]
+    if lost:
+        raise PointsLost(f"{rows_path}: {len(lost)} planned configuration(s) have no row, neither done nor "
+                         f"failed: {_few(lost)}; their rows were lost (a write cut short, or the file changed "
+                         f"while the matrix ran). Continue the run (--resume) to try them")
     return df[df["name"].isin(names)].drop_duplicates("name", keep="last").reset_index(drop=True)

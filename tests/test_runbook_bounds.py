@@ -1,0 +1,83 @@
+"""Sizes have upper bounds (issue 23, item 5): a list, a token count, and the memory or requests a combination
+of values implies are refused before the run with the estimate, and an error message shows only a few items of
+a long value. Checked through the runbook's own precheck (runbook.plan) and a real runbook process."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import repo_root
+from helpers.book import params, runbook
+from helpers.serving import experiments, live, tiny_model
+
+ROOT = repo_root()
+
+
+def refused(*items):
+    t = runbook.load_target("cpu-demo", ROOT)
+    runbook.apply_overrides(t, list(items))
+    with pytest.raises(runbook.RunbookError) as e:
+        runbook.plan(t, ROOT, only=["03_baselines_tuning"])
+    return str(e.value)
+
+
+def test_a_4096_entry_list_is_refused():
+    msg = refused("03_baselines_tuning.concurrencies=[" + ",".join(["1"] * 4096) + "]")
+    assert "concurrencies" in msg and f"a list of 1 to {params.MAX_LIST} items" in msg and "(4096 items)" in msg
+
+
+def test_a_token_count_beyond_any_context_is_refused():
+    msg = refused("03_baselines_tuning.workloads=['1000000000000000000/8']")
+    assert "workloads" in msg and "each side 1 to 1048576" in msg
+
+
+def test_tiny_model_sizes_whose_product_exceeds_this_machines_memory_are_refused_with_the_estimate():
+    msg = refused("03_baselines_tuning.tiny_hidden=8192", "03_baselines_tuning.tiny_layers=64",
+                  "03_baselines_tuning.tiny_experts=256", "03_baselines_tuning.tiny_moe_intermediate=16384")
+    assert "parameter 'tiny_hidden' = 8192 is not allowed with tiny_layers = 64" in msg
+    assert "GiB to build and serve (estimated" in msg and "this machine's" in msg
+
+
+def test_the_memory_estimate_is_near_the_models_real_parameter_count():
+    for dims in [(64, 2, 4, 64, 4), (256, 3, 8, 512, 8)]:
+        real = tiny_model.param_count(live.tiny_spec(*dims, "cpu"))
+        est = experiments.tiny_memory_bytes(*dims[:4]) / 12       # 3 copies of float32 parameters
+        assert real <= est <= 1.15 * real, (dims, real, est)
+
+
+def test_a_sweep_asking_too_many_requests_is_refused_with_its_count():
+    msg = refused("03_baselines_tuning.concurrencies=[4096,4096,4096]", "03_baselines_tuning.requests_per_concurrency=1000")
+    assert "would send 12288000 requests" in msg and str(experiments.MAX_SWEEP_REQUESTS) in msg
+
+
+def test_tiny_heads_that_do_not_divide_the_hidden_size_are_named():
+    msg = refused("03_baselines_tuning.tiny_heads=3")
+    assert "parameter 'tiny_heads' = 3 is not allowed with tiny_hidden = 64" in msg and "divisor" in msg
+
+
+@pytest.mark.integration
+def test_a_100000_entry_list_gets_a_short_one_line_message_at_once(tmp_path):
+    target = tmp_path / "long.yaml"   # (a command line cannot hold it: one argument is at most 128 KiB)
+    target.write_text("description: a long list\nchapters:\n  03_baselines_tuning:\n    mode: auto\n"
+                      "    concurrencies: [" + ",".join(["0"] * 100_000) + "]\n")
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "helpers.book.runbook", "--target", str(target), "--chapters",
+                        "03_baselines_tuning", "--runs-dir", str(tmp_path / "runs"), "--no-build"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "concurrencies" in r.stderr and "(100000 items)" in r.stderr
+    assert len(r.stderr) < 2000, len(r.stderr)
+    assert time.monotonic() - t0 < 60 and not (tmp_path / "runs").exists()
+
+
+def test_cpu_batches_times_contexts_beyond_this_machines_memory_are_refused_with_the_estimate():
+    t = runbook.load_target("auto", ROOT)
+    runbook.apply_overrides(t, ["07_decode_step.cpu_contexts=[1000000]", "07_decode_step.cpu_batches=[4096]"])
+    with pytest.raises(runbook.RunbookError) as e:
+        runbook.plan(t, ROOT, only=["07_decode_step"])
+    msg = str(e.value)
+    assert "parameter 'cpu_contexts' = [1000000] is not allowed with cpu_batches = [4096]" in msg
+    assert "batch 4096 x context 1000000 would need about" in msg and "GiB" in msg
+    t = runbook.load_target("auto", ROOT)      # the chapter's own values pass
+    runbook.plan(t, ROOT, only=["07_decode_step"])

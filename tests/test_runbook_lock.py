@@ -1,0 +1,106 @@
+"""One runbook process per run (issue 23, item 2), with two real runbook processes: a --resume of a run that
+is still executing is refused at once naming the owner's pid and what to do, so no chapter runs twice into
+one folder; the lock is released at exit; a stale lock left by a killed owner is taken over with a message."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+import minibook
+from helpers.book import procs, results, runbook
+from proctags import tagged_pids as tagged
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300),
+              pytest.mark.skipif(not procs.LINUX, reason="needs /proc")]
+
+SLOW_BODY = """
+import json, os, time
+from helpers.book import results
+rows = out / "points.jsonl"
+done = {r["i"] for r in results.read_rows(rows)}
+for i in range(10):
+    if i in done:
+        continue
+    time.sleep(0.4)
+    results.append_row(rows, {"i": i, "pid": os.getpid()})
+glue('answer', float(len(done)), display=False)
+"""
+
+
+@pytest.fixture()
+def book(tmp_path):
+    return minibook.book(tmp_path / "book", {"01_slow": (SLOW_BODY, "Slow")})
+
+
+def runbook_proc(book, tag, *args):
+    env = {**os.environ, "BOOK_ROOT": str(book), "BOOK_TEST_TAG": tag}
+    return subprocess.Popen([sys.executable, "-m", "helpers.book.runbook", *args, "--no-build"], env=env, cwd=book,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_rows(path, n, within_s=120):
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if len(results.read_rows(path)) >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never had {n} rows")
+
+
+def test_a_second_process_on_a_running_run_is_refused_at_once_and_nothing_is_measured_twice(book):
+    tag = uuid.uuid4().hex
+    run = book / "runs" / "r"
+    rows = run / "results" / "01_slow" / "points.jsonl"
+    first = runbook_proc(book, tag, "--target", "quick", "--run-id", "r")
+    wait_rows(rows, 1)
+    t0 = time.monotonic()
+    second = runbook_proc(book, tag, "--resume", "r")
+    out, err = second.communicate(timeout=60)
+    took = time.monotonic() - t0
+    assert second.returncode == 2, out + err
+    assert f"pid {first.pid}" in err and "--resume" in err and "kill" in err, err
+    assert took < 20, f"the refusal took {took:.1f} s"
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, out + err
+    got = [r["i"] for r in results.read_rows(rows)]
+    assert sorted(got) == list(range(10)) and len({r["pid"] for r in results.read_rows(rows)}) == 1
+    assert not (run / runbook.LOCK_NAME).exists()                    # released at exit
+    m = json.loads((run / "manifest.json").read_text())
+    assert len(m["sessions"]) == 1 and m["status"] == "ok"
+
+
+def test_a_stale_lock_of_a_killed_run_is_taken_over_with_a_message(book):
+    tag = uuid.uuid4().hex
+    run = book / "runs" / "r"
+    rows = run / "results" / "01_slow" / "points.jsonl"
+    first = runbook_proc(book, tag, "--target", "quick", "--run-id", "r")
+    wait_rows(rows, 2)
+    first.send_signal(signal.SIGKILL)
+    first.communicate(timeout=60)
+    deadline = time.monotonic() + 10
+    while tagged(tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    lock = json.loads((run / runbook.LOCK_NAME).read_text())         # left behind by kill -9
+    assert lock["pid"] == first.pid
+    r = subprocess.run([sys.executable, "-m", "helpers.book.runbook", "--resume", "r", "--no-build"], cwd=book,
+                       env={**os.environ, "BOOK_ROOT": str(book)}, capture_output=True, text=True, timeout=200)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"took over the stale lock" in r.stderr and f"pid {first.pid}" in r.stderr
+    assert sorted(x["i"] for x in results.read_rows(rows)) == list(range(10))
+    assert not (run / runbook.LOCK_NAME).exists()
+
+
+def test_a_sigterm_releases_the_lock(book):
+    tag = uuid.uuid4().hex
+    run = book / "runs" / "r"
+    first = runbook_proc(book, tag, "--target", "quick", "--run-id", "r")
+    wait_rows(run / "results" / "01_slow" / "points.jsonl", 1)
+    assert json.loads((run / runbook.LOCK_NAME).read_text())["pid"] == first.pid
+    first.send_signal(signal.SIGTERM)
+    first.communicate(timeout=60)
+    assert first.returncode == 143 and not (run / runbook.LOCK_NAME).exists()
