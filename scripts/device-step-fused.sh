@@ -18,8 +18,9 @@
 # bytes.csv with a `source` column, meta.json, raw/<sweep>/, bench-<sweep>.log, pytest-gpu.log, env.txt,
 # COMMIT, README.md and register.yaml: the data/sources.yaml and data/schema.yaml entries), packs it as
 # $OUT/$STUDY.tgz and prints the figures: step ms, kernels per step, compile seconds.
-# Usage (on the lent nvidia-h200, from the repository root of a clean commit):
-#   OUT=$OUT BOOK_COMMIT=$(git rev-parse HEAD) scripts/device-step-fused.sh
+# Usage (on the lent nvidia-h200, in the copy of a clean commit's tree; the run tool sets $OUT):
+#   OUT=$OUT BOOK_COMMIT=<that commit's full sha, written out: the device's copy may have no .git> \
+#     scripts/device-step-fused.sh
 # optional: STUDY=step-fused-h200-YYYYMMDD (default: today's date, UTC), BUDGET_S=390 (seconds for the four
 # sweeps and the tests together; the merge and packing add about 10 s). Expected: about 5 to 6 minutes of
 # device time, never more than BUDGET_S + 30 s; run it with timeout_s 600. To commit the study: copy
