@@ -127,7 +127,8 @@ def test_the_decode_step_chapter_cites_the_fusion_study(recorded_run):
         assert int(g[f"k_unf_{d}_1"]) == int(pick(d, "unfused", 1, "kernels"))
     assert float(g["fp8_vs_bf16_64"]) == pytest.approx(pick("fp8", "fused", 64) / pick("bf16", "fused", 64))
     meta = json.loads((ROOT / "data" / "measured" / s.id / "meta.json").read_text())
-    comp = {sw["config"]["dtype"]: sw["compile_s"] for sw in meta["sweeps"].values() if sw["config"].get("fusion") == "fused"}
+    # a sweep the device script cut short (finished: false) has no compile time
+    comp = {sw["config"]["dtype"]: sw.get("compile_s") for sw in meta["sweeps"].values() if sw["config"].get("fusion") == "fused"}
     assert float(g["compile_s_bf16"]) == pytest.approx(comp["bf16"])
     # the op list for SGLang: one kernel per listed op, the budget's count less the collectives
     from helpers.model import budget as bd

@@ -94,13 +94,14 @@ def test_projection_keeps_only_components_within_the_engine_tolerance(glm5, meas
     p = mb.projected_terms(meas, glm5, 1, 384, collectives=False).set_index("component")
     fid = mb.engine_fidelity(meas.timings, glm5, 1, 384, "bf16", meas.floor_us()).set_index("component")
     kts = mb.components(mb.kernel_terms(glm5, 1, 384, meas.floor_us(), collectives=False)).set_index("component")
-    assert set(p.priced_by) == {"projection", f"aiconfigurator {kt.RTX} tables"}
+    assert set(p.priced_by) <= {"projection", f"aiconfigurator {kt.RTX} tables"}
     for c, r in p.iterrows():
         assert math.isclose(r.engine_ratio, fid.loc[c, "ratio"])
         if r.engine_ratio <= mb.FIDELITY_TOLERANCE:
             assert r.priced_by == "projection" and math.isclose(r.us, full.loc[c, "us"])
         else:
             assert r.priced_by != "projection" and math.isclose(r.us, kts.loc[c, "us"])
+    # which side a component falls on depends on the study (the fused one keeps every component at batch 1);
     # a tolerance nothing meets leaves every component to the tables; one everything meets, to the projection
     assert (mb.projected_terms(meas, glm5, 1, 384, collectives=False, tolerance=0.01).priced_by != "projection").all()
     assert (mb.projected_terms(meas, glm5, 1, 384, collectives=False, tolerance=100).priced_by == "projection").all()
