@@ -155,3 +155,12 @@ def test_a_run_outside_a_checkout_and_the_environment_leave_no_absolute_path():
     assert "/scratch/tmp" not in ctx.roots  # a folder holding runs is no checkout: nothing else is cut
     t = staging.public_text("wrote /scratch/tmp/r2/results/x.csv with /opt/book/.venv/bin/python; /scratch/tmp/other", ctx)
     assert t == "wrote runs/r2/results/x.csv with .venv/bin/python; /scratch/tmp/other"
+
+
+def test_a_hosts_own_python_is_not_named_by_where_the_machine_keeps_it():
+    """A GPU host's Python that `make` built .venv over (the status page's 'made from (PY)') keeps its
+    environment folder and name only: the browser check refuses /opt/... on a page."""
+    from helpers.book import browser
+
+    t = staging.public_text("made from (PY) `/opt/torch/.venv/bin/python3` (3.12)", staging.RunContext())
+    assert t == "made from (PY) `…/.venv/bin/python3` (3.12)" and not browser.ABS_PATH.search(t)

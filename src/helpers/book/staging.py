@@ -85,6 +85,9 @@ _SITE_PACKAGES = re.compile(r"(?<![\w:/.])(?:/[\w.+@-]+)+/((?:site|dist)-package
 #: a traceback line naming a file by its absolute path: keep the package folder and the file
 _TRACEBACK_FILE = re.compile(r'File (?:"|&quot;)/[^"&\n]*/([^/"&\n]+/[^/"&\n]+\.py)(?:"|&quot;)')
 _HOME = re.compile(r"(?<![\w:/.])/(?:home/[\w.-]+|root)/")
+#: a Python interpreter by its absolute path outside the checkouts (a GPU host's own Python that `make` built
+#: .venv over): keep its environment folder and name, not where the machine keeps it
+_INTERPRETER = re.compile(r"(?<![\w:/.~])(?:/[\w.+@-]+)+/([\w.+@-]+/bin/python[\d.]*)(?![\w/])")
 
 
 def public_text(text: str, ctx: RunContext) -> str:
@@ -96,6 +99,7 @@ def public_text(text: str, ctx: RunContext) -> str:
     for root in ctx.roots:
         text = re.sub(re.escape(root.rstrip("/")) + r"(?:/|(?=[\s\"'`)<,;:]|$))", "", text)
     text = _TRACEBACK_FILE.sub(r'File ".../\1"', text)
+    text = _INTERPRETER.sub("…/\\1", text)
     return _HOME.sub("~/", _SITE_PACKAGES.sub(r"\1", text))
 
 
