@@ -547,7 +547,8 @@ def attribution(d: Diagnosis) -> Part:
         g = a[a["concurrency"] == c]
         values.update({f"loss_{c}": float(g["lost_ms_per_step"].iloc[0]), f"loss_lo_{c}": float(g["lost_ms_low"].iloc[0]),
                        f"share_lo_{c}": 100 * max(0.0, float(g["share_low"].min())),
-                       f"share_hi_{c}": 100 * float(g["share_high"].max())})
+                       # a model can price more than the whole loss: the page says 100 %, as the rule's sentence does
+                       f"share_hi_{c}": 100 * min(1.0, float(g["share_high"].max()))})
     for r in res.itertuples():
         values[f"left_{r.batch}"] = float(r.left_over_ms)
         values[f"step_obs_{r.batch}"] = float(r.observed_step_ms)
