@@ -57,7 +57,8 @@ def test_ctrl_c_says_so_in_its_parentheses(tmp_path):
         time.sleep(0.05)
     os.killpg(p.pid, signal.SIGINT)   # a terminal's Ctrl-C reaches the whole process group
     out, err = p.communicate(timeout=60)
-    assert p.returncode == 130 and "interrupted (Ctrl-C)" in err and "()" not in err, err
+    # the runbook's own line; nbclient may also print a shutdown traceback naming 'async_execute_cell()'
+    assert p.returncode == 130 and "interrupted (Ctrl-C)" in err and "interrupted ()" not in err, err
 
 
 OVERSHOOT = """
