@@ -1,6 +1,10 @@
 """A throw-away book for the runbook's tests: real chapters (a parameters cell, a validation cell and a
 body that globs `answer`), the repository's data and _config.yml, a status appendix and a quick target."""
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -45,3 +49,23 @@ def book(root: Path, chapters: dict[str, tuple[str, str]]) -> Path:
         chapter(root / "notebooks" / f"{stem}.ipynb", body, title)
     (root / "targets" / "quick.yaml").write_text("description: a quick target\nparameters: {mode: auto}\n")
     return root
+
+
+def start_runbook(book: Path, tag: str, *args: str) -> subprocess.Popen:
+    """The runbook's command line as a real process on the throw-away `book` (BOOK_ROOT), tagged with `tag`
+    (BOOK_TEST_TAG, for tests/proctags.py), its output piped."""
+    env = {**os.environ, "BOOK_ROOT": str(book), "BOOK_TEST_TAG": tag}
+    return subprocess.Popen([sys.executable, "-m", "helpers.book.runbook", *args], env=env, cwd=book,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_rows(path: Path, n: int, within_s: float = 120) -> None:
+    """Wait until the rows file `path` holds `n` whole rows; AssertionError after `within_s`."""
+    from helpers.book import results
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if len(results.read_rows(path)) >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never had {n} rows")

@@ -38,18 +38,10 @@ def book(tmp_path):
 
 
 def runbook_proc(book, tag, *args):
-    env = {**os.environ, "BOOK_ROOT": str(book), "BOOK_TEST_TAG": tag}
-    return subprocess.Popen([sys.executable, "-m", "helpers.book.runbook", *args, "--no-build"], env=env, cwd=book,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return minibook.start_runbook(book, tag, *args, "--no-build")
 
 
-def wait_rows(path, n, within_s=120):
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if len(results.read_rows(path)) >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{path} never had {n} rows")
+wait_rows = minibook.wait_rows
 
 
 def test_a_second_process_on_a_running_run_is_refused_at_once_and_nothing_is_measured_twice(book):

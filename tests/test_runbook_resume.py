@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -40,19 +39,8 @@ def book(tmp_path):
                                                "03_after": (ok, "After")})
 
 
-def start(book, tag, *args):
-    env = {**os.environ, "BOOK_ROOT": str(book), "BOOK_TEST_TAG": tag}
-    return subprocess.Popen([sys.executable, "-m", "helpers.book.runbook", *args], env=env, cwd=book,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_rows(path: Path, n: int, within_s: float = 120):
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if len(results.read_rows(path)) >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{path} never had {n} rows")
+start = minibook.start_runbook
+wait_rows = minibook.wait_rows
 
 
 def wait_gone(tag: str, within_s: float = 10) -> list[int]:

@@ -268,11 +268,17 @@ def parts(model: str, batch: int, context: int, floor_us: float) -> Parts:
     return _parts(model, int(batch), int(context), round(float(floor_us), 6))
 
 
+def routed_us(p: Parts, skew) -> np.ndarray:
+    """The routed experts' kernel at routing `skew`: 0 aiconfigurator's power law (alpha 1.01), toward 1
+    uniform, toward -1 its more skewed power law (alpha 1.2), linearly between the measured tables."""
+    u = np.asarray(skew, dtype=float)
+    return np.where(u >= 0, p.routed_power + u * (p.routed_uniform - p.routed_power),
+                    p.routed_power - u * (p.routed_skewed - p.routed_power))
+
+
 def compute_us(p: Parts, draw: dict) -> np.ndarray:
     """The step's compute (no collectives, no CPU time) for each draw of the inputs."""
-    u = draw["routing_skew"]
-    routed = np.where(u >= 0, p.routed_power + u * (p.routed_uniform - p.routed_power),
-                      p.routed_power - u * (p.routed_skewed - p.routed_power))
+    routed = routed_us(p, draw["routing_skew"])
     att = p.attention_roofline + draw["attention_kernel"] * (p.attention_standin - p.attention_roofline)
     hidden = draw["shared_hidden"] * np.minimum(p.shared, p.router + routed)
     return p.fixed + att + draw["indexer"] * p.indexer + routed - hidden
@@ -606,7 +612,6 @@ class Verdict:
         """Step time per draw at the (possibly fractional) batches given: compute, collectives (bare
         metal's or the scenario's) and CPU time; fractional batches are interpolated on SOFT_GRID."""
         batch = np.asarray(batch, dtype=float)
-        out = np.empty_like(batch)
         uniq = np.unique(batch)
         if len(uniq) == 1 and float(uniq[0]).is_integer():
             return self._step_at(system, int(uniq[0]), draw, scenario, collectives)
@@ -618,8 +623,7 @@ class Verdict:
         w = (batch - lo) / (hi - lo)
         stack = np.array([at[g] for g in grid])
         rows = np.arange(len(batch))
-        out = stack[idx, rows] * (1 - w) + stack[idx + 1, rows] * w
-        return out
+        return stack[idx, rows] * (1 - w) + stack[idx + 1, rows] * w
 
     def _step_at(self, system, batch, draw, scenario, collectives):
         p = parts(self.model.key, batch, self.context, self.floor_us)
@@ -652,14 +656,11 @@ class Verdict:
         collectives, everything else, and CPU time."""
         p = parts(self.model.key, batch, self.context, self.floor_us)
         d = self.mids(BARE)
-        routed = float(compute_us(p, {**d, "attention_kernel": d["attention_kernel"], "indexer": np.zeros(1)})[0])
+        comp = float(compute_us(p, {**d, "indexer": np.zeros(1)})[0])   # compute without the indexer
         att = float((p.attention_roofline + d["attention_kernel"] * (p.attention_standin - p.attention_roofline))[0])
         idx = float((d["indexer"] * p.indexer)[0])
-        u = float(d["routing_skew"][0])
-        moe = (p.routed_power + u * (p.routed_uniform - p.routed_power) if u >= 0 else
-               p.routed_power - u * (p.routed_skewed - p.routed_power)) + p.router
+        moe = float(routed_us(p, d["routing_skew"])[0]) + p.router
         coll = float(bare_collectives_us(p, d)[0])
-        comp = routed
         other = comp - moe - att
         cpu = (comp + idx + coll) * float(d["cpu_step_fraction"][0])
         return {"experts": moe / 1e3, "attention": att / 1e3, "indexer": idx / 1e3, "collectives": coll / 1e3,
@@ -925,8 +926,7 @@ def _remedy_gains(v: Verdict, mech: str, c: int, step_ms: float, att: pd.DataFra
                 c4 = float(vm_collectives_us(p, hp, np.array([0.5]), ranks=4)[0]) / 1e3
             except VerdictInputError:
                 continue
-            extra_compute = comp if mech == "tp4_pp2" else comp   # TP4: twice the bytes per GPU either way
-            deltas.append((c8 - c4) - extra_compute)
+            deltas.append((c8 - c4) - comp)   # TP4 (+PP2 or not): twice the bytes per GPU, compute doubled
         if not deltas:
             return None
         f = lambda dlt: step_ms / max(step_ms - dlt, 1e-9)  # noqa: E731
