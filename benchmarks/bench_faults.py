@@ -4,7 +4,7 @@ a run's rows, and what they leave running.
     python benchmarks/bench_faults.py [--points 12]
 
 Each case runs a throw-away book (tests/minibook.py) whose one chapter plans `--points` points, each appended at
-once to a JSON-lines file (helpers.book.results.append_row), skipping those already there, and fails if a planned
+once to a JSON-lines file (helpers.core.results.append_row), skipping those already there, and fails if a planned
 point has no row at the end. The fault is made for real: a 2 MiB tmpfs as --runs-dir filled to the last byte
 after the second point (then freed; needs root), a second runbook process on the same run, or the signal sent to
 the runbook (SIGINT to its process group, as a terminal's Ctrl-C). Then the run is continued with --resume.
@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 
 from helpers import repo_root
-from helpers.book import results
+from helpers.core import results
 
 
 def _load(name: str):
@@ -41,7 +41,7 @@ def _load(name: str):
 
 BODY = """
 import os, time
-from helpers.book import results
+from helpers.core import results
 rows = out / "points.jsonl"
 PLANNED = {points}
 done = {{r["i"] for r in results.read_rows(rows)}}

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import pandas as pd
 
-from helpers.book import layout, recorded
+from helpers.core import layout, recorded
 from helpers.model import arith as ma
 from helpers.model import measured as mb
 from helpers.model import step

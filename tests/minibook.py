@@ -24,7 +24,7 @@ def chapter(path: Path, body: str, title: str) -> None:
         nbformat.v4.new_markdown_cell(f"# {title}\n\nValue: {{glue:text}}`answer:.1f`"),
         p,
         nbformat.v4.new_code_cell(
-            "from helpers.book import params, results\nfrom helpers.book.glue import glue\nimport pandas as pd\n"
+            "from helpers.core import params, results\nfrom helpers.core.glue import glue\nimport pandas as pd\n"
             "P = params.validate({'mode': mode, 'run_dir': run_dir}, "
             "{'mode': params.choice('recorded', 'auto'), 'run_dir': params.string()})\n"
             f"out = params.run_directory(run_dir, '{path.stem}')\n" + body),
@@ -61,7 +61,7 @@ def start_runbook(book: Path, tag: str, *args: str) -> subprocess.Popen:
 
 def wait_rows(path: Path, n: int, within_s: float = 120) -> None:
     """Wait until the rows file `path` holds `n` whole rows; AssertionError after `within_s`."""
-    from helpers.book import results
+    from helpers.core import results
 
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:

@@ -2,7 +2,7 @@
 that escaped into a session of its own is still found, since the environment is inherited."""
 import os
 
-from helpers.book import procs
+from helpers.core import procs
 
 
 def tagged(tag: str) -> dict[int, str]:

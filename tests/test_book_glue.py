@@ -1,7 +1,7 @@
 import numpy as np
 
 from helpers.interconnect import fits as alphabeta
-from helpers.book import glue as book
+from helpers.core import glue as book
 
 
 def test_plain_turns_numpy_scalars_into_python_numbers():
@@ -22,7 +22,7 @@ def test_bandwidth_units():
 
 
 def test_figures_become_png_images():
-    from helpers.book import plotting
+    from helpers.core import plotting
 
     fig, ax = plotting.figure()
     ax.plot([1, 2], [3, 4])

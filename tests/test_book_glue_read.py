@@ -1,7 +1,7 @@
 """read_glued reads back what a chapter glued, from an executed notebook."""
 import json
 
-from helpers.book.glue import read_glued
+from helpers.core.glue import read_glued
 
 
 def test_read_glued_reads_values_and_figures(tmp_path):

@@ -1,8 +1,8 @@
-"""helpers.book.plotting's reader conventions: legends off the data, alt text for every figure."""
+"""helpers.core.plotting's reader conventions: legends off the data, alt text for every figure."""
 import pytest
 from IPython.core.formatters import format_display_data
 
-from helpers.book import glue, plotting
+from helpers.core import glue, plotting
 
 
 def _crowded():

@@ -1,9 +1,9 @@
-"""helpers.book.tables: the one way the book shows a table to a reader."""
+"""helpers.core.tables: the one way the book shows a table to a reader."""
 import numpy as np
 import pandas as pd
 import pytest
 
-from helpers.book import tables
+from helpers.core import tables
 
 
 def test_a_range_index_is_dropped_and_a_meaningful_one_kept():

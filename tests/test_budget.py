@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from helpers.book import layout
+from helpers.core import layout
 
 from helpers.model import budget as bd, arith as ma
 
@@ -186,7 +186,7 @@ def test_predict_all_without_fits_is_the_recorded_prediction(tmp_path):
 
 
 def test_a_next_step_no_keyword_matches_fails_naming_it(tmp_path, monkeypatch):
-    from helpers.book import recorded
+    from helpers.core import recorded
     real = recorded.load
     steps = real("recorded/next_steps.csv").replace({"step": {"Try TP4+PP2": "Try two pipeline stages"}})
     monkeypatch.setattr(recorded, "load", lambda name: steps if name == "recorded/next_steps.csv" else real(name))

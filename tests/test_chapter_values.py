@@ -10,9 +10,10 @@ import pytest
 
 from helpers import repo_root
 from helpers.book import runbook
-from helpers.book import provenance, recorded
-from helpers.book.glue import read_glued
-from helpers.book.recorded import DataError
+from helpers.core import recorded
+from helpers.book import provenance
+from helpers.core.glue import read_glued
+from helpers.core.recorded import DataError
 from helpers.machine import report as machine_report
 from helpers.model import arith, placement
 from helpers.serving import classify, report

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from helpers import repo_root
-from helpers.book import recorded
-from helpers.book.glue import read_glued
+from helpers.core import recorded
+from helpers.core.glue import read_glued
 from helpers.model import arith
 
 ROOT = repo_root()

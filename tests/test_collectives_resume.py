@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from helpers.book import procs, results
+from helpers.core import procs, results
 from helpers.interconnect import collectives
 from proctags import tagged_pids as tagged
 

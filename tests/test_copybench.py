@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from helpers.interconnect import copies as copybench
-from helpers.book import recorded
+from helpers.core import recorded
 from helpers.interconnect.copies import CopyConfig, SizeError, parse_size
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from helpers import repo_root
-from helpers.book import results
+from helpers.core import results
 from helpers.serving import demo
 
 # The serving chapters start real servers: minutes on 2 cores, longer on a loaded machine.

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from helpers.book import layout
+from helpers.core import layout
 from helpers.interconnect.findings import FindingError
 from helpers.interconnect.method import Method
 from helpers.model import arith as ma
@@ -115,7 +115,7 @@ def test_a_renamed_scenario_fails_naming_it(rec):
 
 
 def test_a_renamed_host_allreduce_variant_fails_naming_it(monkeypatch):
-    from helpers.book import recorded
+    from helpers.core import recorded
     from helpers.model import verdict as vd
 
     real = recorded.load
@@ -178,7 +178,7 @@ def test_a_gpu_runs_sentences_come_back_from_its_tables(run, harness, meas):
     import re
 
     from helpers import repo_root
-    from helpers.book.glue import read_glued
+    from helpers.core.glue import read_glued
     from helpers.interconnect import recorded_labels, suite
 
     d = repo_root() / "runs" / run / "results" / "06_vm_p2p"

@@ -3,7 +3,7 @@ engine_composite) and set beside a measurement (engine_fidelity); the H200 table
 import pandas as pd
 import pytest
 
-from helpers.book import recorded
+from helpers.core import recorded
 from helpers.model import arith as ma
 from helpers.model import kernels as kt
 from helpers.model import measured as mb

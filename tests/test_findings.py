@@ -4,8 +4,8 @@ import pandas as pd
 import pytest
 
 from helpers import repo_root
-from helpers.book.glue import read_glued
-from helpers.interconnect import copies, findings, recorded_labels, studies, suite
+from helpers.core.glue import read_glued
+from helpers.interconnect import copies, figures as icfig, findings, recorded_labels, studies, suite
 from helpers.interconnect.findings import FindingError
 from helpers.interconnect.method import Method, MethodError
 
@@ -186,12 +186,12 @@ def test_p2p_panel_names_its_source():
 
 
 def test_the_chapters_figures_draw_from_a_gpu_runs_tables():
-    from helpers.book import plotting
+    from helpers.core import plotting
 
     cs, coll, _, _ = _run("h200x2-20261129f")
     rec, fit = suite.recorded_copy_sweep(), suite.recorded_fit().iloc[0]
     dec = copies.decode_message_sizes().size_bytes.tolist()
-    for fig in (plotting.copy_figure(cs, rec, fit, "time_us"), plotting.copy_figure(cs, rec, fit, "bandwidth_GBps"),
+    for fig in (icfig.copy_figure(cs, rec, fit, "time_us"), icfig.copy_figure(cs, rec, fit, "bandwidth_GBps"),
                 plotting.harness_figure(cs, rec),
                 plotting.collectives_figure(coll, dec, suite.EAGER_METHOD.label),
                 plotting.variants_figure(findings.variants(coll, dec, True, 2, "2x").rows, dec)):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers.book import recorded
+from helpers.core import recorded
 from helpers.model import arith as ma
 from helpers.model import kernels as kt
 

@@ -1,4 +1,4 @@
-"""helpers.book.layout: one place for a run's result paths, their columns, and what a chapter needs."""
+"""helpers.core.layout: one place for a run's result paths, their columns, and what a chapter needs."""
 import subprocess
 import sys
 
@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from helpers import repo_root
-from helpers.book import layout
+from helpers.core import layout
 
 
 def _fits(**drop):
@@ -47,7 +47,7 @@ def test_needs_are_met_by_an_earlier_chapter_or_the_run_directory(tmp_path):
 
 
 def test_optional_needs_have_a_stated_fallback_and_never_stop_a_run(tmp_path):
-    from helpers.book import recorded
+    from helpers.core import recorded
     from helpers.model import measured
     needs = layout.NEEDS["07_diagnosis"]
     assert [n.name for n in needs if not n.optional] == ["fits"]

@@ -155,7 +155,7 @@ def test_step_report_picks_name_missing_rows(meas):
 
 
 def test_step_measurement_prefers_a_real_gpu_run(tmp_path, meas):
-    from helpers.book import layout
+    from helpers.core import layout
     # a CPU run of the scaled-down model is not used for the projection: the committed data is
     t = meas.timings.copy()
     t["model"] = "GLM-5 scaled down (CPU)"

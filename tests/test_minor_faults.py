@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import minibook
-from helpers.book import recorded, results
+from helpers.core import recorded, results
 from helpers.model import arith as ma
 from helpers.serving import client as cl
 from helpers.serving.server import Server, ServerSpec, free_port
@@ -45,7 +45,7 @@ def test_a_model_name_that_is_a_path_reads_nothing_outside_data_models(tmp_path)
 @pytest.mark.integration
 @pytest.mark.timeout(200)
 def test_ctrl_c_says_so_in_its_parentheses(tmp_path):
-    body = ("import time\nfrom helpers.book import results\nfor i in range(50):\n"
+    body = ("import time\nfrom helpers.core import results\nfor i in range(50):\n"
             "    results.append_row(out / 'p.jsonl', {'i': i})\n    time.sleep(0.3)\nglue('answer', 1.0, display=False)\n")
     book = minibook.book(tmp_path / "book", {"01_slow": (body, "Slow")})
     p = subprocess.Popen([sys.executable, "-m", "helpers.book.runbook", "--target", "quick", "--run-id", "r",

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from helpers.book import recorded
+from helpers.core import recorded
 from helpers.interconnect import ncclmodel as m
 
 KIB = 1024

@@ -14,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers.book import params, precheck
+from helpers.core import params
+from helpers.book import precheck
 from helpers.interconnect import collectives, nodes as multinode, suite as ic, worker
 from helpers.interconnect.method import Method
 from helpers.interconnect.nodes import Nodes, NodesError

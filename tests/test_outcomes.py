@@ -2,7 +2,7 @@
 import yaml
 
 from helpers import repo_root
-from helpers.book import plotting
+from helpers.core import plotting
 from helpers.serving import classify
 
 ROOT = repo_root()

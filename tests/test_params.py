@@ -1,6 +1,6 @@
 import pytest
 
-from helpers.book import params
+from helpers.core import params
 
 
 def test_valid_values_are_normalised():
@@ -84,7 +84,7 @@ def test_papermill_run_with_an_unknown_parameter_fails(tmp_path):
     p = nbformat.v4.new_code_cell('mode = "auto"  # allowed: "recorded", "auto"')
     p.metadata["tags"] = ["parameters"]
     nb.cells = [p, nbformat.v4.new_code_cell(
-        "from helpers.book import params\nP = params.validate({'mode': mode}, {'mode': params.choice('recorded', 'auto')})")]
+        "from helpers.core import params\nP = params.validate({'mode': mode}, {'mode': params.choice('recorded', 'auto')})")]
     nbformat.write(nb, tmp_path / "in.ipynb")
     with pytest.raises(PapermillExecutionError) as e:
         papermill.execute_notebook(str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb"),

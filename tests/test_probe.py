@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers.machine import parsers, probe, recorded_machine, report, verdicts
-from helpers.book import recorded
+from helpers.core import recorded
 
 FIX = Path(__file__).parent / "fixtures" / "probe"
 
@@ -364,7 +364,7 @@ def test_p2p_all_rejects_unknown_code():
 
 
 def test_p2p_matrix_figure():
-    from helpers.book import plotting
+    from helpers.core import plotting
 
     fig, ax = plotting.figure()
     plotting.p2p_matrix(ax, parsers.p2p_all(3, "NS"), "recorded: original VM")

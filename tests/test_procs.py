@@ -1,4 +1,4 @@
-"""helpers.book.procs with real processes: a kept tree ends with the book (also on kill -9), a stop reaps
+"""helpers.core.procs with real processes: a kept tree ends with the book (also on kill -9), a stop reaps
 children that started a process session of their own, the time limit and the memory cap are enforced,
 and the child's exit status comes through the keeper unchanged."""
 import json
@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from helpers.book import procs
+from helpers.core import procs
 from proctags import tagged_pids as tagged
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120),
@@ -55,7 +55,7 @@ def test_kill_9_of_the_books_process_ends_the_whole_tree(tmp_path):
     tag = uuid.uuid4().hex
     book = textwrap.dedent(f"""
         import subprocess, sys, time
-        from helpers.book import procs
+        from helpers.core import procs
         p = procs.popen([sys.executable, "-c", {ESCAPER!r}], stdout=subprocess.PIPE, text=True)
         print(p.pid, p.stdout.readline().strip(), flush=True)
         time.sleep(600)

@@ -1,7 +1,7 @@
 import pandas as pd
 import pytest
 
-from helpers.book import recorded
+from helpers.core import recorded
 
 
 @pytest.mark.parametrize("name", recorded.tables())

@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from helpers import repo_root
-from helpers.book import recorded
+from helpers.core import recorded
 from helpers.interconnect import recorded_labels as rl, studies, suite
 from helpers.interconnect.method import COLUMNS, LEGACY_LEAD_US, Method
 

@@ -1,7 +1,7 @@
 import pandas as pd
 import pytest
 
-from helpers.book import results
+from helpers.core import results
 
 
 def test_table_roundtrip_and_missing(tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from faultfs import fill, small_tmpfs
-from helpers.book import results
+from helpers.core import results
 from helpers.serving import client as cl, sweep
 from helpers.serving.server import Server, ServerSpec, free_port
 

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from helpers import repo_root
-from helpers.book import params, runbook
+from helpers.core import params
+from helpers.book import runbook
 from helpers.serving import experiments, live, tiny_model
 
 ROOT = repo_root()

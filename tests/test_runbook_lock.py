@@ -12,7 +12,8 @@ import uuid
 import pytest
 
 import minibook
-from helpers.book import procs, results, runbook
+from helpers.core import procs, results
+from helpers.book import runbook
 from proctags import tagged_pids as tagged
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300),
@@ -20,7 +21,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300),
 
 SLOW_BODY = """
 import json, os, time
-from helpers.book import results
+from helpers.core import results
 rows = out / "points.jsonl"
 done = {r["i"] for r in results.read_rows(rows)}
 for i in range(10):

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 import minibook
-from helpers.book import procs, results
+from helpers.core import procs, results
 from proctags import tagged_pids as tagged
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300),

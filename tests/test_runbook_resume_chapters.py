@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import repo_root
-from helpers.book import procs, results
+from helpers.core import procs, results
 from proctags import tagged
 
 ROOT = repo_root()

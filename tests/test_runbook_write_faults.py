@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 SLOW_BODY = """
 import os, time
 from pathlib import Path
-from helpers.book import results
+from helpers.core import results
 gate = Path(os.environ['BOOK_TEST_GATE'])
 for i in range(6):
     results.append_row(out / 'points.jsonl', {'i': i})

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from helpers.book import results
+from helpers.core import results
 from helpers.serving import client as cl, demo, sweep, transformers_serve as ts
 from helpers.serving.server import Server, free_port
 

@@ -2,7 +2,7 @@
 themselves are exercised end to end by tests/test_cpu_demo.py."""
 import pytest
 
-from helpers.book import params
+from helpers.core import params
 from helpers.serving import experiments as ex
 
 

@@ -48,7 +48,7 @@ def _live_matrix():
 
 
 def test_matrix_phrases_live_and_not():
-    from helpers.book import recorded
+    from helpers.core import recorded
 
     m = recorded.load("recorded/backend_matrix.csv")
     assert report.matrix_status(None, "", "no GPU") == "no live matrix (no GPU)"
@@ -92,7 +92,7 @@ def test_runner_phrase():
 
 
 def test_serving_figures():
-    from helpers.book import plotting
+    from helpers.core import plotting
     from helpers.serving import classify
 
     rec = report.recorded_points()

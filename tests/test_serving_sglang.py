@@ -1,7 +1,7 @@
 """The sglang command builder: the investigation's configuration under both flag sets, and clear errors."""
 import pytest
 
-from helpers.book import recorded
+from helpers.core import recorded
 from helpers.serving import sglang as sg
 
 
@@ -142,7 +142,7 @@ def test_memory_fraction_and_graph_variants(recorded_config):
         with pytest.raises(ValueError, match="variant"):
             live.sglang_spec(cfg, env, "0.5.23", bad)
     live.check_names("variants", ["cuda-graph", "mem-fraction-default"], live.VARIANTS["sglang"], "sglang")
-    from helpers.book.params import ParameterError
+    from helpers.core.params import ParameterError
 
     with pytest.raises(ParameterError, match="turbo"):
         live.check_names("variants", ["turbo"], live.VARIANTS["sglang"], "sglang")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.book import results
+from helpers.core import results
 from helpers.serving import client as cl, live, sweep
 from helpers.serving.server import Server, ServerSpec, free_port
 

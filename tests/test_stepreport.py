@@ -199,7 +199,7 @@ def test_a_merged_study_registered_as_the_device_script_says_is_what_the_chapter
     import yaml
 
     from helpers import repo_root
-    from helpers.book import recorded
+    from helpers.core import recorded
     from helpers.model import steptime
 
     data = tmp_path / "data"

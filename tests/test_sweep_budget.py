@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import minibook
-from helpers.book import results
+from helpers.core import results
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 FAULT = str(Path(__file__).parent / "fixtures" / "fault_server.py")

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers.book import recorded
+from helpers.core import recorded
 from helpers.model import arith as ma
 from helpers.model import diagnosis as dg
 from helpers.model import measured as mb

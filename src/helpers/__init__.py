@@ -1,8 +1,11 @@
 """Shared logic of the GLM-5 PCIe investigation book.
 
 Laid out by concern, one subpackage each:
-- `helpers.book`: the runbook (executes chapters, records a run, builds the site), parameters, where a
-  run's results live, glue, figures, and loading the recorded data under data/;
+- `helpers.core`: the base (where a run's results live, parameters, glue, tables, figures, recorded data,
+  bounded processes), which imports nothing above it;
+- `helpers.chapters`: one module per notebook, what each chapter presents;
+- `helpers.book`: the top: the runbook (executes chapters, records a run, builds the site), staging, the
+  browser check;
 - `helpers.machine`: the environment probe and its verdicts, the GPU monitor, CUDA libraries;
 - `helpers.interconnect`: copy and collective harnesses, the NCCL binding, fits, fidelity checks;
 - `helpers.model`: model arithmetic and the decode-step budget;

@@ -1,1 +1,1 @@
-"""The book's machinery: the runbook, parameters, where a run's results live, glue, figures, data loading."""
+"""The top of the package: the runbook (targets, planning, execution, resume), staging a run for the site, the site and its browser check, provenance of the published run. Nothing below imports it."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from helpers.book import params as P
+from helpers.core import params as P
 
 
 class PrecheckError(RuntimeError):
@@ -61,6 +61,24 @@ def _validate_call(tree: ast.AST) -> ast.Call | None:
 _CACHE: dict[tuple[str, float], ChapterChecks] = {}
 
 
+def _declared_specs(stem: str) -> dict | None:
+    """The PARAMS of the notebook's chapter module, where it has one (helpers.chapters)."""
+    import importlib.util
+
+    from helpers import chapters
+
+    name = chapters.MODULES.get(stem)
+    if name is None or importlib.util.find_spec(f"helpers.chapters.{name}") is None:
+        return None
+    specs = getattr(chapters.module(stem), "PARAMS", None)
+    if specs is None:
+        return None
+    bad = [k for k, s in specs.items() if not isinstance(s, P.Spec)]
+    if bad:
+        raise PrecheckError(f"helpers.chapters.{name}.PARAMS: {bad} are not params.Spec objects")
+    return specs
+
+
 def chapter_checks(notebook: str | Path) -> ChapterChecks:
     """The parameter specs a chapter's validate() call declares, and its parameters cell's defaults."""
     nb_path = Path(notebook)
@@ -74,6 +92,11 @@ def chapter_checks(notebook: str | Path) -> ChapterChecks:
         raise PrecheckError(f"{nb_path}: {len(tagged)} cells tagged 'parameters' (exactly one is required)")
     defaults: dict[str, Any] = {}
     exec(compile(_source(cells[tagged[0]]), f"{nb_path}:parameters", "exec"), {}, defaults)  # literals only
+    declared = _declared_specs(nb_path.stem)
+    if declared is not None:   # the chapter module's PARAMS, imported (helpers.chapters)
+        out = ChapterChecks(nb_path, defaults, dict(declared), {})
+        _CACHE[key] = out
+        return out
     nxt = next((c for c in cells[tagged[0] + 1:] if c.get("cell_type") == "code"), None)
     src = _strip_magics(_source(nxt)) if nxt else ""
     try:

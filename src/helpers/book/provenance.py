@@ -2,7 +2,7 @@
 recorded number comes from, where the sources disagree, and the figures `intro.md` takes from this
 page (`{glue:}` keys starting with `arc_`).
 
-Each figure is picked with `helpers.book.recorded.value`, which names the table, the condition and what
+Each figure is picked with `helpers.core.recorded.value`, which names the table, the condition and what
 is there instead when a row or a label is missing, so a renamed label fails the build instead of
 emptying a sentence of the first page.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from helpers.book import recorded
-from helpers.book.recorded import value
+from helpers.core import recorded
+from helpers.core.recorded import value
 from helpers.model import arith as ma
 
 

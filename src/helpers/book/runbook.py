@@ -47,9 +47,10 @@ from pathlib import Path
 import yaml
 
 from helpers import __version__, repo_root
-from helpers.book import environment, layout, precheck, procs
-from helpers.book.params import short
-from helpers.book.results import CELL_TIMEOUT_ENV
+from helpers.core import layout, procs
+from helpers.book import environment, precheck
+from helpers.core.params import short
+from helpers.core.results import CELL_TIMEOUT_ENV
 
 TARGETS_DIR = "targets"
 _TARGET_KEYS = {"description", "parameters", "chapters", "skip", "execution_timeout", "requires"}
@@ -313,7 +314,7 @@ def plan(target: Target, root: Path | None = None, only: list[str] | None = None
          run_dir: Path | None = None, check_values: bool = True) -> list[dict]:
     """Per chapter: docname, notebook path, parameters to inject (validated against what the
     chapter declares and checks), and whether it is skipped. Refuses a selection whose chapters need
-    results (helpers.book.layout.NEEDS) that no earlier selected chapter produces and `run_dir` does
+    results (helpers.core.layout.NEEDS) that no earlier selected chapter produces and `run_dir` does
     not hold. Every problem is one line of the RunbookError."""
     root = root or repo_root()
     docs = chapters(root)
@@ -548,7 +549,7 @@ def _now() -> str:
 def write_manifest(run_dir: Path, manifest: dict) -> None:
     """Write manifest.json atomically: a temporary file in the same folder, flushed to disk, then renamed
     over the old one (a reader, or a crash, never sees half a file)."""
-    from helpers.book import results
+    from helpers.core import results
 
     run_dir = Path(run_dir)
     tmp = run_dir / f".manifest.json.{os.getpid()}.tmp"
@@ -648,7 +649,7 @@ class RunLock:
     def acquire(self) -> "RunLock":
         import fcntl
 
-        from helpers.book import results
+        from helpers.core import results
 
         for _ in range(20):   # the file can be removed by its releasing owner between open and flock: retry
             try:
@@ -818,7 +819,7 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
             print(label, end=" ", flush=True)
             label = ""
         t0 = time.perf_counter()
-        from helpers.book import results
+        from helpers.core import results
 
         chapter_results = run_dir / "results" / step["stem"]
         (chapter_results / f"{results.PARTIAL}.json").unlink(missing_ok=True)   # said by an earlier session
@@ -861,7 +862,7 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
             save()
             raise
         except Exception as exc:  # noqa: BLE001 - a chapter's failure must not stop the others
-            from helpers.book import results
+            from helpers.core import results
 
             if isinstance(exc, OSError) and not isinstance(exc, results.WriteError):   # name the file and the cause
                 exc = results.write_error(exc.filename or out_nb, exc, "could not be written or read")
@@ -1123,7 +1124,7 @@ def check_writable_dir(folder: Path, what: str) -> None:
     A folder not there yet is tried in its nearest existing parent (it will be made there)."""
     import tempfile
 
-    from helpers.book import results
+    from helpers.core import results
 
     folder = Path(folder)
     probe = folder
@@ -1237,7 +1238,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 run_dir.mkdir(parents=True)
             except OSError as e:
-                from helpers.book import results
+                from helpers.core import results
 
                 raise RunbookError(str(results.write_error(run_dir, e, "could not be made"))) from None
             lock = RunLock(run_dir).acquire()

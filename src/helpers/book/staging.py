@@ -10,7 +10,7 @@ executed or built it reaches the page.
   (`runs/ID/results/...`, `src/helpers/...`), and a table cell holding exactly a host name is withheld;
 - a table pandas printed by default (a DataFrame left at the end of a cell) loses its bare 0..n-1 index
   column and its `NaN`/`<NA>` cells, and folds behind a toggle when it is long. Tables drawn by
-  `helpers.book.tables.show` need none of this.
+  `helpers.core.tables.show` need none of this.
 
 The executed notebooks in the run folder are never changed: this works on the staged copy.
 """
@@ -30,7 +30,7 @@ _MISSING_CELL = re.compile(r"<td>(?:NaN|nan|&lt;NA&gt;|<NA>|None|NaT|&lt;NaT&gt;
 _TABLE = re.compile(r'<table border="1" class="dataframe">.*?</table>', re.S)
 _ROW = re.compile(r"<tr[^>]*>(.*?)</tr>", re.S)
 _CELL = re.compile(r"\s*<(th|td)([^>]*)>(.*?)</\1>", re.S)
-#: a pandas table with more rows than this folds behind a toggle (helpers.book.tables.FOLD_AFTER)
+#: a pandas table with more rows than this folds behind a toggle (helpers.core.tables.FOLD_AFTER)
 FOLD_AFTER = 15
 
 
@@ -216,7 +216,7 @@ _GLUE_FIGURE = re.compile(r"^(?P<fence>`{3,}|:{3,})\{glue:figure\}\s+(?P<key>\S+
 
 
 def figure_alts(nb: dict) -> dict[str, str]:
-    """Glue key -> the alt text its figure carries (helpers.book.plotting.figure_image)."""
+    """Glue key -> the alt text its figure carries (helpers.core.plotting.figure_image)."""
     out = {}
     for cell in nb.get("cells", []):
         for o in cell.get("outputs", []) or []:
@@ -242,7 +242,7 @@ def caption_alt(caption: str, limit: int = 300) -> str:
 
 def add_figure_alts(markdown: str, alts: dict[str, str]) -> str:
     """Give every `{glue:figure} key` directive without an `:alt:` option alt text: its figure's own
-    (helpers.book.plotting.figure_image), else the first sentence of its caption."""
+    (helpers.core.plotting.figure_image), else the first sentence of its caption."""
     def fix(m):
         key = m.group("key").rsplit("::", 1)[-1]
         if ":alt:" in m.group("opts"):
@@ -387,7 +387,7 @@ def cite_only_what_the_run_has(text: str, stage_root: Path) -> tuple[str, list[s
     chapters do not have replaced by a visible 'not in this run' marker (a run made by an older book, whose
     chapters glued other values); returns the page and what was replaced. Values and figures the run has
     are left as they are, so a current run's page is unchanged."""
-    from helpers.book.glue import read_glued
+    from helpers.core.glue import read_glued
 
     have: dict[str, set] = {}
     missing: list[str] = []

@@ -3,7 +3,7 @@
 `run_collectives` launches helpers.interconnect.worker with torchrun in a subprocess with a timeout: a
 worker that hangs is killed (its whole process tree) and reported, and a failed run comes back as a
 result with its error instead of an exception, so one NCCL variant failing does not stop the others.
-torchrun runs under a keeper (helpers.book.procs): it and its workers die with the process that
+torchrun runs under a keeper (helpers.core.procs): it and its workers die with the process that
 launched them, also on kill -9. `resume_collectives` keeps the points an earlier launch with the same
 settings wrote into a work folder and launches only for the points still missing.
 How the collectives are timed is one helpers.interconnect.method.Method, which every result row carries.
@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from helpers.book import procs
+from helpers.core import procs
 from helpers.interconnect.copies import parse_sizes
 from helpers.interconnect.method import COLUMNS as METHOD_COLUMNS, Method, MethodError
 from helpers.interconnect.nodes import JOINED_PREFIX, Nodes
@@ -282,7 +282,7 @@ def _drain(proc: subprocess.Popen) -> str:
 
 
 def _read_points(path: Path) -> list[dict]:
-    from helpers.book.results import read_rows  # JSON lines; a torn last line is ignored
+    from helpers.core.results import read_rows  # JSON lines; a torn last line is ignored
 
     return read_rows(path)
 
@@ -462,7 +462,7 @@ def resume_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] 
     import hashlib
     import json
 
-    from helpers.book.results import read_rows
+    from helpers.core.results import read_rows
 
     if not workdir:
         return run_collectives(backend, world_size, sizes, ops, **kw)

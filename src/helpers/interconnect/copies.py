@@ -107,7 +107,7 @@ def parse_sizes(values: Iterable, name: str = "sizes") -> list[int]:
 def decode_message_sizes(model: str = "glm5") -> pd.DataFrame:
     """The investigation's message sizes, derived: tokens (from the recorded copy sweep) x the model's
     hidden size x 2 bytes (bf16). Columns: tokens, hidden_size, size_bytes, label, kind."""
-    from helpers.book import recorded
+    from helpers.core import recorded
 
     hidden = int(recorded.model_config(model)["architecture"]["hidden_size"])
     rec = recorded.load("recorded/copy_sweep.csv")

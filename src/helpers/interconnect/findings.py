@@ -16,38 +16,14 @@ import pandas as pd
 
 from helpers.interconnect import fidelity
 from helpers.interconnect.method import FIELDS, START_LEAD_US, Method, methods_of
+from helpers.core.pick import PickError, describe, one, rows  # noqa: F401 - rows and one are this module's pickers too
 
 
-class FindingError(LookupError):
-    """A row, label or study that a chapter cites is not in the table; the message names it."""
+FindingError = PickError   # one row-pick error type for the whole book (helpers.core.pick)
 
 
 # ------------------------------------------------------------------------------------------ picking rows
-def _describe(where: dict) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in where.items())
-
-
-def rows(table: pd.DataFrame, what: str, **where) -> pd.DataFrame:
-    """The rows of `table` whose columns equal `where`; FindingError naming `what` when there are none."""
-    missing = [c for c in where if c not in table.columns]
-    if missing:
-        raise FindingError(f"{what}: the table has no column(s) {missing} (looked for {_describe(where)})")
-    m = pd.Series(True, index=table.index)
-    for k, v in where.items():
-        m &= table[k] == v
-    out = table[m]
-    if out.empty:
-        near = {k: sorted(map(str, table[k].dropna().unique()))[:12] for k in where}
-        raise FindingError(f"{what}: no row with {_describe(where)}; the table has {near}")
-    return out
-
-
-def one(table: pd.DataFrame, what: str, **where) -> pd.Series:
-    """The single row of `table` with `where`; FindingError when there is none or more than one."""
-    out = rows(table, what, **where)
-    if len(out) != 1:
-        raise FindingError(f"{what}: {len(out)} rows with {_describe(where)}, expected one")
-    return out.iloc[0]
+_describe = describe
 
 
 def by_method(table: pd.DataFrame, what: str, where: dict | None = None, **fields) -> pd.DataFrame:
@@ -330,7 +306,7 @@ def verdicts(fid: pd.DataFrame) -> pd.DataFrame:
 def verdict_table(fid: pd.DataFrame) -> pd.DataFrame:
     """The verdict per tolerance for a reader: setup, quantity, tool setting, our method (short), how
     many sizes hold, the worst ratio, the size from which it holds."""
-    from helpers.book.plotting import bytes_label
+    from helpers.core.plotting import bytes_label
 
     v = verdicts(fid)
     v["method"] = [Method.from_row(r).short if isinstance(r["method"], str) else r["ours_method"]
@@ -449,7 +425,7 @@ def _allreduce_findings(f: pd.DataFrame, setup: str) -> dict:
     ge = _verdict_of(v, f"{g}{ip}", "fidelity: eager torch.distributed", placement="in-place", **EAGER_TORCH_HOST)
     eager = by_method(f, "fidelity: eager torch.distributed calls", {"tool_setting": f"{g}{ip}"}, placement="in-place",
                       **EAGER_TORCH_HOST)
-    from helpers.book.plotting import bytes_label
+    from helpers.core.plotting import bytes_label
 
     return {"fid_n_gpus": n, "fid_graph_lo": float(below.ratio.min()), "fid_graph_hi": float(below.ratio.max()),
             "fid_graph_np_within": int(pg.within), "fid_graph_np_rows": int(pg.rows),
@@ -523,7 +499,7 @@ HOSTPATH_NEEDS = ("a host with two GPUs or more (eight for the original VM's eig
 def hostpath_findings(cfg) -> dict:
     """What the host-path section's expectation cites, from the study's configuration
     (hostpath.StudyConfig) and the recorded link: the sizes swept and the link the VM topology names."""
-    from helpers.book.plotting import bytes_label
+    from helpers.core.plotting import bytes_label
     from helpers.interconnect import hostpath as hp, topology
 
     link = topology.recorded_vm_link()

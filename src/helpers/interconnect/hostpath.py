@@ -129,7 +129,7 @@ HOST_ARM, P2P_ARM, VM_ARM = "host", "default", "host+cuda_memcpy+vm_topology"
 
 def arms_table(names: Sequence[str] = tuple(ARMS)) -> pd.DataFrame:
     """The arms for a reader: name, settings, largest size ('' = the study's) and what each is."""
-    from helpers.book.plotting import bytes_label
+    from helpers.core.plotting import bytes_label
 
     return pd.DataFrame([{"arm": a.name, "settings": a.settings,
                           "largest message": bytes_label(a.max_bytes) if a.max_bytes else "the study's",
@@ -421,7 +421,7 @@ def key_folder(key: dict) -> str:
 def kept_points(folder: Path, method: Method) -> dict[int, dict]:
     """The finished all-reduce points in a launch's folder, by size (the last one of a size wins); points
     timed by another method are not this launch's and are refused."""
-    from helpers.book.results import read_rows
+    from helpers.core.results import read_rows
 
     out: dict[int, dict] = {}
     for f in sorted(Path(folder).glob("points-*.jsonl"), key=lambda p: p.stat().st_mtime):
@@ -469,7 +469,7 @@ def run_study(cfg: StudyConfig, out_dir: str | Path, log: Callable[[str], None] 
     `resume_from`: another study folder whose finished points are copied in first. Returns {"sweep",
     "runs", "statements", "plan"}. A launch that fails, hangs or cannot start is a row of the run table;
     the others still run."""
-    from helpers.book.results import save_table
+    from helpers.core.results import save_table
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

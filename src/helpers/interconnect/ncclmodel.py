@@ -56,7 +56,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from helpers.book import recorded
+from helpers.core import recorded
 
 TABLE = "reference/nccl_tuning.csv"
 VERSIONS = ("2.28.9", "2.29.7", "2.30.7")

@@ -225,7 +225,7 @@ def join(nodes: Nodes, nproc_per_node: int, first_wait_s: float = FIRST_WAIT_S, 
     """Join every launch of the book's node until no rendezvous opens within `idle_s` of the last (the first
     within `first_wait_s`). Returns the exit status: 0 when at least one launch joined and none failed,
     1 when one failed, 2 when no rendezvous opened at all."""
-    from helpers.book import procs
+    from helpers.core import procs
     from helpers.interconnect import collectives
 
     host, port = parse_endpoint(nodes.endpoint)

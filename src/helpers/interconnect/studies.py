@@ -3,7 +3,7 @@
     studies.fidelity()      # every registered comparison of role `fidelity`, one table (fidelity.COLUMNS + study)
     studies.gap("allreduce-gap-stream")   # one all-reduce gap study (fidelity.GAP_COLUMNS + study)
 
-Which study is shown is the registry's business (helpers.book.recorded.measured_studies checks it);
+Which study is shown is the registry's business (helpers.core.recorded.measured_studies checks it);
 files recorded before methods were objects get today's method columns here, once, through
 helpers.interconnect.recorded_labels.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from helpers.book import recorded
+from helpers.core import recorded
 from helpers.interconnect import fidelity, recorded_labels
 
 FIDELITY_ROLE = "fidelity"

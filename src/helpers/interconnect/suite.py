@@ -14,7 +14,7 @@ are the same but for the node count, and across nodes the variant method's ranks
 
 `fit_table` gives the alpha-beta fits that the diagnosis chapter reads (`FIT_COLUMNS`, and `method`:
 the label of a collective fit's method); `recorded_fit` fits the original VM's copy sweep. Every
-collective run is timed by one helpers.interconnect.method.Method; the figures are in helpers.book.plotting.
+collective run is timed by one helpers.interconnect.method.Method; the figures are in helpers.core.plotting.
 """
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ from helpers.interconnect import fits as alphabeta, collectives, copies as copyb
 from helpers.interconnect.method import Method, MethodError
 from helpers.interconnect import nodes as multinode
 from helpers.interconnect.nodes import Nodes, NodesError
-from helpers.book import layout, recorded
+from helpers.core import layout, recorded
 
-#: the diagnosis reads these (helpers.book.layout); `harness` is the method's harness field ('graph' for
+#: the diagnosis reads these (helpers.core.layout); `harness` is the method's harness field ('graph' for
 #: the CUDA-graph harness) and `method` the collective method's label (a copy fit: its copy harness)
 FIT_COLUMNS = list(layout.FIT_COLUMNS) + ["method"]
 
@@ -254,7 +254,7 @@ def run_suite(preset: str | Preset = "quick", out_dir: str | Path | None = None,
 
 
 def save(out: dict, out_dir) -> None:
-    from helpers.book.results import save_table
+    from helpers.core.results import save_table
 
     d = Path(out_dir)
     for name in ("copy_sweep", "copy_skipped", "collective_sweep", "collective_runs", "fits"):

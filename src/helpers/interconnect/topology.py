@@ -60,7 +60,7 @@ def parse_link(text: str, source: str = "") -> Link:
 
 def recorded_vm_link() -> Link:
     """The original machine's GPU link, from data/recorded/hardware.csv (as physically installed)."""
-    from helpers.book import recorded
+    from helpers.core import recorded
 
     hw = recorded.load("recorded/hardware.csv").set_index("item")
     if "gpu_link" not in hw.index:

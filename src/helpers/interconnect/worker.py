@@ -398,7 +398,7 @@ def main(argv=None) -> int:
                     was_late = int(lt[2])
                 late += was_late
             if out is not None:
-                from helpers.book.results import append_row   # whole or absent, fsynced
+                from helpers.core.results import append_row   # whole or absent, fsynced
 
                 append_row(out, {
                     "op": op, "backend": a.backend, "variant": a.variant, "world_size": world,

@@ -1,4 +1,4 @@
-"""The original machine in the probe's shape, built from its recorded facts (`helpers.book.recorded.hardware()`),
+"""The original machine in the probe's shape, built from its recorded facts (`helpers.core.recorded.hardware()`),
 so that the verdicts and tables of the environment chapter treat it exactly as a probed machine.
 
 Only what was recorded is filled in; everything else is None (unknown). The P2P matrix is derived: the
@@ -20,7 +20,7 @@ def _recorded_int(hw: dict, item: str) -> int | None:
 
 
 def from_recorded(hw: dict) -> dict:
-    """The original machine in the probe's shape, built from `helpers.book.recorded.hardware()`.
+    """The original machine in the probe's shape, built from `helpers.core.recorded.hardware()`.
 
     Only what was recorded is filled in; everything else is None (unknown). The P2P matrix is
     derived: the recorded fact is one code for every pair, expanded to N x N."""

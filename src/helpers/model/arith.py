@@ -25,7 +25,7 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from helpers.book import recorded
+from helpers.core import recorded
 
 GiB = 2**30
 GB = 1e9

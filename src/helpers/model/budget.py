@@ -26,7 +26,7 @@ import pandas as pd
 
 from helpers.interconnect import fits as alphabeta
 from helpers.model import arith as ma
-from helpers.book import layout, recorded
+from helpers.core import layout, recorded
 
 KINDS = ("measured", "derived", "assumed", "reference")
 ALGORITHMS = ("ring", "tree", "one_shot")
@@ -34,7 +34,7 @@ TERMS = ("memory_us", "launch_us", "comm_us")
 TERM_NAMES = {"memory_us": "weight + KV reads", "launch_us": "kernel-launch floor",
               "comm_us": "collectives"}
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
-FITS_RELPATH = "results/06_vm_p2p/fits.csv"  # for labels only: helpers.book.layout owns the path
+FITS_RELPATH = "results/06_vm_p2p/fits.csv"  # for labels only: helpers.core.layout owns the path
 
 
 class BudgetError(ValueError):
@@ -377,7 +377,7 @@ def reference_p2p_link(vm_link: Link) -> Link:
 
 
 def read_fits(run_dir: str | Path) -> pd.DataFrame | None:
-    """The run's VM/P2P fits (helpers.book.layout checks their columns), or None when the run has none."""
+    """The run's VM/P2P fits (helpers.core.layout checks their columns), or None when the run has none."""
     return layout.load_if_present(run_dir, "06_vm_p2p", "fits")
 
 

@@ -4,10 +4,10 @@ The chapter (notebooks/07_diagnosis.ipynb) builds one `Diagnosis` from its input
 the run's VM/P2P fits and collective sweep (or, in recorded mode, none, on purpose: `fits=None`) and the
 decode-step measurement (this run's, or the committed H200 study: helpers.model.measured.step_measurement).
 Then it calls one function per section. Each returns a `Part`: the values its prose glues, the tables the
-run keeps (under the names helpers.book.layout declares for 07_diagnosis; `save` writes them), the tables
-the page only shows, and the data its figure is drawn from (helpers.book.plotting draws it).
+run keeps (under the names helpers.core.layout declares for 07_diagnosis; `save` writes them), the tables
+the page only shows, and the data its figure is drawn from (helpers.core.plotting draws it).
 
-Every row the prose cites is picked by its columns (helpers.interconnect.findings.one, or
+Every row the prose cites is picked by its columns (helpers.core.pick.one, or
 helpers.model.measured.pick_budget), so a removed row or a renamed label raises an error naming it
 instead of dropping a number. Sentences whose wording depends on the mode or the run (`run_text`,
 `coll_text`, `goal_text`, `step_source_text`) are whole variants chosen here.
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from helpers.book import layout, recorded
-from helpers.interconnect.findings import FindingError, one, rows
+from helpers.core import layout, recorded
+from helpers.core.pick import PickError as FindingError, one, rows
 from helpers.model import arith as ma
 from helpers.model import budget as bd
 from helpers.model import kernels as kt
@@ -41,7 +41,7 @@ class DiagnosisError(ValueError):
 @dataclass(frozen=True)
 class Part:
     """What one section shows: `values` (glue key -> value), `tables` (result name -> DataFrame, each
-    declared in helpers.book.layout for 07_diagnosis and kept by the run: `save`), `shown` (tables the
+    declared in helpers.core.layout for 07_diagnosis and kept by the run: `save`), `shown` (tables the
     page shows but the run does not keep) and `figure` (the data its figure is drawn from)."""
     values: dict
     tables: dict = field(default_factory=dict)
@@ -53,7 +53,7 @@ CHAPTER = "07_diagnosis"
 
 
 def save(run_dir, part: Part) -> None:
-    """Write the part's tables into the run (helpers.book.layout: an undeclared name is an error)."""
+    """Write the part's tables into the run (helpers.core.layout: an undeclared name is an error)."""
     for name, table in part.tables.items():
         layout.save(run_dir, CHAPTER, name, table)
 

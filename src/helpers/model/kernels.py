@@ -20,7 +20,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from helpers.book import recorded
+from helpers.core import recorded
 
 RTX = "RTX PRO 6000 Blackwell Server Edition"
 H200 = "NVIDIA H200"

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from helpers.book import layout, recorded
+from helpers.core import layout, recorded
 from helpers.model import arith as ma
 from helpers.model import budget as bd
 from helpers.model import kernels as kt

@@ -3,15 +3,15 @@ against the published and reported figures, the hidden size settled from the rec
 on which GPUs, and what TP and EP move per decode step.
 
 Everything is computed with `helpers.model.arith` from the model configuration and the rows of `data/`;
-each figure the prose cites is picked with `helpers.book.recorded.value`, which names the table, the
+each figure the prose cites is picked with `helpers.core.recorded.value`, which names the table, the
 condition and what is there instead when a row or a label is missing.
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from helpers.book import recorded
-from helpers.book.recorded import DataError, value
+from helpers.core import recorded
+from helpers.core.recorded import DataError, value
 from helpers.model import arith as ma
 
 #: context length of one sequence in the KV-cache count (assumed)

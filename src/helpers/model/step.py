@@ -315,7 +315,7 @@ def positions(m: ma.ModelConfig, dense_held: int, moe_held: int) -> list[int]:
 
 def context_limit(m: ma.ModelConfig) -> int | None:
     """The longest context the model file allows (architecture.max_position_embeddings), or None."""
-    from helpers.book import recorded
+    from helpers.core import recorded
 
     try:
         v = recorded.model_config(m.key)["architecture"].get("max_position_embeddings")
@@ -1420,7 +1420,7 @@ def _rank_main(rank: int, world: int, init_file: str, out_dir: str, model_key: s
                forced_routing=None) -> None:
     import torch.distributed as dist
 
-    from helpers.book import procs
+    from helpers.core import procs
 
     procs.die_with_parent()   # a rank dies with the process that started it (kill -9 included)
     torch.set_num_threads(1)

@@ -1,7 +1,7 @@
 """What the decode-step chapter reads off a step measurement (helpers.model.measured.StepMeasurement):
 the bytes it reads, the step against batch, its split by component with achieved bandwidth, graphs against
 eager, its kernels beside SGLang's, and what each tuning the investigation tried could at most have
-changed. Every pick raises MeasuredBudgetError (or helpers.interconnect.findings.FindingError) naming the
+changed. Every pick raises MeasuredBudgetError (or helpers.core.pick.PickError) naming the
 row it could not find. Functions named `*_values` return the glue keys the chapter's prose cites; the
 sentences that depend on the machine (`check_text`, `cpu_text`) are chosen here as whole variants.
 """
@@ -15,7 +15,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from helpers.interconnect.findings import one, rows
+from helpers.core.pick import one, rows
 from helpers.model import arith as ma
 from helpers.model import budget as bd
 from helpers.model import measured as mb

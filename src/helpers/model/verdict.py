@@ -34,7 +34,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from helpers.book import recorded
+from helpers.core import recorded
 from helpers.model import arith as ma
 from helpers.model import budget as bd
 from helpers.model import kernels as kt

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from helpers.book import params, recorded, results
+from helpers.core import params, recorded, results
 from helpers.machine import gpumon
 from helpers.serving import classify, client as cl, demo, live, sglang as sg, sweep, tiny_model
 from helpers.serving.server import Server

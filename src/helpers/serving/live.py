@@ -143,7 +143,7 @@ def sweep_server(spec: ServerSpec, model: str, rows_path: Path, log_dir: Path, w
         return sweep.rows_frame(rows_path, labels, settings_id=sweep.settings_id(st))
     left = sweep.time_left()
     if left is not None and left <= 0:   # the cell's budget is spent: do not launch a server for nothing
-        from helpers.book import results
+        from helpers.core import results
 
         results.mark_partial(Path(rows_path).parent, f"server {spec.name!r} was not launched: the cell's time was "
                              f"spent; {len(todo)} point(s) left")
@@ -202,7 +202,7 @@ def _names(v):
 
 def workloads_param():
     """params.Spec for a list of 'INPUT/OUTPUT' workload strings."""
-    from helpers.book import params
+    from helpers.core import params
 
     return params.Spec(f"a list of 1 to {MAX_NAMES} 'INPUT/OUTPUT' token counts, each side 1 to {cl.MAX_TOKENS}, "
                        "e.g. ['256/256', '128/512']", _workloads)
@@ -210,20 +210,20 @@ def workloads_param():
 
 def workload_param():
     """params.Spec for one 'INPUT/OUTPUT' workload string (a Workload once validated)."""
-    from helpers.book import params
+    from helpers.core import params
 
     return params.Spec(f"'INPUT/OUTPUT' token counts, each side 1 to {cl.MAX_TOKENS}, e.g. '256/256'",
                        lambda v: _workloads([v])[0])
 
 
 def names_param(what: str):
-    from helpers.book import params
+    from helpers.core import params
 
     return params.Spec(f"a list of 1 to {MAX_NAMES} {what} names (strings)", _names)
 
 
 def check_names(param: str, given: list[str], allowed: Sequence[str], engine: str) -> None:
-    from helpers.book import params
+    from helpers.core import params
 
     def known(v):
         if v in allowed:

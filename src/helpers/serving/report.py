@@ -2,7 +2,7 @@
 serving points, the seeds' disagreements settled from data, live sweeps beside them, and the spread
 across repeats.
 
-Every figure the prose cites is picked by `helpers.book.recorded.value`, which names the table, the
+Every figure the prose cites is picked by `helpers.core.recorded.value`, which names the table, the
 condition and what the table holds instead when a row is missing or a label was renamed; nothing here
 returns a blank. Phrases that depend on whether a live run happened (`*_status`, `*_phrase`) are short
 and chosen here, so the chapters' sentences stay in their Markdown. Per-stream tokens/s is derived the
@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from helpers.book import recorded
-from helpers.book.recorded import value
+from helpers.core import recorded
+from helpers.core.recorded import value
 
 
 def recorded_serving() -> pd.DataFrame:

@@ -1,7 +1,7 @@
 """Start, health-check and stop an inference server as a real child process.
 
 A server is described by a `ServerSpec` (argument list, extra environment, host, port, health path,
-memory cap), never by a shell string. `Server` starts it under a keeper (helpers.book.procs) in its
+memory cap), never by a shell string. `Server` starts it under a keeper (helpers.core.procs) in its
 own process session, copies its output line by line into a log file in the run directory, waits for
 the health URL with a time limit, and stops the whole process tree with SIGTERM and then SIGKILL:
 every process the server started, also one that started a process session of its own.
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from helpers.book import procs
+from helpers.core import procs
 from helpers.serving.fetch import Deadlines, RequestTimeout, fetch
 
 
@@ -257,7 +257,7 @@ class Server:
 
     def stop(self) -> int | None:
         """Stop the whole process tree: SIGTERM to every process, wait up to the grace period, then
-        SIGKILL (helpers.book.procs.stop); the keeper's report lands in `self.report`."""
+        SIGKILL (helpers.core.procs.stop); the keeper's report lands in `self.report`."""
         if self.proc is None:
             return None
         procs.stop(self.proc, self.stop_grace_s)

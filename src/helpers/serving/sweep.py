@@ -1,6 +1,6 @@
 """Resumable concurrency sweeps and attempt matrices.
 
-Each finished point is appended at once to a JSON-lines file (helpers.book.results.append_row); a sweep
+Each finished point is appended at once to a JSON-lines file (helpers.core.results.append_row); a sweep
 started again with the same file skips the points already there, so an interrupted sweep resumes
 without repeating them. Rows carry their labels (configuration, repeat, ...) so one file can hold
 several sweeps.
@@ -33,7 +33,7 @@ from typing import Callable, Iterable, Sequence
 
 import pandas as pd
 
-from helpers.book import results
+from helpers.core import results
 from helpers.serving import client as cl
 
 

@@ -8,7 +8,7 @@ chunk, so benchmarks use /v1/completions; unknown request fields are refused (HT
 Memory: with continuous batching, transformers sizes its paged cache from the free memory of the device;
 on a CPU that is the machine's RAM (a 64-hidden tiny model took about 14.6 GB). A CPU server therefore
 gets a cache of a stated size (`--cb-num-blocks`, `--cb-max-batch-tokens`: CPU_CB_CACHE) and runs within
-a resident-memory cap (CPU_MEMORY_MB, enforced by helpers.book.procs; measured: about 0.5 GiB for the
+a resident-memory cap (CPU_MEMORY_MB, enforced by helpers.core.procs; measured: about 0.5 GiB for the
 tiny demo model at 16 concurrent requests).
 """
 from __future__ import annotations

@@ -13,7 +13,7 @@ The runbook checks `NEEDS` before the first chapter starts (`check_needs`): a ch
 inputs are neither produced earlier in the same run nor already in the run directory is refused with a
 message that says which chapter to add, or how to use the recorded inputs on purpose. A need with a
 `fallback` is optional: without it the chapter uses what the fallback names (a committed study, found
-through helpers.book.recorded.study, where `study` gives its role) and says so on its page.
+through helpers.core.recorded.study, where `study` gives its role) and says so on its page.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from helpers.book import results
+from helpers.core import results
 
 
 class LayoutError(RuntimeError):
@@ -185,7 +185,7 @@ def result(chapter: str, name: str) -> Result:
         return RESULTS[(chapter, name)]
     except KeyError:
         known = ", ".join(f"{c}/{n}" for c, n in RESULTS)
-        raise LayoutError(f"no result '{name}' is declared for chapter '{chapter}' in helpers.book.layout "
+        raise LayoutError(f"no result '{name}' is declared for chapter '{chapter}' in helpers.core.layout "
                           f"(declared: {known})") from None
 
 
@@ -213,7 +213,7 @@ def _check_columns(r: Result, df: pd.DataFrame, where: str) -> None:
     missing = [c for c in r.columns if c not in df.columns]
     if missing:
         raise LayoutError(f"{where}: table '{r.chapter}/{r.name}' lacks its declared columns {missing} "
-                          f"(declared in helpers.book.layout.RESULTS)")
+                          f"(declared in helpers.core.layout.RESULTS)")
 
 
 def save(run_dir: str | Path, chapter: str, name: str, obj) -> None:
@@ -273,7 +273,7 @@ def need(chapter: str, producer: str, name: str) -> Need:
         if (n.producer, n.name) == (producer, name):
             return n
     declared = [f"{n.producer}/{n.name}" for n in NEEDS.get(chapter, ())]
-    raise LayoutError(f"chapter {chapter} declares no need for {producer}/{name} in helpers.book.layout.NEEDS "
+    raise LayoutError(f"chapter {chapter} declares no need for {producer}/{name} in helpers.core.layout.NEEDS "
                       f"(it declares: {declared or 'none'}); declare it before reading it")
 
 
@@ -283,3 +283,46 @@ def load_need(run_dir: str | Path, chapter: str, producer: str, name: str):
     chapter then uses the need's fallback)."""
     n = need(chapter, producer, name)
     return load_if_present(run_dir, producer, name) if n.optional else load(run_dir, producer, name)
+
+
+class Run:
+    """One run folder, the only reader and writer of its results: a chapter writes only what RESULTS
+    declares for it (columns checked) and reads another chapter's result only through a declared need.
+
+        run = layout.Run(P["run_dir"], "06_vm_p2p")      # "" -> a fresh temporary folder
+        run.save("fits", df)                              # declared, columns checked
+        probe = run.need("01_environment", "probe")       # declared in NEEDS, else LayoutError
+        mine = run.load("fits")                           # this chapter's own result
+    """
+
+    def __init__(self, run_dir: str | Path | None, chapter: str):
+        self.root = run_root(run_dir)
+        self.chapter = chapter
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.root)!r}, {self.chapter!r})"
+
+    @property
+    def folder(self) -> Path:
+        """<run>/results/<chapter>/, created: for a declared folder result (see `path`) or a child process's
+        own files."""
+        return chapter_dir(self.root, self.chapter)
+
+    def path(self, name: str) -> Path:
+        """Where this chapter's declared result `name` lives (for a result that is a folder, or a file a
+        child process writes itself)."""
+        chapter_dir(self.root, self.chapter)
+        return path(self.root, self.chapter, name)
+
+    def save(self, name: str, obj) -> None:
+        save(self.root, self.chapter, name, obj)
+
+    def load(self, name: str):
+        return load(self.root, self.chapter, name)
+
+    def load_if_present(self, name: str):
+        return load_if_present(self.root, self.chapter, name)
+
+    def need(self, producer: str, name: str):
+        """`producer`'s result `name`, through this chapter's declared need (see load_need)."""
+        return load_need(self.root, self.chapter, producer, name)

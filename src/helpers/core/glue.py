@@ -27,7 +27,7 @@ def plain(variable: Any) -> Any:
     if isinstance(variable, str):
         return _Text(variable)
     if type(variable).__name__ == "Figure" and hasattr(variable, "savefig"):
-        from helpers.book.plotting import figure_image  # a bare Figure has no PNG display under Agg
+        from helpers.core.plotting import figure_image  # a bare Figure has no PNG display under Agg
 
         return figure_image(variable)  # with alt text describing it, for the page's <img>
     item = getattr(variable, "item", None)
@@ -80,3 +80,15 @@ def read_glued(nb_path) -> dict[str, str]:
                 text = "".join(text)
             out[meta["name"]] = "<image>" if (prefix + "image/png") in data else str(text)
     return out
+
+
+def glue_all(values: Any) -> None:
+    """Glue every field of a dataclass of values (a chapter module's, helpers.chapters) under the field's
+    name: the dataclass is where a reader finds each key the page cites."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(values) or isinstance(values, type):
+        raise TypeError(f"glue_all takes a dataclass instance of glued values, not {type(values).__name__}; "
+                        "declare the chapter's values as a dataclass in helpers.chapters.<chapter>")
+    for f in dataclasses.fields(values):
+        glue(f.name, getattr(values, f.name))

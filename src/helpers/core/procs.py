@@ -391,7 +391,7 @@ class _Keeper:
 def _main(argv: list[str]) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="procs.py", description="keep one process tree (see helpers.book.procs)")
+    ap = argparse.ArgumentParser(prog="procs.py", description="keep one process tree (see helpers.core.procs)")
     ap.add_argument("--parent", type=int, required=True)
     ap.add_argument("--timeout", type=float, default=0.0)
     ap.add_argument("--memory-mb", type=float, default=0.0)

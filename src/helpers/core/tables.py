@@ -1,6 +1,6 @@
 """Tables for readers: every table the book shows goes through `show` (one look, like plotting).
 
-    from helpers.book import tables
+    from helpers.core import tables
     tables.show(df, units={"time": "us", "size": "bytes"}, digits={"time": 1})
     tables.show(long_df, fold_after=8, summary="27 recorded runs; the best at 64 requests")
 

@@ -1,0 +1,82 @@
+"""The interconnect chapter's figures: copies by path and harness, and the fidelity ratio against
+nccl-tests. They draw with helpers.core.plotting's conventions; the path order and the method labels come
+from this subpackage, so the base layer need not import it."""
+from __future__ import annotations
+
+from helpers.core.plotting import _COPY_HARNESS_STYLE, CYCLE, PALETTE, figure, size_sweep
+from helpers.interconnect.copies import PATHS
+from helpers.interconnect.method import Method
+
+
+def copy_figure(copy_sweep, recorded, fit=None, what: str = "time_us", harnesses=("eager", "graph")):
+    """Copy time (or bandwidth) against size per path and harness, the original VM beside it: `recorded`
+    is its copy sweep (helpers.interconnect.suite.recorded_copy_sweep) and `fit` its alpha-beta fit (a row
+    with alpha_us and beta_GBps), drawn on the time panel."""
+    import numpy as np
+
+    fig, ax = figure(width=7.2, height=4.2)
+    if copy_sweep is not None and len(copy_sweep):
+        copy_sweep = copy_sweep[copy_sweep.harness.isin(harnesses)]
+        for (path, harness), g in copy_sweep.groupby(["path", "harness"], sort=False):
+            g = g.sort_values("size_bytes")
+            lo = g[what.replace("time_us", "time_us_p10")] if what == "time_us" else None
+            hi = g[what.replace("time_us", "time_us_p90")] if what == "time_us" else None
+            lab = "cpu memcpy" if path == "cpu_memcpy" else path.replace("_", " ")
+            size_sweep(ax, g["size_bytes"], g[what], f"{lab}, {harness} (measured)", lower=lo, upper=hi,
+                       color=CYCLE[list(PATHS).index(path) % len(CYCLE)], ls=_COPY_HARNESS_STYLE.get(harness, "-"))
+    if recorded is not None:
+        col = "time_us" if what == "time_us" else "bandwidth_GBps"
+        size_sweep(ax, recorded["size_bytes"], recorded[col], "GPU0 to GPU1, eager (recorded: original VM)",
+                   color=PALETTE["recorded"], marker="s", lw=2.2)
+        if what == "time_us" and fit is not None:
+            xs = np.geomspace(recorded["size_bytes"].min(), recorded["size_bytes"].max(), 30)
+            ax.plot(xs, fit.alpha_us + xs / (fit.beta_GBps * 1e3), color=PALETTE["model"], lw=1,
+                    ls=(0, (1, 1)), label="alpha-beta fit to the recorded sweep (derived)")
+    ax.set_yscale("log")
+    ax.set_xlabel("message size")
+    ax.set_ylabel("time per copy (us)" if what == "time_us" else "bandwidth (GB/s)")
+    ax.legend(fontsize=7, loc="upper left")
+    return fig
+
+
+def fidelity_ratio_figure(table, tolerance: float):
+    """Ours / tool against message size for the all-reduce rows timed by nccl-tests' method, one panel
+    per nccl-tests mode (eager, -G 1), the tolerance band shaded and, where the tool ran more than once,
+    each of its runs against their median in grey (the tool's own noise). `table` is one setup's
+    comparison with its method columns (helpers.interconnect.studies)."""
+    import matplotlib.ticker
+
+    t = table[table.quantity.str.startswith("all_reduce") & table.same_method.astype(bool)
+              & table.tool_setting.str.contains("in-place")]
+    if t.tool_setting.str.startswith("-np").any():   # the like-for-like launch shape, where it ran
+        t = t[t.tool_setting.str.startswith("-np")]
+    fig, axes = figure(ncols=2, width=11, height=5.6)
+    for ax, graph in zip(axes[0], (False, True)):
+        sub = t[t.tool_setting.str.contains("-G") == graph]
+        noise = sub[sub.method.isna()]                       # the tool's runs against their median
+        for _, g in noise.groupby(["tool_setting", "ours_method"], sort=False):
+            g = g.sort_values("size_bytes")
+            ax.plot(g.size_bytes, g.ratio, color="0.6", lw=0.8, zorder=1)
+        if len(noise):
+            ax.plot([], [], color="0.6", lw=0.8, label="nccl-tests run / median of its runs")
+        mine = sub[sub.method.notna()]
+        for (ts, _m), g in mine.groupby(["tool_setting", "method"], sort=False):
+            g = g.sort_values("size_bytes")
+            shape = ts.split(", ")[0].replace(" -G 1", "")
+            rest = ts.split(", ")[1:-1]
+            short = Method.from_row(g.iloc[0]).short
+            label = f"{short} vs {shape}" + (f" ({', '.join(rest)})" if rest else "")
+            size_sweep(ax, g.size_bytes, g.ratio, label, ls="--" if rest else "-")
+        ax.axhspan(1 - tolerance, 1 + tolerance, color="0.85", zorder=0)
+        ax.set_yscale("log")
+        lo, hi = ax.get_ylim()
+        ticks = [x for x in (0.25, 0.5, 0.7, 1, 1.5, 2, 3, 5, 10, 20) if lo <= x <= hi]
+        ax.set_yticks(ticks, [f"{x:g}" for x in ticks])
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xlabel("message size")
+        ax.set_ylabel("ours / nccl-tests, time per call")
+        ax.text(0.02, 0.95, "nccl-tests -G 1 (one CUDA graph)" if graph else "nccl-tests eager",
+                transform=ax.transAxes, va="top")
+        if ax.get_legend_handles_labels()[0]:   # below the panel: the curves fill the plot area
+            ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
+    return fig
