@@ -39,3 +39,120 @@ def recorded_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def auto_run(tmp_path_factory):
     return run_book("auto", tmp_path_factory, build=True)
+
+
+# --------------------------------------------------------------------------- the unit tier's rule, enforced
+# The unit tier (`make test-fast`: every test marked neither integration, slow nor gpu) is deterministic,
+# starts no process, builds or runs no model and does not sleep, so that the whole tier takes seconds
+# (CONTRIBUTING.md, "Tests"). While a unit test sets up, runs and tears down, the calls that would break the
+# rule raise UnitTierError, and the test fails even where the code under test catches that error.
+import os as _os  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+TIER_MARKERS = ("integration", "slow", "gpu")
+UNIT_RULE = ("the unit tier (tests marked neither integration, slow nor gpu) starts no process, builds or runs no "
+             "model and does not sleep (CONTRIBUTING.md, 'Tests'): mark the test @pytest.mark.integration, or "
+             "test its logic without that")
+
+
+class UnitTierError(RuntimeError):
+    """A unit test did what only an integration test may do."""
+
+
+def in_unit_tier(item) -> bool:
+    return not any(item.get_closest_marker(m) for m in TIER_MARKERS)
+
+
+def _model_classes():
+    """The classes whose construction builds a model: torch's nn.Module (transformers' models, the tiny serving
+    model) and the emulated decode step's weights (RankModel, in whichever helpers.model module holds it)."""
+    out = []
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out.append(torch.nn.Module)
+    for name, mod in list(sys.modules.items()):
+        cls = getattr(mod, "RankModel", None) if name.startswith("helpers.model") else None
+        if isinstance(cls, type) and cls not in out:
+            out.append(cls)
+    return out
+
+
+class UnitGuard:
+    """For one test: what starts a process, builds a model or sleeps on the main thread raises UnitTierError
+    naming the test and the rule, and is remembered in `seen`."""
+
+    def __init__(self, nodeid: str):
+        self.nodeid, self.seen, self._undo = nodeid, [], []
+
+    def _refuse(self, what: str):
+        def refuse(*args, **kwargs):
+            msg = f"{self.nodeid} {what}; {UNIT_RULE}"
+            self.seen.append(msg)
+            raise UnitTierError(msg)
+        return refuse
+
+    def _swap(self, owner, attr: str, new) -> None:
+        if hasattr(owner, attr):
+            own = attr in vars(owner)
+            self._undo.append((owner, attr, vars(owner)[attr] if own else None, own))
+            setattr(owner, attr, new)
+
+    def __enter__(self):
+        import multiprocessing.process
+        import subprocess as sp
+
+        self._swap(sp.Popen, "_execute_child", self._refuse("starts a process (subprocess)"))
+        for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system"):
+            self._swap(_os, name, self._refuse(f"starts a process (os.{name})"))
+        self._swap(multiprocessing.process.BaseProcess, "start", self._refuse("starts a process (multiprocessing)"))
+        for cls in _model_classes():
+            self._swap(cls, "__init__", self._refuse(f"builds a model ({cls.__module__}.{cls.__qualname__})"))
+        real_sleep, refuse_sleep = time.sleep, self._refuse("sleeps (time.sleep)")
+
+        def sleep(seconds):
+            if seconds and threading.current_thread() is threading.main_thread():
+                refuse_sleep()
+            return real_sleep(seconds)
+        self._swap(time, "sleep", sleep)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for owner, attr, old, own in reversed(self._undo):
+            if own:
+                setattr(owner, attr, old)
+            else:
+                delattr(owner, attr)
+        self._undo = []
+
+
+def _unit_phase(item):
+    """Runs one phase of a test (setup, call, teardown) under UnitGuard where the test is in the unit tier."""
+    if not in_unit_tier(item):
+        return (yield)
+    guard = UnitGuard(item.nodeid)
+    with guard:
+        try:
+            result = yield
+        except BaseException as exc:
+            if guard.seen and not isinstance(exc, UnitTierError):
+                raise UnitTierError(guard.seen[0]) from exc
+            raise
+    if guard.seen:
+        raise UnitTierError(guard.seen[0])
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _unit_phase(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _unit_phase(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    return (yield from _unit_phase(item))

@@ -302,6 +302,7 @@ def test_nccl_api_needs_the_nccl_backend_and_a_known_name():
         collectives.run_collectives("gloo", 2, [64], method=Method(stream="legacy"))
 
 
+@pytest.mark.integration
 def test_nccl_api_worker_refuses_gloo_with_a_clear_error(tmp_path):
     # the worker itself, started as torchrun starts it, on the CPU: it must name the option and the fix
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}

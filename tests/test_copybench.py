@@ -64,6 +64,7 @@ def test_config_rejects_bad_values():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
+@pytest.mark.integration
 def test_cpu_sweep_measures_cpu_memcpy_and_says_why_the_rest_is_skipped():
     cfg = CopyConfig(sizes=[64, 12288, 2**20], iters=20, repeats=3, warmup=1)
     sweep, skipped = copybench.run_copy_sweep(cfg, token_of={12288: 1})
@@ -87,6 +88,7 @@ def test_asking_for_cuda_without_a_gpu_is_a_clear_error():
         copybench.run_copy_sweep(CopyConfig(sizes=[64], device="cuda"))
 
 
+@pytest.mark.integration
 def test_cli_writes_tables(tmp_path):
     assert copybench.main(["--min-bytes", "64", "--max-bytes", "4KiB", "--factor", "8", "--iters", "5",
                            "--repeats", "2", "--warmup", "0", "--paths", "cpu_memcpy,same_device",

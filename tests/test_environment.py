@@ -63,6 +63,7 @@ def test_the_cpu_pin_is_read_from_the_constraints_file():
     assert env.cpu_pin(ROOT) == "torch==2.13.0"
 
 
+@pytest.mark.integration
 def test_choose_prints_assignments_a_shell_can_eval():
     out = subprocess.run(
         ["bash", "-c", f'eval "$({sys.executable} -m helpers.book.environment choose --name PY=x)"; '
@@ -155,6 +156,7 @@ def _book_env(tmp_path, venv, **extra):
                           timeout=60)
 
 
+@pytest.mark.integration
 def test_book_env_refuses_an_environment_of_another_kind_and_an_empty_wheel_folder(tmp_path):
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)

@@ -120,6 +120,7 @@ def test_glm5_fp8_plan_holds_more_layers_than_bf16():
         step.check_precision("fp4")
 
 
+@pytest.mark.integration
 def test_the_fp8_step_stays_within_its_tolerance_of_fp32_and_a_wrong_scale_does_not():
     chk = step.fp8_check(MINI, 8, 96).set_index("variant")
     assert chk.loc["bf16", "rel_l2"] < 0.1 * step.FP8_TOLERANCE
@@ -129,12 +130,14 @@ def test_the_fp8_step_stays_within_its_tolerance_of_fp32_and_a_wrong_scale_does_
     assert not bad["ok"] and bad["rel_l2"] > 1.5 * step.FP8_TOLERANCE
 
 
+@pytest.mark.integration
 def test_every_fp8_product_stays_within_its_tolerance():
     p = step.fp8_product_errors(MINI)
     assert set(p["weight"]) == set(step.FP8_WEIGHTS)
     assert p["ok"].all() and (p["bf16_rel_l2"] < p["fp8_rel_l2"] / 5).all()
 
 
+@pytest.mark.integration
 def test_the_fp8_step_on_the_cpu_runs_its_experts_one_product_each(mini):
     full = step.convert_model(step.build_full(mini, 4, 32), "fp8")
     assert full.fp8_support["dense_error"] is None
@@ -153,6 +156,7 @@ def test_the_fp8_step_on_the_cpu_runs_its_experts_one_product_each(mini):
     assert not any(n.startswith("quantize") for n in bf.op_names())
 
 
+@pytest.mark.integration
 def test_the_cpu_sweep_times_fp8(tmp_path):
     cfg = steptime.SweepConfig(model=MINI, tp=2, batches=(2,), contexts=(32,), modes=("eager",), device="cpu",
                                dtype="fp8", repeats=2, eager_repeats=2, time_limit_s=60)
@@ -221,6 +225,7 @@ def test_the_emulated_cpu_product_is_the_scaled_product_of_the_same_values():
     assert fp8.cpu_products() == "torch._scaled_mm"
 
 
+@pytest.mark.integration
 def test_where_the_cpu_takes_no_row_scales_the_products_and_the_accuracy_check_are_emulated(monkeypatch):
     from helpers.model import step
 

@@ -34,6 +34,7 @@ def _pair(rm, batch, context, **kw):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp8"])
+@pytest.mark.integration
 def test_fused_step_gives_the_unfused_logits(mini, precision):
     full = step.build_full(mini, 4, 64, "fp32")
     rm = full if precision == "fp32" else step.convert_model(full, precision)
@@ -44,6 +45,7 @@ def test_fused_step_gives_the_unfused_logits(mini, precision):
         assert chk.tokens_agree and chk.rel_err < 1e-5
 
 
+@pytest.mark.integration
 def test_fused_step_with_sparse_attention_and_its_own_routing(mini):
     """Past index_topk tokens the indexer's top-k picks what attention reads; its own router (no forcing)."""
     full = step.build_full(mini, 2, 200, "fp32")
@@ -56,6 +58,7 @@ def test_fused_step_with_sparse_attention_and_its_own_routing(mini):
     assert chk.ok, chk
 
 
+@pytest.mark.integration
 def test_a_wrong_fused_op_is_caught(mini, monkeypatch):
     """The comparison can fail: a fused norm that forgets the residual add is far outside the tolerance."""
     full = step.build_full(mini, 4, 64, "fp32")
@@ -66,6 +69,7 @@ def test_a_wrong_fused_op_is_caught(mini, monkeypatch):
     assert not step.compare_logits(ref, got, TOLERANCE["fp32"], metric="l2").ok
 
 
+@pytest.mark.integration
 def test_the_fused_op_list_is_an_engines(mini):
     rm = step.convert_model(step.build_full(mini, 2, 32, "fp32"), "fp8")
     un = step.DecodeStep(rm, 2, 32, fusion="unfused")
@@ -83,6 +87,7 @@ def test_the_fused_op_list_is_an_engines(mini):
     assert not fu.compiled      # on a CPU the fused functions run uncompiled unless asked
 
 
+@pytest.mark.integration
 def test_fusion_and_compile_settings_are_checked(mini):
     full = step.build_full(mini, 1, 16, "fp32")
     with pytest.raises(step.StepError, match="fusion 'fast'"):
@@ -153,6 +158,7 @@ def test_bad_inputs_are_refused_before_anything_is_allocated(mini, monkeypatch):
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
+@pytest.mark.integration
 def test_the_fused_step_runs_no_more_ops_a_layer_than_the_op_list_for_sglang(mini, precision):
     """Ops that launch work, per layer kind, against the budget's op list for SGLang less its collectives
     (helpers.model.budget; one kernel per listed op, assumed). The kernels each op launches are counted from

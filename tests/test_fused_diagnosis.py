@@ -15,6 +15,8 @@ from helpers.model import measured as mb
 from helpers.model import stepreport as sr
 
 CTX, BMAX = 384, 64
+#: every test reads tables made from a real fused step of the scaled-down model (fused_study.fused_op_names)
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import pytest
 from helpers.machine import gpumon
 
 
+@pytest.mark.integration
 def test_without_a_gpu_it_says_why_and_records_nothing():
     read, why = gpumon.nvml_reader()
     if read is not None:
@@ -15,6 +16,7 @@ def test_without_a_gpu_it_says_why_and_records_nothing():
     assert not mon.available and "NVML" in mon.reason and mon.frame().empty
 
 
+@pytest.mark.integration
 def test_sampling_thread_collects_and_stops():
     calls = []
 
@@ -31,6 +33,7 @@ def test_sampling_thread_collects_and_stops():
     assert list(mon.frame().columns) == gpumon.COLUMNS
 
 
+@pytest.mark.integration
 def test_errors_are_kept_and_sampling_goes_on():
     state = {"n": 0}
 

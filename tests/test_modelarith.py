@@ -39,6 +39,7 @@ def test_tiny_parameter_count_by_hand(tiny):
     assert ma.active_parameters(tiny) == 984
 
 
+@pytest.mark.integration
 def test_tiny_matches_transformers(tiny):
     torch = pytest.importorskip("torch")
     tr = pytest.importorskip("transformers")

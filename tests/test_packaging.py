@@ -3,6 +3,7 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 import committed
@@ -119,6 +120,7 @@ def test_targets_load():
             assert t.requires and "cannot run here" in str(exc), exc
 
 
+@pytest.mark.integration
 def test_the_published_site_is_named_and_built_by_the_workflow():
     """`make site` renders SITE_RUN, a committed run the README names; the Pages workflow runs it, and
     the site extra carries what bundles MathJax."""

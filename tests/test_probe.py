@@ -48,6 +48,7 @@ def by_check(verdicts):
 
 # --------------------------------------------------------------------------- the live probe
 
+@pytest.mark.integration
 def test_live_probe_structure_and_speed():
     t0 = time.perf_counter()
     r = probe.probe()
@@ -68,6 +69,7 @@ def test_live_probe_structure_and_speed():
 
 
 @pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU")
+@pytest.mark.integration
 def test_live_probe_says_plainly_there_is_no_gpu():
     r = probe.probe()
     assert r["nvml"]["available"] is False
@@ -380,6 +382,7 @@ def test_p2p_matrix_figure():
 
 # --------------------------------------------------------------------------- fingerprint and CLI
 
+@pytest.mark.integration
 def test_fingerprint_keys():
     fp = probe.fingerprint()
     assert set(fp) == set(probe.FINGERPRINT_KEYS)
@@ -412,6 +415,7 @@ def test_p2p_summary():
     assert report.p2p_summary(m) == "CNS on 1 of 6 ordered pairs, OK on 5 of 6 ordered pairs"
 
 
+@pytest.mark.integration
 def test_side_by_side_recorded_only_and_with_a_probe():
     hw = recorded.hardware()
     t = report.side_by_side(hw, None)
@@ -431,6 +435,7 @@ def test_side_by_side_recorded_only_and_with_a_probe():
     assert report.NOT_PROBED not in live.values() and not any(v.startswith("unknown (") for v in live.values())
 
 
+@pytest.mark.integration
 def test_verdict_table():
     rec = recorded_machine.from_recorded(recorded.hardware())
     t = report.verdict_table(rec, None)

@@ -17,6 +17,7 @@ FAULT = str(Path(__file__).parent / "fixtures" / "fault_server.py")
 BIG = "x" * 3000   # a row larger than what is left of a page, so a full tmpfs cuts its write short
 
 
+@pytest.mark.integration
 def test_a_row_cut_short_by_a_full_disk_is_taken_back_and_the_next_is_whole(tmp_path):
     with small_tmpfs(tmp_path, 64) as mnt:
         rows = mnt / "sweep.jsonl"
@@ -32,6 +33,7 @@ def test_a_row_cut_short_by_a_full_disk_is_taken_back_and_the_next_is_whole(tmp_
         assert [r["i"] for r in results.read_rows(rows)] == [0, 1]
 
 
+@pytest.mark.integration
 def test_a_torn_last_line_from_a_crash_is_reported_dropped_and_never_merged(tmp_path, capfd):
     rows = tmp_path / "rows.jsonl"
     results.append_row(rows, {"i": 0})
@@ -45,6 +47,7 @@ def test_a_torn_last_line_from_a_crash_is_reported_dropped_and_never_merged(tmp_
     assert rows.read_text().count("\n") == 2
 
 
+@pytest.mark.integration
 def test_a_sweep_whose_planned_point_lost_its_row_fails(tmp_path):
     rows = tmp_path / "sweep.jsonl"
     port = free_port()

@@ -162,6 +162,7 @@ def test_every_committed_run_renders_strictly_at_this_commit(run_id, tmp_path):
         assert runbook.commit_provenance(runbook.read_manifest(run))[1], f"{run_id} is not from a clean commit"
 
 
+@pytest.mark.integration
 def test_committed_runs_are_the_runs_git_tracks_and_not_the_readers(tmp_path):
     """In a git repository with one committed run, a run of the reader's own beside it (with its
     manifest), an untracked h200-* run (the pattern .gitignore keeps visible) and runs/latest pointing at

@@ -41,6 +41,7 @@ def test_tiny_model_sizes_whose_product_exceeds_this_machines_memory_are_refused
     assert "GiB to build and serve (estimated" in msg and "this machine's" in msg
 
 
+@pytest.mark.integration
 def test_the_memory_estimate_is_near_the_models_real_parameter_count():
     for dims in [(64, 2, 4, 64, 4), (256, 3, 8, 512, 8)]:
         real = tiny_model.param_count(live.tiny_spec(*dims, "cpu"))

@@ -42,6 +42,7 @@ def test_a_command_line_value_that_a_target_chapter_value_shadowed_is_checked(va
 BODY = "(out / 'mode.txt').write_text(mode)\nglue('answer', 1.0, display=False)\n"
 
 
+@pytest.mark.integration
 def test_a_real_run_uses_the_command_line_value_and_records_it(tmp_path):
     book = minibook.book(tmp_path / "book", {"01_first": (BODY, "First")})
     (book / "targets" / "pc.yaml").write_text("description: per chapter\nchapters: {01_first: {mode: recorded}}\n")

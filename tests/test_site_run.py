@@ -13,6 +13,7 @@ ROOT = repo_root()
 SITE_RUN = re.search(r"^SITE_RUN\s*\?=\s*(runs/\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
 
 
+@pytest.mark.integration
 def test_the_published_run_is_current_and_whole():
     assert publish.problems(ROOT / SITE_RUN) == []
 
@@ -48,6 +49,7 @@ def test_a_skipped_chapter_is_refused_unless_the_target_skips_it(copy):
     assert any("chapter 06_vm_p2p is skipped" in p for p in publish.problems(copy, check_sources=False))
 
 
+@pytest.mark.integration
 def test_stale_chapter_sources_are_refused(copy):
     """A clean commit whose notebooks differ from HEAD's: the root commit of this repository."""
     import subprocess

@@ -44,6 +44,7 @@ def test_local_shapes_at_tp8_follow_the_deployment(glm5):
     assert step.local_shape(specs["router"], 8) == (6144, 256)                    # replicated
 
 
+@pytest.mark.integration
 def test_bad_tp_is_refused(mini):
     with pytest.raises(ma.ModelError, match="does not divide"):
         step.shard_sizes(mini, 3)
@@ -52,6 +53,7 @@ def test_bad_tp_is_refused(mini):
         step.shard_model(full, 2, 2)
 
 
+@pytest.mark.integration
 def test_one_rank_equals_the_unsharded_step(mini):
     full = step.build_full(mini, 3, 40)
     a = step.DecodeStep(full, 3, 40)
@@ -116,6 +118,7 @@ def test_checkpoint_bytes_agree_with_the_model_arithmetic(glm5):
     assert (cb.bytes_emulated >= cb.bytes_checkpoint).all()
 
 
+@pytest.mark.integration
 def test_distinct_experts_are_counted_from_the_routing(mini):
     full = step.build_full(mini, 8, 32)
     st = step.DecodeStep(full, 8, 32)
@@ -126,6 +129,7 @@ def test_distinct_experts_are_counted_from_the_routing(mini):
     assert len(st.routing) == mini.moe_layers
 
 
+@pytest.mark.integration
 def test_components_alone_and_unknown_ones(mini):
     full = step.build_full(mini, 2, 32, "bf16")
     st = step.DecodeStep(full, 2, 32)
@@ -138,6 +142,7 @@ def test_components_alone_and_unknown_ones(mini):
         step.DecodeStep(full, 4, 32)
 
 
+@pytest.mark.integration
 def test_loop_fallback_equals_grouped_mm(mini):
     full = step.build_full(mini, 4, 32)
     a = step.DecodeStep(full, 4, 32)
@@ -148,6 +153,7 @@ def test_loop_fallback_equals_grouped_mm(mini):
     assert step.compare_logits(la, b.logits()).ok
 
 
+@pytest.mark.integration
 def test_cpu_sweep_times_every_point_and_resumes(tmp_path):
     cfg = steptime.SweepConfig(model=MINI, tp=2, batches=(1, 2), contexts=(32,), modes=("eager",), device="cpu",
                                repeats=2, eager_repeats=2, time_limit_s=30)
@@ -165,6 +171,7 @@ def test_cpu_sweep_times_every_point_and_resumes(tmp_path):
     assert (tmp_path / "meta.json").exists() and (tmp_path / "bytes.csv").exists()
 
 
+@pytest.mark.integration
 def test_time_limit_stops_a_point(mini):
     full = step.build_full(mini, 1, 16, "bf16")
     st = step.DecodeStep(full, 1, 16)
@@ -206,6 +213,7 @@ def test_torchrun_two_ranks_time_the_step_with_its_collectives(tmp_path):
     assert (t.loc[t["what"] == "collectives", "median_us"] > 0).all()
 
 
+@pytest.mark.integration
 def test_shared_overlap_is_cuda_only_and_off_on_a_cpu(mini):
     full = step.build_full(mini, 2, 32, "bf16")
     assert not step.DecodeStep(full, 2, 32).overlap                       # auto: off on a CPU
@@ -243,6 +251,7 @@ def test_gpu_shared_overlap_forks_and_joins_inside_a_graph_and_changes_no_logit(
     assert {r["what"] for r in rows} >= {"step", "moe", "shared/dense MLP"} and all(r["overlap"] for r in rows)
 
 
+@pytest.mark.integration
 def test_an_interrupted_sweep_keeps_its_finished_points_bytes_and_meta(tmp_path, monkeypatch):
     """A device script stops a sweep with SIGINT when its time is up: what finished stays on disk."""
     import json

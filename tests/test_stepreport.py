@@ -137,6 +137,7 @@ def cpu_study(tmp_path_factory):
     return mb.PrecisionStudy(t, merged["bytes"], merged["meta"], "a test", "CPU")
 
 
+@pytest.mark.integration
 def test_precision_tables_pick_both_precisions(cpu_study):
     assert cpu_study.precisions() == ["bf16", "fp8"] and cpu_study.main_overlap()
     st = sr.precision_steps(cpu_study, 32, mode="eager")
@@ -168,6 +169,7 @@ def test_a_gpu_without_fp8_is_reported_not_timed(monkeypatch, tmp_path):
     assert sr.time_precisions(P_CPU, tmp_path, tmp_path, device="cpu") == (None, "RuntimeError: sm80")
 
 
+@pytest.mark.integration
 def test_fp8_bytes_and_accuracy_values(meas, glm5):
     from helpers.model import step
     tab, v = sr.precision_bytes(meas, glm5, 8, 384)
@@ -183,6 +185,7 @@ def test_fp8_bytes_and_accuracy_values(meas, glm5):
         sr.fp8_accuracy_values(pd.DataFrame({"variant": ["bf16"], "rel_l2": [0.1]}), pd.DataFrame())
 
 
+@pytest.mark.integration
 def test_overlap_labels(meas, cpu_study):
     assert sr.overlap_label(mb.unfused_measurement(), 384) == "off"   # the committed bf16 study: one stream
     assert sr.has_overlap_pair(cpu_study) and not sr.has_overlap_pair(None)
@@ -190,6 +193,7 @@ def test_overlap_labels(meas, cpu_study):
         sr.overlap_label(meas, 7)
 
 
+@pytest.mark.integration
 def test_a_merged_study_registered_as_the_device_script_says_is_what_the_chapter_reads(tmp_path, monkeypatch):
     """scripts/device-step-fp8.sh's path, on the CPU: two sweeps merged, a `source` column added, the
     register entries added to a copy of data/: recorded validates the files and precision_study reads them."""
