@@ -32,8 +32,8 @@ help:
 	@echo "make browser              install headless Chromium (Debian's package) for the browser test"
 	@echo "make check-site           open every page of _build/html in Chromium, offline; screenshots in _build/screenshots"
 	@echo "make test                 the whole test suite (no GPU needed)"
-	@echo "make test-fast            the unit tests only (seconds), with their time"
-	@echo "make test-integration     the tests that start real processes (servers, workers)"
+	@echo "make test-fast            the unit tier only (no process, no model; under a minute), with its time"
+	@echo "make test-integration     the tests that start real processes or run the decode-step model"
 	@echo "make bench                time executing and building the book for each target"
 	@echo "make strip                clear outputs from the source notebooks"
 	@echo "variables: PY=python (whose torch to use), ENV_KIND=auto|host|isolated, WHEELS=dir/,"
@@ -90,11 +90,14 @@ check-site: install-site
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The tiers: unit tests (test-fast, seconds), integration tests with real processes, then notebook
-# execution and the book build (slow). `make test` runs them all.
+# The tiers by cost (CONTRIBUTING.md, "Tests"): the unit tier (test-fast: deterministic, no process, no
+# model built or run, no sleep; tests/conftest.py fails a unit test that does any of these; under a minute),
+# integration (real processes, the decode-step model, servers, workers), slow (notebook execution, the book
+# build, the browser) and gpu (a GPU host only). `make test` runs them all in one session.
+UNIT_TIER = not integration and not slow and not gpu
 test-fast: install
-	@start=$$(date +%s); $(BIN)/python -m pytest -q -m "not slow and not integration" $(PYTEST_ARGS); rc=$$?; \
-	  echo "test-fast: $$(( $$(date +%s) - start )) s"; exit $$rc
+	@start=$$(date +%s); $(BIN)/python -m pytest -q -m "$(UNIT_TIER)" $(PYTEST_ARGS); rc=$$?; \
+	  echo "test-fast: $$(( $$(date +%s) - start )) s wall (the unit tier's budget: 60 s)"; exit $$rc
 
 test-integration: install
 	$(BIN)/python -m pytest -m "integration and not slow" $(PYTEST_ARGS)
