@@ -41,6 +41,26 @@ def auto_run(tmp_path_factory):
     return run_book("auto", tmp_path_factory, build=True)
 
 
+# --------------------------------------------------------------------------- the scaled-down model, computed once
+# The FP8 accuracy checks of the scaled-down GLM-5 (data/models/glm5-mini.yaml) build and run the decode step
+# (seconds each): the files that read them (test_fp8.py, test_stepreport.py; integration tests) share one
+# computation per session. The tables are read, never changed.
+@pytest.fixture(scope="session")
+def glm5_mini_fp8_check():
+    """step.fp8_check("glm5-mini", 4, 32): the FP8 step against fp32, and a wrong scale caught."""
+    from helpers.model import step
+
+    return step.fp8_check("glm5-mini", 4, 32)
+
+
+@pytest.fixture(scope="session")
+def glm5_mini_fp8_product_errors():
+    """step.fp8_product_errors("glm5-mini"): each FP8 product against fp32 and bf16."""
+    from helpers.model import step
+
+    return step.fp8_product_errors("glm5-mini")
+
+
 # --------------------------------------------------------------------------- the unit tier's rule, enforced
 # The unit tier (`make test-fast`: every test marked neither integration, slow nor gpu) is deterministic,
 # starts no process, builds or runs no model and does not sleep, so that the whole tier takes seconds

@@ -131,8 +131,8 @@ def test_the_fp8_step_stays_within_its_tolerance_of_fp32_and_a_wrong_scale_does_
 
 
 @pytest.mark.integration
-def test_every_fp8_product_stays_within_its_tolerance():
-    p = step.fp8_product_errors(MINI)
+def test_every_fp8_product_stays_within_its_tolerance(glm5_mini_fp8_product_errors):
+    p = glm5_mini_fp8_product_errors
     assert set(p["weight"]) == set(step.FP8_WEIGHTS)
     assert p["ok"].all() and (p["bf16_rel_l2"] < p["fp8_rel_l2"] / 5).all()
 
@@ -226,10 +226,11 @@ def test_the_emulated_cpu_product_is_the_scaled_product_of_the_same_values():
 
 
 @pytest.mark.integration
-def test_where_the_cpu_takes_no_row_scales_the_products_and_the_accuracy_check_are_emulated(monkeypatch):
+def test_where_the_cpu_takes_no_row_scales_the_products_and_the_accuracy_check_are_emulated(monkeypatch,
+                                                                                           glm5_mini_fp8_check):
     from helpers.model import step
 
-    real = step.fp8_check("glm5-mini", 4, 32)
+    real = glm5_mini_fp8_check
     monkeypatch.setattr(fp8, "cpu_rowwise", lambda: "RuntimeError: (scale_a.numel() == 1 && ...) INTERNAL ASSERT")
     monkeypatch.setattr(fp8, "scaled_linear", lambda *a: (_ for _ in ()).throw(AssertionError("not emulated")))
     emul = step.fp8_check("glm5-mini", 4, 32)

@@ -170,15 +170,14 @@ def test_a_gpu_without_fp8_is_reported_not_timed(monkeypatch, tmp_path):
 
 
 @pytest.mark.integration
-def test_fp8_bytes_and_accuracy_values(meas, glm5):
-    from helpers.model import step
+def test_fp8_bytes_and_accuracy_values(meas, glm5, glm5_mini_fp8_check, glm5_mini_fp8_product_errors):
     tab, v = sr.precision_bytes(meas, glm5, 8, 384)
     assert math.isclose(v["gib_bf16_1"], sr.bytes_values(meas, 384)["gib_emul_1"], rel_tol=1e-5)   # CSV digits
     assert v["gib_fp8_64"] < 0.6 * v["gib_bf16_64"] and math.isclose(tab.loc["total", "fp8 GiB @64"], v["gib_fp8_64"])
     assert math.isclose(tab.loc["total", "checkpoint GiB @1"], sr.bytes_values(meas, 384)["gib_ckpt_1"], rel_tol=1e-5)
     w = sr.fp8_weight_table(glm5, 8).set_index("weight")
     assert w.loc["w13", "held_in"].startswith("FP8") and w.loc["router", "held_in"] == "bf16"
-    acc = sr.fp8_accuracy_values(step.fp8_check("glm5-mini", 4, 32), step.fp8_product_errors("glm5-mini"))
+    acc = sr.fp8_accuracy_values(glm5_mini_fp8_check, glm5_mini_fp8_product_errors)
     assert acc["acc_ok"] == "passes" and acc["acc_wrong_caught"] == "fails it"
     assert acc["acc_bf16"] < acc["acc_fp8"] <= acc["acc_tol"] < acc["acc_wrong"]
     with pytest.raises(FindingError, match="no row with variant='fp8'"):
