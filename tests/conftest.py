@@ -84,9 +84,20 @@ def in_unit_tier(item) -> bool:
     return not any(item.get_closest_marker(m) for m in TIER_MARKERS)
 
 
+_MODEL_CLASSES: dict = {}
+
+
 def _model_classes():
     """The classes whose construction builds a model: torch's nn.Module (transformers' models, the tiny serving
-    model) and the emulated decode step's weights (RankModel, in whichever helpers.model module holds it)."""
+    model) and the emulated decode step's weights (RankModel, in whichever helpers.model module holds it);
+    looked up again only when a module was imported since."""
+    if len(sys.modules) not in _MODEL_CLASSES:
+        _MODEL_CLASSES.clear()
+        _MODEL_CLASSES[len(sys.modules)] = _find_model_classes()
+    return _MODEL_CLASSES[len(sys.modules)]
+
+
+def _find_model_classes():
     out = []
     torch = sys.modules.get("torch")
     if torch is not None:
