@@ -110,8 +110,8 @@ def _find_model_classes():
 
 
 class UnitGuard:
-    """For one test: what starts a process, builds a model or sleeps on the main thread raises UnitTierError
-    naming the test and the rule, and is remembered in `seen`."""
+    """For one test: the random generators seeded; what starts a process, builds a model or sleeps on the main
+    thread raises UnitTierError naming the test and the rule, and is remembered in `seen`."""
 
     def __init__(self, nodeid: str):
         self.nodeid, self.seen, self._undo = nodeid, [], []
@@ -131,7 +131,15 @@ class UnitGuard:
 
     def __enter__(self):
         import multiprocessing.process
+        import random
         import subprocess as sp
+
+        # deterministic: every phase starts from the same seeds (Python's, numpy's and torch's, where imported)
+        random.seed(0)
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed(0)
+        if "torch" in sys.modules:
+            sys.modules["torch"].manual_seed(0)
 
         self._swap(sp.Popen, "_execute_child", self._refuse("starts a process (subprocess)"))
         for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system"):

@@ -46,3 +46,16 @@ def test_make_test_fast_selects_the_tier_the_guard_holds():
     expr = re.search(r"^UNIT_TIER\s*=\s*(.+)$", make, re.M).group(1).strip()
     assert sorted(re.findall(r"not (\w+)", expr)) == sorted(TIER_MARKERS) and " or " not in expr
     assert re.search(r'^test-fast:.*\n\t.*pytest -q -m "\$\(UNIT_TIER\)"', make, re.M)
+
+
+def test_every_unit_test_starts_from_the_same_seeds():
+    import random
+
+    import numpy as np
+    import torch
+
+    draws = []
+    for _ in range(2):
+        with UnitGuard("a::test"):
+            draws.append((random.random(), float(np.random.rand()), float(torch.rand(1))))
+    assert draws[0] == draws[1]
