@@ -14,7 +14,7 @@ from helpers.core import recorded
 from helpers.book import provenance
 from helpers.core.glue import read_glued
 from helpers.core.recorded import DataError
-from helpers.machine import report as machine_report
+from helpers.chapters import environment as environment_chapter
 from helpers.model import arith, placement
 from helpers.serving import classify, report
 
@@ -67,7 +67,7 @@ def test_environment_chapter_cites_the_recorded_machine(recorded_run):
     assert (g["rec_p2p_code"], g["rec_virt"], g["rec_arch"]) == (hw["p2p_read_all_pairs"], hw["virtualization"],
                                                                   hw["gpu_architecture"])
     assert "p2p_read (problem)" in g["rec_flagged"] and g["rec_n_problem"] == "1"
-    assert g["here_probe"] == machine_report.NOT_PROBED
+    assert g["here_probe"] == environment_chapter.NOT_PROBED
 
 
 @pytest.mark.slow
