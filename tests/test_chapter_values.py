@@ -11,7 +11,7 @@ import pytest
 from helpers import repo_root
 from helpers.book import runbook
 from helpers.core import recorded
-from helpers.book import provenance
+from helpers.chapters import provenance
 from helpers.core.glue import read_glued
 from helpers.core.recorded import DataError
 from helpers.chapters import environment as environment_chapter
