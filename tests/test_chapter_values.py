@@ -15,7 +15,8 @@ from helpers.chapters import provenance
 from helpers.core.glue import read_glued
 from helpers.core.recorded import DataError
 from helpers.chapters import environment as environment_chapter
-from helpers.model import arith, placement
+from helpers.chapters import expert_parallelism
+from helpers.model import arith
 from helpers.serving import classify, report
 
 ROOT = repo_root()
@@ -159,7 +160,7 @@ def test_a_renamed_layout_or_system_fails_naming_it():
     fit = arith.memory_fit(m, [{"system": "s", "count": 8, "memory_bytes": 96 * 2**30}])
     foot = recorded.load("reference/model_footprint.csv")
     with pytest.raises(DataError, match="layout 'TP8'"):
-        placement.memory_facts(m, fit.assign(layout=fit.layout.str.replace("TP8", "TP-8")), "s", foot, 0.9, 96.0)
+        expert_parallelism.memory_facts(m, fit.assign(layout=fit.layout.str.replace("TP8", "TP-8")), "s", foot, 0.9, 96.0)
     tables = provenance.all_tables()
     tables["reference/baremetal.csv"] = tables["reference/baremetal.csv"].assign(
         system=lambda d: d.system.str.replace("cutlass MoE", "CUTLASS MoE"))
