@@ -11,11 +11,12 @@ import pytest
 from helpers import repo_root
 from helpers.book import runbook
 from helpers.core import recorded
-from helpers.book import provenance
+from helpers.chapters import provenance
 from helpers.core.glue import read_glued
 from helpers.core.recorded import DataError
-from helpers.machine import report as machine_report
-from helpers.model import arith, placement
+from helpers.chapters import environment as environment_chapter
+from helpers.chapters import expert_parallelism
+from helpers.model import arith
 from helpers.serving import classify, report
 
 ROOT = repo_root()
@@ -67,7 +68,7 @@ def test_environment_chapter_cites_the_recorded_machine(recorded_run):
     assert (g["rec_p2p_code"], g["rec_virt"], g["rec_arch"]) == (hw["p2p_read_all_pairs"], hw["virtualization"],
                                                                   hw["gpu_architecture"])
     assert "p2p_read (problem)" in g["rec_flagged"] and g["rec_n_problem"] == "1"
-    assert g["here_probe"] == machine_report.NOT_PROBED
+    assert g["here_probe"] == environment_chapter.NOT_PROBED
 
 
 @pytest.mark.slow
@@ -159,7 +160,7 @@ def test_a_renamed_layout_or_system_fails_naming_it():
     fit = arith.memory_fit(m, [{"system": "s", "count": 8, "memory_bytes": 96 * 2**30}])
     foot = recorded.load("reference/model_footprint.csv")
     with pytest.raises(DataError, match="layout 'TP8'"):
-        placement.memory_facts(m, fit.assign(layout=fit.layout.str.replace("TP8", "TP-8")), "s", foot, 0.9, 96.0)
+        expert_parallelism.memory_facts(m, fit.assign(layout=fit.layout.str.replace("TP8", "TP-8")), "s", foot, 0.9, 96.0)
     tables = provenance.all_tables()
     tables["reference/baremetal.csv"] = tables["reference/baremetal.csv"].assign(
         system=lambda d: d.system.str.replace("cutlass MoE", "CUTLASS MoE"))

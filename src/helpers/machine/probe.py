@@ -9,8 +9,8 @@ the small summary the runbook records in each run's manifest.
 The rest of the job lives beside this module in helpers.machine: `parsers` reads the text of /proc, /sys,
 PCI config space and NVML's answers; `verdicts.judge(result)` gives one verdict per check, a pure
 function of the dict; `recorded_machine.from_recorded(hardware())` builds the same shape from the
-original investigation's recorded facts, so both machines are judged by the same code; `report` makes
-the environment chapter's tables.
+original investigation's recorded facts, so both machines are judged by the same code. The environment
+chapter's tables and sentences are helpers.chapters.environment's.
 
 Run `python -m helpers.machine.probe --help` for the command line.
 
