@@ -7,7 +7,7 @@ import pytest
 
 from helpers import repo_root
 from helpers.chapters import vm_p2p as ch
-from helpers.core import pick
+from helpers.core import layout, pick
 from helpers.core.glue import read_glued
 from helpers.core.pick import PickError
 from helpers.interconnect import copies, hostpath as hp, recorded_labels, studies, suite
@@ -307,3 +307,20 @@ def test_no_clause_of_the_host_path_paragraph_is_dropped_without_a_word():
                   [("host", 2, "ok"), ("host", 4, "ok"), ("default", 4, "ok"), ("host+PROTO=LL", 4, "ok")])
     with pytest.raises(PickError, match="arm 'host\\+PROTO=LL' ran at 4 ranks but has no all-reduce row at 12288 B"):
         ch.hostpath_text(res, True, 4, hp.arm_names("all"), DEC, "4x GPU")
+
+
+# ------------------------------------------------------------------ the chapter's tables go through the declared layout
+def test_the_suites_tables_are_saved_as_the_chapters_declared_results(tmp_path):
+    run = layout.Run(tmp_path, "06_vm_p2p")
+    out = suite.run_suite("quick", run.path("collective_points"), do_copies=False, do_collectives=False,
+                          save=run.save)
+    assert isinstance(out, suite.SuiteResult) and out.copy_sweep is None and out.statements == []
+    for name in suite.SuiteResult.TABLES:
+        assert layout.result("06_vm_p2p", name).file == f"{name}.csv"
+    for name in ("collective_sweep", "collective_runs", "fits"):          # columns checked on the way in and out
+        assert list(run.load(name).columns) == list(getattr(out, name).columns)
+    assert not run.path("copy_sweep").exists()                             # nothing measured, nothing written
+    for name in suite.SuiteResult.TABLES:       # the declared columns hold on the committed GPU run made with methods
+        assert len(layout.load(RUNS / "h200-20261201b", "06_vm_p2p", name).columns)
+    for name in ("copy_sweep", "copy_skipped"):  # and the copy tables on the older one too
+        assert len(layout.load(RUNS / "h200x2-20261129f", "06_vm_p2p", name).columns)

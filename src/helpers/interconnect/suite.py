@@ -22,6 +22,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -217,7 +218,7 @@ class SuiteResult:
     TABLES = ("copy_sweep", "copy_skipped", "collective_sweep", "collective_runs", "fits")
 
 
-def _save_tables(save, tables: dict) -> None:
+def _save_tables(save: Callable[[str, pd.DataFrame], None] | None, tables: dict) -> None:
     for name, df in tables.items():
         if save is not None and df is not None:
             save(name, df)
@@ -226,7 +227,7 @@ def _save_tables(save, tables: dict) -> None:
 def run_suite(preset: str | Preset = "quick", workdir: str | Path | None = None, world_size: int = 0,
               variants: str = "all", timeout_s: float = 180, progress: bool = False,
               do_copies: bool = True, do_collectives: bool = True, nodes: Nodes = Nodes(),
-              save=None) -> SuiteResult:
+              save: Callable[[str, pd.DataFrame], None] | None = None) -> SuiteResult:
     """Measure everything this machine can; returns a SuiteResult. `workdir`: the folder where each
     collective launch keeps its finished points (a launch resumes from it); `save(name, table)`: called
     with each of SuiteResult.TABLES (the copy tables as soon as the copies are done, to keep them even if a
