@@ -138,7 +138,8 @@ def _glued_text(value) -> str:
 
 
 @pytest.mark.parametrize("run,label,gpus", [("h200x2-20261129f", "2x NVIDIA H200", 2),
-                                            ("h200-20261201b", "1x NVIDIA H200", 1)])
+                                            ("h200-20261201b", "1x NVIDIA H200", 1),
+                                            ("h200-20261201d", "1x NVIDIA H200", 1)])
 def test_a_gpu_runs_sentences_come_back_word_for_word_from_its_tables(run, label, gpus):
     """The committed GPU runs were rendered by the chapter's old code; the findings give the same text
     from the same result files (GPU code paths cannot run here; this is their check)."""
@@ -155,6 +156,16 @@ def test_a_gpu_runs_sentences_come_back_word_for_word_from_its_tables(run, label
     assert ch.fit_text(fits, suite.recorded_fit().iloc[0]) == glued["fit_text"]
     assert ch.collective_text(True, coll, label) == glued["coll_text"]
     assert repr(big.big_bw) == glued["big_bw"] and big.big_path == glued["big_path"] and len(table)
+
+
+def test_a_peer_copy_the_harness_text_cites_that_is_missing_is_named():
+    cs = _run("h200x2-20261129f")[0]
+    small = suite.recorded_copy_sweep().sort_values("size_bytes").iloc[0]
+    gone = (cs.path == "peer") & (cs.harness == "queued") & (cs.size_bytes == int(small.size_bytes))
+    assert gone.sum() == 1
+    with pytest.raises(PickError, match="peer copies but no one-token \\(12288 B\\) peer copy queued"):
+        ch.harness_floor(cs[~gone], small, "2x NVIDIA H200")
+    assert "Directly from GPU 0" not in ch.harness_floor(cs[cs.path != "peer"], small, "1x").harness_text
 
 
 def test_variants_without_the_rows_they_rank_fail():

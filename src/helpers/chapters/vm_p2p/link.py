@@ -149,10 +149,19 @@ def _gpu_floor_text(cs, one_token: int, eager: float, graph: float, share: float
             "host and driver, so an estimate of the share, not a decomposition of the original measurement). "
             f"Through host memory the same copy takes {hb_e:.1f} us eager and {hb_x:.1f} us "
             f"{'in a graph' if hb_h == 'graph' else 'queued'} here.")
+    return text + _peer_clause(cs, one_token)
+
+
+def _peer_clause(cs, one_token: int) -> str:
+    """GPU 0 to GPU 1, eager and queued: none where the sweep has no peer copy (one GPU); PickError where it
+    has peer copies but not the one-token eager or queued one the clause cites (copy_skipped says why)."""
+    if not (cs.path == "peer").any():
+        return ""
     pe, pq = _copy_time(cs, "peer", "eager", one_token), _copy_time(cs, "peer", "queued", one_token)
-    if np.isfinite(pe) and np.isfinite(pq):
-        text += (f" Directly from GPU 0 to GPU 1 it takes {pe:.1f} us issued from Python through torch, which "
-                 f"fences the two GPUs' streams around every such copy, and {pq:.2f} us queued with "
-                 "cudaMemcpyPeerAsync as p2pBandwidthLatencyTest issues it: on this link the fences and the "
-                 "launch cost far more than the copy.")
-    return text
+    if not (np.isfinite(pe) and np.isfinite(pq)):
+        raise PickError(f"harness floor: the copy sweep has peer copies but no one-token ({one_token} B) peer copy "
+                        f"{'eager' if np.isnan(pe) else 'queued'}; its skipped table (copy_skipped) says why")
+    return (f" Directly from GPU 0 to GPU 1 it takes {pe:.1f} us issued from Python through torch, which "
+            f"fences the two GPUs' streams around every such copy, and {pq:.2f} us queued with "
+            "cudaMemcpyPeerAsync as p2pBandwidthLatencyTest issues it: on this link the fences and the "
+            "launch cost far more than the copy.")
