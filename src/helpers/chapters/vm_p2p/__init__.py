@@ -18,7 +18,7 @@ its declared need.
 
     from helpers.chapters import vm_p2p as ch
     P = params.validate({...}, ch.PARAMS)
-    RUN = layout.Run(P["run_dir"], ch.STEM)
+    RUN = layout.Run(P["run_dir"], "06_vm_p2p")
 """
 from __future__ import annotations
 
@@ -37,8 +37,7 @@ from helpers.chapters.vm_p2p.link import (  # noqa: F401
 from helpers.chapters.vm_p2p.sweeps import (  # noqa: F401
     Variants, collective_text, decode_collectives, fit_text, fits_table, plan_text, variants)
 
-STEM = "06_vm_p2p"
-
+#: the chapter's parameter specs: the notebook validates with them, the runbook checks a run's values against them
 PARAMS = {"mode": params.choice("recorded", "auto"), "run_dir": params.string(),
           "sweep": params.choice(*ic.PRESETS),
           "world_size": params.depends(params.number(0, 1024, integer=True), "nnodes", multinode.world_size_rule),
