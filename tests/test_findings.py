@@ -172,6 +172,10 @@ def test_variants_without_the_rows_they_rank_fail():
     coll = _run("h200x2-20261129f")[1]
     with pytest.raises(PickError, match="no variant row at the decode sizes"):
         ch.variants(coll, [3], True, 2, "2x NVIDIA H200")
+    dec = copies.decode_message_sizes().size_bytes.tolist()
+    only_noted = coll[coll.variant.isin(["GRAPH_MIXING_SUPPORT=0", suite.REPEAT_VARIANT])]
+    with pytest.raises(PickError, match="no row of the investigation's own settings"):
+        ch.variants(only_noted, dec, True, 2, "2x NVIDIA H200")
 
 
 def test_cpu_and_recorded_variants():

@@ -76,17 +76,20 @@ def variants(coll: pd.DataFrame | None, decode_sizes, live: bool, gpus: int = 0,
 
 
 def _noted_variants(coll: pd.DataFrame, best: pd.DataFrame, decode_sizes) -> str:
-    """The notes of winning variants the investigation did not list, and then the winner among its own list."""
+    """The notes of winning variants the investigation did not list, and then the winner among its own list
+    (the default among them: PickError where those have no row at the decode sizes)."""
     noted = sorted(set(best.best_variant) & set(collectives.VARIANT_NOTES))
+    if not noted:
+        return ""
     text = "".join(f" `{v}` is {collectives.VARIANT_NOTES[v]}." for v in noted)
-    if noted:
-        own = suite.best_variant(coll, decode_sizes, exclude=list(collectives.VARIANT_NOTES))
-        if len(own):
-            ow = own.best_variant.value_counts()
-            text += (f" Among the settings the investigation listed, `{ow.index[0]}` was fastest at {ow.iloc[0]} of "
-                     f"{len(own)} decode sizes, {(own.default_time_us - own.best_time_us).median():.1f} us below the "
-                     f"default (median), a clear win by the same rule at {int(own.clear_win.sum())} of {len(own)}.")
-    return text
+    own = suite.best_variant(coll, decode_sizes, exclude=list(collectives.VARIANT_NOTES))
+    if own.empty:
+        raise PickError(f"NCCL variants: no row of the investigation's own settings (the default among them) at the "
+                        f"decode sizes {list(decode_sizes)}, only of {noted}")
+    ow = own.best_variant.value_counts()
+    return text + (f" Among the settings the investigation listed, `{ow.index[0]}` was fastest at {ow.iloc[0]} of "
+                   f"{len(own)} decode sizes, {(own.default_time_us - own.best_time_us).median():.1f} us below the "
+                   f"default (median), a clear win by the same rule at {int(own.clear_win.sum())} of {len(own)}.")
 
 
 def _variant_timing(var: pd.DataFrame) -> str:
