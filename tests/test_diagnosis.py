@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from helpers.core import layout
-from helpers.interconnect.findings import FindingError
+from helpers.core.pick import PickError as FindingError
 from helpers.interconnect.method import Method
 from helpers.model import arith as ma
 from helpers.model import budget as bd

@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from helpers.interconnect.findings import FindingError
+from helpers.core.pick import PickError as FindingError
 from helpers.model import arith as ma
 from helpers.model import measured as mb
 from helpers.model import stepreport as sr

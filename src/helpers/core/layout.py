@@ -80,6 +80,18 @@ RESULTS: dict[tuple[str, str], Result] = {
         Result("06_vm_p2p", "collective_sweep", "collective_sweep.csv",
                "every collective point measured by the VM/P2P chapter",
                ("op", "backend", "variant", "world_size", "method", "harness", "size_bytes", "time_us")),
+        Result("06_vm_p2p", "copy_sweep", "copy_sweep.csv",
+               "every copy point measured by the VM/P2P chapter: path x harness x size (helpers.interconnect.copies)",
+               ("path", "harness", "device", "size_bytes", "time_us", "bandwidth_GBps", "kind")),
+        Result("06_vm_p2p", "copy_skipped", "copy_skipped.csv",
+               "the copy paths and harnesses (or single points) this machine could not run, with the reason",
+               ("path", "harness", "size_bytes", "reason")),
+        Result("06_vm_p2p", "collective_runs", "collective_runs.csv",
+               "the VM/P2P chapter's collective launches: status, points, time, and why a launch failed",
+               ("variant", "backend", "world_size", "method", "status", "points", "message")),
+        Result("06_vm_p2p", "collective_points", "collective_points",
+               "the collective launches' folder (helpers.interconnect.collectives.resume_collectives): finished "
+               "points per launch, from which a launch resumes"),
         Result("06_vm_p2p", "hostpath", "hostpath",
                "the host-path study's folder (helpers.interconnect.hostpath): finished points per launch, "
                "named by their settings, and the generated VM topology files"),
@@ -182,6 +194,10 @@ _STEP_FALLBACK = ("the committed decode-step study (data/measured/, role decode-
 #: What a chapter reads from another: chapter -> its needs. A missing required need stops the run before
 #: it starts (see check_needs); the diagnosis in mode "recorded" reads nothing from the run.
 NEEDS: dict[str, tuple[Need, ...]] = {
+    "06_vm_p2p": (
+        Need("01_environment", "probe", "no environment probe in this run: this machine's P2P matrix is CUDA's "
+                                        "peer-access answer on a GPU machine, and none without a GPU"),
+    ),
     "07_diagnosis": (
         Need("06_vm_p2p", "fits"),
         Need("06_vm_p2p", "collective_sweep", "no all-to-all against all-reduce comparison (the VM/P2P chapter "
