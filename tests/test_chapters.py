@@ -7,7 +7,9 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
+import importlib
 import inspect
+import pkgutil
 import json
 import re
 
@@ -34,13 +36,17 @@ def _source(cell) -> str:
     return "".join(cell["source"])
 
 
+def _python(src: str) -> str:
+    """A cell's source with IPython lines (%magic, !shell) blanked, so it parses as Python."""
+    return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in src.splitlines())
+
+
 def _code(stem: str) -> list[ast.Module]:
     """Every code cell of the notebook, parsed (IPython lines blanked)."""
     out = []
     for c in _notebook(stem)["cells"]:
         if c["cell_type"] == "code":
-            src = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in _source(c).splitlines())
-            out.append(ast.parse(src))
+            out.append(ast.parse(_python(_source(c))))
     return out
 
 
@@ -61,8 +67,11 @@ def _named_in_code(stem: str) -> set[str]:
     """The keys a reader finds in code: the fields of the chapter module's dataclasses and the literal keys
     of the notebook's glue() calls."""
     mod = chapters.module(stem)
-    fields = {f.name for obj in vars(mod).values()
-              if inspect.isclass(obj) and dataclasses.is_dataclass(obj) and obj.__module__ == mod.__name__
+    mods = [mod]
+    if hasattr(mod, "__path__"):   # a chapter that is a package: its submodules' dataclasses count too
+        mods += [importlib.import_module(m.name) for m in pkgutil.iter_modules(mod.__path__, mod.__name__ + ".")]
+    fields = {f.name for m in mods for obj in vars(m).values()
+              if inspect.isclass(obj) and dataclasses.is_dataclass(obj) and obj.__module__ == m.__name__
               for f in dataclasses.fields(obj)}
     literal = {c.args[0].value for c in _glue_calls(stem)
                if c.args and isinstance(c.args[0], ast.Constant) and isinstance(c.args[0].value, str)}
@@ -76,7 +85,7 @@ def _validation_cell(stem: str) -> tuple[dict, ast.Module]:
     defaults: dict = {}
     exec(_source(cells[i]), {}, defaults)  # literals only
     nxt = next(c for c in cells[i + 1:] if c["cell_type"] == "code")
-    return defaults, ast.parse(_source(nxt))
+    return defaults, ast.parse(_python(_source(nxt)))
 
 
 @pytest.mark.parametrize("stem", STEMS)
