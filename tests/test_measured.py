@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from helpers.chapters import decode_step as sr
 from helpers.model import arith as ma
 from helpers.model import budget as bd
 from helpers.model import kernels as kt
 from helpers.model import measured as mb
-from helpers.model import stepreport as sr
 
 
 @pytest.fixture(scope="module")
