@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from helpers.chapters._serving import ENGINE, MODE, SGLANG, SWEEP, TINY, recorded_serving  # noqa: F401
+from helpers.chapters import _serving
+from helpers.chapters._serving import ENGINE, MODE, SGLANG, SWEEP, TINY
 from helpers.core import params, recorded
 from helpers.core.recorded import value
 from helpers.serving import live
@@ -20,6 +21,9 @@ from helpers.serving import live
 #: the chapter's parameters (the notebook's validation cell and the runbook's precheck check them)
 PARAMS = {**MODE, **ENGINE, **SGLANG, **TINY, **SWEEP, "runners": live.names_param("MoE runner"),
           "repeats": params.number(1, 20, integer=True), "workload": live.workload_param()}
+
+#: the recorded serving figures (data/recorded/serving.csv), shared with chapter 03
+recorded_serving = _serving.recorded_serving
 
 #: the columns of the runner-pair verdicts (distinguishable), present even where there is no pair
 VERDICT_COLUMNS = ["workload", "concurrency", "a", "b", "diff_pct (derived)", "ranges_overlap", "verdict"]
