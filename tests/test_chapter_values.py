@@ -14,10 +14,10 @@ from helpers.core import recorded
 from helpers.chapters import provenance
 from helpers.core.glue import read_glued
 from helpers.core.recorded import DataError
+from helpers.chapters import baselines_tuning, expert_parallelism, moe_runners, nan_crash
 from helpers.chapters import environment as environment_chapter
-from helpers.chapters import expert_parallelism
 from helpers.model import arith
-from helpers.serving import classify, report
+from helpers.serving import classify
 
 ROOT = repo_root()
 GLUE_REF = re.compile(r"\{glue(?::text|:figure|:)?\}`([^`:]+)")
@@ -134,25 +134,25 @@ def test_a_removed_sweep_row_fails_naming_it():
     s = s[~((s.experiment == "sweep_256_256") & (s.concurrency == 64))]
     with pytest.raises(DataError, match=r"data/recorded/serving.csv has no row where .*concurrency=64.*"
                                         r"concurrency there: 1"):
-        report.sweep_facts(s)
+        baselines_tuning.sweep_facts(s)
 
 
 def test_a_renamed_experiment_label_fails_naming_it():
     s = serving()
     s["experiment"] = s.experiment.replace("summary_311", "summary_before_vm")
     with pytest.raises(DataError, match="no experiment='summary_311'.*summary_before_vm"):
-        report.saturation_facts(s, report.saturation_claims(s))
+        baselines_tuning.saturation_facts(s, baselines_tuning.saturation_claims(s))
     s = serving()
     s["experiment"] = s.experiment.replace("moe_runner_cutlass", "runner_cutlass")
     with pytest.raises(DataError, match="moe_runner_cutlass"):
-        report.runner_facts(s)
+        moe_runners.runner_facts(s)
 
 
 def test_a_renamed_outcome_or_backend_fails_naming_it():
     m = recorded.load("recorded/backend_matrix.csv")
     m = m[~((m.component == "nsa_decode") & (m.outcome == "ok"))]
     with pytest.raises(DataError, match="component='nsa_decode', outcome='ok'"):
-        report.matrix_facts(m)
+        nan_crash.matrix_facts(m)
 
 
 def test_a_renamed_layout_or_system_fails_naming_it():

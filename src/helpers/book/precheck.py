@@ -3,7 +3,7 @@
 Every chapter validates its parameters in the cell after its `parameters` cell, with one call:
 
     P = params.validate({"mode": mode, ...}, {"mode": params.choice("recorded", "auto"), ...})
-    P = params.validate({k: v for k, v in globals().items() if k in ex.NAN_PARAMS}, ex.NAN_PARAMS)
+    P = params.validate({k: v for k, v in globals().items() if k in ch.PARAMS}, ch.PARAMS)
 
 That call is the one place a chapter says what its parameters may be (inline, or a spec dictionary
 the package holds). `chapter_checks(notebook)` reads
