@@ -81,3 +81,12 @@ def test_runbook_refuses_the_diagnosis_alone_before_running_anything(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "chapter 07_diagnosis needs 06_vm_p2p's 'fits'" in proc.stderr
     assert not any(tmp_path.iterdir()), "nothing is created before the plan is accepted"
+
+
+def test_a_run_object_writes_under_its_chapter_and_an_empty_run_dir_is_a_fresh_folder(tmp_path):
+    run = layout.Run(str(tmp_path), "06_vm_p2p")
+    assert run.folder == tmp_path / "results" / "06_vm_p2p" and run.folder.is_dir()
+    lone = layout.Run("", "06_vm_p2p")          # a chapter executed on its own
+    assert lone.folder.is_dir() and lone.folder.name == "06_vm_p2p" and lone.root != tmp_path
+    with pytest.raises(layout.LayoutError, match="no result 'bogus' is declared for chapter '06_vm_p2p'"):
+        run.save("bogus", {})
