@@ -56,8 +56,11 @@ def test_optional_needs_have_a_stated_fallback_and_never_stop_a_run(tmp_path):
         if n.study:
             assert recorded.study(n.study).path.is_dir()  # the committed study it falls back on exists
     step = [n for n in needs if n.producer == "07_decode_step"]
-    assert {n.name for n in step} == {"step_times", "step_bytes", "step_meta"}
-    assert all(n.optional and n.study == measured.STEP_ROLE for n in step)
+    assert {n.name for n in step} == {"step_times", "step_bytes", "step_meta", "precision_times",
+                                      "precision_bytes", "precision_meta"}
+    assert all(n.optional for n in step)
+    assert all(n.study == (measured.STEP_ROLE if n.name.startswith("step_") else measured.PRECISION_ROLE)
+               for n in step)
     # only the required fits are asked for: the sweep and the decode step are optional
     layout.save(tmp_path, "06_vm_p2p", "fits", _fits())
     assert layout.check_needs(["07_diagnosis"], tmp_path) == []

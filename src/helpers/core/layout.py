@@ -230,6 +230,8 @@ class Need:
 
 _STEP_FALLBACK = ("the committed decode-step study (data/measured/, role decode-step), where this run did not "
                   "time GLM-5's real TP8 shapes on a GPU")
+_PRECISION_FALLBACK = ("the committed bf16-against-FP8 study (data/measured/, role decode-step-fp8), where this "
+                       "run did not time the step in FP8 on a GPU")
 
 #: What a chapter reads from another: chapter -> its needs. A missing required need stops the run before
 #: it starts (see check_needs); the diagnosis in mode "recorded" reads nothing from the run.
@@ -247,6 +249,9 @@ NEEDS: dict[str, tuple[Need, ...]] = {
         Need("07_decode_step", "step_meta", _STEP_FALLBACK, "decode-step"),
         Need("06_vm_p2p", "hostpath_sweep", "no host-path study in this run (it needs the vm-emulation target on "
                                             "four GPUs or more): the VM is predicted from the other scenarios"),
+        Need("07_decode_step", "precision_times", _PRECISION_FALLBACK, "decode-step-fp8"),
+        Need("07_decode_step", "precision_bytes", _PRECISION_FALLBACK, "decode-step-fp8"),
+        Need("07_decode_step", "precision_meta", _PRECISION_FALLBACK, "decode-step-fp8"),
     ),
 }
 #: Chapters whose needs are waived in a mode that uses recorded inputs only.
