@@ -18,7 +18,6 @@ The figures follow nccl-tests (doc/PERFORMANCE.md and src/common.cu): time is th
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -33,41 +32,12 @@ import pandas as pd
 from helpers.core import procs
 from helpers.interconnect.copies import parse_sizes
 from helpers.interconnect.method import COLUMNS as METHOD_COLUMNS, Method, MethodError
-from helpers.interconnect.nodes import JOINED_PREFIX, Nodes
+from helpers.interconnect.launchlog import failure_message
+from helpers.interconnect.nodes import Nodes
+from helpers.interconnect.settings import BASE_ENV
 
 OPS = ("all_reduce", "all_to_all")
 BACKENDS = ("gloo", "nccl")
-
-#: Always in the workers' environment: no NVLink SHARP multicast, no symmetric-memory multicast.
-BASE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "OMP_NUM_THREADS": "1"}
-
-#: The NCCL variants the investigation listed as next steps and never ran: name -> extra environment.
-NCCL_VARIANTS: dict[str, dict[str, str]] = {
-    "default": {},
-    "P2P_DISABLE=1": {"NCCL_P2P_DISABLE": "1"},
-    "P2P_LEVEL=LOC": {"NCCL_P2P_LEVEL": "LOC"},
-    "P2P_LEVEL=PIX": {"NCCL_P2P_LEVEL": "PIX"},
-    "P2P_LEVEL=PHB": {"NCCL_P2P_LEVEL": "PHB"},
-    "P2P_LEVEL=SYS": {"NCCL_P2P_LEVEL": "SYS"},
-    "SHM_USE_CUDA_MEMCPY=1": {"NCCL_SHM_USE_CUDA_MEMCPY": "1"},
-    "ALGO=Ring": {"NCCL_ALGO": "Ring"},
-    "ALGO=Tree": {"NCCL_ALGO": "Tree"},
-    "PROTO=LL": {"NCCL_PROTO": "LL"},
-    "PROTO=LL128": {"NCCL_PROTO": "LL128"},
-    "PROTO=Simple": {"NCCL_PROTO": "Simple"},
-    "GRAPH_MIXING_SUPPORT=0": {"NCCL_GRAPH_MIXING_SUPPORT": "0"},
-}
-
-#: Variants that are not from the investigation's list, and what a reader must know before using them.
-VARIANT_NOTES: dict[str, str] = {
-    "GRAPH_MIXING_SUPPORT=0": (
-        "not in the investigation's list: this project added it after measuring it on two H200s. NCCL then "
-        "stops serializing every CUDA-graph-captured collective against the communicator's other work "
-        "(the variant sweep shows what that costs here). It is only safe where a graph launch and a "
-        "non-captured NCCL call on the same communicator are never in flight together (NCCL "
-        "documentation), so a server that mixes eager and graph collectives must check that first"),
-}
-
 
 class CollectiveConfigError(ValueError):
     """A collective sweep that cannot run as asked (bad sizes, too many ranks, no such backend)."""
@@ -246,31 +216,6 @@ def run_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = O
 
 def slug(s: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in s)
-
-
-def failure_message(text: str | None, n: int = 1500) -> str:
-    """The part of a failed launch's output that says why: a worker's refusal (a line of its own), else the
-    first failing rank's own lines (torch prefixes a worker's uncaught error with '[rankN]:'), else the end
-    of the output. torchrun's own
-    summary, which follows and names no cause, is left out where a rank's lines exist."""
-    text = (text or "").strip()
-    lines = [ln for ln in text.splitlines() if ln.strip() and not set(ln.strip()) <= {"*"}]
-    # a worker that refused the sweep (its own SystemExit, e.g. across nodes) says why in one line
-    refused = [ln.strip() for ln in lines if ln.startswith(("helpers.interconnect.worker:",
-                                                             "helpers.interconnect.worker --join:"))
-               and not ln.startswith(JOINED_PREFIX)]
-    if refused:
-        return "\n".join(dict.fromkeys(refused))[:n]
-    ranked = [ln for ln in lines if re.match(r"\[rank\d+\]:", ln)]
-    if ranked:
-        first = ranked[0].split(":", 1)[0]
-        mine = [ln for ln in ranked if ln.startswith(first + ":")]
-        # the exception and what follows it (NCCL's own "Last error") first: a table cell shows the start
-        exc = [i for i, ln in enumerate(mine) if re.match(r"\[rank\d+\]:\s*[\w.]+(Error|Exception)\b", ln)]
-        if exc:
-            mine = mine[exc[-1]:] + ["traceback:"] + mine[:exc[-1]]
-        return "\n".join(mine)[:n]
-    return "\n".join(lines)[-n:]
 
 
 def _drain(proc: subprocess.Popen) -> str:

@@ -53,11 +53,6 @@ class ToolOutputError(ValueError):
     """Tool output that does not have the expected shape; the message names the tool and what was missing."""
 
 
-#: Every reference-tool run's environment: no NVLink SHARP multicast (helpers.interconnect.collectives.BASE_ENV's
-#: settings, and NVSHMEM's own switch).
-TOOL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-
-
 def run_processes(cmd: list[str], n: int, timeout: float, env: dict) -> tuple[int, str]:
     """Run `cmd` (nccl-tests built against benchmarks/fidelity/mpishim) as n processes on this host that
     meet through one shared memory file, as `mpirun -np n` would start them. Returns the worst exit

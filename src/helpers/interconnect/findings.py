@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from helpers.interconnect import fidelity
+from helpers.interconnect import fidelity, growth, settings
 from helpers.interconnect.method import FIELDS, START_LEAD_US, Method, methods_of
 from helpers.core.pick import PickError, describe, one, rows  # noqa: F401 - rows and one are this module's pickers too
 
@@ -202,7 +202,7 @@ def variants(coll: pd.DataFrame | None, decode_sizes, live: bool, gpus: int = 0,
     """The NCCL variant comparison at the decode sizes and its sentence (variant_text): which variant
     won where, by how much, whether the win is clear of the launch-to-launch spread, how the variants
     were timed, and the notes of variants the investigation did not list."""
-    from helpers.interconnect import collectives, suite
+    from helpers.interconnect import suite
 
     var = suite.variant_rows(coll) if coll is not None and len(coll) else None
     var = var[var.world_size > 1] if var is not None else None
@@ -226,11 +226,11 @@ def variants(coll: pd.DataFrame | None, decode_sizes, live: bool, gpus: int = 0,
             f"sizes (measured, {machine_label}); the median saving over the default there is "
             f"{(best.default_time_us - best.best_time_us).median():.1f} us per all-reduce, a clear win at "
             f"{int(best.clear_win.sum())} of {len(best)} sizes ({rule}). " + _variant_timing(var))
-    noted = sorted(set(best.best_variant) & set(collectives.VARIANT_NOTES))
+    noted = sorted(set(best.best_variant) & set(settings.VARIANT_NOTES))
     for v in noted:
-        text += f" `{v}` is {collectives.VARIANT_NOTES[v]}."
+        text += f" `{v}` is {settings.VARIANT_NOTES[v]}."
     if noted:   # and the winner among the investigation's own list
-        own = suite.best_variant(coll, decode_sizes, exclude=list(collectives.VARIANT_NOTES))
+        own = suite.best_variant(coll, decode_sizes, exclude=list(settings.VARIANT_NOTES))
         if len(own):
             ow = own.best_variant.value_counts()
             text += (f" Among the settings the investigation listed, `{ow.index[0]}` was fastest at {ow.iloc[0]} of "
@@ -500,11 +500,11 @@ def hostpath_findings(cfg) -> dict:
     """What the host-path section's expectation cites, from the study's configuration
     (hostpath.StudyConfig) and the recorded link: the sizes swept and the link the VM topology names."""
     from helpers.core.plotting import bytes_label
-    from helpers.interconnect import hostpath as hp, topology
+    from helpers.interconnect import topology
 
     link = topology.recorded_vm_link()
     return {"hp_link": f"PCIe Gen{link.generation} x{link.width}", "hp_min": bytes_label(cfg.min_bytes),
-            "hp_max": bytes_label(cfg.max_bytes), "hp_tuning_max": bytes_label(min(cfg.max_bytes, hp.TUNING_MAX_BYTES))}
+            "hp_max": bytes_label(cfg.max_bytes), "hp_tuning_max": bytes_label(min(cfg.max_bytes, settings.TUNING_MAX_BYTES))}
 
 
 def hostpath_summary(res: dict | None, live: bool, gpus: int, selected, decode_sizes) -> str:
@@ -590,7 +590,7 @@ def hostpath_text(res: dict | None, live: bool, gpus: int, selected, decode_size
     target = 8
     if n < target:
         if len(ns) >= 2:
-            d = hp.extrapolate(host[host.size_bytes == one_tok], target)
+            d = growth.extrapolate(host[host.size_bytes == one_tok], target)
             r = d.iloc[0]
             text += (f" At {target} ranks, not measured here, it would take {r.time_us:.1f} us (derived: "
                      f"{r.assumption}; the other growth assumptions give {r.time_us_low:.1f} to "
@@ -625,7 +625,7 @@ def hostpath_text(res: dict | None, live: bool, gpus: int, selected, decode_size
 
 def hostpath_decode_table(sweep: pd.DataFrame | None, decode_sizes, target: int = 8) -> pd.DataFrame | None:
     """Per arm, the all-reduce time at each decode size: at every measured world size, and at `target`
-    ranks derived (hostpath.at_world_size) where the study could not run that many but ran two world sizes."""
+    ranks derived (growth.at_world_size) where the study could not run that many but ran two world sizes."""
     from helpers.interconnect import hostpath as hp
 
     if sweep is None or not len(sweep):
@@ -636,8 +636,8 @@ def hostpath_decode_table(sweep: pd.DataFrame | None, decode_sizes, target: int 
         if target in set(g.world_size):
             continue
         try:
-            d = hp.extrapolate(g, target)
-        except hp.GrowthError:
+            d = growth.extrapolate(g, target)
+        except growth.GrowthError:
             continue   # an arm measured at one world size only: shown as measured, nothing derived
         t = pd.concat([t, d.assign(kind=f"derived ({d.model.iloc[0]})")[t.columns]], ignore_index=True)
     order = {a: i for i, a in enumerate(hp.ARMS)}

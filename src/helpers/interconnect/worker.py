@@ -70,7 +70,7 @@ import time
 from pathlib import Path
 
 from helpers.interconnect.method import Method, MethodError
-from helpers.interconnect.nodes import JOINED_PREFIX
+from helpers.interconnect.launchlog import JOINED_PREFIX
 
 #: torchrun's store keys: the book's node's command line, and each rank's host name
 PLAN_KEY = "helpers.interconnect.worker/plan"

@@ -70,9 +70,8 @@ from typing import Any, Callable
 from helpers.machine.parsers import (P2P_STATUS_CODES, affinity_nodes, classify_virtualization,
                                      container_hints_from_cgroup, gpu_numa_node, kernel_hints, parse_acs,
                                      parse_cpuinfo, parse_cpulist, parse_meminfo, pci_bus_id_to_sysfs)
+from helpers.machine.schema import SCHEMA_VERSION
 from helpers.machine.verdicts import NO_GPU_STATEMENT, judge
-
-SCHEMA_VERSION = 1
 
 #: nvmlGpuP2PCapsIndex_t (written out: pynvml's NVML_P2P_CAPS_INDEX_READ is the tuple (0,))
 P2P_CAPS = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}
@@ -385,7 +384,7 @@ def probe(root: str | Path = "/", *, import_torch: bool | None = None, p2p: bool
 def from_recorded(hw: dict) -> dict:
     """The original machine in the probe's shape: `helpers.machine.recorded_machine.from_recorded` (the VM/P2P
     chapter calls it from here)."""
-    from helpers.machine import recorded_machine  # it imports SCHEMA_VERSION from this module
+    from helpers.machine import recorded_machine
 
     return recorded_machine.from_recorded(hw)
 
