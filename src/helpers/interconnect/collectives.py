@@ -291,6 +291,29 @@ def measure_direct(sizes, method: Method = Method.direct(timer="host"), warmup: 
     the timing method from torch.distributed's own per-call cost."""
     import torch
 
+    method = _direct_method(method, gpus)
+    sizes = parse_sizes(sizes)
+    devs = [torch.device("cuda", i) for i in range(gpus)]
+    dt = getattr(torch, dtype)
+    es = torch.empty((), dtype=dt).element_size()
+    t_start, rows = time.perf_counter(), []
+    with torch.cuda.device(devs[0]):
+        for size in sizes:
+            count = size // es
+            if count == 0:
+                continue
+            times = _direct_times(devs, count, dt, method, warmup, iters, repeats)
+            rows.append({"op": "all_reduce", "backend": "nccl-direct", "variant": "default", "world_size": gpus,
+                         "dtype": dtype, "count": count, "size_bytes": count * es, "iters": iters, "repeats": repeats,
+                         "warmup": warmup, "times_us": times, **method.as_row(),
+                         "device": torch.cuda.get_device_name(devs[0])})
+    return RunResult("default", "nccl-direct", gpus, "ok", 0, time.perf_counter() - t_start, "", rows, "", method)
+
+
+def _direct_method(method: Method, gpus) -> Method:
+    """measure_direct's checks of its request; the method it records (several GPUs: the host timer)."""
+    import torch
+
     if not isinstance(method, Method):
         raise CollectiveConfigError(f"method = {method!r} must be a helpers.interconnect.method.Method")
     method.check_backend("nccl-direct")
@@ -300,100 +323,98 @@ def measure_direct(sizes, method: Method = Method.direct(timer="host"), warmup: 
         raise CollectiveConfigError("measure_direct: harness='graph' needs gpus=1 (one CUDA graph capture holds "
                                     "one device's stream); use harness='eager' or the torchrun worker")
     method = method if gpus == 1 else method.but(timer="host")
-    harness, timer, placement, rotate_bytes = method.harness, method.timer, method.placement, method.rotate_bytes
     if not torch.cuda.is_available():
         raise CollectiveConfigError("measure_direct needs a CUDA GPU: torch sees none here; "
                                     "use run_collectives('gloo', ...) on a CPU machine")
     if gpus > torch.cuda.device_count():
         raise CollectiveConfigError(f"gpus = {gpus} is more than the {torch.cuda.device_count()} GPU(s) torch "
                                     "sees here; use gpus <= that")
+    return method
+
+
+def _direct_times(devs, count: int, dt, method: Method, warmup: int, iters: int, repeats: int) -> list[float]:
+    """One size of measure_direct: checked once, warmed up, (graph: captured), then `repeats` timed blocks
+    of `iters` calls; the time per call of each block in us."""
+    import torch
     import torch.cuda.nccl as tnccl
 
-    sizes = parse_sizes(sizes)
-    devs = [torch.device("cuda", i) for i in range(gpus)]
-    dev = devs[0]
-    dt = getattr(torch, dtype)
-    es = torch.empty((), dtype=dt).element_size()
-    t_start, rows = time.perf_counter(), []
+    harness, timer, placement, rotate_bytes = method.harness, method.timer, method.placement, method.rotate_bytes
+    gpus, dev = len(devs), devs[0]
+    nbytes = count * torch.empty((), dtype=dt).element_size()
+    steps = max(1, rotate_bytes // nbytes) if rotate_bytes > 0 else 1
+    steps = min(steps, max(iters, warmup, 1))
+    px = [torch.zeros(count * steps, dtype=dt, device=d) for d in devs]
+    py = [torch.zeros_like(x) for x in px]
+    views = [([x[k * count:(k + 1) * count] for x in px], [y[k * count:(k + 1) * count] for y in py])
+             for k in range(steps)]
 
     def sync_all():
         for d in devs:
             torch.cuda.synchronize(d)
 
-    with torch.cuda.device(dev):
-        for size in sizes:
-            count = size // es
-            if count == 0:
-                continue
-            nbytes = count * es
-            steps = max(1, rotate_bytes // nbytes) if rotate_bytes > 0 else 1
-            steps = min(steps, max(iters, warmup, 1))
-            px = [torch.zeros(count * steps, dtype=dt, device=d) for d in devs]
-            py = [torch.zeros_like(x) for x in px]
-            views = [([x[k * count:(k + 1) * count] for x in px], [y[k * count:(k + 1) * count] for y in py])
-                     for k in range(steps)]
+    def call(i):
+        xs, ys = views[i % steps]
+        if placement == "out-of-place":
+            tnccl.all_reduce(xs, ys)
+        else:
+            tnccl.all_reduce(xs)
 
-            def call(i):
-                xs, ys = views[i % steps]
-                if placement == "out-of-place":
-                    tnccl.all_reduce(xs, ys)
-                else:
-                    tnccl.all_reduce(xs)
+    chk_x = [torch.full((count,), 3.0, dtype=dt, device=d) for d in devs]
+    chk_y = [torch.zeros_like(x) for x in chk_x]
+    tnccl.all_reduce(chk_x, chk_y if placement == "out-of-place" else None)
+    sync_all()
+    got = chk_y if placement == "out-of-place" else chk_x
+    if not all(bool(torch.all(g == 3.0 * gpus)) for g in got):
+        raise RuntimeError(f"direct ncclAllReduce gave a wrong result (count {count}, {placement}, "
+                           f"{gpus} GPU(s))")
+    for i in range(warmup):
+        call(i)
+    sync_all()
+    graph = _direct_graph(dev, call, iters) if harness == "graph" else None
 
-            chk_x = [torch.full((count,), 3.0, dtype=dt, device=d) for d in devs]
-            chk_y = [torch.zeros_like(x) for x in chk_x]
-            tnccl.all_reduce(chk_x, chk_y if placement == "out-of-place" else None)
-            sync_all()
-            got = chk_y if placement == "out-of-place" else chk_x
-            if not all(bool(torch.all(g == 3.0 * gpus)) for g in got):
-                raise RuntimeError(f"direct ncclAllReduce gave a wrong result (count {count}, {placement}, "
-                                   f"{gpus} GPU(s))")
-            for i in range(warmup):
+    def block():
+        if graph is not None:
+            graph.replay()
+        else:
+            for i in range(iters):
                 call(i)
+
+    times = []
+    for _ in range(repeats):
+        sync_all()
+        if timer == "events" and gpus == 1:
+            s0, e0 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s0.record()
+            block()
+            e0.record()
+            e0.synchronize()
+            times.append(s0.elapsed_time(e0) * 1e3 / iters)
+        else:  # several GPUs: the host clock, which waits for all of them (nccl-tests' BenchTime)
+            t0 = time.perf_counter()
+            block()
             sync_all()
-            graph = None
-            if harness == "graph":
-                side = torch.cuda.Stream(dev)
-                side.wait_stream(torch.cuda.current_stream(dev))
-                with torch.cuda.stream(side):
-                    call(0)
-                torch.cuda.current_stream(dev).wait_stream(side)
-                torch.cuda.synchronize(dev)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    for i in range(iters):
-                        call(i)
-                graph.replay()
-                torch.cuda.synchronize(dev)
+            times.append((time.perf_counter() - t0) * 1e6 / iters)
+    del px, py, views, graph
+    return times
 
-            def block():
-                if graph is not None:
-                    graph.replay()
-                else:
-                    for i in range(iters):
-                        call(i)
 
-            times = []
-            for _ in range(repeats):
-                sync_all()
-                if timer == "events" and gpus == 1:
-                    s0, e0 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    s0.record()
-                    block()
-                    e0.record()
-                    e0.synchronize()
-                    times.append(s0.elapsed_time(e0) * 1e3 / iters)
-                else:  # several GPUs: the host clock, which waits for all of them (nccl-tests' BenchTime)
-                    t0 = time.perf_counter()
-                    block()
-                    sync_all()
-                    times.append((time.perf_counter() - t0) * 1e6 / iters)
-            rows.append({"op": "all_reduce", "backend": "nccl-direct", "variant": "default", "world_size": gpus,
-                         "dtype": dtype, "count": count, "size_bytes": nbytes, "iters": iters, "repeats": repeats,
-                         "warmup": warmup, "times_us": times, **method.as_row(),
-                         "device": torch.cuda.get_device_name(dev)})
-            del px, py, views, graph
-    return RunResult("default", "nccl-direct", gpus, "ok", 0, time.perf_counter() - t_start, "", rows, "", method)
+def _direct_graph(dev, call, iters: int):
+    """`iters` calls captured in one CUDA graph on `dev` (after one call on a side stream), replayed once."""
+    import torch
+
+    side = torch.cuda.Stream(dev)
+    side.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(side):
+        call(0)
+    torch.cuda.current_stream(dev).wait_stream(side)
+    torch.cuda.synchronize(dev)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(iters):
+            call(i)
+    graph.replay()
+    torch.cuda.synchronize(dev)
+    return graph
 
 
 def resume_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = OPS,

@@ -424,47 +424,7 @@ def run_study(cfg: StudyConfig, out_dir: str | Path, log: Callable[[str], None] 
     for i, l in enumerate(plan.launches, 1):
         if bar is not None:
             bar.set_postfix_str(f"{l.arm.name}, {l.world_size} ranks")
-        row = {"arm": l.arm.name, "world_size": l.world_size, "backend": l.backend, "method": l.method.label,
-               "points": 0, "kept_points": 0, "new_points": 0, "planned_points": len(l.sizes), "wall_s": 0.0,
-               "estimate_s": 0.0, "arm_env": "", "folder": "", "message": ""}
-        rows: list[dict] = []
-        digest = ""
-        if l.skip:
-            row.update(status="skipped", message=l.skip)
-        else:
-            try:
-                env, digest = arm_env(l.arm, l.world_size, out, bus_ids)
-                key = launch_key(l, cfg, digest)
-                folder = out / POINTS_DIR / key_folder(key)
-                folder.mkdir(parents=True, exist_ok=True)
-                (folder / "settings.json").write_text(json.dumps(key, indent=1, sort_keys=True))
-                kept = {s: r for s, r in kept_points(folder, l.method).items() if s in l.sizes}
-                todo = [s for s in l.sizes if s not in kept]
-                est = launch_estimate_s(l, cfg, todo) if todo else 0.0
-                row.update(arm_env=shown_env(env, out), folder=str(folder.relative_to(out)),
-                           kept_points=len(kept), estimate_s=round(est, 1))
-                left = None if cfg.budget_s is None else cfg.budget_s - (time.monotonic() - t0)
-                if not todo:
-                    row.update(status="ok", message="every point kept from an earlier launch")
-                elif left is not None and est > left:
-                    row.update(status="not started",
-                               message=f"time budget: this launch is estimated at {est:.0f} s and {max(left, 0):.0f} s "
-                                       "of the budget are left; run the study again to resume")
-                else:
-                    r = collectives.run_collectives(
-                        l.backend, l.world_size, todo, ops=("all_reduce",), variant=l.arm.name, env=env,
-                        warmup=cfg.warmup, iters=cfg.iters, repeats=cfg.repeats, dtype=cfg.dtype,
-                        timeout_s=cfg.timeout_s, workdir=folder, method=l.method)
-                    new = {int(p["size_bytes"]): p for p in r.rows if p.get("op") == "all_reduce"}
-                    kept.update(new)
-                    row.update(status=r.status, wall_s=round(r.wall_s, 2), new_points=len(new), message=r.message)
-                rows = [kept[s] for s in l.sizes if s in kept]
-                row["points"] = len(rows)
-                if row["status"] == "ok" and len(rows) < len(l.sizes):
-                    row.update(status="failed", message=(row["message"] + "; " if row["message"] else "")
-                               + f"{len(l.sizes) - len(rows)} of {len(l.sizes)} sizes gave no point")
-            except (StudyError, topology.TopologyError, collectives.CollectiveConfigError, MethodError) as e:
-                row.update(status="failed", message=f"{type(e).__name__}: {e}")
+        row, rows, digest = run_launch(l, cfg, out, bus_ids, t0)
         if rows:
             results.append((collectives.RunResult(l.arm.name, l.backend, l.world_size, row["status"], None,
                                                   row["wall_s"], row["message"], rows, "", l.method), l.arm,
@@ -484,6 +444,55 @@ def run_study(cfg: StudyConfig, out_dir: str | Path, log: Callable[[str], None] 
     save_table(out, "hostpath_sweep", sweep)
     save_table(out, "hostpath_runs", runs_df)
     return {"sweep": sweep, "runs": runs_df, "statements": plan.statements, "plan": plan}
+
+
+def run_launch(l: Launch, cfg: StudyConfig, out: Path, bus_ids: Sequence[str] | None,
+               t0: float) -> tuple[dict, list[dict], str]:
+    """One launch of the study (or its skip, or its points kept from an earlier launch): its row of the run
+    table, its points (every size it has, kept and new) and the VM topology's digest ('' without one).
+    `t0`: when the study started (time.monotonic), for its time budget."""
+    row = {"arm": l.arm.name, "world_size": l.world_size, "backend": l.backend, "method": l.method.label,
+           "points": 0, "kept_points": 0, "new_points": 0, "planned_points": len(l.sizes), "wall_s": 0.0,
+           "estimate_s": 0.0, "arm_env": "", "folder": "", "message": ""}
+    rows: list[dict] = []
+    digest = ""
+    if l.skip:
+        row.update(status="skipped", message=l.skip)
+        return row, rows, digest
+    try:
+        env, digest = arm_env(l.arm, l.world_size, out, bus_ids)
+        key = launch_key(l, cfg, digest)
+        folder = out / POINTS_DIR / key_folder(key)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "settings.json").write_text(json.dumps(key, indent=1, sort_keys=True))
+        kept = {s: r for s, r in kept_points(folder, l.method).items() if s in l.sizes}
+        todo = [s for s in l.sizes if s not in kept]
+        est = launch_estimate_s(l, cfg, todo) if todo else 0.0
+        row.update(arm_env=shown_env(env, out), folder=str(folder.relative_to(out)),
+                   kept_points=len(kept), estimate_s=round(est, 1))
+        left = None if cfg.budget_s is None else cfg.budget_s - (time.monotonic() - t0)
+        if not todo:
+            row.update(status="ok", message="every point kept from an earlier launch")
+        elif left is not None and est > left:
+            row.update(status="not started",
+                       message=f"time budget: this launch is estimated at {est:.0f} s and {max(left, 0):.0f} s "
+                               "of the budget are left; run the study again to resume")
+        else:
+            r = collectives.run_collectives(
+                l.backend, l.world_size, todo, ops=("all_reduce",), variant=l.arm.name, env=env,
+                warmup=cfg.warmup, iters=cfg.iters, repeats=cfg.repeats, dtype=cfg.dtype,
+                timeout_s=cfg.timeout_s, workdir=folder, method=l.method)
+            new = {int(p["size_bytes"]): p for p in r.rows if p.get("op") == "all_reduce"}
+            kept.update(new)
+            row.update(status=r.status, wall_s=round(r.wall_s, 2), new_points=len(new), message=r.message)
+        rows = [kept[s] for s in l.sizes if s in kept]
+        row["points"] = len(rows)
+        if row["status"] == "ok" and len(rows) < len(l.sizes):
+            row.update(status="failed", message=(row["message"] + "; " if row["message"] else "")
+                       + f"{len(l.sizes) - len(rows)} of {len(l.sizes)} sizes gave no point")
+    except (StudyError, topology.TopologyError, collectives.CollectiveConfigError, MethodError) as e:
+        row.update(status="failed", message=f"{type(e).__name__}: {e}")
+    return row, rows, digest
 
 
 def study_table(results) -> pd.DataFrame:
