@@ -32,11 +32,8 @@ VARIANT_SWEEP, HOSTPATH = "variants", "hostpath"
 STUDIES = (VARIANT_SWEEP, HOSTPATH)
 
 
-class SettingError(KeyError):
+class SettingError(ValueError):
     """A setting name the registry does not hold (for the study asked); the message names the known ones."""
-
-    def __str__(self) -> str:      # KeyError would print the message in quotes
-        return str(self.args[0]) if self.args else ""
 
 
 @dataclass(frozen=True)
