@@ -44,8 +44,8 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from helpers.interconnect import collectives, copies as copybench, suite, topology
-from helpers.interconnect.method import Method, MethodError
 from helpers.interconnect.growth import ranks_text
+from helpers.interconnect.method import Method, MethodError
 from helpers.interconnect.settings import ARMS, NcclSetting
 
 

@@ -70,8 +70,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers.interconnect.method import Method, MethodError
 from helpers.interconnect.launchlog import JOINED_PREFIX
+from helpers.interconnect.method import Method, MethodError
 
 #: torchrun's store keys: the book's node's command line, and each rank's host name
 PLAN_KEY = "helpers.interconnect.worker/plan"
