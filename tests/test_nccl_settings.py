@@ -50,6 +50,9 @@ def test_every_sweep_reads_the_one_registry():
     # the variant sweep plans every registered variant, in order, and the environment it launches with is theirs
     eight = suite.plan_collectives(suite.Machine(8, "GPU", 64, 56))
     assert [r[2] for r in eight.runs[1:-1]] == list(settings.VARIANTS)
+    # the workers' base environment is the registry's, wherever a launch is made
+    from helpers.interconnect import collectives, nodes
+    assert collectives.BASE_ENV is settings.BASE_ENV and nodes.BASE_ENV is settings.BASE_ENV
     for module in ("collectives", "fidelity", "nodes", "suite", "hostpath"):
         mod = __import__(f"helpers.interconnect.{module}", fromlist=["x"])
         for name in ("NCCL_VARIANTS", "VARIANT_NOTES", "TOOL_ENV", "Arm"):
