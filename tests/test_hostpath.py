@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import pandas as pd
 import pytest
 
-from helpers.interconnect import hostpath as hp, suite, topology
+from helpers.interconnect import growth, hostpath as hp, settings, suite, topology
 from helpers.interconnect.method import Method
 
 DEC = [12288, 49152, 196608, 786432]
@@ -23,7 +23,7 @@ def test_arms_are_data_with_the_host_path_under_every_tuning_arm():
     assert vm.settings.endswith("NCCL_TOPO_FILE=<VM topology>")
     for name in hp.ARM_GROUPS["tuning"]:
         env = hp.ARMS[name].environment
-        assert env["NCCL_P2P_DISABLE"] == "1" and len(env) == 2 and hp.ARMS[name].max_bytes == hp.TUNING_MAX_BYTES
+        assert env["NCCL_P2P_DISABLE"] == "1" and len(env) == 2 and hp.ARMS[name].max_bytes == settings.TUNING_MAX_BYTES
     knobs = {k for n in hp.ARM_GROUPS["tuning"] for k in hp.ARMS[n].environment} - {"NCCL_P2P_DISABLE"}
     assert knobs == {"NCCL_PROTO", "NCCL_ALGO", "NCCL_MIN_NCHANNELS"}
     assert hp.arm_names("all") == tuple(hp.ARMS) and hp.arm_names("none") == ()
@@ -43,7 +43,7 @@ def test_the_study_covers_4_bytes_to_256_mib_and_the_decode_sizes():
     cfg = hp.StudyConfig()
     sizes = cfg.sizes(hp.ARMS["host"])
     assert sizes[0] == 4 and sizes[-1] == 256 * 2**20 and set(DEC) <= set(sizes) and len(sizes) == 27 + 4
-    assert max(cfg.sizes(hp.ARMS["host+PROTO=LL"])) == hp.TUNING_MAX_BYTES
+    assert max(cfg.sizes(hp.ARMS["host+PROTO=LL"])) == settings.TUNING_MAX_BYTES
 
 
 def test_plan_on_cpu_skips_the_nccl_arms_with_their_reason_and_says_what_it_cannot_run():
@@ -128,29 +128,29 @@ def _sweep(points, arm="host"):
 
 def test_growth_to_eight_ranks_is_derived_from_two_and_four_under_a_stated_assumption():
     s = _sweep({(2, 1024): 20.0, (4, 1024): 30.0, (2, 2**20): 100.0, (4, 2**20): 100.0})
-    d = hp.extrapolate(s, 8).set_index("size_bytes")
+    d = growth.extrapolate(s, 8).set_index("size_bytes")
     # ring steps 2(N-1): 2 -> 20, 6 -> 30, so 14 -> 50; log2 N: 1, 2 -> 3 gives 40; 2(N-1)/N: 1, 1.5 -> 1.75 gives 35
     r = d.loc[1024]
     assert (r.time_us, r.time_us_low, r.time_us_high) == pytest.approx((50.0, 35.0, 50.0))
     assert r.world_size == 8 and r.from_world_sizes == "2,4" and r.model == "ring_steps"
     assert r.kind.startswith("derived: extrapolated to 8 ranks from the measured 2 and 4 ranks") and "2(N-1)" in r.assumption
     assert d.loc[2**20].time_us == pytest.approx(100.0)                     # flat stays flat
-    assert hp.extrapolate(s, 8, model="log2").set_index("size_bytes").loc[1024].time_us == pytest.approx(40.0)
+    assert growth.extrapolate(s, 8, model="log2").set_index("size_bytes").loc[1024].time_us == pytest.approx(40.0)
     three = _sweep({(2, 64): 10.0, (4, 64): 14.0, (6, 64): 18.0})          # least squares through more points
-    assert hp.extrapolate(three, 8).time_us.iloc[0] == pytest.approx(22.0)
+    assert growth.extrapolate(three, 8).time_us.iloc[0] == pytest.approx(22.0)
 
 
 def test_growth_refuses_a_single_world_size():
-    with pytest.raises(hp.GrowthError, match=r"arm 'host' at 1024 B was measured at \[4\].*needs two"):
-        hp.extrapolate(_sweep({(4, 1024): 30.0, (1, 1024): 5.0}), 8)
-    with pytest.raises(hp.GrowthError, match="unknown"):
-        hp.extrapolate(_sweep({(2, 1024): 20.0, (4, 1024): 30.0}), 8, model="cubic")
+    with pytest.raises(growth.GrowthError, match=r"arm 'host' at 1024 B was measured at \[4\].*needs two"):
+        growth.extrapolate(_sweep({(4, 1024): 30.0, (1, 1024): 5.0}), 8)
+    with pytest.raises(growth.GrowthError, match="unknown"):
+        growth.extrapolate(_sweep({(2, 1024): 20.0, (4, 1024): 30.0}), 8, model="cubic")
 
 
 def test_eight_ranks_are_extrapolated_only_where_they_were_not_measured():
     s = pd.concat([_sweep({(2, 1024): 20.0, (4, 1024): 30.0, (8, 1024): 61.0}),
                    _sweep({(2, 1024): 10.0, (4, 1024): 12.0}, arm="default")], ignore_index=True)
-    t = hp.at_world_size(s, 8).set_index("arm")
+    t = growth.at_world_size(s, 8).set_index("arm")
     assert t.loc["host", "time_us"] == 61.0 and t.loc["host", "kind"] == "measured: synthetic"
     assert t.loc["default", "time_us"] == pytest.approx(16.0) and t.loc["default", "kind"].startswith("derived")
 
@@ -191,7 +191,7 @@ def test_the_study_runs_its_arms_on_two_cpu_ranks_and_resumes_finished_points(tm
 @pytest.mark.integration
 def test_a_failed_arm_is_reported_and_the_others_still_run(tmp_path, monkeypatch):
     # an arm gloo can run but that cannot start: its processes look for a network interface that does not exist
-    monkeypatch.setitem(hp.ARMS, "broken", hp.Arm("broken", (("GLOO_SOCKET_IFNAME", "nosuchif0"),)))
+    monkeypatch.setitem(hp.ARMS, "broken", settings.NcclSetting("broken", (("GLOO_SOCKET_IFNAME", "nosuchif0"),)))
     assert not hp.ARMS["broken"].nccl_only
     cfg = hp.StudyConfig(arms=("broken", "default"), world_sizes=(2,), **SMALL)
     res = hp.run_study(cfg, tmp_path, gpus=0, cpus=2)

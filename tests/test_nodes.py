@@ -16,7 +16,7 @@ import pytest
 
 from helpers.core import layout, params
 from helpers.book import precheck
-from helpers.interconnect import collectives, nodes as multinode, suite as ic, worker
+from helpers.interconnect import collectives, launchlog, nodes as multinode, suite as ic, worker
 from helpers.interconnect.method import Method
 from helpers.interconnect.nodes import Nodes, NodesError
 from proctags import tagged
@@ -321,9 +321,9 @@ def test_a_workers_refusal_is_the_launchs_message_not_torchruns_summary():
     out = ("helpers.interconnect.worker: rank 1 (on b) cannot run the sweep: helpers.interconnect.worker --join: this "
            "node's worker code (1) differs from the book's node's (2): check out the same commit on every node\n"
            "Traceback (most recent call last):\n  ...\nhelpers.interconnect.worker FAILED\n"
-           f"{multinode.JOINED_PREFIX} the 'default' sweep\n")
-    assert collectives.failure_message(out).startswith("helpers.interconnect.worker: rank 1 (on b) cannot run")
-    assert "FAILED" not in collectives.failure_message(out) and "joined" not in collectives.failure_message(out)
+           f"{launchlog.JOINED_PREFIX} the 'default' sweep\n")
+    assert launchlog.failure_message(out).startswith("helpers.interconnect.worker: rank 1 (on b) cannot run")
+    assert "FAILED" not in launchlog.failure_message(out) and "joined" not in launchlog.failure_message(out)
 
 
 def test_a_launch_whose_worker_refused_counts_as_failed_whatever_the_rendezvous_raised_after():

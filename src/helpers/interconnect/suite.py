@@ -31,6 +31,7 @@ from helpers.interconnect import fits as alphabeta, collectives, copies as copyb
 from helpers.interconnect.method import Method, MethodError
 from helpers.interconnect import nodes as multinode
 from helpers.interconnect.nodes import Nodes, NodesError
+from helpers.interconnect import settings
 from helpers.core import layout, recorded
 
 #: the diagnosis reads these (helpers.core.layout); `harness` is the method's harness field ('graph' for
@@ -126,12 +127,12 @@ def plan_collectives(m: Machine, world_size: int = 0, variants="all", nodes: int
     (the investigation's way); on two GPUs or more the default also runs, with every variant, by
     VARIANT_METHOD. Across `nodes` nodes (each assumed to have this machine's GPUs), see plan_nodes."""
     p = CollectivePlan()
-    names = list(collectives.NCCL_VARIANTS) if variants == "all" else ([] if variants in ("none", "") else
-                                                                        [v.strip() for v in variants.split(",")])
-    unknown = [v for v in names if v not in collectives.NCCL_VARIANTS]
+    names = list(settings.VARIANTS) if variants == "all" else ([] if variants in ("none", "") else
+                                                                [v.strip() for v in variants.split(",")])
+    unknown = [v for v in names if v not in settings.VARIANTS]
     if unknown:
         raise collectives.CollectiveConfigError(
-            f"nccl_variants: unknown variant(s) {unknown}; use 'all', 'none' or names from {list(collectives.NCCL_VARIANTS)}")
+            f"nccl_variants: unknown variant(s) {unknown}; use 'all', 'none' or names from {list(settings.VARIANTS)}")
     if nodes > 1:
         return plan_nodes(m, world_size, names, nodes)
     if m.gpus >= 2:
@@ -277,7 +278,7 @@ def _run_plan(plan: CollectivePlan, pr: Preset, workdir, timeout_s: float, progr
             sizes = [x for x in sizes if x <= GLOO_MAX_BYTES] or sizes[:1]
         try:
             results.append(collectives.resume_collectives(
-                backend, n, sizes, variant=variant, env=collectives.NCCL_VARIANTS.get(variant, {}),
+                backend, n, sizes, variant=variant, env=settings.env("default" if variant == REPEAT_VARIANT else variant),
                 warmup=pr.coll_warmup, iters=pr.coll_iters, repeats=pr.coll_repeats, timeout_s=timeout_s,
                 workdir=Path(workdir) if workdir else None, method=method, nodes=nodes))
         except (collectives.CollectiveConfigError, MethodError, NodesError) as e:

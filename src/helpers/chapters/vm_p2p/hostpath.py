@@ -14,7 +14,7 @@ import pandas as pd
 from helpers.chapters.vm_p2p.words import and_list
 from helpers.core.pick import PickError, one
 from helpers.core.plotting import bytes_label
-from helpers.interconnect import hostpath as hp, topology
+from helpers.interconnect import growth, hostpath as hp, settings, topology
 
 #: what the host-path section needs to run, for the sentences that say why it did not
 HOSTPATH_NEEDS = ("a host with two GPUs or more (eight for the original VM's eight ranks; with four, the "
@@ -38,7 +38,7 @@ def hostpath_findings(cfg) -> HostpathExpectation:
     link = topology.recorded_vm_link()
     return HostpathExpectation(hp_link=f"PCIe Gen{link.generation} x{link.width}", hp_min=bytes_label(cfg.min_bytes),
                                hp_max=bytes_label(cfg.max_bytes),
-                               hp_tuning_max=bytes_label(min(cfg.max_bytes, hp.TUNING_MAX_BYTES)))
+                               hp_tuning_max=bytes_label(min(cfg.max_bytes, settings.TUNING_MAX_BYTES)))
 
 
 def hostpath_summary(res: dict | None, live: bool, gpus: int, selected, decode_sizes) -> str:
@@ -155,7 +155,7 @@ def _eight_ranks_clause(s: _Study) -> str:
         return ""
     if len(s.ns) < 2:
         return f" {TARGET_RANKS} ranks were not measured, and one world size is too few to extrapolate to them."
-    r = hp.extrapolate(s.host[s.host.size_bytes == s.one_tok], TARGET_RANKS).iloc[0]
+    r = growth.extrapolate(s.host[s.host.size_bytes == s.one_tok], TARGET_RANKS).iloc[0]
     return (f" At {TARGET_RANKS} ranks, not measured here, it would take {r.time_us:.1f} us (derived: "
             f"{r.assumption}; the other growth assumptions give {r.time_us_low:.1f} to {r.time_us_high:.1f} us).")
 
@@ -201,7 +201,7 @@ def _not_started_clause(runs: pd.DataFrame) -> str:
 
 def hostpath_decode_table(sweep: pd.DataFrame | None, decode_sizes, target: int = TARGET_RANKS) -> pd.DataFrame | None:
     """Per arm, the all-reduce time at each decode size: at every measured world size, and at `target`
-    ranks derived (hostpath.at_world_size) where the study could not run that many but ran two world sizes."""
+    ranks derived (growth.at_world_size) where the study could not run that many but ran two world sizes."""
     if sweep is None or not len(sweep):
         return None
     s = sweep[(sweep.op == "all_reduce") & sweep.size_bytes.isin(list(decode_sizes))]
@@ -210,8 +210,8 @@ def hostpath_decode_table(sweep: pd.DataFrame | None, decode_sizes, target: int 
         if target in set(g.world_size):
             continue
         try:
-            d = hp.extrapolate(g, target)
-        except hp.GrowthError:
+            d = growth.extrapolate(g, target)
+        except growth.GrowthError:
             continue   # an arm measured at one world size only: shown as measured, nothing derived
         t = pd.concat([t, d.assign(kind=f"derived ({d.model.iloc[0]})")[t.columns]], ignore_index=True)
     order = {a: i for i, a in enumerate(hp.ARMS)}

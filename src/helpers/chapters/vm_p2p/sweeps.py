@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from helpers.core.pick import PickError
-from helpers.interconnect import collectives, suite
+from helpers.interconnect import settings, suite
 from helpers.interconnect.method import Method
 
 
@@ -78,11 +78,11 @@ def variants(coll: pd.DataFrame | None, decode_sizes, live: bool, gpus: int = 0,
 def _noted_variants(coll: pd.DataFrame, best: pd.DataFrame, decode_sizes) -> str:
     """The notes of winning variants the investigation did not list, and then the winner among its own list
     (the default among them: PickError where those have no row at the decode sizes)."""
-    noted = sorted(set(best.best_variant) & set(collectives.VARIANT_NOTES))
+    noted = sorted(set(best.best_variant) & set(settings.VARIANT_NOTES))
     if not noted:
         return ""
-    text = "".join(f" `{v}` is {collectives.VARIANT_NOTES[v]}." for v in noted)
-    own = suite.best_variant(coll, decode_sizes, exclude=list(collectives.VARIANT_NOTES))
+    text = "".join(f" `{v}` is {settings.VARIANT_NOTES[v]}." for v in noted)
+    own = suite.best_variant(coll, decode_sizes, exclude=list(settings.VARIANT_NOTES))
     if own.empty:
         raise PickError(f"NCCL variants: no row of the investigation's own settings (the default among them) at the "
                         f"decode sizes {list(decode_sizes)}, only of {noted}")

@@ -162,9 +162,9 @@ def study_scenario(hostpath_sweep: pd.DataFrame | None) -> list[HostPath]:
     measured or extrapolated, where the run has one."""
     if hostpath_sweep is None or not len(hostpath_sweep):
         return []
-    from helpers.interconnect import hostpath as hp
+    from helpers.interconnect import growth
 
-    at8 = hp.at_world_size(hostpath_sweep, TP)
+    at8 = growth.at_world_size(hostpath_sweep, TP)
     h = at8[at8["arm"] == "host"].sort_values("size_bytes")
     if len(h) < 2:
         return []
