@@ -161,7 +161,7 @@ SWEEP_MARKERS = {"256/256": "o", "128/512": "s", "unstated": "D"}
 def serving_sweeps(rec, live, log_point: dict | None, per_stream: bool, live_label: str = "measured: this machine"):
     """Output throughput (or per-stream tokens/s: throughput / concurrency) against concurrency: recorded
     points by workload and experiment, stated ranges, the server-log point, and live sweeps by variant and
-    workload (dashed). `rec` is helpers.serving.report.recorded_points(); `live` a sweep table or None."""
+    workload (dashed). `rec` is helpers.chapters.baselines_tuning.recorded_points(); `live` a sweep table or None."""
     import pandas as pd
 
     fig, ax = figure()
@@ -199,7 +199,7 @@ def serving_sweeps(rec, live, log_point: dict | None, per_stream: bool, live_lab
 
 def runner_spread(rec_runners, spread, by: str = "runner"):
     """Recorded runner figures (points, and bars for stated ranges) and live runners' mean with the
-    min-max of their repeats (helpers.serving.report.repeat_spread), against concurrency."""
+    min-max of their repeats (helpers.chapters.moe_runners.repeat_spread), against concurrency."""
     import pandas as pd
 
     fig, ax = figure()
@@ -353,8 +353,8 @@ def p2p_figure(recorded_codes, here_codes, here_label: str):
 
 
 # ---- diagnosis figures
-# The decode-step chapter's and the diagnosis's figures, drawn from the tables helpers.model.stepreport and
-# helpers.model.diagnosis make. Their legends stand beside the axes, never over the data.
+# The decode-step chapter's and the diagnosis's figures, drawn from the tables helpers.chapters.decode_step and
+# helpers.chapters.diagnosis make. Their legends stand beside the axes, never over the data.
 
 def _legend_beside(ax, fontsize: float = 7) -> None:
     ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
