@@ -47,10 +47,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from helpers.interconnect import collectives, copies as copybench, fidelity
+from helpers.interconnect import collectives, copies as copybench, fidelity, settings
 from helpers.interconnect.method import COLUMNS as METHOD_COLUMNS, LEGACY_LEAD_US, Method
 
-SETTINGS = ("default", "GRAPH_MIXING_SUPPORT=0")    # names in helpers.interconnect.collectives.NCCL_VARIANTS
+SETTINGS = ("default", "GRAPH_MIXING_SUPPORT=0")    # names of helpers.interconnect.settings.VARIANTS
 
 
 def main(argv=None) -> int:
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
         for setting, m in arms:
             t0 = time.perf_counter()
             r = collectives.run_collectives("nccl", n, sizes, ops=("all_reduce",), warmup=5, iters=it,
-                                            repeats=a.repeats, timeout_s=300, env=collectives.NCCL_VARIANTS[setting],
+                                            repeats=a.repeats, timeout_s=300, env=settings.env(setting, settings.VARIANT_SWEEP),
                                             workdir=out / "points", method=m)
             print(f"ours {m.label} {setting} iters={it}: {r.status}, {len(r.rows)} points in "
                   f"{time.perf_counter() - t0:.1f} s {r.message[-600:]}", flush=True)
@@ -132,7 +132,7 @@ def main(argv=None) -> int:
             args = ["-b", str(min(sizes)), "-e", str(rot), "-f", "2", "-g", "1", "-G", "1", "-n", str(it), "-w", "5"]
             runs = []
             for k in range(a.tool_repeats):
-                env = {**os.environ, **fidelity.TOOL_ENV, **collectives.NCCL_VARIANTS[setting]}
+                env = {**os.environ, **settings.TOOL_ENV, **settings.env(setting, settings.VARIANT_SWEEP)}
                 if shape == "threads":
                     p = subprocess.run([str(bins[shape]), "-t", str(n)] + args, capture_output=True, text=True,
                                        timeout=300, env=env)

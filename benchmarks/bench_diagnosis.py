@@ -37,7 +37,7 @@ def chapter_once(runs_dir: Path, i: int) -> float:
 
 
 def in_process() -> float:
-    from helpers.model import diagnosis as dg
+    from helpers.chapters import diagnosis as dg
     from helpers.model import measured as mb
 
     t0 = time.perf_counter()

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 
 def main(argv=None) -> int:
     import torch
 
+    from helpers.core.results import save_table
     from helpers.interconnect import suite as ic
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -25,11 +27,13 @@ def main(argv=None) -> int:
     preset = a.preset or ("full" if torch.cuda.is_available() else "quick")
     goal = 120 if preset == "full" else 60
     t0 = time.perf_counter()
-    out = ic.run_suite(preset, a.out or None, variants=a.variants, timeout_s=a.timeout)
+    save = (lambda name, df: save_table(Path(a.out), name, df)) if a.out else None
+    out = ic.run_suite(preset, Path(a.out) / "collective_points" if a.out else None, variants=a.variants,
+                       timeout_s=a.timeout, save=save)
     wall = time.perf_counter() - t0
-    m = out["machine"]
+    m = out.machine
     print(f"machine: {m.label}; preset {preset}")
-    cs, fits = out["copy_sweep"], out["fits"]
+    cs, fits = out.copy_sweep, out.fits
     one = int(ic.copybench.decode_message_sizes().size_bytes.iloc[0])
     small = cs[cs.size_bytes == one].pivot_table(index="path", columns="harness", values="time_us")
     print(f"\ntime per copy at {one} B (one token), us (median):\n{small.round(3).to_string()}")
@@ -40,13 +44,13 @@ def main(argv=None) -> int:
     print(fits[["scope", "path", "harness", "variant", "backend", "world_size", "alpha_us", "beta_GBps",
                 "median_rel_err", "max_rel_err"]].round(3).to_string(index=False))
     print("\ncollective runs:")
-    print(out["collective_runs"].drop(columns="message").to_string(index=False))
-    for r in out["collective_results"]:
+    print(out.collective_runs.drop(columns="message").to_string(index=False))
+    for r in out.collective_results:
         if r.status != "ok":
             print(f"  {r.variant}: {r.status}: {r.message[-600:]}")
-    if len(out["copy_skipped"]):
-        print("\nskipped:\n" + out["copy_skipped"].to_string(index=False))
-    t = out["timings_s"]
+    if len(out.copy_skipped):
+        print("\nskipped:\n" + out.copy_skipped.to_string(index=False))
+    t = out.timings_s
     print(f"\nwall time: copies {t['copies']:.1f} s, collectives {t['collectives']:.1f} s, "
           f"suite {wall:.1f} s (goal {goal} s: {'met' if wall <= goal else 'NOT met'})")
     return 0

@@ -44,12 +44,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from helpers.interconnect import collectives, copies as copybench, fidelity, recorded_labels
+from helpers.interconnect import collectives, copies as copybench, fidelity, recorded_labels, settings
 from helpers.interconnect.method import Method
 from helpers.interconnect.suite import VARIANT_METHOD
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**fidelity.TOOL_ENV, "NCCL_DEBUG": "VERSION"}
+ENV = {**settings.TOOL_ENV, "NCCL_DEBUG": "VERSION"}
 MAX_BYTES = 256 * 2**20
 
 # ---- our methods, each set against the nccl-tests command timed the same way
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
                          "each run against it (the tool's own noise)")
     ap.add_argument("--gpus", type=int, default=0, help="GPUs (ranks) to compare on; 0 = every visible GPU")
     ap.add_argument("--variants", default=None,
-                    help="NCCL variants (helpers.interconnect.collectives.NCCL_VARIANTS) compared with several GPUs: each "
+                    help="NCCL variants (helpers.interconnect.settings.VARIANTS) compared with several GPUs: each "
                          "runs nccl-tests and our torch.distributed sweep under that environment (default: "
                          "default,P2P_DISABLE=1,GRAPH_MIXING_SUPPORT=0; with --focus procs: default,P2P_DISABLE=1)")
     ap.add_argument("--focus", choices=list(FOCUS), default=None,
@@ -144,9 +144,9 @@ def main(argv=None) -> int:
         print(f"fidelity: --gpus {a.gpus} but torch sees {have} GPU(s); use 0 (all) or 1..{have}", file=sys.stderr)
         return 2
     variants = [v.strip() for v in a.variants.split(",") if v.strip()] if n > 1 else ["default"]
-    bad = [v for v in variants if v not in collectives.NCCL_VARIANTS]
+    bad = [v for v in variants if v not in settings.VARIANTS]
     if bad:
-        print(f"fidelity: unknown --variants {bad}; choose from {list(collectives.NCCL_VARIANTS)}", file=sys.stderr)
+        print(f"fidelity: unknown --variants {bad}; choose from {list(settings.VARIANTS)}", file=sys.stderr)
         return 2
     if "default" not in variants:
         variants.insert(0, "default")
@@ -176,7 +176,7 @@ def main(argv=None) -> int:
                        + (shape.split()[2:] if procs > 1 else shape.split()) + (["-G", "1"] if graph else []))
                 for k in range(a.tool_repeats):   # repeats: the tool's own run-to-run spread
                     rc, text = sh(cmd, out / f"{name}{'' if k == 0 else f'.r{k + 1}'}.txt", 180,
-                                  {**collectives.NCCL_VARIANTS[v], **visible}, procs=procs)
+                                  {**settings.env(v, settings.VARIANT_SWEEP), **visible}, procs=procs)
                     if k == 0:
                         print(text[-2500:], flush=True)
     copies_too = focus.get("copies", True)
@@ -200,7 +200,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         r = collectives.run_collectives("nccl", n, SIZES, ops=("all_reduce",), warmup=5, iters=20, repeats=5,
                                         timeout_s=240 if focus else 120, variant=v, method=m,
-                                        env={"NCCL_DEBUG": "VERSION", **collectives.NCCL_VARIANTS[v]},
+                                        env={"NCCL_DEBUG": "VERSION", **settings.env(v, settings.VARIANT_SWEEP)},
                                         workdir="/tmp/fidelity-points")
         print(f"ours {v} {m.label}: {r.status} {len(r.rows)} points in {time.perf_counter() - t0:.1f} s "
               f"{r.message[-800:]}", flush=True)

@@ -24,10 +24,10 @@ def chapter(path: Path, body: str, title: str) -> None:
         nbformat.v4.new_markdown_cell(f"# {title}\n\nValue: {{glue:text}}`answer:.1f`"),
         p,
         nbformat.v4.new_code_cell(
-            "from helpers.core import params, results\nfrom helpers.core.glue import glue\nimport pandas as pd\n"
+            "from helpers.core import layout, params, results\nfrom helpers.core.glue import glue\nimport pandas as pd\n"
             "P = params.validate({'mode': mode, 'run_dir': run_dir}, "
             "{'mode': params.choice('recorded', 'auto'), 'run_dir': params.string()})\n"
-            f"out = params.run_directory(run_dir, '{path.stem}')\n" + body),
+            f"out = layout.Run(run_dir, '{path.stem}').folder\n" + body),
     ]
     nbformat.write(nb, path)
 

@@ -11,12 +11,13 @@ import pytest
 from helpers import repo_root
 from helpers.book import runbook
 from helpers.core import recorded
-from helpers.book import provenance
+from helpers.chapters import provenance
 from helpers.core.glue import read_glued
 from helpers.core.recorded import DataError
-from helpers.machine import report as machine_report
-from helpers.model import arith, placement
-from helpers.serving import classify, report
+from helpers.chapters import baselines_tuning, expert_parallelism, moe_runners, nan_crash
+from helpers.chapters import environment as environment_chapter
+from helpers.model import arith
+from helpers.serving import classify
 
 ROOT = repo_root()
 GLUE_REF = re.compile(r"\{glue(?::text|:figure|:)?\}`([^`:]+)")
@@ -67,7 +68,7 @@ def test_environment_chapter_cites_the_recorded_machine(recorded_run):
     assert (g["rec_p2p_code"], g["rec_virt"], g["rec_arch"]) == (hw["p2p_read_all_pairs"], hw["virtualization"],
                                                                   hw["gpu_architecture"])
     assert "p2p_read (problem)" in g["rec_flagged"] and g["rec_n_problem"] == "1"
-    assert g["here_probe"] == machine_report.NOT_PROBED
+    assert g["here_probe"] == environment_chapter.NOT_PROBED
 
 
 @pytest.mark.slow
@@ -133,25 +134,25 @@ def test_a_removed_sweep_row_fails_naming_it():
     s = s[~((s.experiment == "sweep_256_256") & (s.concurrency == 64))]
     with pytest.raises(DataError, match=r"data/recorded/serving.csv has no row where .*concurrency=64.*"
                                         r"concurrency there: 1"):
-        report.sweep_facts(s)
+        baselines_tuning.sweep_facts(s)
 
 
 def test_a_renamed_experiment_label_fails_naming_it():
     s = serving()
     s["experiment"] = s.experiment.replace("summary_311", "summary_before_vm")
     with pytest.raises(DataError, match="no experiment='summary_311'.*summary_before_vm"):
-        report.saturation_facts(s, report.saturation_claims(s))
+        baselines_tuning.saturation_facts(s, baselines_tuning.saturation_claims(s))
     s = serving()
     s["experiment"] = s.experiment.replace("moe_runner_cutlass", "runner_cutlass")
     with pytest.raises(DataError, match="moe_runner_cutlass"):
-        report.runner_facts(s)
+        moe_runners.runner_facts(s)
 
 
 def test_a_renamed_outcome_or_backend_fails_naming_it():
     m = recorded.load("recorded/backend_matrix.csv")
     m = m[~((m.component == "nsa_decode") & (m.outcome == "ok"))]
     with pytest.raises(DataError, match="component='nsa_decode', outcome='ok'"):
-        report.matrix_facts(m)
+        nan_crash.matrix_facts(m)
 
 
 def test_a_renamed_layout_or_system_fails_naming_it():
@@ -159,7 +160,7 @@ def test_a_renamed_layout_or_system_fails_naming_it():
     fit = arith.memory_fit(m, [{"system": "s", "count": 8, "memory_bytes": 96 * 2**30}])
     foot = recorded.load("reference/model_footprint.csv")
     with pytest.raises(DataError, match="layout 'TP8'"):
-        placement.memory_facts(m, fit.assign(layout=fit.layout.str.replace("TP8", "TP-8")), "s", foot, 0.9, 96.0)
+        expert_parallelism.memory_facts(m, fit.assign(layout=fit.layout.str.replace("TP8", "TP-8")), "s", foot, 0.9, 96.0)
     tables = provenance.all_tables()
     tables["reference/baremetal.csv"] = tables["reference/baremetal.csv"].assign(
         system=lambda d: d.system.str.replace("cutlass MoE", "CUTLASS MoE"))

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.interconnect import collectives, suite as ic
+from helpers.interconnect import collectives, launchlog, settings, suite as ic
 from helpers.interconnect.collectives import CollectiveConfigError
 from helpers.interconnect.method import Method, MethodError
 
@@ -96,11 +96,11 @@ def test_plans_by_machine():
     assert [r[:3] for r in one.runs] == [("nccl", 1, "default"), ("gloo", 2, "default")]
     assert "one GPU" in one.statements[0] and "skipped" in one.statements[0]
     eight = ic.plan_collectives(ic.Machine(8, "GPU", 64, 56))
-    assert {r[2] for r in eight.runs} == set(collectives.NCCL_VARIANTS) | {ic.REPEAT_VARIANT}
+    assert {r[2] for r in eight.runs} == set(settings.VARIANTS) | {ic.REPEAT_VARIANT}
     assert all(r[1] == 8 for r in eight.runs)
     # the default once eager (the investigation's way), then every variant by the variant method
     assert eight.runs[0][2:] == ("default", "one process per GPU, eager", Method())
-    assert [r[2] for r in eight.runs[1:]] == list(collectives.NCCL_VARIANTS) + [ic.REPEAT_VARIANT]
+    assert [r[2] for r in eight.runs[1:]] == list(settings.VARIANTS) + [ic.REPEAT_VARIANT]
     assert all(r[4] == ic.VARIANT_METHOD for r in eight.runs[1:])
     some = ic.plan_collectives(ic.Machine(2, "GPU", 64, 2), variants="ALGO=Ring")
     assert [(r[2], r[4].harness) for r in some.runs] == \
@@ -114,8 +114,8 @@ def test_plans_by_machine():
 
 
 def test_base_environment_always_disables_multicast():
-    assert collectives.BASE_ENV["NCCL_NVLS_ENABLE"] == "0"
-    assert collectives.BASE_ENV["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert settings.BASE_ENV["NCCL_NVLS_ENABLE"] == "0"
+    assert settings.BASE_ENV["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
 
 
 # ---------------------------------------------------------------- real processes (torchrun + gloo)
@@ -392,8 +392,8 @@ def test_a_failed_launch_reports_the_failing_ranks_own_error():
         "[rank0]: Traceback (most recent call last):", "[rank0]: RuntimeError: peer went away",
         "Traceback (most recent call last):", "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
         "helpers.interconnect.worker FAILED", "Root Cause (first observed failure):"])
-    msg = collectives.failure_message(out)
+    msg = launchlog.failure_message(out)
     assert "invalid usage (ALGO=Tree)" in msg and "ChildFailedError" not in msg and "[rank0]" not in msg
     assert msg.startswith("[rank1]: torch.distributed.DistBackendError")   # the cause first, then the traceback
     assert msg.index("traceback:") < msg.index("line 3, in main")
-    assert collectives.failure_message("just a plain error\n***\n") == "just a plain error"
+    assert launchlog.failure_message("just a plain error\n***\n") == "just a plain error"

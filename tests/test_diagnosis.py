@@ -1,4 +1,4 @@
-"""helpers.model.diagnosis: the diagnosis chapter's tables, picks and sentences, from data and synthetic runs
+"""helpers.chapters.diagnosis: the diagnosis chapter's tables, picks and sentences, from data and synthetic runs
 (no notebook execution). A removed row or a renamed label must fail naming it, never drop a number."""
 import math
 from dataclasses import replace
@@ -6,12 +6,12 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
+from helpers.chapters import diagnosis as dg
 from helpers.core import layout
-from helpers.interconnect.findings import FindingError
+from helpers.core.pick import PickError as FindingError
 from helpers.interconnect.method import Method
 from helpers.model import arith as ma
 from helpers.model import budget as bd
-from helpers.model import diagnosis as dg
 from helpers.model import measured as mb
 from helpers.model import verdict as vd
 

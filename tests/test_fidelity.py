@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from helpers.core import plotting
-from helpers.interconnect import collectives, copies as copybench, fidelity, figures as icfig, studies
+from helpers.chapters import vm_p2p as ch
+from helpers.interconnect import collectives, copies as copybench, fidelity, studies
 from helpers.interconnect.fidelity import ToolOutputError
 from helpers.interconnect.method import Method
 
@@ -128,7 +129,7 @@ def test_compare_and_verdict_fail_when_one_size_is_off():
     assert v.loc["-g 1, out-of-place", "holds"]
     assert v.loc["-g 1, in-place", "within_from_bytes"] != v.loc["-g 1, in-place", "within_from_bytes"]  # NaN
     assert v.loc["-g 1, out-of-place", "within_from_bytes"] == 8
-    fig = icfig.fidelity_ratio_figure(t, fidelity.TOLERANCES["all_reduce_time"])
+    fig = ch.fidelity_ratio_figure(t, fidelity.TOLERANCES["all_reduce_time"])
     assert len(fig.axes) == 2 and fig.axes[0].get_lines()
 
 
@@ -138,7 +139,7 @@ def test_the_registered_comparisons_load_with_their_methods(tmp_path):
     assert set(t.setup) == {"1x NVIDIA H200", "2x NVIDIA H200"}
     ar = t[t.quantity == "all_reduce time per call"]
     assert ar.method.notna().all() and t[t.copy_harness.notna()].method.isna().all()
-    fig = icfig.fidelity_ratio_figure(t[t.setup == "2x NVIDIA H200"], fidelity.TOLERANCES["all_reduce_time"])
+    fig = ch.fidelity_ratio_figure(t[t.setup == "2x NVIDIA H200"], fidelity.TOLERANCES["all_reduce_time"])
     assert fig.axes[1].get_legend_handles_labels()[1]
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ToolOutputError, match="lacks columns"):

@@ -1,13 +1,17 @@
-"""helpers.interconnect.findings: what the VM/P2P chapter cites, and that a missing row or a renamed label
+"""helpers.chapters.vm_p2p: what the VM/P2P chapter cites, and that a missing row or a renamed label
 fails loudly, naming it, instead of dropping a sentence."""
+from dataclasses import asdict, fields
+
 import pandas as pd
 import pytest
 
 from helpers import repo_root
+from helpers.chapters import vm_p2p as ch
+from helpers.core import layout, pick
 from helpers.core.glue import read_glued
-from helpers.interconnect import copies, figures as icfig, findings, recorded_labels, studies, suite
-from helpers.interconnect.findings import FindingError
-from helpers.interconnect.method import Method, MethodError
+from helpers.core.pick import PickError
+from helpers.interconnect import copies, hostpath as hp, recorded_labels, studies, suite
+from helpers.interconnect.method import Method, MethodError, by_method
 
 RUNS = repo_root() / "runs"
 
@@ -24,7 +28,7 @@ def gaps():
 
 @pytest.fixture(scope="module")
 def cited(fid, gaps):
-    return findings.fidelity_findings(fid, *gaps)
+    return asdict(ch.fidelity_findings(fid, *gaps))
 
 
 # ------------------------------------------------------------------ the fidelity section's numbers
@@ -54,7 +58,7 @@ def test_the_chapter_glues_exactly_these_keys():
     md = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
     used = {k.split(":")[0] for k in re.findall(r"\{glue:(?:text)?\}`([^`]+)`", md)}
     fid, gaps = studies.fidelity_tables(), (studies.gap("allreduce-gap-stream"), studies.gap("allreduce-gap-idle"))
-    keys = set(findings.fidelity_findings(fid, *gaps))
+    keys = {f.name for f in fields(ch.fidelity_findings(fid, *gaps))}
     assert keys - used == set()
     assert {k for k in used if k.startswith("fid_")} - keys == set()
 
@@ -62,22 +66,22 @@ def test_the_chapter_glues_exactly_these_keys():
 # ------------------------------------------------------------------ a missing row or a renamed label fails loudly
 def test_a_missing_row_the_text_cites_is_named(fid, gaps):
     no_aligned = fid[~((fid.start == "aligned") & (fid.api == "torch"))]
-    with pytest.raises(FindingError, match="the aligned start: no row timed by a method with .*start='aligned'"):
-        findings.fidelity_findings(no_aligned, *gaps)
+    with pytest.raises(PickError, match="the aligned start: no row timed by a method with .*start='aligned'"):
+        ch.fidelity_findings(no_aligned, *gaps)
     no_turn = fid[~fid.quantity.str.contains("timed after the other direction", regex=False)]
-    with pytest.raises(FindingError, match="either turn"):
-        findings.fidelity_findings(no_turn, *gaps)
+    with pytest.raises(PickError, match="either turn"):
+        ch.fidelity_findings(no_turn, *gaps)
     no_lat = fid[fid.quantity != "GPU 0 -> GPU 1 peer copy, 16 B, GPU time per copy"]
-    with pytest.raises(FindingError, match="our 16-byte peer copy: no row"):
-        findings.fidelity_findings(no_lat, *gaps)
+    with pytest.raises(PickError, match="our 16-byte peer copy: no row"):
+        ch.fidelity_findings(no_lat, *gaps)
     no_shape = fid[~fid.tool_setting.str.startswith("-t 2")]
-    with pytest.raises(FindingError, match="-t 2 -g 1 -G 1, in-place"):
-        findings.fidelity_findings(no_shape, *gaps)
+    with pytest.raises(PickError, match="-t 2 -g 1 -G 1, in-place"):
+        ch.fidelity_findings(no_shape, *gaps)
     stream, idle = gaps
-    with pytest.raises(FindingError, match="idle study: barrier start"):
-        findings.fidelity_findings(fid, stream, idle[idle.start != "barrier"])
-    with pytest.raises(FindingError, match="legacy default stream"):
-        findings.fidelity_findings(fid, stream[stream.stream != "legacy"], idle)
+    with pytest.raises(PickError, match="idle study: barrier start"):
+        ch.fidelity_findings(fid, stream, idle[idle.start != "barrier"])
+    with pytest.raises(PickError, match="legacy default stream"):
+        ch.fidelity_findings(fid, stream[stream.stream != "legacy"], idle)
 
 
 def test_a_renamed_method_label_is_named(fid, gaps):
@@ -86,7 +90,7 @@ def test_a_renamed_method_label_is_named(fid, gaps):
     old = renamed.loc[at, "method"].iloc[0]
     renamed.loc[at, "method"] = old.replace("aligned", "deadline")
     with pytest.raises(MethodError, match="'graph\\+host_timer\\+rotate_256MiB\\+deadline_300us' disagrees"):
-        findings.fidelity_findings(renamed, *gaps)
+        ch.fidelity_findings(renamed, *gaps)
     # a renamed recorded string fails when the study loads (test_recorded_labels), and a label the text
     # looks up by its fields cannot drift from them: Method.label is computed, not typed
     assert Method.from_row(fid[at].iloc[0]).label == old
@@ -95,30 +99,30 @@ def test_a_renamed_method_label_is_named(fid, gaps):
 def test_a_copy_verdict_the_text_does_not_cite_fails(fid, gaps):
     extra = fid[(fid.quantity == "GPU 1 -> GPU 0 peer copy bandwidth") & (fid.setup == "2x NVIDIA H200")]
     extra = extra.assign(quantity="GPU 1 -> GPU 0 through host memory bandwidth")
-    with pytest.raises(FindingError, match="the chapter does not cite them"):
-        findings.fidelity_findings(pd.concat([fid, extra], ignore_index=True), *gaps)
+    with pytest.raises(PickError, match="the chapter does not cite them"):
+        ch.fidelity_findings(pd.concat([fid, extra], ignore_index=True), *gaps)
 
 
 def test_picking_helpers_name_what_they_looked_for(fid):
-    with pytest.raises(FindingError, match="a test: no row with quantity='nothing'"):
-        findings.rows(fid, "a test", quantity="nothing")
-    with pytest.raises(FindingError, match="has no column"):
-        findings.rows(fid, "a test", colour="red")
-    with pytest.raises(FindingError, match="names .* methods"):
-        findings.by_method(fid, "a test", harness="graph")
-    with pytest.raises(FindingError, match="not method fields"):
-        findings.by_method(fid, "a test", colour="red")
-    with pytest.raises(FindingError, match="expected one"):
-        findings.one(fid, "a test", setup="2x NVIDIA H200")
+    with pytest.raises(PickError, match="a test: no row with quantity='nothing'"):
+        pick.rows(fid, "a test", quantity="nothing")
+    with pytest.raises(PickError, match="has no column"):
+        pick.rows(fid, "a test", colour="red")
+    with pytest.raises(PickError, match="names .* methods"):
+        by_method(fid, "a test", harness="graph")
+    with pytest.raises(PickError, match="not method fields"):
+        by_method(fid, "a test", colour="red")
+    with pytest.raises(PickError, match="expected one"):
+        pick.one(fid, "a test", setup="2x NVIDIA H200")
 
 
 def test_tables_for_readers(fid, gaps):
-    v = findings.verdict_table(fid)
+    v = ch.verdict_table(fid)
     assert {"holds at", "within from", "method"} <= set(v.columns)
     assert "torch.distributed, graph, aligned start" in set(v.method)
-    r = findings.allreduce_ratio_table(fid)
+    r = ch.allreduce_ratio_table(fid)
     assert "-np 2 -g 1 -G 1 | torch.distributed, graph" in r.columns and r.index.name == "size_bytes"
-    assert set(findings.gap_table(gaps[0]).columns) >= {"method", "gap_us", "ratio"}
+    assert set(ch.gap_table(gaps[0]).columns) >= {"method", "gap_us", "ratio"}
 
 
 # ------------------------------------------------------------------ the measured sections, on the committed GPU runs
@@ -128,27 +132,50 @@ def _run(run):
             pd.read_csv(d / "fits.csv"), read_glued(RUNS / run / "notebooks" / "06_vm_p2p.ipynb"))
 
 
+def _glued_text(value) -> str:
+    """A value's text as glue stores it: a string bare, a number as its repr."""
+    return value if isinstance(value, str) else repr(value)
+
+
 @pytest.mark.parametrize("run,label,gpus", [("h200x2-20261129f", "2x NVIDIA H200", 2),
-                                            ("h200-20261201b", "1x NVIDIA H200", 1)])
+                                            ("h200-20261201b", "1x NVIDIA H200", 1),
+                                            ("h200-20261201d", "1x NVIDIA H200", 1)])
 def test_a_gpu_runs_sentences_come_back_word_for_word_from_its_tables(run, label, gpus):
     """The committed GPU runs were rendered by the chapter's old code; the findings give the same text
     from the same result files (GPU code paths cannot run here; this is their check)."""
     cs, coll, fits, glued = _run(run)
     rec = suite.recorded_copy_sweep()
-    h = findings.harness_floor(cs, rec.sort_values("size_bytes").iloc[0], label)
-    assert h["harness_text"] == glued["harness_text"] and repr(h["floor_eager_us"]) == glued["floor_eager_us"]
+    h = ch.harness_floor(cs, rec.sort_values("size_bytes").iloc[0], label)
+    assert h.harness_text == glued["harness_text"] and repr(h.floor_eager_us) == glued["floor_eager_us"]
+    big, table = ch.largest_copy(cs)
+    for values in (h, big):   # every field of the two sections' dataclasses that the run glued, as it glued it
+        names = [f.name for f in fields(values) if f.name in glued]     # (an older run glued fewer keys)
+        assert {k: _glued_text(getattr(values, k)) for k in names} == {k: glued[k] for k in names}
     dec = copies.decode_message_sizes().size_bytes.tolist()
-    assert findings.variants(coll, dec, True, gpus, label).text == glued["variant_text"]
-    assert findings.fit_text(fits, suite.recorded_fit().iloc[0]) == glued["fit_text"]
-    assert findings.collective_text(True, coll, label) == glued["coll_text"]
-    big, table = findings.largest_copy(cs)
-    assert repr(big["big_bw"]) == glued["big_bw"] and big["big_path"] == glued["big_path"] and len(table)
+    assert ch.variants(coll, dec, True, gpus, label).text == glued["variant_text"]
+    assert ch.fit_text(fits, suite.recorded_fit().iloc[0]) == glued["fit_text"]
+    assert ch.collective_text(True, coll, label) == glued["coll_text"]
+    assert repr(big.big_bw) == glued["big_bw"] and big.big_path == glued["big_path"] and len(table)
+
+
+def test_a_peer_copy_the_harness_text_cites_that_is_missing_is_named():
+    cs = _run("h200x2-20261129f")[0]
+    small = suite.recorded_copy_sweep().sort_values("size_bytes").iloc[0]
+    gone = (cs.path == "peer") & (cs.harness == "queued") & (cs.size_bytes == int(small.size_bytes))
+    assert gone.sum() == 1
+    with pytest.raises(PickError, match="peer copies but no one-token \\(12288 B\\) peer copy queued"):
+        ch.harness_floor(cs[~gone], small, "2x NVIDIA H200")
+    assert "Directly from GPU 0" not in ch.harness_floor(cs[cs.path != "peer"], small, "1x").harness_text
 
 
 def test_variants_without_the_rows_they_rank_fail():
     coll = _run("h200x2-20261129f")[1]
-    with pytest.raises(FindingError, match="no variant row at the decode sizes"):
-        findings.variants(coll, [3], True, 2, "2x NVIDIA H200")
+    with pytest.raises(PickError, match="no variant row at the decode sizes"):
+        ch.variants(coll, [3], True, 2, "2x NVIDIA H200")
+    dec = copies.decode_message_sizes().size_bytes.tolist()
+    only_noted = coll[coll.variant.isin(["GRAPH_MIXING_SUPPORT=0", suite.REPEAT_VARIANT])]
+    with pytest.raises(PickError, match="no row of the investigation's own settings"):
+        ch.variants(only_noted, dec, True, 2, "2x NVIDIA H200")
 
 
 def test_cpu_and_recorded_variants():
@@ -156,32 +183,32 @@ def test_cpu_and_recorded_variants():
     small = rec.sort_values("size_bytes").iloc[0]
     cpu = pd.DataFrame({"path": "cpu_memcpy", "harness": "eager", "size_bytes": [int(small.size_bytes), 2**20],
                         "time_us": [0.5, 20.0], "bandwidth_GBps": [1.0, 50.0]})
-    h = findings.harness_floor(cpu, small)
-    assert h["harness_text"].startswith("This machine has no GPU") and "0.50 us here" in h["harness_text"]
-    assert findings.harness_floor(None, small)["harness_text"].startswith("Recorded mode measures nothing")
-    with pytest.raises(FindingError, match="no cpu_memcpy eager copy"):
-        findings.harness_floor(cpu[cpu.size_bytes == 2**20], small)
-    assert findings.largest_copy(cpu)[0] == {"big_bw": 50.0, "big_path": "cpu memcpy", "big_mib": 1.0}
-    assert findings.largest_copy(None)[0]["big_path"] == "none (recorded mode)"
-    assert findings.variants(None, [1], False).text.startswith("Recorded mode: the variants were never run")
-    assert "fewer than two GPUs" in findings.variants(None, [1], True, 0).text
-    assert findings.collective_text(False, None).startswith("Recorded mode")
-    assert findings.plan_text(True, ["No GPU here."]) == "No GPU here." and findings.plan_text(False, [])
-    assert findings.where_measured(False) == "recorded mode: nothing measured on this machine"
+    h = ch.harness_floor(cpu, small)
+    assert h.harness_text.startswith("This machine has no GPU") and "0.50 us here" in h.harness_text
+    assert ch.harness_floor(None, small).harness_text.startswith("Recorded mode measures nothing")
+    with pytest.raises(PickError, match="no cpu_memcpy eager copy"):
+        ch.harness_floor(cpu[cpu.size_bytes == 2**20], small)
+    assert asdict(ch.largest_copy(cpu)[0]) == {"big_bw": 50.0, "big_path": "cpu memcpy", "big_mib": 1.0}
+    assert ch.largest_copy(None)[0].big_path == "none (recorded mode)"
+    assert ch.variants(None, [1], False).text.startswith("Recorded mode: the variants were never run")
+    assert "fewer than two GPUs" in ch.variants(None, [1], True, 0).text
+    assert ch.collective_text(False, None).startswith("Recorded mode")
+    assert ch.plan_text(True, ["No GPU here."]) == "No GPU here." and ch.plan_text(False, [])
+    assert ch.where_measured(False) == "recorded mode: nothing measured on this machine"
 
 
 def test_p2p_panel_names_its_source():
     probe = {"p2p_read": [["X", "OK"], ["OK", "X"]]}
-    assert findings.p2p_panel(probe, True, 2).note == "The P2P matrix of this machine comes from the environment probe of this run."
-    assert findings.p2p_panel(probe, True, 2).codes == probe["p2p_read"]
+    assert ch.p2p_panel(probe, True, 2).note == "The P2P matrix of this machine comes from the environment probe of this run."
+    assert ch.p2p_panel(probe, True, 2).codes == probe["p2p_read"]
     cuda = pd.DataFrame([["self", "no"], ["no", "self"]])
-    p = findings.p2p_panel({"p2p_read": None}, True, 2, cuda)
+    p = ch.p2p_panel({"p2p_read": None}, True, 2, cuda)
     assert p.codes == [["X", "NS"], ["NS", "X"]] and "has no P2P matrix" in p.note
-    assert findings.p2p_panel(None, True, 1, cuda).note.startswith("The environment probe did not run")
-    with pytest.raises(FindingError, match="peer-access answer"):
-        findings.p2p_panel(None, True, 2)
-    assert findings.p2p_panel({"gpus": []}, True, 0).note == "This machine has no GPU, so it has no P2P matrix."
-    assert findings.p2p_panel(None, False, 0).note == ("The environment probe did not run in this run; in recorded "
+    assert ch.p2p_panel(None, True, 1, cuda).note.startswith("The environment probe did not run")
+    with pytest.raises(PickError, match="peer-access answer"):
+        ch.p2p_panel(None, True, 2)
+    assert ch.p2p_panel({"gpus": []}, True, 0).note == "This machine has no GPU, so it has no P2P matrix."
+    assert ch.p2p_panel(None, False, 0).note == ("The environment probe did not run in this run; in recorded "
                                                        "mode this machine is not examined.")
 
 
@@ -191,12 +218,124 @@ def test_the_chapters_figures_draw_from_a_gpu_runs_tables():
     cs, coll, _, _ = _run("h200x2-20261129f")
     rec, fit = suite.recorded_copy_sweep(), suite.recorded_fit().iloc[0]
     dec = copies.decode_message_sizes().size_bytes.tolist()
-    for fig in (icfig.copy_figure(cs, rec, fit, "time_us"), icfig.copy_figure(cs, rec, fit, "bandwidth_GBps"),
+    for fig in (ch.copy_figure(cs, rec, fit, "time_us"), ch.copy_figure(cs, rec, fit, "bandwidth_GBps"),
                 plotting.harness_figure(cs, rec),
                 plotting.collectives_figure(coll, dec, suite.EAGER_METHOD.label),
-                plotting.variants_figure(findings.variants(coll, dec, True, 2, "2x").rows, dec)):
+                plotting.variants_figure(ch.variants(coll, dec, True, 2, "2x").rows, dec)):
         assert fig.axes[0].get_legend_handles_labels()[1]
     p2p = plotting.p2p_figure([["X", "NS"], ["NS", "X"]], None, "this machine: no GPU")
     assert len(p2p.axes) == 2 and not p2p.axes[1].axison
     empty = plotting.collectives_figure(None, dec, "eager", "nothing here")
     assert not empty.axes[0].axison
+
+
+# ------------------------------------------------------------------ section 9: the host-path study
+DEC = [12288, 49152, 196608, 786432]
+
+
+def _sweep(points, arm="host"):
+    """A tidy-like host-path sweep from {(world_size, size): time_us}."""
+    return pd.DataFrame([{"op": "all_reduce", "arm": arm, "arm_settings": hp.ARMS[arm].settings,
+                          "method": suite.VARIANT_METHOD.label, "world_size": n, "size_bytes": s, "time_us": t,
+                          "time_us_p10": t * 0.95, "time_us_p90": t * 1.05, "kind": "measured: synthetic"}
+                         for (n, s), t in points.items()])
+
+
+def _result(points: dict, runs: list[tuple]) -> dict:
+    sweep = pd.concat([_sweep(p, arm=a) for a, p in points.items()], ignore_index=True)
+    r = pd.DataFrame([{"arm": a, "world_size": n, "status": st, "points": 0, "message": ""} for a, n, st in runs])
+    return {"sweep": sweep, "runs": r, "statements": []}
+
+
+def test_the_section_says_plainly_when_the_study_did_not_run():
+    assert ch.hostpath_text(None, False, 0, (), DEC).startswith("Recorded mode measures nothing")
+    assert "was not selected in this run" in ch.hostpath_text(None, True, 8, (), DEC)
+    t = ch.hostpath_text(None, True, 1, ("host",), DEC)
+    assert t.startswith("The host-path study did not run: this machine has 1 GPU,") and "eight for the original" in t
+    assert ch.hostpath_summary(None, True, 1, ("host",), DEC).startswith("not measured in this run")
+    assert ch.hostpath_decode_table(None, DEC) is None
+
+
+def test_the_section_cites_four_ranks_measured_and_eight_derived_and_names_a_failed_launch():
+    pts = {a: {(n, s): base * (1 + n / 4) for n in (2, 4) for s in DEC}
+           for a, base in (("default", 8.0), ("host", 20.0), ("host+cuda_memcpy", 18.0), ("host+PROTO=LL", 15.0))}
+    runs = [(a, n, "ok") for a in pts for n in (2, 4)] + [("host+cuda_memcpy+vm_topology", n, "failed") for n in (2, 4)]
+    res = _result(pts, runs)
+    t = ch.hostpath_text(res, True, 4, hp.arm_names("all"), DEC, "4x GPU")
+    assert t.startswith("At 4 ranks (measured, 4x GPU; graph+host_timer+aligned_300us+libnccl), a one-token "
+                        "all-reduce (12 KiB) takes 16.0 us on this machine's own path and 40.0 us through host memory "
+                        "(2.5 times); with copy-engine memcpy 36.0 us, and with NCCL also told the original VM's "
+                        "topology no figure (failed).")
+    assert "grows from 30.0 us at 2 ranks to 40.0 us at 4." in t
+    assert "At 8 ranks, not measured here, it would take 60.0 us (derived:" in t   # ring steps: 2 -> 30, 6 -> 40, 14 -> 60
+    assert "`host+PROTO=LL` was fastest at 4 of 4 decode sizes, 10.0 us below the plain host path" in t
+    assert "2 launches failed or timed out (`host+cuda_memcpy+vm_topology` at 2 ranks and " in t
+    tab = ch.hostpath_decode_table(res["sweep"], DEC)
+    assert tab.loc[("host", 8, "derived (ring_steps)"), "12 KiB (us)"] == 60.0
+    assert tab.loc[("host", 4, "measured"), "768 KiB (us)"] == 40.0
+    assert ch.hostpath_summary(res, True, 4, ("host",), DEC).startswith("measured at 4 ranks on this machine, 40.0 us")
+
+
+def test_a_launch_that_succeeded_without_the_cited_row_fails_naming_it():
+    res = _result({"host": {(4, 49152): 40.0}, "default": {(4, 12288): 9.0}}, [("host", 4, "ok"), ("default", 4, "ok")])
+    with pytest.raises(PickError, match="arm 'host' ran at 4 ranks but has no all-reduce row at 12288 B"):
+        ch.hostpath_text(res, True, 4, ("host", "default"), DEC)
+    res = _result({"host": {(4, 12288): 40.0}, "default": {(4, 49152): 9.0}}, [("host", 4, "ok"), ("default", 4, "ok")])
+    with pytest.raises(PickError, match="arm 'default' ran at 4 ranks but has no all-reduce row at 12288 B"):
+        ch.hostpath_text(res, True, 4, ("host", "default"), DEC)
+
+
+
+
+def test_chapter_06_cites_exactly_the_host_path_keys_it_glues():
+    """The hp_ keys chapter 06's Markdown cites are the ones its section-9 cell glues: hostpath_findings'
+    fields, hp_text and hp_summary; a key dropped on either side fails here, before the build."""
+    import json
+    import re
+
+    from helpers import repo_root
+
+    nb = json.loads((repo_root() / "notebooks" / "06_vm_p2p.ipynb").read_text())
+    md = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    used = {k.split(":")[0] for k in re.findall(r"\{glue:(?:text)?\}`([^`]+)`", md) if k.startswith("hp_")}
+    assert used == {f.name for f in fields(ch.hostpath_findings(hp.StudyConfig()))} | {"hp_text", "hp_summary"}
+    assert asdict(ch.hostpath_findings(hp.StudyConfig())) == {"hp_link": "PCIe Gen5 x16", "hp_min": "4 B",
+                                                             "hp_max": "256 MiB", "hp_tuning_max": "32 MiB"}
+
+
+def test_no_clause_of_the_host_path_paragraph_is_dropped_without_a_word():
+    """Where a launch the paragraph would cite did not succeed, its clause says so (a whole variant); where it
+    succeeded but the row is missing, PickError names it."""
+    ok2 = {(2, s): 30.0 for s in DEC}
+    pts = {"host": {**{(4, s): 40.0 for s in DEC}, **ok2}, "default": {(4, s): 16.0 for s in DEC},
+           "host+PROTO=LL": {(2, s): 15.0 for s in DEC}}
+    # the smallest world size's host launch failed after its points: the growth is not shown, and why
+    res = _result(pts, [("host", 2, "failed"), ("host", 4, "ok"), ("default", 4, "ok"), ("host+PROTO=LL", 2, "ok")])
+    t = ch.hostpath_text(res, True, 4, hp.arm_names("all"), DEC, "4x GPU")
+    assert "Through host memory at 2 ranks there is no one-token figure (failed), so its growth" in t
+    # a tuning arm with no figure beside the host path's at 4 ranks (it ran at 2 only): said, with its status
+    assert ("No tuning arm has a figure beside the host path's at 4 ranks at the decode sizes "
+            "(`host+PROTO=LL`: not planned), so none is compared with it.") in t
+    assert "Of the tuning arms" not in t
+    # a tuning launch that succeeded at 4 ranks without the row the clause cites fails, naming it
+    res = _result({**pts, "host+PROTO=LL": {(4, DEC[1]): 15.0}},
+                  [("host", 2, "ok"), ("host", 4, "ok"), ("default", 4, "ok"), ("host+PROTO=LL", 4, "ok")])
+    with pytest.raises(PickError, match="arm 'host\\+PROTO=LL' ran at 4 ranks but has no all-reduce row at 12288 B"):
+        ch.hostpath_text(res, True, 4, hp.arm_names("all"), DEC, "4x GPU")
+
+
+# ------------------------------------------------------------------ the chapter's tables go through the declared layout
+def test_the_suites_tables_are_saved_as_the_chapters_declared_results(tmp_path):
+    run = layout.Run(tmp_path, "06_vm_p2p")
+    out = suite.run_suite("quick", run.path("collective_points"), do_copies=False, do_collectives=False,
+                          save=run.save)
+    assert isinstance(out, suite.SuiteResult) and out.copy_sweep is None and out.statements == []
+    for name in suite.SuiteResult.TABLES:
+        assert layout.result("06_vm_p2p", name).file == f"{name}.csv"
+    for name in ("collective_sweep", "collective_runs", "fits"):          # columns checked on the way in and out
+        assert list(run.load(name).columns) == list(getattr(out, name).columns)
+    assert not run.path("copy_sweep").exists()                             # nothing measured, nothing written
+    for name in suite.SuiteResult.TABLES:       # the declared columns hold on the committed GPU run made with methods
+        assert len(layout.load(RUNS / "h200-20261201b", "06_vm_p2p", name).columns)
+    for name in ("copy_sweep", "copy_skipped"):  # and the copy tables on the older one too
+        assert len(layout.load(RUNS / "h200x2-20261129f", "06_vm_p2p", name).columns)

@@ -135,7 +135,7 @@ def test_bad_inputs_are_refused_before_anything_is_allocated(mini, monkeypatch):
     """Each names the input and the fix; none gets as far as drawing a weight (a draw would call _fill)."""
     def no_alloc(*a, **k):
         raise AssertionError("allocated before refusing")
-    monkeypatch.setattr(step, "_fill", no_alloc)
+    monkeypatch.setattr(step.build, "_fill", no_alloc)      # build_full and build_rank draw through it
     glm5 = ma.load_model("glm5")
     cases = [
         (dict(m=mini, tp=2, dtype="int4", batch_max=1, context_max=16), step.StepError, "precision 'int4'"),

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import fused_study as fs
+from helpers.chapters import decode_step as sr
+from helpers.chapters import diagnosis as dg
 from helpers.model import arith as ma
-from helpers.model import diagnosis as dg
 from helpers.model import measured as mb
-from helpers.model import stepreport as sr
 
 CTX, BMAX = 384, 64
 #: every test reads tables made from a real fused step of the scaled-down model (fused_study.fused_op_names)

@@ -1,4 +1,4 @@
-"""What the decode-step chapter says about fusion (helpers.model.stepreport: fusion_table, kernel_compare,
+"""What the decode-step chapter says about fusion (helpers.chapters.decode_step: fusion_table, kernel_compare,
 sglang_kernels, engine_table), read from the committed fused study and checked against its rows picked here
 with pandas alone; the op map for SGLang refuses an op it cannot place; step_measurement takes a fused study
 only where it holds the chapter's whole sweep."""
@@ -7,11 +7,11 @@ import json
 import pandas as pd
 import pytest
 
+from helpers.chapters import decode_step as sr
 from helpers.core import recorded
 from helpers.model import arith as ma
 from helpers.model import budget as bd
 from helpers.model import measured as mb
-from helpers.model import stepreport as sr
 
 CTX = 384
 

@@ -1,14 +1,14 @@
 """helpers.interconnect.hostpath: the host-path study's arms as data, its plan per machine, the VM topology
 file it writes at run time, resume by settings, time estimates, the growth of an all-reduce's cost with the
-number of ranks (derived, refused on one point), what chapter 06 says about it; and real torchrun/gloo
-processes: the default arm across two CPU ranks with the NCCL-only arms skipped, resume, a failed arm."""
+number of ranks (derived, refused on one point); and real torchrun/gloo processes: the default arm across two
+CPU ranks with the NCCL-only arms skipped, resume, a failed arm. (What chapter 06 says about the study is
+tested with the chapter's module, tests/test_findings.py.)"""
 import xml.etree.ElementTree as ET
 
 import pandas as pd
 import pytest
 
-from helpers.interconnect import findings, hostpath as hp, suite, topology
-from helpers.interconnect.findings import FindingError
+from helpers.interconnect import growth, hostpath as hp, settings, suite, topology
 from helpers.interconnect.method import Method
 
 DEC = [12288, 49152, 196608, 786432]
@@ -23,7 +23,7 @@ def test_arms_are_data_with_the_host_path_under_every_tuning_arm():
     assert vm.settings.endswith("NCCL_TOPO_FILE=<VM topology>")
     for name in hp.ARM_GROUPS["tuning"]:
         env = hp.ARMS[name].environment
-        assert env["NCCL_P2P_DISABLE"] == "1" and len(env) == 2 and hp.ARMS[name].max_bytes == hp.TUNING_MAX_BYTES
+        assert env["NCCL_P2P_DISABLE"] == "1" and len(env) == 2 and hp.ARMS[name].max_bytes == settings.TUNING_MAX_BYTES
     knobs = {k for n in hp.ARM_GROUPS["tuning"] for k in hp.ARMS[n].environment} - {"NCCL_P2P_DISABLE"}
     assert knobs == {"NCCL_PROTO", "NCCL_ALGO", "NCCL_MIN_NCHANNELS"}
     assert hp.arm_names("all") == tuple(hp.ARMS) and hp.arm_names("none") == ()
@@ -43,7 +43,7 @@ def test_the_study_covers_4_bytes_to_256_mib_and_the_decode_sizes():
     cfg = hp.StudyConfig()
     sizes = cfg.sizes(hp.ARMS["host"])
     assert sizes[0] == 4 and sizes[-1] == 256 * 2**20 and set(DEC) <= set(sizes) and len(sizes) == 27 + 4
-    assert max(cfg.sizes(hp.ARMS["host+PROTO=LL"])) == hp.TUNING_MAX_BYTES
+    assert max(cfg.sizes(hp.ARMS["host+PROTO=LL"])) == settings.TUNING_MAX_BYTES
 
 
 def test_plan_on_cpu_skips_the_nccl_arms_with_their_reason_and_says_what_it_cannot_run():
@@ -128,76 +128,31 @@ def _sweep(points, arm="host"):
 
 def test_growth_to_eight_ranks_is_derived_from_two_and_four_under_a_stated_assumption():
     s = _sweep({(2, 1024): 20.0, (4, 1024): 30.0, (2, 2**20): 100.0, (4, 2**20): 100.0})
-    d = hp.extrapolate(s, 8).set_index("size_bytes")
+    d = growth.extrapolate(s, 8).set_index("size_bytes")
     # ring steps 2(N-1): 2 -> 20, 6 -> 30, so 14 -> 50; log2 N: 1, 2 -> 3 gives 40; 2(N-1)/N: 1, 1.5 -> 1.75 gives 35
     r = d.loc[1024]
     assert (r.time_us, r.time_us_low, r.time_us_high) == pytest.approx((50.0, 35.0, 50.0))
     assert r.world_size == 8 and r.from_world_sizes == "2,4" and r.model == "ring_steps"
     assert r.kind.startswith("derived: extrapolated to 8 ranks from the measured 2 and 4 ranks") and "2(N-1)" in r.assumption
     assert d.loc[2**20].time_us == pytest.approx(100.0)                     # flat stays flat
-    assert hp.extrapolate(s, 8, model="log2").set_index("size_bytes").loc[1024].time_us == pytest.approx(40.0)
+    assert growth.extrapolate(s, 8, model="log2").set_index("size_bytes").loc[1024].time_us == pytest.approx(40.0)
     three = _sweep({(2, 64): 10.0, (4, 64): 14.0, (6, 64): 18.0})          # least squares through more points
-    assert hp.extrapolate(three, 8).time_us.iloc[0] == pytest.approx(22.0)
+    assert growth.extrapolate(three, 8).time_us.iloc[0] == pytest.approx(22.0)
 
 
 def test_growth_refuses_a_single_world_size():
-    with pytest.raises(hp.GrowthError, match=r"arm 'host' at 1024 B was measured at \[4\].*needs two"):
-        hp.extrapolate(_sweep({(4, 1024): 30.0, (1, 1024): 5.0}), 8)
-    with pytest.raises(hp.GrowthError, match="unknown"):
-        hp.extrapolate(_sweep({(2, 1024): 20.0, (4, 1024): 30.0}), 8, model="cubic")
+    with pytest.raises(growth.GrowthError, match=r"arm 'host' at 1024 B was measured at \[4\].*needs two"):
+        growth.extrapolate(_sweep({(4, 1024): 30.0, (1, 1024): 5.0}), 8)
+    with pytest.raises(growth.GrowthError, match="unknown"):
+        growth.extrapolate(_sweep({(2, 1024): 20.0, (4, 1024): 30.0}), 8, model="cubic")
 
 
 def test_eight_ranks_are_extrapolated_only_where_they_were_not_measured():
     s = pd.concat([_sweep({(2, 1024): 20.0, (4, 1024): 30.0, (8, 1024): 61.0}),
                    _sweep({(2, 1024): 10.0, (4, 1024): 12.0}, arm="default")], ignore_index=True)
-    t = hp.at_world_size(s, 8).set_index("arm")
+    t = growth.at_world_size(s, 8).set_index("arm")
     assert t.loc["host", "time_us"] == 61.0 and t.loc["host", "kind"] == "measured: synthetic"
     assert t.loc["default", "time_us"] == pytest.approx(16.0) and t.loc["default", "kind"].startswith("derived")
-
-
-# ------------------------------------------------------------------ what chapter 06 says
-def _result(points: dict, runs: list[tuple]) -> dict:
-    sweep = pd.concat([_sweep(p, arm=a) for a, p in points.items()], ignore_index=True)
-    r = pd.DataFrame([{"arm": a, "world_size": n, "status": st, "points": 0, "message": ""} for a, n, st in runs])
-    return {"sweep": sweep, "runs": r, "statements": []}
-
-
-def test_the_section_says_plainly_when_the_study_did_not_run():
-    assert findings.hostpath_text(None, False, 0, (), DEC).startswith("Recorded mode measures nothing")
-    assert "was not selected in this run" in findings.hostpath_text(None, True, 8, (), DEC)
-    t = findings.hostpath_text(None, True, 1, ("host",), DEC)
-    assert t.startswith("The host-path study did not run: this machine has 1 GPU,") and "eight for the original" in t
-    assert findings.hostpath_summary(None, True, 1, ("host",), DEC).startswith("not measured in this run")
-    assert findings.hostpath_decode_table(None, DEC) is None
-
-
-def test_the_section_cites_four_ranks_measured_and_eight_derived_and_names_a_failed_launch():
-    pts = {a: {(n, s): base * (1 + n / 4) for n in (2, 4) for s in DEC}
-           for a, base in (("default", 8.0), ("host", 20.0), ("host+cuda_memcpy", 18.0), ("host+PROTO=LL", 15.0))}
-    runs = [(a, n, "ok") for a in pts for n in (2, 4)] + [("host+cuda_memcpy+vm_topology", n, "failed") for n in (2, 4)]
-    res = _result(pts, runs)
-    t = findings.hostpath_text(res, True, 4, hp.arm_names("all"), DEC, "4x GPU")
-    assert t.startswith("At 4 ranks (measured, 4x GPU; graph+host_timer+aligned_300us+libnccl), a one-token "
-                        "all-reduce (12 KiB) takes 16.0 us on this machine's own path and 40.0 us through host memory "
-                        "(2.5 times); with copy-engine memcpy 36.0 us, and with NCCL also told the original VM's "
-                        "topology no figure (failed).")
-    assert "grows from 30.0 us at 2 ranks to 40.0 us at 4." in t
-    assert "At 8 ranks, not measured here, it would take 60.0 us (derived:" in t   # ring steps: 2 -> 30, 6 -> 40, 14 -> 60
-    assert "`host+PROTO=LL` was fastest at 4 of 4 decode sizes, 10.0 us below the plain host path" in t
-    assert "2 launches failed or timed out (`host+cuda_memcpy+vm_topology` at 2 ranks and " in t
-    tab = findings.hostpath_decode_table(res["sweep"], DEC)
-    assert tab.loc[("host", 8, "derived (ring_steps)"), "12 KiB (us)"] == 60.0
-    assert tab.loc[("host", 4, "measured"), "768 KiB (us)"] == 40.0
-    assert findings.hostpath_summary(res, True, 4, ("host",), DEC).startswith("measured at 4 ranks on this machine, 40.0 us")
-
-
-def test_a_launch_that_succeeded_without_the_cited_row_fails_naming_it():
-    res = _result({"host": {(4, 49152): 40.0}, "default": {(4, 12288): 9.0}}, [("host", 4, "ok"), ("default", 4, "ok")])
-    with pytest.raises(FindingError, match="arm 'host' ran at 4 ranks but has no all-reduce row at 12288 B"):
-        findings.hostpath_text(res, True, 4, ("host", "default"), DEC)
-    res = _result({"host": {(4, 12288): 40.0}, "default": {(4, 49152): 9.0}}, [("host", 4, "ok"), ("default", 4, "ok")])
-    with pytest.raises(FindingError, match="arm 'default' ran at 4 ranks but has no all-reduce row at 12288 B"):
-        findings.hostpath_text(res, True, 4, ("host", "default"), DEC)
 
 
 # ------------------------------------------------------------------ real processes: torchrun + gloo on CPU
@@ -236,7 +191,7 @@ def test_the_study_runs_its_arms_on_two_cpu_ranks_and_resumes_finished_points(tm
 @pytest.mark.integration
 def test_a_failed_arm_is_reported_and_the_others_still_run(tmp_path, monkeypatch):
     # an arm gloo can run but that cannot start: its processes look for a network interface that does not exist
-    monkeypatch.setitem(hp.ARMS, "broken", hp.Arm("broken", (("GLOO_SOCKET_IFNAME", "nosuchif0"),)))
+    monkeypatch.setitem(hp.ARMS, "broken", settings.NcclSetting("broken", (("GLOO_SOCKET_IFNAME", "nosuchif0"),)))
     assert not hp.ARMS["broken"].nccl_only
     cfg = hp.StudyConfig(arms=("broken", "default"), world_sizes=(2,), **SMALL)
     res = hp.run_study(cfg, tmp_path, gpus=0, cpus=2)
@@ -255,22 +210,6 @@ def test_a_time_budget_leaves_launches_for_the_next_call(tmp_path):
     cfg = hp.StudyConfig(arms=("default",), world_sizes=(2,), budget_s=1.0, **SMALL)
     row = hp.run_study(cfg, tmp_path, gpus=0, cpus=2)["runs"].iloc[0]
     assert row.status == "not started" and "run the study again to resume" in row.message and row.points == 0
-
-
-def test_chapter_06_cites_exactly_the_host_path_keys_it_glues():
-    """The hp_ keys chapter 06's Markdown cites are the ones its section-9 cell glues: hostpath_findings'
-    keys, hp_text and hp_summary; a key dropped on either side fails here, before the build."""
-    import json
-    import re
-
-    from helpers import repo_root
-
-    nb = json.loads((repo_root() / "notebooks" / "06_vm_p2p.ipynb").read_text())
-    md = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
-    used = {k.split(":")[0] for k in re.findall(r"\{glue:(?:text)?\}`([^`]+)`", md) if k.startswith("hp_")}
-    assert used == set(findings.hostpath_findings(hp.StudyConfig())) | {"hp_text", "hp_summary"}
-    assert findings.hostpath_findings(hp.StudyConfig()) == {"hp_link": "PCIe Gen5 x16", "hp_min": "4 B",
-                                                             "hp_max": "256 MiB", "hp_tuning_max": "32 MiB"}
 
 
 def test_nccl_kept_every_attribute_of_the_generated_topology():

@@ -56,8 +56,11 @@ def test_optional_needs_have_a_stated_fallback_and_never_stop_a_run(tmp_path):
         if n.study:
             assert recorded.study(n.study).path.is_dir()  # the committed study it falls back on exists
     step = [n for n in needs if n.producer == "07_decode_step"]
-    assert {n.name for n in step} == {"step_times", "step_bytes", "step_meta"}
-    assert all(n.optional and n.study == measured.STEP_ROLE for n in step)
+    assert {n.name for n in step} == {"step_times", "step_bytes", "step_meta", "precision_times",
+                                      "precision_bytes", "precision_meta"}
+    assert all(n.optional for n in step)
+    assert all(n.study == (measured.STEP_ROLE if n.name.startswith("step_") else measured.PRECISION_ROLE)
+               for n in step)
     # only the required fits are asked for: the sweep and the decode step are optional
     layout.save(tmp_path, "06_vm_p2p", "fits", _fits())
     assert layout.check_needs(["07_diagnosis"], tmp_path) == []
@@ -81,3 +84,12 @@ def test_runbook_refuses_the_diagnosis_alone_before_running_anything(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "chapter 07_diagnosis needs 06_vm_p2p's 'fits'" in proc.stderr
     assert not any(tmp_path.iterdir()), "nothing is created before the plan is accepted"
+
+
+def test_a_run_object_writes_under_its_chapter_and_an_empty_run_dir_is_a_fresh_folder(tmp_path):
+    run = layout.Run(str(tmp_path), "06_vm_p2p")
+    assert run.folder == tmp_path / "results" / "06_vm_p2p" and run.folder.is_dir()
+    lone = layout.Run("", "06_vm_p2p")          # a chapter executed on its own
+    assert lone.folder.is_dir() and lone.folder.name == "06_vm_p2p" and lone.root != tmp_path
+    with pytest.raises(layout.LayoutError, match="no result 'bogus' is declared for chapter '06_vm_p2p'"):
+        run.save("bogus", {})

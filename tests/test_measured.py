@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from helpers.chapters import decode_step as sr
 from helpers.model import arith as ma
 from helpers.model import budget as bd
 from helpers.model import kernels as kt
 from helpers.model import measured as mb
-from helpers.model import stepreport as sr
 
 
 @pytest.fixture(scope="module")
@@ -168,3 +168,23 @@ def test_step_measurement_prefers_a_real_gpu_run(tmp_path, meas):
     layout.save(tmp_path, "07_decode_step", "step_bytes", meas.bytes)
     layout.save(tmp_path, "07_decode_step", "step_meta", meas.meta)
     assert mb.step_measurement(tmp_path).where == "this run"
+
+
+def test_another_chapter_reads_the_step_only_through_its_declared_needs(tmp_path, meas):
+    from helpers.core import layout
+    t = meas.timings.copy()
+    t["device"] = "cuda"
+    layout.save(tmp_path, "07_decode_step", "step_times", t)
+    # the diagnosis declares the step's results (optional needs): a run with the times but not the bytes fails
+    # naming the chapter that writes them
+    with pytest.raises(layout.MissingResult, match="written by chapter 07_decode_step"):
+        mb.step_measurement(tmp_path, reader="07_diagnosis")
+    layout.save(tmp_path, "07_decode_step", "step_bytes", meas.bytes)
+    layout.save(tmp_path, "07_decode_step", "step_meta", meas.meta)
+    assert mb.step_measurement(tmp_path, reader="07_diagnosis").where == "this run"
+    # a chapter that declares no such need cannot read them
+    with pytest.raises(layout.LayoutError, match="declares no need for 07_decode_step/step_times"):
+        mb.step_measurement(tmp_path, reader="06_vm_p2p")
+    with pytest.raises(layout.LayoutError, match="declares no need for 07_decode_step/precision_times"):
+        mb.precision_study(tmp_path, reader="06_vm_p2p")
+    assert mb.precision_study(tmp_path, reader="07_diagnosis").where.startswith("data/")   # none in this run

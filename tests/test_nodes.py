@@ -14,9 +14,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers.core import params
+from helpers.core import layout, params
 from helpers.book import precheck
-from helpers.interconnect import collectives, nodes as multinode, suite as ic, worker
+from helpers.interconnect import collectives, launchlog, nodes as multinode, suite as ic, worker
 from helpers.interconnect.method import Method
 from helpers.interconnect.nodes import Nodes, NodesError
 from proctags import tagged
@@ -183,12 +183,14 @@ def test_two_nodes_on_this_machine_measure_through_the_books_suite_and_the_join_
     joiner = _join(ep, tag, "--nproc-per-node", "1", "--first-wait-s", "120", "--idle-s", "5")
     t0 = time.monotonic()
     try:
-        out = ic.run_suite("quick", tmp_path, do_copies=False, nodes=Nodes(2, ep, join_timeout_s=60), timeout_s=120)
+        run = layout.Run(tmp_path, "06_vm_p2p")
+        out = ic.run_suite("quick", run.path("collective_points"), do_copies=False,
+                           nodes=Nodes(2, ep, join_timeout_s=60), timeout_s=120, save=run.save)
         said, _ = joiner.communicate(timeout=60)
     finally:
         if joiner.poll() is None:
             joiner.kill()
-    runs, sweep = out["collective_runs"], out["collective_sweep"]
+    runs, sweep = out.collective_runs, out.collective_sweep
     assert list(runs.status) == ["ok"], runs.to_dict("records")
     assert (runs.nodes == 2).all() and (runs.world_size == 2).all()
     m = ic.eager_method(2)
@@ -199,7 +201,7 @@ def test_two_nodes_on_this_machine_measure_through_the_books_suite_and_the_join_
     assert set(sweep.op) == set(collectives.OPS) and (sweep.time_us > 0).all()
     assert sweep.kind.str.startswith("measured: 2 nodes on 1 host").all()
     assert "2 nodes" in m.description and "no aligned start" in m.description
-    saved = pd.read_csv(tmp_path / "collective_sweep.csv")
+    saved = run.load("collective_sweep")
     assert set(saved.method) == labels and (saved.nodes == 2).all()
     assert joiner.returncode == 0, said
     assert "launch 1: ok" in said and "eager+2_nodes, 2 ranks on 2 nodes" in said and "1 ok, 0 failed" in said
@@ -319,9 +321,9 @@ def test_a_workers_refusal_is_the_launchs_message_not_torchruns_summary():
     out = ("helpers.interconnect.worker: rank 1 (on b) cannot run the sweep: helpers.interconnect.worker --join: this "
            "node's worker code (1) differs from the book's node's (2): check out the same commit on every node\n"
            "Traceback (most recent call last):\n  ...\nhelpers.interconnect.worker FAILED\n"
-           f"{multinode.JOINED_PREFIX} the 'default' sweep\n")
-    assert collectives.failure_message(out).startswith("helpers.interconnect.worker: rank 1 (on b) cannot run")
-    assert "FAILED" not in collectives.failure_message(out) and "joined" not in collectives.failure_message(out)
+           f"{launchlog.JOINED_PREFIX} the 'default' sweep\n")
+    assert launchlog.failure_message(out).startswith("helpers.interconnect.worker: rank 1 (on b) cannot run")
+    assert "FAILED" not in launchlog.failure_message(out) and "joined" not in launchlog.failure_message(out)
 
 
 def test_a_launch_whose_worker_refused_counts_as_failed_whatever_the_rendezvous_raised_after():

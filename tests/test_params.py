@@ -38,13 +38,6 @@ def test_missing_and_unspecified_parameters():
         params.validate({"mode": "auto", "x": 1}, {"mode": params.choice("auto")})
 
 
-def test_run_directory(tmp_path):
-    out = params.run_directory(str(tmp_path), "06_vm_p2p")
-    assert out == tmp_path / "results" / "06_vm_p2p" and out.is_dir()
-    tmp = params.run_directory("", "x")
-    assert tmp.is_dir() and tmp.name == "x"
-
-
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
 @pytest.mark.parametrize("spec", [params.number(1, 3600), params.number(), params.number(0, 10, integer=True)])
 def test_nan_and_infinity_are_refused_by_every_number_check(value, spec):

@@ -1,6 +1,6 @@
-"""Tests of the environment probe (helpers.machine: probe, parsers, verdicts, recorded_machine, report): the live
+"""Tests of the environment probe (helpers.machine: probe, parsers, verdicts, recorded_machine): the live
 probe on this machine, its parsers against fixture text, the verdict function on synthetic machines (the
-original VM's situation among them), the CLI and the chapter's tables."""
+original VM's situation among them) and the CLI. The chapter's tables: test_chapter_environment.py."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.machine import parsers, probe, recorded_machine, report, verdicts
+from helpers.machine import parsers, probe, recorded_machine, verdicts
 from helpers.core import recorded
 
 FIX = Path(__file__).parent / "fixtures" / "probe"
@@ -406,46 +406,6 @@ def test_cli_help_and_json():
     assert set(json.loads(out.stdout)) == set(probe.FINGERPRINT_KEYS)
 
 
-# --------------------------------------------------------------------------- the chapter's tables
-
-def test_p2p_summary():
-    assert report.p2p_summary(None) == "no GPU pair" and report.p2p_summary([["X"]]) == "no GPU pair"
-    m = parsers.p2p_all(3, "OK")
-    m[0][1] = "CNS"
-    assert report.p2p_summary(m) == "CNS on 1 of 6 ordered pairs, OK on 5 of 6 ordered pairs"
-
-
-@pytest.mark.integration
-def test_side_by_side_recorded_only_and_with_a_probe():
-    hw = recorded.hardware()
-    t = report.side_by_side(hw, None)
-    assert list(t.columns) == ["item", report.RECORDED_COL, report.MEASURED_COL, "note"]
-    assert (t[report.MEASURED_COL] == report.NOT_PROBED).all()
-    rec = dict(zip(t["item"], t[report.RECORDED_COL]))
-    assert rec["GPU count"] == str(hw["gpu_count"].value) and rec["CPU model"] == hw["cpu_model"].value
-    assert rec["P2P read"].startswith(hw["p2p_read_all_pairs"].value + " on ")
-
-    h200 = json.loads((FIX / "h200_firecracker_probe.json").read_text())
-    mea = dict(zip(*report.side_by_side(hw, h200)[["item", report.MEASURED_COL]].T.values))
-    assert mea["GPU model"] == "NVIDIA H200" and mea["GPU count"] == "1" and mea["GPU architecture"] == "SM90"
-    assert mea["GPU PCIe link"] == "Gen5 x16 now, Gen5 x16 max" and mea["P2P read"] == "no GPU pair"
-    assert "GiB" in mea["GPU memory"] and mea["hypervisor"] == "Firecracker"
-
-    live = dict(zip(*report.side_by_side(hw, probe.probe())[["item", report.MEASURED_COL]].T.values))
-    assert report.NOT_PROBED not in live.values() and not any(v.startswith("unknown (") for v in live.values())
-
-
-@pytest.mark.integration
-def test_verdict_table():
-    rec = recorded_machine.from_recorded(recorded.hardware())
-    t = report.verdict_table(rec, None)
-    assert list(t["check"]) == list(verdicts.CHECKS)
-    assert (t[f"{report.MEASURED_COL}: verdict"] == "not probed").all()
-    assert t.set_index("check").loc["p2p_read", f"{report.RECORDED_COL}: verdict"] == "problem"
-    t2 = report.verdict_table(rec, probe.probe())
-    assert t2[f"{report.MEASURED_COL}: verdict"].isin(verdicts.VERDICTS).all()
-
-
 def test_verdict_tally_and_picks():
     v = verdicts.judge(_machine(8, "NS", kind="vm", gpu_numa=None))
     c = verdicts.counts(v)
@@ -454,33 +414,3 @@ def test_verdict_tally_and_picks():
     assert [x["check"] for x in verdicts.with_verdict(v, "problem")] == ["p2p_read"]
     with pytest.raises(ValueError, match="'bad'"):
         verdicts.with_verdict(v, "bad")
-
-
-def test_recorded_facts_the_chapter_cites():
-    hw = recorded.hardware()
-    f = report.recorded_facts(hw)
-    n = int(hw["gpu_count"].value)
-    assert f["rec_gpu_count"] == n and f["rec_pairs"] == n * (n - 1)
-    assert f["rec_p2p_code"] == hw["p2p_read_all_pairs"].value and f["rec_virt"] == hw["virtualization"].value
-    assert (f["rec_n_problem"], f["rec_n_warn"]) == (1, 3)
-    assert f["rec_flagged"].split("; ")[1] == "p2p_read (problem)"  # the problem the chapter's prose names
-    assert "probe" in f["rec_unknown"].split(", ")
-
-
-def test_a_recorded_item_the_chapter_cites_missing_fails_naming_it():
-    hw = dict(recorded.hardware())
-    del hw["hypervisor"]
-    with pytest.raises(KeyError, match="no item 'hypervisor'"):
-        report.recorded_facts(hw)
-
-
-def test_here_phrases_probed_and_not():
-    assert report.here_phrases(None)["here_probe"] == report.NOT_PROBED
-    h200 = json.loads((FIX / "h200_firecracker_probe.json").read_text())
-    h = report.here_phrases(h200)
-    assert "GPUs seen: 1 (NVIDIA H200)" in h["here_probe"] and h["here_verdicts"].endswith("the worst is warn")
-    assert report.p2p_panel_label(h200).endswith("(one GPU, so no GPU pair)")
-    assert "not probed" in report.p2p_panel_label(None)
-    tables = report.probe_tables(h200)
-    assert {"fingerprint", "gpus", "numa", "virtualization", "software"} <= set(tables)
-    assert tables["gpus"].name.tolist() == ["NVIDIA H200"]

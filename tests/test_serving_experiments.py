@@ -1,5 +1,5 @@
-"""The serving chapters' live plans and parameter specs (helpers.serving.experiments); the live runs
-themselves are exercised end to end by tests/test_cpu_demo.py."""
+"""The serving chapters' live plans (helpers.serving.experiments); the live runs themselves are exercised
+end to end by tests/test_cpu_demo.py, the chapters' parameter specs by tests/test_serving_chapters.py."""
 import pytest
 
 from helpers.core import params
@@ -19,19 +19,3 @@ def test_live_plans_say_why_and_refuse_live_where_impossible():
     with pytest.raises(params.ParameterError, match="mode='live' with engine='sglang' cannot run here"):
         ex.runner_plan({"mode": "live", "engine": "sglang", "device": "cpu", "model_path": "", "runners": ["auto"]})
 
-
-def test_each_chapter_validates_its_parameters_cell_with_its_spec():
-    import json
-
-    from helpers import repo_root
-    from papermill.translators import PythonTranslator
-
-    for stem, specs in (("02_nan_crash", ex.NAN_PARAMS), ("03_baselines_tuning", ex.BASELINE_PARAMS),
-                        ("04_moe_runners", ex.RUNNER_PARAMS)):
-        nb = json.loads((repo_root() / "notebooks" / f"{stem}.ipynb").read_text())
-        cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
-        names = [p.name for p in PythonTranslator.inspect({"source": "".join(cell["source"])})]
-        assert set(names) == set(specs), stem
-        ns = {}
-        exec("".join(cell["source"]), ns)
-        params.validate({k: ns[k] for k in names}, specs)  # the committed defaults are valid

@@ -1,14 +1,14 @@
-"""helpers.model.stepreport: what the decode-step chapter glues, from the committed H200 measurement and
+"""helpers.chapters.decode_step: what the decode-step chapter glues, from the committed H200 measurement and
 synthetic tables (no GPU, no processes). A removed row or a renamed label fails naming it."""
 import math
 
 import pandas as pd
 import pytest
 
-from helpers.interconnect.findings import FindingError
+from helpers.chapters import decode_step as sr
+from helpers.core.pick import PickError as FindingError
 from helpers.model import arith as ma
 from helpers.model import measured as mb
-from helpers.model import stepreport as sr
 
 
 @pytest.fixture(scope="module")

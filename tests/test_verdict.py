@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from helpers.chapters import diagnosis as dg
 from helpers.core import recorded
 from helpers.model import arith as ma
-from helpers.model import diagnosis as dg
 from helpers.model import measured as mb
 from helpers.model import verdict as vd
 

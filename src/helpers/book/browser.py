@@ -317,74 +317,15 @@ def check_site(site: Path, out: Path | None = None, executable: str | None = Non
     try:
         browser.open_tab()
         for page in pages(site):
-            rel = page.relative_to(site).as_posix()
-            res = PageResult(rel)
-            since = len(browser.events)
-            browser.send("Page.navigate", {"url": page.as_uri()})
-            if browser.wait_event("Page.loadEventFired", since, timeout=30) is None:
-                res.errors.append("the page did not finish loading within 30 s")
-            browser.evaluate(_SETTLE, timeout=40)
-            time.sleep(0.2)
-            shot = out / (rel[:-5].replace("/", "__") + ".png")
-            shot.write_bytes(base64.b64decode(browser.send("Page.captureScreenshot", {"format": "png"})["data"]))
-            res.screenshot = shot.name
-            rep = browser.evaluate(_REPORT)
-            res.errors += _events_errors(browser.events[since:])
-            # math
-            res.math = rep["math"]
-            for m in rep["mathUnrendered"]:
-                res.errors.append(f"math not rendered by MathJax: {m!r}")
-            for m in list(RAW_LATEX.finditer(rep["prose"]))[:5]:
-                ctx = rep["prose"][max(0, m.start() - 40):m.end() + 40].replace("\n", " ")
-                res.errors.append(f"raw LaTeX in the visible text: ...{ctx}...")
-            # images
-            for img in rep["images"]:
-                res.images += 1
-                if not img["ok"]:
-                    res.errors.append(f"image did not load: {img['src'][:200]}")
-                alt = img["alt"].strip()
-                if not alt or re.search(r"\.(?:png|jpe?g|svg|gif)$", alt) or alt in img["src"]:
-                    res.images_without_alt += 1
-                    res.errors.append(f"image without alt text: {img['src'].rsplit('/', 1)[-1][:80]}")
-            # links
-            for href in rep["links"]:
-                u = urlparse(href)
-                if u.scheme in ("http", "https", "mailto"):
-                    res.links_external += 1
-                    continue
-                if u.scheme != "file":
-                    continue
-                res.links_internal += 1
-                key = href
-                if key in seen_links:
-                    continue
-                seen_links.add(key)
-                target = Path(unquote(u.path))
-                if target.is_dir():
-                    target = target / "index.html"
-                if not target.exists():
-                    res.errors.append(f"broken link: {href} (no file {target})")
-                elif u.fragment and target.suffix == ".html" and not anchors.has(target, unquote(u.fragment)):
-                    res.errors.append(f"broken anchor: {href} (no id {u.fragment!r} in {target.name})")
-            # the machine on the page
-            for m in list(ABS_PATH.finditer(rep["text"]))[:5]:
-                res.errors.append(f"absolute path on the page: {m.group(0)[:120]}")
-            for m in list(PROGRESS.finditer(rep["text"]))[:3]:
-                res.errors.append(f"progress-bar or tqdm text on the page: {m.group(0)[:80]}")
-            if host_re and host_re.search(rep["text"]):
-                res.errors.append(f"this machine's host name {host!r} is on the page")
-            # tables
-            res.tables = len(rep["tables"])
-            if rep["sideways"]:
-                res.errors.append("the page scrolls sideways (something is wider than the window)")
-            for t in rep["tables"]:
-                if t["cut"]:
-                    res.errors.append(f"table runs off the page without scrolling (headers {t['head'][:4]})")
-                if _bare_index(t):
-                    res.errors.append(f"table with a bare integer index column (headers {t['head'][:4]})")
+            res, rep = _visit(browser, page, site, out)
+            _check_math(res, rep)
+            _check_images(res, rep)
+            _check_links(res, rep, seen_links, anchors)
+            _check_machine(res, rep, host, host_re)
+            _check_tables(res, rep)
             results.append(res)
             mark = "ok" if not res.errors else f"{len(res.errors)} problem(s)"
-            echo(f"  {rel:<40} {mark}")
+            echo(f"  {res.page:<40} {mark}")
     finally:
         browser.close()
     report = {
@@ -398,6 +339,89 @@ def check_site(site: Path, out: Path | None = None, executable: str | None = Non
     }
     (out / "report.json").write_text(json.dumps(report, indent=2))
     return report
+
+
+def _visit(browser: Chromium, page: Path, site: Path, out: Path) -> tuple[PageResult, dict]:
+    """Open `page` in the browser, let it settle and take its screenshot; its result (with what the
+    browser logged meanwhile) and what the page reports of itself (_REPORT)."""
+    rel = page.relative_to(site).as_posix()
+    res = PageResult(rel)
+    since = len(browser.events)
+    browser.send("Page.navigate", {"url": page.as_uri()})
+    if browser.wait_event("Page.loadEventFired", since, timeout=30) is None:
+        res.errors.append("the page did not finish loading within 30 s")
+    browser.evaluate(_SETTLE, timeout=40)
+    time.sleep(0.2)
+    shot = out / (rel[:-5].replace("/", "__") + ".png")
+    shot.write_bytes(base64.b64decode(browser.send("Page.captureScreenshot", {"format": "png"})["data"]))
+    res.screenshot = shot.name
+    rep = browser.evaluate(_REPORT)
+    res.errors += _events_errors(browser.events[since:])
+    return res, rep
+
+
+def _check_math(res: PageResult, rep: dict) -> None:
+    res.math = rep["math"]
+    for m in rep["mathUnrendered"]:
+        res.errors.append(f"math not rendered by MathJax: {m!r}")
+    for m in list(RAW_LATEX.finditer(rep["prose"]))[:5]:
+        ctx = rep["prose"][max(0, m.start() - 40):m.end() + 40].replace("\n", " ")
+        res.errors.append(f"raw LaTeX in the visible text: ...{ctx}...")
+
+
+def _check_images(res: PageResult, rep: dict) -> None:
+    for img in rep["images"]:
+        res.images += 1
+        if not img["ok"]:
+            res.errors.append(f"image did not load: {img['src'][:200]}")
+        alt = img["alt"].strip()
+        if not alt or re.search(r"\.(?:png|jpe?g|svg|gif)$", alt) or alt in img["src"]:
+            res.images_without_alt += 1
+            res.errors.append(f"image without alt text: {img['src'].rsplit('/', 1)[-1][:80]}")
+
+
+def _check_links(res: PageResult, rep: dict, seen_links: set[str], anchors: _Anchors) -> None:
+    """Count the page's links; each local one not seen on an earlier page must reach a file (and its anchor)."""
+    for href in rep["links"]:
+        u = urlparse(href)
+        if u.scheme in ("http", "https", "mailto"):
+            res.links_external += 1
+            continue
+        if u.scheme != "file":
+            continue
+        res.links_internal += 1
+        key = href
+        if key in seen_links:
+            continue
+        seen_links.add(key)
+        target = Path(unquote(u.path))
+        if target.is_dir():
+            target = target / "index.html"
+        if not target.exists():
+            res.errors.append(f"broken link: {href} (no file {target})")
+        elif u.fragment and target.suffix == ".html" and not anchors.has(target, unquote(u.fragment)):
+            res.errors.append(f"broken anchor: {href} (no id {u.fragment!r} in {target.name})")
+
+
+def _check_machine(res: PageResult, rep: dict, host: str, host_re) -> None:
+    """The machine on the page: absolute paths, progress bars, this machine's host name."""
+    for m in list(ABS_PATH.finditer(rep["text"]))[:5]:
+        res.errors.append(f"absolute path on the page: {m.group(0)[:120]}")
+    for m in list(PROGRESS.finditer(rep["text"]))[:3]:
+        res.errors.append(f"progress-bar or tqdm text on the page: {m.group(0)[:80]}")
+    if host_re and host_re.search(rep["text"]):
+        res.errors.append(f"this machine's host name {host!r} is on the page")
+
+
+def _check_tables(res: PageResult, rep: dict) -> None:
+    res.tables = len(rep["tables"])
+    if rep["sideways"]:
+        res.errors.append("the page scrolls sideways (something is wider than the window)")
+    for t in rep["tables"]:
+        if t["cut"]:
+            res.errors.append(f"table runs off the page without scrolling (headers {t['head'][:4]})")
+        if _bare_index(t):
+            res.errors.append(f"table with a bare integer index column (headers {t['head'][:4]})")
 
 
 def _events_errors(events: list[dict]) -> list[str]:

@@ -66,6 +66,9 @@ def problems(path: Path) -> list[str]:
     except precheck.PrecheckError as e:
         out.append(str(e))
         return out
+    if checks.specs is None:
+        out.append(f"{path.stem} has no chapter module: add it to helpers.chapters.MODULES with its PARAMS")
+        return out
     unchecked = sorted(set(checks.defaults) - set(checks.specs))
     if unchecked:
         out.append(f"parameter(s) {unchecked} are not checked by the params.validate(...) call")

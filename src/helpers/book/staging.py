@@ -12,7 +12,10 @@ executed or built it reaches the page.
   column and its `NaN`/`<NA>` cells, and folds behind a toggle when it is long. Tables drawn by
   `helpers.core.tables.show` need none of this.
 
-The executed notebooks in the run folder are never changed: this works on the staged copy.
+The executed notebooks in the run folder are never changed: this works on the staged copy. `stage` lays
+out the whole buildable book from a run: the repository's pages, the run's chapters cleaned so, a page
+saying so for each chapter that did not finish (`_problem_page`), and the status page made from the
+run's manifest (`status_page`).
 """
 from __future__ import annotations
 
@@ -21,8 +24,18 @@ import html
 import io
 import json
 import re
+import shutil
+import sys
 import tokenize
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from helpers.book import environment
+from helpers.book.manifest import STATUSES, commit_provenance, read_manifest
+from helpers.book.planning import stem, toc_entries
+from helpers.book.targets import TARGETS_DIR
 
 #: tqdm's bar: "desc:  17%|█▋        | 1/6 [00:18<01:30, 18.13s/it]"
 PROGRESS = re.compile(r"\d{1,3}%\|[^|\n]*\||\[\d+:\d+<[\d:?]+,\s*[\d.?]+\s*(?:it/s|s/it)\]")
@@ -49,7 +62,7 @@ class RunContext:
     @classmethod
     def from_manifest(cls, manifest: dict, local_root=None, local_run_dir=None) -> "RunContext":
         import socket
-        from pathlib import Path, PurePosixPath
+        from pathlib import PurePosixPath
 
         roots, run_dirs = set(), set()
         run_id = manifest.get("run_id", "")
@@ -356,7 +369,6 @@ GLUED_DIR = "_glued"
 def export_glued_figures(nb: dict, folder) -> list[str]:
     """Write each PNG figure `nb` glued as <folder>/<key>.png; return the keys written."""
     import base64
-    from pathlib import Path
 
     folder = Path(folder)
     keys = []
@@ -411,3 +423,166 @@ def cite_only_what_the_run_has(text: str, stage_root: Path) -> tuple[str, list[s
         return FIGURE_NOT_IN_RUN
 
     return GLUED_FIGURE.sub(figure, CROSS_GLUE.sub(cite, text)), missing
+
+
+def _title(nb_path: Path, fallback: str) -> str:
+    try:
+        nb = json.loads(Path(nb_path).read_text())
+        for cell in nb["cells"]:
+            if cell["cell_type"] == "markdown":
+                for line in "".join(cell["source"]).splitlines():
+                    if line.startswith("# "):
+                        return line[2:].strip()
+    except (OSError, ValueError, KeyError):
+        pass
+    return fallback
+
+
+def _fence(text: str) -> str:
+    return "````text\n" + text.replace("````", "'''") + "\n````"
+
+
+def _problem_page(title: str, rec: dict, manifest: dict) -> str:
+    err = rec.get("error") or {}
+    if rec["status"] == "skipped":
+        head = f"This chapter was **skipped** in run `{manifest['run_id']}` ({err.get('evalue', '')})."
+    elif rec["status"] in ("pending", "running", "interrupted"):
+        said = {"pending": "**did not run**: the run ended before it started",
+                "running": "**did not finish**: the run was stopped while it ran (its process was killed)",
+                "interrupted": "**was interrupted** while it ran"}[rec["status"]]
+        head = (f"This chapter {said} in run `{manifest['run_id']}` (target `{manifest['target']}`). "
+                f"Continue the run with `python -m helpers.book.runbook --resume runs/{manifest['run_id']}`: "
+                f"finished chapters are kept and this one resumes from the points it had measured.")
+    else:
+        where = f" in cell {err['cell_index']}" if err.get("cell_index") is not None else ""
+        head = (f"This chapter **failed**{where} in run `{manifest['run_id']}` "
+                f"(target `{manifest['target']}`) after {rec['duration_s']:.1f} s. The other chapters "
+                f"still ran; the executed notebook with the error is kept in the run folder as "
+                f"`notebooks/{rec['stem']}.ipynb`.")
+    body = [f"# {title}", "", head, ""]
+    if err and rec["status"] not in ("skipped", "pending"):
+        body += [f"**{err.get('ename', 'Error')}**: ", "", _fence(str(err.get("evalue", ""))), ""]
+        if err.get("traceback"):
+            tb = re.sub(r"\x1b\[[0-9;]*m", "", err["traceback"])
+            body += ["Traceback (end):", "", _fence(tb[-3000:]), ""]
+    body += ["See the [status page](../appendix/status.md) for the whole run."]
+    return "\n".join(body) + "\n"
+
+
+def status_page(manifest: dict, titles: dict[str, str]) -> str:
+    """The appendix status page, generated from a run's manifest."""
+    def row(*cells):
+        return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+    m = manifest
+    counts = {s: sum(1 for c in m["chapters"] if c["status"] == s) for s in STATUSES}
+    total = sum(c.get("duration_s") or 0.0 for c in m["chapters"])
+    said = ", ".join(f"{counts[s]} {s}" for s in ("ok", "failed", "skipped")) + "".join(
+        f", {counts[s]} {s}" for s in ("partial", "interrupted", "running", "pending") if counts[s])
+    lines = [
+        "# Run status", "",
+        "What executed where: this page is generated from the run's `manifest.json` each time the site "
+        "is built, so it always describes the run being shown.", "",
+        "## The run", "",
+        row("field", "value"), row("---", "---"),
+        row("run id", f"`{m['run_id']}`"),
+        row("target", f"`{m['target']}`: {m.get('target_description', '')}"),
+        row("started (UTC)", m.get("started")), row("finished (UTC)", m.get("finished") or "not finished"),
+        row("overall status", m.get("status")),
+        row("made from", commit_provenance(m)[0]),
+        row("chapters", said),
+        row("sessions", f"{len(m.get('sessions') or [])} (a run continued with --resume has more than one)"
+            if m.get("sessions") else "not recorded"),
+        row("execution time, all chapters (s)", f"{total:.1f}"),
+        "", "## Chapters", "",
+        row("#", "chapter", "status", "time (s)", "error"), row("---", "---", "---", "---:", "---"),
+    ]
+    for i, c in enumerate(m["chapters"], 1):
+        err = c.get("error") or {}
+        e = f"{err.get('ename', '')}: {str(err.get('evalue', '')).splitlines()[0][:200] if err.get('evalue') else ''}" if err else ""
+        lines.append(row(i, titles.get(c["stem"], c["stem"]), f"**{c['status']}**", f"{c.get('duration_s') or 0.0:.1f}", e))
+    lines += ["", "## Hardware", "", row("item", "value"), row("---", "---")]
+    for k, v in (m.get("hardware") or {}).items():
+        if k == "hostname":  # the machine's name tells a reader nothing and is not for publishing
+            continue
+        lines.append(row(k, v if not isinstance(v, (list, dict)) else json.dumps(v)))
+    lines += ["", "## Software versions", "", row("package", "version"), row("---", "---")]
+    for k, v in (m.get("versions") or {}).items():
+        lines.append(row(k, v))
+    lines += environment.lines(m)
+    lines += ["", "## Parameters per chapter", "", row("chapter", "parameters"), row("---", "---")]
+    for c in m["chapters"]:
+        p = {k: v for k, v in (c.get("parameters") or {}).items() if k != "run_dir"}
+        lines.append(row(c["stem"], "`" + json.dumps(p) + "`" if p else "defaults"))
+    return "\n".join(lines) + "\n"
+
+
+def _stage_notebook(src: Path, dst: Path, ctx=None) -> None:
+    """Copy an executed chapter for rendering: code folds away behind a toggle (the reader sees
+    the narrative, tables and figures first); papermill's injected cell becomes a "parameters of this
+    run" box; nothing of the machines that ran or built it stays on the page (helpers.book.staging)."""
+    nb = json.loads(Path(src).read_text())
+    clean_notebook(nb, ctx or RunContext())
+    # another page can show this chapter's figures: _glued/<stem>/<key>.png in the staged book
+    stage_root = next((p for p in Path(dst).parents if (p / "_config.yml").exists()), Path(dst).parent)
+    export_glued_figures(nb, stage_root / GLUED_DIR / Path(src).stem)
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+        if not {"hide-input", "remove-input"} & set(tags):
+            tags.append("hide-input")
+    Path(dst).write_text(json.dumps(nb))
+
+
+def stage(run_dir: Path, root: Path, stage_dir: Path) -> Path:
+    """Lay out a buildable book in stage_dir from the repository's pages and the run's notebooks."""
+    manifest = read_manifest(run_dir)
+    if stage_dir.exists():
+        shutil.rmtree(stage_dir)
+    stage_dir.mkdir(parents=True)
+    cfg = yaml.safe_load((root / "_config.yml").read_text())
+    cfg.setdefault("execute", {})["execute_notebooks"] = "off"
+    # pages name the run they show: {{ site_run }}, {{ site_machine }}, ...
+    subs = cfg.setdefault("parse", {}).setdefault("myst_substitutions", {})
+    subs.update(run_substitutions(manifest))
+    (stage_dir / "_config.yml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    shutil.copy(root / "_toc.yml", stage_dir / "_toc.yml")
+    for extra in ("references.bib", "logo.png"):
+        if (root / extra).exists():
+            shutil.copy(root / extra, stage_dir / extra)
+    shutil.copytree(root / TARGETS_DIR, stage_dir / TARGETS_DIR)  # shown on the re-running page
+    if (root / "_static").is_dir():  # the book's CSS (jupyter-book includes every .css in it)
+        shutil.copytree(root / "_static", stage_dir / "_static")
+    ctx = RunContext.from_manifest(manifest, local_root=root, local_run_dir=run_dir)
+    recs = {c["docname"]: c for c in manifest["chapters"]}
+    titles = {}
+    for doc in toc_entries(root):
+        src_nb, src_md = root / f"{doc}.ipynb", root / f"{doc}.md"
+        (stage_dir / doc).parent.mkdir(parents=True, exist_ok=True)
+        if src_nb.exists():
+            rec = recs.get(doc)
+            titles[stem(doc)] = _title(src_nb, stem(doc))
+            executed = run_dir / "notebooks" / f"{stem(doc)}.ipynb"
+            if rec and rec["status"] in ("ok", "partial") and executed.exists():
+                _stage_notebook(executed, stage_dir / f"{doc}.ipynb", ctx)
+            else:
+                rec = rec or {"stem": stem(doc), "status": "skipped", "duration_s": 0.0,
+                              "error": {"ename": "Skipped", "evalue": "not part of this run"}}
+                (stage_dir / f"{doc}.md").write_text(public_text(
+                    _problem_page(titles[stem(doc)], rec, manifest), ctx))
+        elif src_md.exists():
+            shutil.copy(src_md, stage_dir / f"{doc}.md")
+    # pages that cite a chapter's values: a run made before a value existed shows "not in this run" there
+    for doc in toc_entries(root):
+        page = stage_dir / f"{doc}.md"
+        if (root / f"{doc}.md").exists() and page.exists():
+            text, missing = cite_only_what_the_run_has(page.read_text(), stage_dir)
+            if missing:
+                page.write_text(text)
+                print(f"note: {doc}.md cites {len(missing)} value(s) this run's chapters do not have (made by an "
+                      f"older book); shown as 'not in this run': {', '.join(missing[:4])}"
+                      f"{' ...' if len(missing) > 4 else ''}", file=sys.stderr)
+    (stage_dir / "appendix").mkdir(exist_ok=True)
+    (stage_dir / "appendix" / "status.md").write_text(public_text(status_page(manifest, titles), ctx))
+    return stage_dir

@@ -8,8 +8,8 @@ what they return. A chapter module imports from `helpers.core` and the domain pa
 `helpers.book` (the runbook and the site, above it).
 
     from helpers.chapters import environment as ch
-    P = ch.validate(mode=mode, run_dir=run_dir)    # refuses a bad value, naming it and what is allowed
-    glue_all(ch.recorded_values(HW))               # every field of the dataclass, glued under its name
+    P = params.validate({"mode": mode, "run_dir": run_dir}, ch.PARAMS)   # a bad value refused, named
+    glue_all(ch.recorded_facts(HW))     # every field of the dataclass (RecordedFacts), glued under its name
 
 `MODULES` maps each notebook stem to its module's name; `module(stem)` imports it.
 """

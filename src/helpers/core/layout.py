@@ -53,16 +53,85 @@ class Result:
 FIT_COLUMNS = ("scope", "path", "harness", "variant", "backend", "world_size", "device", "alpha_us",
                "beta_GBps", "median_rel_err", "max_rel_err", "n_points", "min_bytes", "max_bytes", "kind")
 
+#: The serving sweep's columns (chapter 03 writes it; helpers.serving.experiments.SWEEP_COLUMNS shows them).
+SERVING_SWEEP_COLUMNS = ("variant", "workload", "concurrency", "completed", "failed", "output_throughput",
+                         "total_throughput", "achieved_concurrency", "median_ttft_ms", "median_tpot_ms", "p99_itl_ms",
+                         "median_e2e_latency_ms", "server_peak_rss_mib", "server_memory_cap_mib")
+
 RESULTS: dict[tuple[str, str], Result] = {
     (r.chapter, r.name): r for r in (
         Result("01_environment", "probe", "probe.json",
                "the environment probe's full result (helpers.machine.probe)"),
+        Result("02_nan_crash", "live_matrix", "live_matrix.csv",
+               "every configuration the NaN matrix launched live, with its outcome (helpers.serving.classify)",
+               ("name", "outcome", "stands_for", "startup_s", "wall_s", "request_s", "memory", "detail")),
+        Result("02_nan_crash", "attempts", "attempts.jsonl",
+               "the NaN matrix's finished attempts, one JSON line each, written as they finish (resumed from)"),
+        Result("02_nan_crash", "logs", "logs", "the folder of the launched servers' logs, one per configuration"),
+        Result("03_baselines_tuning", "sweep", "sweep.csv", "every point of the live concurrency sweep",
+               SERVING_SWEEP_COLUMNS),
+        Result("03_baselines_tuning", "sweep_rows", "sweep.jsonl",
+               "the live sweep's finished points, one JSON line each, written as they finish (resumed from)"),
+        Result("03_baselines_tuning", "logs", "logs", "the folder of the launched servers' logs, one per variant"),
+        Result("03_baselines_tuning", "gpu_profile", "gpu_profile.csv",
+               "medians of this machine's GPU samples per sweep point (helpers.machine.gpumon)",
+               ("variant", "workload", "concurrency", "n_samples", "util_gpu_pct", "util_mem_pct", "power_w",
+                "power_pct_of_limit", "sm_clock_mhz")),
+        Result("03_baselines_tuning", "gpu_samples", "gpu_samples.csv", "every GPU sample taken during the sweep"),
+        Result("03_baselines_tuning", "headline", "headline.csv",
+               "single-stream and saturated output throughput: recorded (original VM) and measured here",
+               ("who", "variant", "workload", "single_stream_tok_s", "max_concurrency", "saturated_tok_s",
+                "scaling (derived)")),
+        Result("04_moe_runners", "runner_status", "runner_status.csv", "each MoE runner's launch outcome",
+               ("runner", "outcome", "detail", "memory")),
+        Result("04_moe_runners", "attempts", "attempts.jsonl",
+               "each MoE runner's launch attempt, one JSON line each, written as they finish (resumed from)"),
+        Result("04_moe_runners", "sweep", "sweep.csv", "every point of every repeat of every runner that served",
+               ("runner", "repeat", "workload", "concurrency", "output_throughput")),
+        Result("04_moe_runners", "sweep_rows", "sweep.jsonl",
+               "the runners' finished points, one JSON line each, written as they finish (resumed from)"),
+        Result("04_moe_runners", "logs", "logs", "the folder of the launched servers' logs, one per runner and launch"),
+        Result("04_moe_runners", "spread", "spread.csv",
+               "output throughput across repeats per runner and concurrency: mean, min, max, range",
+               ("runner", "workload", "concurrency", "mean", "min", "max", "count", "range_pct")),
+        Result("04_moe_runners", "verdicts", "verdicts.csv",
+               "each pair of runners per concurrency: difference of means, and whether their repeat ranges overlap",
+               ("workload", "concurrency", "a", "b", "diff_pct (derived)", "ranges_overlap", "verdict")),
+        Result("05_expert_parallelism", "parameters", "parameters.csv",
+               "the model's parameters and bytes per weight group, from its configuration (derived)",
+               ("group", "format", "format_assumed", "tp_placement", "params", "active_params", "bytes",
+                "params_B", "active_B", "GB")),
+        Result("05_expert_parallelism", "hidden_size", "hidden_size.csv",
+               "per recorded copy: the bytes it moved and the hidden size that implies (derived)",
+               ("label", "tokens", "bytes_moved (bandwidth x latency)", "implied hidden size")),
+        Result("05_expert_parallelism", "memory_fit", "memory_fit.csv",
+               "what fits per GPU on each system and layout, and the KV cache it leaves (derived)",
+               ("system", "gpu_memory_GiB", "system_kind", "layout", "gpus_used", "weights_per_gpu_GiB",
+                "budget_GiB", "fits", "kv_tokens_per_gpu", "sequences_at_context")),
+        Result("05_expert_parallelism", "collectives", "collectives.csv",
+               "the collectives of one TP decode step (helpers.model.arith.collective_schedule)",
+               ("collective", "kind", "per_step", "bytes_per_token")),
+        Result("05_expert_parallelism", "ep_vs_tp_volume", "ep_vs_tp_volume.csv",
+               "bytes one GPU sends per MoE layer and decode step, TP all-reduce against EP all-to-all (derived)",
+               ("layout", "bytes_sent_per_gpu", "rounds", "tokens")),
         Result("06_vm_p2p", "fits", "fits.csv",
                "alpha-beta fits of every copy and collective sweep of this machine, and of the recorded VM",
                FIT_COLUMNS),
         Result("06_vm_p2p", "collective_sweep", "collective_sweep.csv",
                "every collective point measured by the VM/P2P chapter",
                ("op", "backend", "variant", "world_size", "method", "harness", "size_bytes", "time_us")),
+        Result("06_vm_p2p", "copy_sweep", "copy_sweep.csv",
+               "every copy point measured by the VM/P2P chapter: path x harness x size (helpers.interconnect.copies)",
+               ("path", "harness", "device", "size_bytes", "time_us", "bandwidth_GBps", "kind")),
+        Result("06_vm_p2p", "copy_skipped", "copy_skipped.csv",
+               "the copy paths and harnesses (or single points) this machine could not run, with the reason",
+               ("path", "harness", "size_bytes", "reason")),
+        Result("06_vm_p2p", "collective_runs", "collective_runs.csv",
+               "the VM/P2P chapter's collective launches: status, points, time, and why a launch failed",
+               ("variant", "backend", "world_size", "method", "status", "points", "message")),
+        Result("06_vm_p2p", "collective_points", "collective_points",
+               "the collective launches' folder (helpers.interconnect.collectives.resume_collectives): finished "
+               "points per launch, from which a launch resumes"),
         Result("06_vm_p2p", "hostpath", "hostpath",
                "the host-path study's folder (helpers.interconnect.hostpath): finished points per launch, "
                "named by their settings, and the generated VM topology files"),
@@ -161,10 +230,16 @@ class Need:
 
 _STEP_FALLBACK = ("the committed decode-step study (data/measured/, role decode-step), where this run did not "
                   "time GLM-5's real TP8 shapes on a GPU")
+_PRECISION_FALLBACK = ("the committed bf16-against-FP8 study (data/measured/, role decode-step-fp8), where this "
+                       "run did not time the step in FP8 on a GPU")
 
 #: What a chapter reads from another: chapter -> its needs. A missing required need stops the run before
 #: it starts (see check_needs); the diagnosis in mode "recorded" reads nothing from the run.
 NEEDS: dict[str, tuple[Need, ...]] = {
+    "06_vm_p2p": (
+        Need("01_environment", "probe", "no environment probe in this run: this machine's P2P matrix is CUDA's "
+                                        "peer-access answer on a GPU machine, and none without a GPU"),
+    ),
     "07_diagnosis": (
         Need("06_vm_p2p", "fits"),
         Need("06_vm_p2p", "collective_sweep", "no all-to-all against all-reduce comparison (the VM/P2P chapter "
@@ -174,6 +249,9 @@ NEEDS: dict[str, tuple[Need, ...]] = {
         Need("07_decode_step", "step_meta", _STEP_FALLBACK, "decode-step"),
         Need("06_vm_p2p", "hostpath_sweep", "no host-path study in this run (it needs the vm-emulation target on "
                                             "four GPUs or more): the VM is predicted from the other scenarios"),
+        Need("07_decode_step", "precision_times", _PRECISION_FALLBACK, "decode-step-fp8"),
+        Need("07_decode_step", "precision_bytes", _PRECISION_FALLBACK, "decode-step-fp8"),
+        Need("07_decode_step", "precision_meta", _PRECISION_FALLBACK, "decode-step-fp8"),
     ),
 }
 #: Chapters whose needs are waived in a mode that uses recorded inputs only.

@@ -14,7 +14,6 @@ import ast
 import math
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterable
 
 MODES = ("recorded", "auto", "live")
@@ -192,16 +191,4 @@ def validate(values: dict[str, Any], specs: dict[str, Spec]) -> dict[str, Any]:
             out[name] = spec.check(values[name])
     if bad:
         raise ParameterError("\n".join(bad))
-    return out
-
-
-def run_directory(run_dir: str, chapter: str) -> Path:
-    """The folder where a chapter writes its result tables: <run_dir>/results/<chapter>.
-
-    An empty `run_dir` (a chapter executed on its own) uses a fresh temporary folder."""
-    import tempfile
-
-    base = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="book-run-"))
-    out = base / "results" / chapter
-    out.mkdir(parents=True, exist_ok=True)
     return out

@@ -18,7 +18,6 @@ The figures follow nccl-tests (doc/PERFORMANCE.md and src/common.cu): time is th
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -33,41 +32,12 @@ import pandas as pd
 from helpers.core import procs
 from helpers.interconnect.copies import parse_sizes
 from helpers.interconnect.method import COLUMNS as METHOD_COLUMNS, Method, MethodError
-from helpers.interconnect.nodes import JOINED_PREFIX, Nodes
+from helpers.interconnect.launchlog import failure_message
+from helpers.interconnect.nodes import Nodes
+from helpers.interconnect.settings import BASE_ENV
 
 OPS = ("all_reduce", "all_to_all")
 BACKENDS = ("gloo", "nccl")
-
-#: Always in the workers' environment: no NVLink SHARP multicast, no symmetric-memory multicast.
-BASE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "OMP_NUM_THREADS": "1"}
-
-#: The NCCL variants the investigation listed as next steps and never ran: name -> extra environment.
-NCCL_VARIANTS: dict[str, dict[str, str]] = {
-    "default": {},
-    "P2P_DISABLE=1": {"NCCL_P2P_DISABLE": "1"},
-    "P2P_LEVEL=LOC": {"NCCL_P2P_LEVEL": "LOC"},
-    "P2P_LEVEL=PIX": {"NCCL_P2P_LEVEL": "PIX"},
-    "P2P_LEVEL=PHB": {"NCCL_P2P_LEVEL": "PHB"},
-    "P2P_LEVEL=SYS": {"NCCL_P2P_LEVEL": "SYS"},
-    "SHM_USE_CUDA_MEMCPY=1": {"NCCL_SHM_USE_CUDA_MEMCPY": "1"},
-    "ALGO=Ring": {"NCCL_ALGO": "Ring"},
-    "ALGO=Tree": {"NCCL_ALGO": "Tree"},
-    "PROTO=LL": {"NCCL_PROTO": "LL"},
-    "PROTO=LL128": {"NCCL_PROTO": "LL128"},
-    "PROTO=Simple": {"NCCL_PROTO": "Simple"},
-    "GRAPH_MIXING_SUPPORT=0": {"NCCL_GRAPH_MIXING_SUPPORT": "0"},
-}
-
-#: Variants that are not from the investigation's list, and what a reader must know before using them.
-VARIANT_NOTES: dict[str, str] = {
-    "GRAPH_MIXING_SUPPORT=0": (
-        "not in the investigation's list: this project added it after measuring it on two H200s. NCCL then "
-        "stops serializing every CUDA-graph-captured collective against the communicator's other work "
-        "(the variant sweep shows what that costs here). It is only safe where a graph launch and a "
-        "non-captured NCCL call on the same communicator are never in flight together (NCCL "
-        "documentation), so a server that mixes eager and graph collectives must check that first"),
-}
-
 
 class CollectiveConfigError(ValueError):
     """A collective sweep that cannot run as asked (bad sizes, too many ranks, no such backend)."""
@@ -248,31 +218,6 @@ def slug(s: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in s)
 
 
-def failure_message(text: str | None, n: int = 1500) -> str:
-    """The part of a failed launch's output that says why: a worker's refusal (a line of its own), else the
-    first failing rank's own lines (torch prefixes a worker's uncaught error with '[rankN]:'), else the end
-    of the output. torchrun's own
-    summary, which follows and names no cause, is left out where a rank's lines exist."""
-    text = (text or "").strip()
-    lines = [ln for ln in text.splitlines() if ln.strip() and not set(ln.strip()) <= {"*"}]
-    # a worker that refused the sweep (its own SystemExit, e.g. across nodes) says why in one line
-    refused = [ln.strip() for ln in lines if ln.startswith(("helpers.interconnect.worker:",
-                                                             "helpers.interconnect.worker --join:"))
-               and not ln.startswith(JOINED_PREFIX)]
-    if refused:
-        return "\n".join(dict.fromkeys(refused))[:n]
-    ranked = [ln for ln in lines if re.match(r"\[rank\d+\]:", ln)]
-    if ranked:
-        first = ranked[0].split(":", 1)[0]
-        mine = [ln for ln in ranked if ln.startswith(first + ":")]
-        # the exception and what follows it (NCCL's own "Last error") first: a table cell shows the start
-        exc = [i for i, ln in enumerate(mine) if re.match(r"\[rank\d+\]:\s*[\w.]+(Error|Exception)\b", ln)]
-        if exc:
-            mine = mine[exc[-1]:] + ["traceback:"] + mine[:exc[-1]]
-        return "\n".join(mine)[:n]
-    return "\n".join(lines)[-n:]
-
-
 def _drain(proc: subprocess.Popen) -> str:
     try:
         text, _ = proc.communicate(timeout=5)
@@ -346,6 +291,29 @@ def measure_direct(sizes, method: Method = Method.direct(timer="host"), warmup: 
     the timing method from torch.distributed's own per-call cost."""
     import torch
 
+    method = _direct_method(method, gpus)
+    sizes = parse_sizes(sizes)
+    devs = [torch.device("cuda", i) for i in range(gpus)]
+    dt = getattr(torch, dtype)
+    es = torch.empty((), dtype=dt).element_size()
+    t_start, rows = time.perf_counter(), []
+    with torch.cuda.device(devs[0]):
+        for size in sizes:
+            count = size // es
+            if count == 0:
+                continue
+            times = _direct_times(devs, count, dt, method, warmup, iters, repeats)
+            rows.append({"op": "all_reduce", "backend": "nccl-direct", "variant": "default", "world_size": gpus,
+                         "dtype": dtype, "count": count, "size_bytes": count * es, "iters": iters, "repeats": repeats,
+                         "warmup": warmup, "times_us": times, **method.as_row(),
+                         "device": torch.cuda.get_device_name(devs[0])})
+    return RunResult("default", "nccl-direct", gpus, "ok", 0, time.perf_counter() - t_start, "", rows, "", method)
+
+
+def _direct_method(method: Method, gpus) -> Method:
+    """measure_direct's checks of its request; the method it records (several GPUs: the host timer)."""
+    import torch
+
     if not isinstance(method, Method):
         raise CollectiveConfigError(f"method = {method!r} must be a helpers.interconnect.method.Method")
     method.check_backend("nccl-direct")
@@ -355,100 +323,98 @@ def measure_direct(sizes, method: Method = Method.direct(timer="host"), warmup: 
         raise CollectiveConfigError("measure_direct: harness='graph' needs gpus=1 (one CUDA graph capture holds "
                                     "one device's stream); use harness='eager' or the torchrun worker")
     method = method if gpus == 1 else method.but(timer="host")
-    harness, timer, placement, rotate_bytes = method.harness, method.timer, method.placement, method.rotate_bytes
     if not torch.cuda.is_available():
         raise CollectiveConfigError("measure_direct needs a CUDA GPU: torch sees none here; "
                                     "use run_collectives('gloo', ...) on a CPU machine")
     if gpus > torch.cuda.device_count():
         raise CollectiveConfigError(f"gpus = {gpus} is more than the {torch.cuda.device_count()} GPU(s) torch "
                                     "sees here; use gpus <= that")
+    return method
+
+
+def _direct_times(devs, count: int, dt, method: Method, warmup: int, iters: int, repeats: int) -> list[float]:
+    """One size of measure_direct: checked once, warmed up, (graph: captured), then `repeats` timed blocks
+    of `iters` calls; the time per call of each block in us."""
+    import torch
     import torch.cuda.nccl as tnccl
 
-    sizes = parse_sizes(sizes)
-    devs = [torch.device("cuda", i) for i in range(gpus)]
-    dev = devs[0]
-    dt = getattr(torch, dtype)
-    es = torch.empty((), dtype=dt).element_size()
-    t_start, rows = time.perf_counter(), []
+    harness, timer, placement, rotate_bytes = method.harness, method.timer, method.placement, method.rotate_bytes
+    gpus, dev = len(devs), devs[0]
+    nbytes = count * torch.empty((), dtype=dt).element_size()
+    steps = max(1, rotate_bytes // nbytes) if rotate_bytes > 0 else 1
+    steps = min(steps, max(iters, warmup, 1))
+    px = [torch.zeros(count * steps, dtype=dt, device=d) for d in devs]
+    py = [torch.zeros_like(x) for x in px]
+    views = [([x[k * count:(k + 1) * count] for x in px], [y[k * count:(k + 1) * count] for y in py])
+             for k in range(steps)]
 
     def sync_all():
         for d in devs:
             torch.cuda.synchronize(d)
 
-    with torch.cuda.device(dev):
-        for size in sizes:
-            count = size // es
-            if count == 0:
-                continue
-            nbytes = count * es
-            steps = max(1, rotate_bytes // nbytes) if rotate_bytes > 0 else 1
-            steps = min(steps, max(iters, warmup, 1))
-            px = [torch.zeros(count * steps, dtype=dt, device=d) for d in devs]
-            py = [torch.zeros_like(x) for x in px]
-            views = [([x[k * count:(k + 1) * count] for x in px], [y[k * count:(k + 1) * count] for y in py])
-                     for k in range(steps)]
+    def call(i):
+        xs, ys = views[i % steps]
+        if placement == "out-of-place":
+            tnccl.all_reduce(xs, ys)
+        else:
+            tnccl.all_reduce(xs)
 
-            def call(i):
-                xs, ys = views[i % steps]
-                if placement == "out-of-place":
-                    tnccl.all_reduce(xs, ys)
-                else:
-                    tnccl.all_reduce(xs)
+    chk_x = [torch.full((count,), 3.0, dtype=dt, device=d) for d in devs]
+    chk_y = [torch.zeros_like(x) for x in chk_x]
+    tnccl.all_reduce(chk_x, chk_y if placement == "out-of-place" else None)
+    sync_all()
+    got = chk_y if placement == "out-of-place" else chk_x
+    if not all(bool(torch.all(g == 3.0 * gpus)) for g in got):
+        raise RuntimeError(f"direct ncclAllReduce gave a wrong result (count {count}, {placement}, "
+                           f"{gpus} GPU(s))")
+    for i in range(warmup):
+        call(i)
+    sync_all()
+    graph = _direct_graph(dev, call, iters) if harness == "graph" else None
 
-            chk_x = [torch.full((count,), 3.0, dtype=dt, device=d) for d in devs]
-            chk_y = [torch.zeros_like(x) for x in chk_x]
-            tnccl.all_reduce(chk_x, chk_y if placement == "out-of-place" else None)
-            sync_all()
-            got = chk_y if placement == "out-of-place" else chk_x
-            if not all(bool(torch.all(g == 3.0 * gpus)) for g in got):
-                raise RuntimeError(f"direct ncclAllReduce gave a wrong result (count {count}, {placement}, "
-                                   f"{gpus} GPU(s))")
-            for i in range(warmup):
+    def block():
+        if graph is not None:
+            graph.replay()
+        else:
+            for i in range(iters):
                 call(i)
+
+    times = []
+    for _ in range(repeats):
+        sync_all()
+        if timer == "events" and gpus == 1:
+            s0, e0 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s0.record()
+            block()
+            e0.record()
+            e0.synchronize()
+            times.append(s0.elapsed_time(e0) * 1e3 / iters)
+        else:  # several GPUs: the host clock, which waits for all of them (nccl-tests' BenchTime)
+            t0 = time.perf_counter()
+            block()
             sync_all()
-            graph = None
-            if harness == "graph":
-                side = torch.cuda.Stream(dev)
-                side.wait_stream(torch.cuda.current_stream(dev))
-                with torch.cuda.stream(side):
-                    call(0)
-                torch.cuda.current_stream(dev).wait_stream(side)
-                torch.cuda.synchronize(dev)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    for i in range(iters):
-                        call(i)
-                graph.replay()
-                torch.cuda.synchronize(dev)
+            times.append((time.perf_counter() - t0) * 1e6 / iters)
+    del px, py, views, graph
+    return times
 
-            def block():
-                if graph is not None:
-                    graph.replay()
-                else:
-                    for i in range(iters):
-                        call(i)
 
-            times = []
-            for _ in range(repeats):
-                sync_all()
-                if timer == "events" and gpus == 1:
-                    s0, e0 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    s0.record()
-                    block()
-                    e0.record()
-                    e0.synchronize()
-                    times.append(s0.elapsed_time(e0) * 1e3 / iters)
-                else:  # several GPUs: the host clock, which waits for all of them (nccl-tests' BenchTime)
-                    t0 = time.perf_counter()
-                    block()
-                    sync_all()
-                    times.append((time.perf_counter() - t0) * 1e6 / iters)
-            rows.append({"op": "all_reduce", "backend": "nccl-direct", "variant": "default", "world_size": gpus,
-                         "dtype": dtype, "count": count, "size_bytes": nbytes, "iters": iters, "repeats": repeats,
-                         "warmup": warmup, "times_us": times, **method.as_row(),
-                         "device": torch.cuda.get_device_name(dev)})
-            del px, py, views, graph
-    return RunResult("default", "nccl-direct", gpus, "ok", 0, time.perf_counter() - t_start, "", rows, "", method)
+def _direct_graph(dev, call, iters: int):
+    """`iters` calls captured in one CUDA graph on `dev` (after one call on a side stream), replayed once."""
+    import torch
+
+    side = torch.cuda.Stream(dev)
+    side.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(side):
+        call(0)
+    torch.cuda.current_stream(dev).wait_stream(side)
+    torch.cuda.synchronize(dev)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(iters):
+            call(i)
+    graph.replay()
+    torch.cuda.synchronize(dev)
+    return graph
 
 
 def resume_collectives(backend: str, world_size: int, sizes, ops: Sequence[str] = OPS,

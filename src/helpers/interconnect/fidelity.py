@@ -53,11 +53,6 @@ class ToolOutputError(ValueError):
     """Tool output that does not have the expected shape; the message names the tool and what was missing."""
 
 
-#: Every reference-tool run's environment: no NVLink SHARP multicast (helpers.interconnect.collectives.BASE_ENV's
-#: settings, and NVSHMEM's own switch).
-TOOL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-
-
 def run_processes(cmd: list[str], n: int, timeout: float, env: dict) -> tuple[int, str]:
     """Run `cmd` (nccl-tests built against benchmarks/fidelity/mpishim) as n processes on this host that
     meet through one shared memory file, as `mpirun -np n` would start them. Returns the worst exit
@@ -311,36 +306,7 @@ def copy_rows(m: dict, cp: pd.DataFrame, device: str) -> list[dict]:
                                 f"latency, {setting}, GPU", small, "us", lat_m[i][j], float(sm.loc[h, "time_us"]),
                                 label(h), same and h == "queued", None, device, copy_harness=h))
         if path == "peer" and len(bw_m) > j and len(bw_m[j]) > i:
-            # The link is symmetric, but the tool times GPU 0 -> GPU 1 first, straight after enabling peer
-            # access and with no warm-up copy, and GPU 1 -> GPU 0 later: its two directions are set against
-            # each other (shown, not counted: p2p_order_rows separates direction from turn), and ours against
-            # its other direction (shown, not counted).
-            rows.append(row(f"{what} bandwidth, p2pBandwidthLatencyTest against its own other direction",
-                            "p2pBandwidthLatencyTest", f"unidirectional, {setting} vs GPU {j} -> GPU {i}", big,
-                            "GB/s", bw_m[j][i], bw_m[i][j],
-                            f"p2pBandwidthLatencyTest GPU {i} -> GPU {j} (tool: its GPU {j} -> GPU {i})", False, tol,
-                            device))
-            if "queued" in b.index:
-                rows.append(row(f"{what} bandwidth", "p2pBandwidthLatencyTest",
-                                f"unidirectional, P2P=Enabled (writes), GPU {j} -> GPU {i} (the other direction)",
-                                big, "GB/s", bw_m[j][i], float(b.loc["queued", "p2ptest_GBps"]),
-                                label("queued") + f"; GPU {i} -> GPU {j}", False, tol, device,
-                                copy_harness="queued"))
-            # our own GPU 1 -> GPU 0 copy against the tool's: the same direction and method, counted
-            bb = back[(back.size_bytes == big) & (back.harness == "queued")]
-            if len(bb):
-                rows.append(row(f"GPU {j} -> GPU {i} peer copy bandwidth", "p2pBandwidthLatencyTest",
-                                f"unidirectional, P2P=Enabled (writes), GPU {j} -> GPU {i}", big, "GB/s",
-                                bw_m[j][i], float(bb.iloc[0]["p2ptest_GBps"]),
-                                label("queued") + f"; GPU {j} -> GPU {i}", True, tol, device,
-                                copy_harness="queued"))
-            bs = back[(back.size_bytes == small) & (back.harness == "queued")]
-            if len(bs) and len(lat_m) > j and len(lat_m[j]) > i:
-                rows.append(row(f"GPU {j} -> GPU {i} peer copy, 16 B, GPU time per copy", "p2pBandwidthLatencyTest",
-                                f"latency, {setting.replace(f'GPU {i} -> GPU {j}', f'GPU {j} -> GPU {i}')}, GPU",
-                                small, "us", lat_m[j][i], float(bs.iloc[0]["time_us"]),
-                                label("queued") + f"; GPU {j} -> GPU {i}", True, None, device,
-                                copy_harness="queued"))
+            rows += _other_direction_rows(what, setting, i, j, bw_m, lat_m, b, back, label, tol, device)
         cpu_m = m.get(f"lat_p2p_{p2p}_cpu") or []
         if path == "same_device" and "eager" in sm.index and cpu_m:
             rows.append(row("same-device copy, 16 B, host time per copy", "p2pBandwidthLatencyTest",
@@ -348,6 +314,46 @@ def copy_rows(m: dict, cp: pd.DataFrame, device: str) -> list[dict]:
                             float(sm.loc["eager", "time_us"]),
                             COPY_HARNESS_LABELS["eager"] + "; includes the copy and a final synchronize", False,
                             None, device, copy_harness="eager"))
+    return rows
+
+
+def _other_direction_rows(what: str, setting: str, i: int, j: int, bw_m, lat_m, b: pd.DataFrame,
+                          back: pd.DataFrame, label, tol: float, device: str) -> list[dict]:
+    """copy_rows' peer path in the other direction (GPU j -> GPU i): the tool's two directions against each
+    other, ours against its other direction (both shown, not counted), and our own GPU j -> GPU i copy
+    against the tool's (the same direction and method, counted)."""
+    big, small = P2P_LARGE_BYTES, P2P_SMALL_BYTES
+    rows = []
+    # The link is symmetric, but the tool times GPU 0 -> GPU 1 first, straight after enabling peer
+    # access and with no warm-up copy, and GPU 1 -> GPU 0 later: its two directions are set against
+    # each other (shown, not counted: p2p_order_rows separates direction from turn), and ours against
+    # its other direction (shown, not counted).
+    rows.append(row(f"{what} bandwidth, p2pBandwidthLatencyTest against its own other direction",
+                    "p2pBandwidthLatencyTest", f"unidirectional, {setting} vs GPU {j} -> GPU {i}", big,
+                    "GB/s", bw_m[j][i], bw_m[i][j],
+                    f"p2pBandwidthLatencyTest GPU {i} -> GPU {j} (tool: its GPU {j} -> GPU {i})", False, tol,
+                    device))
+    if "queued" in b.index:
+        rows.append(row(f"{what} bandwidth", "p2pBandwidthLatencyTest",
+                        f"unidirectional, P2P=Enabled (writes), GPU {j} -> GPU {i} (the other direction)",
+                        big, "GB/s", bw_m[j][i], float(b.loc["queued", "p2ptest_GBps"]),
+                        label("queued") + f"; GPU {i} -> GPU {j}", False, tol, device,
+                        copy_harness="queued"))
+    # our own GPU 1 -> GPU 0 copy against the tool's: the same direction and method, counted
+    bb = back[(back.size_bytes == big) & (back.harness == "queued")]
+    if len(bb):
+        rows.append(row(f"GPU {j} -> GPU {i} peer copy bandwidth", "p2pBandwidthLatencyTest",
+                        f"unidirectional, P2P=Enabled (writes), GPU {j} -> GPU {i}", big, "GB/s",
+                        bw_m[j][i], float(bb.iloc[0]["p2ptest_GBps"]),
+                        label("queued") + f"; GPU {j} -> GPU {i}", True, tol, device,
+                        copy_harness="queued"))
+    bs = back[(back.size_bytes == small) & (back.harness == "queued")]
+    if len(bs) and len(lat_m) > j and len(lat_m[j]) > i:
+        rows.append(row(f"GPU {j} -> GPU {i} peer copy, 16 B, GPU time per copy", "p2pBandwidthLatencyTest",
+                        f"latency, {setting.replace(f'GPU {i} -> GPU {j}', f'GPU {j} -> GPU {i}')}, GPU",
+                        small, "us", lat_m[j][i], float(bs.iloc[0]["time_us"]),
+                        label("queued") + f"; GPU {j} -> GPU {i}", True, None, device,
+                        copy_harness="queued"))
     return rows
 
 

@@ -5,15 +5,17 @@ through host memory; no all-reduce was ever timed on it. A multi-GPU host reprod
 `NCCL_P2P_DISABLE=1` (NCCL's shared-memory transport: each rank copies through a host buffer), and
 reproduces what NCCL *believed* about the VM with an `NCCL_TOPO_FILE` written at run time from this
 machine's bus ids (helpers.interconnect.topology: one flat host bridge, no NUMA affinity, the recorded
-link). `ARMS` is that table, name -> environment; every result row carries its arm's name and settings
-next to the Method that timed it (suite.VARIANT_METHOD on GPUs: ncclAllReduce in CUDA graphs, every rank
-launched at one deadline; on CPU processes, which have no CUDA graphs, `CPU_METHOD`).
+link). `ARMS` is that table, name -> setting (helpers.interconnect.settings, the one registry of NCCL
+settings); every result row carries its arm's name and settings next to the Method that timed it
+(suite.VARIANT_METHOD on GPUs: ncclAllReduce in CUDA graphs, every rank launched at one deadline; on CPU
+processes, which have no CUDA graphs, `CPU_METHOD`). How the time grows with the ranks, and the figure at
+eight ranks where fewer were measured, is helpers.interconnect.growth.
 
     cfg = StudyConfig(arms=arm_names("all"), world_sizes=(2, 4, 8))
     res = run_study(cfg, "runs/<id>/results/06_vm_p2p/hostpath", log=print)
     res["sweep"]   # one row per arm x world size x size (collectives.tidy columns + ARM_COLUMNS)
     res["runs"]    # one row per launch: ok, failed, timeout, skipped (with the reason) or not started
-    at_world_size(res["sweep"], 8)    # measured at 8 ranks, or derived from 2 and 4 where 8 was not measured
+    growth.at_world_size(res["sweep"], 8)   # measured at 8 ranks, or derived from 2 and 4 where 8 was not measured
 
 One launch (torchrun) per arm and world size, with a time limit each; a launch that fails is reported
 and the next one runs. Finished points are kept per launch in a folder named by the launch's settings
@@ -31,7 +33,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
 import shutil
 import sys
@@ -40,84 +41,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-import numpy as np
 import pandas as pd
 
 from helpers.interconnect import collectives, copies as copybench, suite, topology
+from helpers.interconnect.growth import ranks_text
 from helpers.interconnect.method import Method, MethodError
+from helpers.interconnect.settings import ARMS, NcclSetting
 
 
 class StudyError(ValueError):
     """A study that cannot run as asked (an unknown arm, a bad world size); the message names the fix."""
 
 
-class GrowthError(ValueError):
-    """Too few measured world sizes to say how an all-reduce's cost grows with the number of ranks."""
-
-
 # ------------------------------------------------------------------------------------------ the arms
-@dataclass(frozen=True)
-class Arm:
-    """One NCCL setting of the study: its environment, whether it adds the VM topology file, how far its
-    sweep goes (None: the study's largest size) and what it is, for a reader."""
-    name: str
-    env: tuple[tuple[str, str], ...] = ()
-    vm_topology: bool = False
-    max_bytes: int | None = None
-    what: str = ""
-
-    @property
-    def environment(self) -> dict[str, str]:
-        return dict(self.env)
-
-    @property
-    def nccl_only(self) -> bool:
-        """Whether only NCCL reads this arm's settings (so gloo between CPU processes cannot run it)."""
-        return any(k.startswith("NCCL_") for k, _ in self.env) or self.vm_topology
-
-    @property
-    def settings(self) -> str:
-        """The arm's settings as a reader sees them, e.g. 'NCCL_P2P_DISABLE=1 NCCL_TOPO_FILE=<VM topology>'."""
-        parts = [f"{k}={v}" for k, v in self.env] + (["NCCL_TOPO_FILE=<VM topology>"] if self.vm_topology else [])
-        return " ".join(parts) or "NCCL defaults"
-
-
-def _env(**kw) -> tuple[tuple[str, str], ...]:
-    return tuple((f"NCCL_{k}", str(v)) for k, v in kw.items())
-
-
-#: The tuning arms stop here: 32 MiB covers decode (768 KiB at 64 tokens) and a long prefill's messages,
-#: and a forced protocol or algorithm at 256 MiB through host memory costs minutes of device time.
-TUNING_MAX_BYTES = 32 * 2**20
-_HOST = _env(P2P_DISABLE=1)
-_MEMCPY = _HOST + _env(SHM_USE_CUDA_MEMCPY=1)
-
-#: The study's arms, in the order they run: name -> Arm. The first four are the path itself; the rest
-#: are NCCL's tuning knobs under the host path.
-ARMS: dict[str, Arm] = {a.name: a for a in (
-    Arm("default", (), what="this machine's own GPU-to-GPU path with NCCL's defaults (NVLink between H200s)"),
-    Arm("host", _HOST, what="peer-to-peer off: NCCL's shared-memory transport through host memory, the "
-                            "original VM's path"),
-    Arm("host+cuda_memcpy", _MEMCPY, what="the host path with the proxy thread moving data by copy-engine "
-                                          "memcpy (NCCL_SHM_USE_CUDA_MEMCPY)"),
-    Arm("host+cuda_memcpy+vm_topology", _MEMCPY, vm_topology=True,
-        what="that, with NCCL told the original VM's topology (one flat host bridge, no NUMA affinity, the "
-             "recorded link) through a generated NCCL_TOPO_FILE"),
-    Arm("host+PROTO=LL", _HOST + _env(PROTO="LL"), max_bytes=TUNING_MAX_BYTES,
-        what="the host path with NCCL's low-latency protocol forced"),
-    Arm("host+PROTO=LL128", _HOST + _env(PROTO="LL128"), max_bytes=TUNING_MAX_BYTES,
-        what="the host path with the LL128 protocol forced"),
-    Arm("host+PROTO=Simple", _HOST + _env(PROTO="Simple"), max_bytes=TUNING_MAX_BYTES,
-        what="the host path with the Simple protocol forced"),
-    Arm("host+ALGO=Ring", _HOST + _env(ALGO="Ring"), max_bytes=TUNING_MAX_BYTES,
-        what="the host path with the ring algorithm forced"),
-    Arm("host+ALGO=Tree", _HOST + _env(ALGO="Tree"), max_bytes=TUNING_MAX_BYTES,
-        what="the host path with the tree algorithm forced"),
-    Arm("host+MIN_NCHANNELS=4", _HOST + _env(MIN_NCHANNELS=4), max_bytes=TUNING_MAX_BYTES,
-        what="the host path with at least 4 channels"),
-    Arm("host+MIN_NCHANNELS=16", _HOST + _env(MIN_NCHANNELS=16), max_bytes=TUNING_MAX_BYTES,
-        what="the host path with at least 16 channels"),
-)}
+#: The study's arms are the NCCL settings of helpers.interconnect.settings that the host-path study runs
+#: (settings.ARMS, in the order they run). The first four are the path itself; the rest are NCCL's tuning
+#: knobs under the host path.
 MAIN_ARMS = ("default", "host", "host+cuda_memcpy", "host+cuda_memcpy+vm_topology")
 #: The arms launched at every world size, for the growth with N; the others run at the largest world size
 #: the machine fits (eight where there are eight GPUs: the original VM's count).
@@ -210,7 +149,7 @@ class StudyConfig:
         if self.budget_s is not None and not self.budget_s > 0:
             raise StudyError(f"budget_s = {self.budget_s!r} must be a positive number of seconds, or None")
 
-    def sizes(self, arm: Arm) -> list[int]:
+    def sizes(self, arm: NcclSetting) -> list[int]:
         """The arm's message sizes: the geometric sweep up to the arm's limit, plus the decode sizes."""
         top = min(self.max_bytes, arm.max_bytes or self.max_bytes)
         dec = copybench.decode_message_sizes()["size_bytes"].tolist()
@@ -227,7 +166,7 @@ PRESETS = {
 # ------------------------------------------------------------------------------------------ the plan
 @dataclass
 class Launch:
-    arm: Arm
+    arm: NcclSetting
     world_size: int
     backend: str                 # nccl | gloo
     method: Method
@@ -254,9 +193,9 @@ def plan_study(cfg: StudyConfig, gpus: int, cpus: int) -> StudyPlan:
     unit = "GPU" if gpus else "CPU core"
     if dropped:
         p.statements.append(
-            f"{_ranks(dropped)} need as many {unit}s and this machine has {cap}: "
+            f"{ranks_text(dropped)} need as many {unit}s and this machine has {cap}: "
             f"not measured here" + ("; where two world sizes of 2 or more were measured, the figure for "
-                                    f"{_ranks(dropped)} is extrapolated from them (derived, with its assumption stated)"
+                                    f"{ranks_text(dropped)} is extrapolated from them (derived, with its assumption stated)"
                                     if len([n for n in kept if n >= 2]) >= 2 else "") + ".")
     if not gpus:
         p.statements.append("This machine has no GPU: the study runs between CPU processes with gloo, so only the "
@@ -274,11 +213,6 @@ def plan_study(cfg: StudyConfig, gpus: int, cpus: int) -> StudyPlan:
                         "for it to change")
             p.launches.append(Launch(arm, n, backend, method, cfg.sizes(arm), skip))
     return p
-
-
-def _ranks(ns) -> str:
-    ns = list(ns)
-    return ", ".join(map(str, ns[:-1])) + (" and " if len(ns) > 1 else "") + f"{ns[-1]} ranks"
 
 
 # ------------------------------------------------------------------------------------------ time estimates
@@ -372,7 +306,7 @@ def write_vm_topology(path: str | Path, world_size: int, bus_ids: Sequence[str] 
     return hashlib.sha1(xml.encode()).hexdigest()[:12]
 
 
-def arm_env(arm: Arm, world_size: int, out_dir: str | Path, bus_ids: Sequence[str] | None = None,
+def arm_env(arm: NcclSetting, world_size: int, out_dir: str | Path, bus_ids: Sequence[str] | None = None,
             sm: int | None = None, link: topology.Link | None = None) -> tuple[dict[str, str], str]:
     """The environment a launch of `arm` on `world_size` ranks runs with, and the VM topology's digest
     ('' without one). A VM-topology arm writes <out_dir>/topology/vm-topology-n<N>.xml (write_vm_topology)
@@ -490,47 +424,7 @@ def run_study(cfg: StudyConfig, out_dir: str | Path, log: Callable[[str], None] 
     for i, l in enumerate(plan.launches, 1):
         if bar is not None:
             bar.set_postfix_str(f"{l.arm.name}, {l.world_size} ranks")
-        row = {"arm": l.arm.name, "world_size": l.world_size, "backend": l.backend, "method": l.method.label,
-               "points": 0, "kept_points": 0, "new_points": 0, "planned_points": len(l.sizes), "wall_s": 0.0,
-               "estimate_s": 0.0, "arm_env": "", "folder": "", "message": ""}
-        rows: list[dict] = []
-        digest = ""
-        if l.skip:
-            row.update(status="skipped", message=l.skip)
-        else:
-            try:
-                env, digest = arm_env(l.arm, l.world_size, out, bus_ids)
-                key = launch_key(l, cfg, digest)
-                folder = out / POINTS_DIR / key_folder(key)
-                folder.mkdir(parents=True, exist_ok=True)
-                (folder / "settings.json").write_text(json.dumps(key, indent=1, sort_keys=True))
-                kept = {s: r for s, r in kept_points(folder, l.method).items() if s in l.sizes}
-                todo = [s for s in l.sizes if s not in kept]
-                est = launch_estimate_s(l, cfg, todo) if todo else 0.0
-                row.update(arm_env=shown_env(env, out), folder=str(folder.relative_to(out)),
-                           kept_points=len(kept), estimate_s=round(est, 1))
-                left = None if cfg.budget_s is None else cfg.budget_s - (time.monotonic() - t0)
-                if not todo:
-                    row.update(status="ok", message="every point kept from an earlier launch")
-                elif left is not None and est > left:
-                    row.update(status="not started",
-                               message=f"time budget: this launch is estimated at {est:.0f} s and {max(left, 0):.0f} s "
-                                       "of the budget are left; run the study again to resume")
-                else:
-                    r = collectives.run_collectives(
-                        l.backend, l.world_size, todo, ops=("all_reduce",), variant=l.arm.name, env=env,
-                        warmup=cfg.warmup, iters=cfg.iters, repeats=cfg.repeats, dtype=cfg.dtype,
-                        timeout_s=cfg.timeout_s, workdir=folder, method=l.method)
-                    new = {int(p["size_bytes"]): p for p in r.rows if p.get("op") == "all_reduce"}
-                    kept.update(new)
-                    row.update(status=r.status, wall_s=round(r.wall_s, 2), new_points=len(new), message=r.message)
-                rows = [kept[s] for s in l.sizes if s in kept]
-                row["points"] = len(rows)
-                if row["status"] == "ok" and len(rows) < len(l.sizes):
-                    row.update(status="failed", message=(row["message"] + "; " if row["message"] else "")
-                               + f"{len(l.sizes) - len(rows)} of {len(l.sizes)} sizes gave no point")
-            except (StudyError, topology.TopologyError, collectives.CollectiveConfigError, MethodError) as e:
-                row.update(status="failed", message=f"{type(e).__name__}: {e}")
+        row, rows, digest = run_launch(l, cfg, out, bus_ids, t0)
         if rows:
             results.append((collectives.RunResult(l.arm.name, l.backend, l.world_size, row["status"], None,
                                                   row["wall_s"], row["message"], rows, "", l.method), l.arm,
@@ -552,6 +446,55 @@ def run_study(cfg: StudyConfig, out_dir: str | Path, log: Callable[[str], None] 
     return {"sweep": sweep, "runs": runs_df, "statements": plan.statements, "plan": plan}
 
 
+def run_launch(l: Launch, cfg: StudyConfig, out: Path, bus_ids: Sequence[str] | None,
+               t0: float) -> tuple[dict, list[dict], str]:
+    """One launch of the study (or its skip, or its points kept from an earlier launch): its row of the run
+    table, its points (every size it has, kept and new) and the VM topology's digest ('' without one).
+    `t0`: when the study started (time.monotonic), for its time budget."""
+    row = {"arm": l.arm.name, "world_size": l.world_size, "backend": l.backend, "method": l.method.label,
+           "points": 0, "kept_points": 0, "new_points": 0, "planned_points": len(l.sizes), "wall_s": 0.0,
+           "estimate_s": 0.0, "arm_env": "", "folder": "", "message": ""}
+    rows: list[dict] = []
+    digest = ""
+    if l.skip:
+        row.update(status="skipped", message=l.skip)
+        return row, rows, digest
+    try:
+        env, digest = arm_env(l.arm, l.world_size, out, bus_ids)
+        key = launch_key(l, cfg, digest)
+        folder = out / POINTS_DIR / key_folder(key)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "settings.json").write_text(json.dumps(key, indent=1, sort_keys=True))
+        kept = {s: r for s, r in kept_points(folder, l.method).items() if s in l.sizes}
+        todo = [s for s in l.sizes if s not in kept]
+        est = launch_estimate_s(l, cfg, todo) if todo else 0.0
+        row.update(arm_env=shown_env(env, out), folder=str(folder.relative_to(out)),
+                   kept_points=len(kept), estimate_s=round(est, 1))
+        left = None if cfg.budget_s is None else cfg.budget_s - (time.monotonic() - t0)
+        if not todo:
+            row.update(status="ok", message="every point kept from an earlier launch")
+        elif left is not None and est > left:
+            row.update(status="not started",
+                       message=f"time budget: this launch is estimated at {est:.0f} s and {max(left, 0):.0f} s "
+                               "of the budget are left; run the study again to resume")
+        else:
+            r = collectives.run_collectives(
+                l.backend, l.world_size, todo, ops=("all_reduce",), variant=l.arm.name, env=env,
+                warmup=cfg.warmup, iters=cfg.iters, repeats=cfg.repeats, dtype=cfg.dtype,
+                timeout_s=cfg.timeout_s, workdir=folder, method=l.method)
+            new = {int(p["size_bytes"]): p for p in r.rows if p.get("op") == "all_reduce"}
+            kept.update(new)
+            row.update(status=r.status, wall_s=round(r.wall_s, 2), new_points=len(new), message=r.message)
+        rows = [kept[s] for s in l.sizes if s in kept]
+        row["points"] = len(rows)
+        if row["status"] == "ok" and len(rows) < len(l.sizes):
+            row.update(status="failed", message=(row["message"] + "; " if row["message"] else "")
+                       + f"{len(l.sizes) - len(rows)} of {len(l.sizes)} sizes gave no point")
+    except (StudyError, topology.TopologyError, collectives.CollectiveConfigError, MethodError) as e:
+        row.update(status="failed", message=f"{type(e).__name__}: {e}")
+    return row, rows, digest
+
+
 def study_table(results) -> pd.DataFrame:
     """collectives.tidy of every launch's points, with each row's arm, its settings and the topology digest."""
     frames = []
@@ -561,74 +504,6 @@ def study_table(results) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=SWEEP_COLUMNS)
     return pd.concat(frames, ignore_index=True)[SWEEP_COLUMNS]
-
-
-# ------------------------------------------------------------------------------------------ growth with N
-#: How an all-reduce's time is assumed to grow with the number of ranks N: time = a + b x g(N), fitted per
-#: arm and size to the measured world sizes (N >= 2). name -> (g, the assumption in words).
-GROWTH_MODELS: dict[str, tuple[Callable[[float], float], str]] = {
-    "ring_steps": (lambda n: 2.0 * (n - 1),
-                   "the time grows linearly with the ring's 2(N-1) steps, each one more pass through the "
-                   "transport (the latency-bound case)"),
-    "log2": (lambda n: math.log2(n), "each doubling of the ranks adds what the last doubling added"),
-    "ring_bytes": (lambda n: 2.0 * (n - 1) / n,
-                   "the time grows with the bytes each rank moves, 2(N-1)/N of the message (the "
-                   "bandwidth-bound ring)"),
-}
-GROWTH_MODEL = "ring_steps"
-GROWTH_COLUMNS = ["arm", "arm_settings", "method", "size_bytes", "world_size", "time_us", "time_us_low",
-                  "time_us_high", "from_world_sizes", "model", "assumption", "kind"]
-
-
-def extrapolate(sweep: pd.DataFrame, target: int = 8, model: str = GROWTH_MODEL) -> pd.DataFrame:
-    """Per arm and size, the all-reduce time at `target` ranks fitted to the measured world sizes (2 or
-    more ranks; least squares of time = a + b x g(N), exact through two points), labelled derived with
-    its assumption; time_us_low/high: the lowest and highest of the GROWTH_MODELS' figures. GrowthError
-    where an arm and size has fewer than two measured world sizes."""
-    if model not in GROWTH_MODELS:
-        raise GrowthError(f"growth model {model!r} is unknown; choose one of {list(GROWTH_MODELS)}")
-    if sweep is None or not len(sweep):
-        raise GrowthError("no measured all-reduce rows to extrapolate from")
-    s = sweep[(sweep.op == "all_reduce") & (sweep.world_size >= 2)]
-    rows = []
-    for (arm, method, size), g in s.groupby(["arm", "method", "size_bytes"], sort=False):
-        g = g.groupby("world_size", as_index=False).time_us.median()
-        ns = sorted(int(n) for n in g.world_size)
-        if len(ns) < 2:
-            raise GrowthError(f"arm {arm!r} at {int(size)} B was measured at {ns or 'no'} world size(s) of 2 ranks "
-                              f"or more; extrapolating to {target} ranks needs two (e.g. 2 and 4)")
-        figs = {}
-        for name, (fn, _) in GROWTH_MODELS.items():
-            x = np.array([fn(n) for n in g.world_size], dtype=float)
-            b, a = np.polyfit(x, g.time_us.to_numpy(dtype=float), 1)
-            figs[name] = float(a + b * fn(target))
-        fn, why = GROWTH_MODELS[model]
-        first = sweep[(sweep.arm == arm) & (sweep.method == method)].iloc[0]
-        rows.append({"arm": arm, "arm_settings": first.get("arm_settings", ""), "method": method,
-                     "size_bytes": int(size), "world_size": target, "time_us": figs[model],
-                     "time_us_low": min(figs.values()), "time_us_high": max(figs.values()),
-                     "from_world_sizes": ",".join(map(str, ns)), "model": model, "assumption": why,
-                     "kind": f"derived: extrapolated to {target} ranks from the measured {_ranks(ns)} "
-                             f"(time = a + b x g(N), g for {model}: {why})"})
-    return pd.DataFrame(rows, columns=GROWTH_COLUMNS)
-
-
-def at_world_size(sweep: pd.DataFrame, target: int = 8, model: str = GROWTH_MODEL) -> pd.DataFrame:
-    """The all-reduce time per arm and size at `target` ranks: measured where the study ran that many
-    (kind 'measured'; time_us_low/high: the point's p10 and p90 over repeats), else extrapolated from the
-    world sizes it did run (extrapolate; derived; low/high: the growth models' range). Only arms that were
-    not measured at `target` are extrapolated."""
-    s = sweep[sweep.op == "all_reduce"]
-    meas = s[s.world_size == target]
-    rows = [{"arm": r.arm, "arm_settings": r.arm_settings, "method": r.method, "size_bytes": int(r.size_bytes),
-             "world_size": target, "time_us": r.time_us, "time_us_low": r.time_us_p10,
-             "time_us_high": r.time_us_p90, "from_world_sizes": str(target), "model": "", "assumption": "",
-             "kind": r.kind} for r in meas.itertuples()]
-    out = pd.DataFrame(rows, columns=GROWTH_COLUMNS)
-    rest = s[~s.arm.isin(set(meas.arm))]
-    if len(rest):
-        out = pd.concat([out, extrapolate(rest, target, model)], ignore_index=True)
-    return out
 
 
 # ------------------------------------------------------------------------------------------ command line

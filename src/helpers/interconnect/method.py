@@ -317,3 +317,25 @@ def methods_of(table) -> list[Method]:
         m = Method.from_row(row)
         seen.setdefault(m.label, m)
     return list(seen.values())
+
+
+def by_method(table, what: str, where: dict | None = None, **fields):
+    """The rows of `table` (with `where`, helpers.core.pick.rows) timed by the one method whose fields
+    include `fields`: the method's label must agree with its fields (Method.from_row), and the fields must
+    name one method, not several; helpers.core.pick.PickError naming `what` otherwise."""
+    from helpers.core.pick import PickError, describe, rows
+
+    bad = [f for f in fields if f not in FIELDS]
+    if bad:
+        raise PickError(f"{what}: {bad} are not method fields; choose from {FIELDS}")
+    cand = rows(table, what, **(where or {})) if where else table
+    cand = cand[cand.method.notna()]
+    found = [m for m in methods_of(cand) if all(getattr(m, k) == v for k, v in fields.items())]
+    if not found:
+        raise PickError(f"{what}: no row timed by a method with {describe(fields)}"
+                        + (f" where {describe(where)}" if where else "")
+                        + f"; the methods there: {[m.label for m in methods_of(cand)]}")
+    if len(found) > 1:
+        raise PickError(f"{what}: {describe(fields)} names {len(found)} methods {[m.label for m in found]}; "
+                        "name more fields")
+    return cand[cand.method == found[0].label]

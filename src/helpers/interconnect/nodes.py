@@ -32,6 +32,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from helpers.interconnect.launchlog import JOINED_PREFIX, WORKER_SAYS, failure_message
+from helpers.interconnect.settings import BASE_ENV
+
 #: torchrun's rendezvous id for the sweeps; both sides use it unless told otherwise
 RDZV_ID = "helpers-collectives"
 #: how long, by default, the book's node waits for the other nodes at each launch (torchrun's own default is 600 s)
@@ -40,11 +43,6 @@ JOIN_TIMEOUT_S = 300
 FIRST_WAIT_S = 3600
 IDLE_S = 120
 MAX_NODES = 1024
-#: the line a joining worker prints when it has the plan (the join command shows it)
-JOINED_PREFIX = "helpers.interconnect.worker: joined"
-#: how a worker's own lines begin (its join line, its refusals): torchrun's summary names the module without
-#: a colon ("helpers.interconnect.worker FAILED")
-WORKER_SAYS = ("helpers.interconnect.worker: ", "helpers.interconnect.worker --join: ")
 
 
 class NodesError(ValueError):
@@ -226,10 +224,9 @@ def join(nodes: Nodes, nproc_per_node: int, first_wait_s: float = FIRST_WAIT_S, 
     within `first_wait_s`). Returns the exit status: 0 when at least one launch joined and none failed,
     1 when one failed, 2 when no rendezvous opened at all."""
     from helpers.core import procs
-    from helpers.interconnect import collectives
 
     host, port = parse_endpoint(nodes.endpoint)
-    env = {**os.environ, **collectives.BASE_ENV}
+    env = {**os.environ, **BASE_ENV}
     pkg_root = str(Path(__file__).resolve().parents[1])   # the workers import helpers from this checkout
     env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     done = failed = 0
@@ -260,7 +257,7 @@ def join(nodes: Nodes, nproc_per_node: int, first_wait_s: float = FIRST_WAIT_S, 
         else:
             failed += 1
             log(f"launch {done + failed}: failed (exit status {proc.returncode}, {wall:.1f} s); the book's node "
-                f"reports it too:\n{collectives.failure_message(text)}")
+                f"reports it too:\n{failure_message(text)}")
         if verbose and text:
             log(text)
         # the book's node's torchrun hosts the rendezvous for as long as its launch lasts: join the next

@@ -1,6 +1,6 @@
 """The interconnect suite of the VM/P2P chapter: copy sweeps, collective sweeps, NCCL variants, fits.
 
-`run_suite(preset, out_dir)` measures whatever this machine has:
+`run_suite(preset, workdir, save=...)` measures whatever this machine has (a SuiteResult):
 - GPUs: every copy path and harness (helpers.interconnect.copies); NCCL collectives with one process per GPU, and
   one sweep per NCCL variant where there are two GPUs or more.
 - one GPU: the peer path and the variants are skipped with the reason; NCCL on one rank shows the
@@ -22,6 +22,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -30,6 +31,7 @@ from helpers.interconnect import fits as alphabeta, collectives, copies as copyb
 from helpers.interconnect.method import Method, MethodError
 from helpers.interconnect import nodes as multinode
 from helpers.interconnect.nodes import Nodes, NodesError
+from helpers.interconnect import settings
 from helpers.core import layout, recorded
 
 #: the diagnosis reads these (helpers.core.layout); `harness` is the method's harness field ('graph' for
@@ -125,12 +127,12 @@ def plan_collectives(m: Machine, world_size: int = 0, variants="all", nodes: int
     (the investigation's way); on two GPUs or more the default also runs, with every variant, by
     VARIANT_METHOD. Across `nodes` nodes (each assumed to have this machine's GPUs), see plan_nodes."""
     p = CollectivePlan()
-    names = list(collectives.NCCL_VARIANTS) if variants == "all" else ([] if variants in ("none", "") else
-                                                                        [v.strip() for v in variants.split(",")])
-    unknown = [v for v in names if v not in collectives.NCCL_VARIANTS]
+    names = list(settings.VARIANTS) if variants == "all" else ([] if variants in ("none", "") else
+                                                                [v.strip() for v in variants.split(",")])
+    unknown = [v for v in names if v not in settings.VARIANTS]
     if unknown:
         raise collectives.CollectiveConfigError(
-            f"nccl_variants: unknown variant(s) {unknown}; use 'all', 'none' or names from {list(collectives.NCCL_VARIANTS)}")
+            f"nccl_variants: unknown variant(s) {unknown}; use 'all', 'none' or names from {list(settings.VARIANTS)}")
     if nodes > 1:
         return plan_nodes(m, world_size, names, nodes)
     if m.gpus >= 2:
@@ -198,68 +200,90 @@ def plan_nodes(m: Machine, world_size: int, names: list[str], nodes: int) -> Col
     return p
 
 
-def run_suite(preset: str | Preset = "quick", out_dir: str | Path | None = None, world_size: int = 0,
+@dataclass
+class SuiteResult:
+    """What run_suite measured: the machine, what it could not run (statements), the wall time per part
+    (timings_s: copies, collectives, total), the copy sweep and the paths/harnesses it skipped, every
+    collective launch (collective_results, collectives.RunResult) with its tidy points and its run table,
+    and the alpha-beta fits (the recorded VM's first). TABLES are the ones a chapter saves, by these names."""
+    machine: Machine
+    statements: list
+    timings_s: dict
+    copy_sweep: pd.DataFrame | None
+    copy_skipped: pd.DataFrame | None
+    collective_results: list
+    collective_sweep: pd.DataFrame
+    collective_runs: pd.DataFrame
+    fits: pd.DataFrame
+
+    TABLES = ("copy_sweep", "copy_skipped", "collective_sweep", "collective_runs", "fits")
+
+
+def _save_tables(save: Callable[[str, pd.DataFrame], None] | None, tables: dict) -> None:
+    for name, df in tables.items():
+        if save is not None and df is not None:
+            save(name, df)
+
+
+def run_suite(preset: str | Preset = "quick", workdir: str | Path | None = None, world_size: int = 0,
               variants: str = "all", timeout_s: float = 180, progress: bool = False,
-              do_copies: bool = True, do_collectives: bool = True, nodes: Nodes = Nodes()) -> dict:
-    """Measure everything this machine can; returns a dict of DataFrames and statements, and writes
-    copy_sweep.csv, collective_sweep.csv, fits.csv (and the skipped/run logs) into out_dir if given.
-    `nodes` (helpers.interconnect.nodes.Nodes): the collective sweeps span that many nodes, each launch
-    through torchrun's rendezvous at nodes.endpoint, while every other node runs nodes.join_command();
-    each launch's limit is then `timeout_s` plus the time it may wait for the other nodes (nodes.join_timeout_s)."""
+              do_copies: bool = True, do_collectives: bool = True, nodes: Nodes = Nodes(),
+              save: Callable[[str, pd.DataFrame], None] | None = None) -> SuiteResult:
+    """Measure everything this machine can; returns a SuiteResult. `workdir`: the folder where each
+    collective launch keeps its finished points (a launch resumes from it); `save(name, table)`: called
+    with each of SuiteResult.TABLES (the copy tables as soon as the copies are done, to keep them even if a
+    collective launch later takes the process down, then every table at the end), e.g. a chapter's
+    helpers.core.layout.Run.save. `nodes` (helpers.interconnect.nodes.Nodes): the collective sweeps span that
+    many nodes, each launch through torchrun's rendezvous at nodes.endpoint, while every other node runs
+    nodes.join_command(); each launch's limit is then `timeout_s` plus the time it may wait for the other
+    nodes (nodes.join_timeout_s)."""
     pr = PRESETS[preset] if isinstance(preset, str) else preset
     t0 = time.perf_counter()
     m = machine()
     dec = copybench.decode_message_sizes()
     token_of = dict(zip(dec["size_bytes"], dec["tokens"]))
-    out: dict = {"machine": m, "statements": [], "timings_s": {}}
+    statements, timings = [], {}
+    cs = skipped = None
     if do_copies:
         cfg = copybench.CopyConfig(sizes=message_sizes(pr, "copy"), iters=pr.copy_iters, repeats=pr.copy_repeats,
                                    warmup=pr.copy_warmup, budget_bytes=pr.copy_budget)
-        out["copy_sweep"], out["copy_skipped"] = copybench.run_copy_sweep(cfg, progress, token_of)
-        if out_dir:  # keep the copies even if a collective run later takes the process down
-            save(out, out_dir)
-    else:
-        out["copy_sweep"], out["copy_skipped"] = None, None
-    out["timings_s"]["copies"] = time.perf_counter() - t0
+        cs, skipped = copybench.run_copy_sweep(cfg, progress, token_of)
+        _save_tables(save, {"copy_sweep": cs, "copy_skipped": skipped})
+    timings["copies"] = time.perf_counter() - t0
     results = []
     if do_collectives:
         plan = plan_collectives(m, world_size, variants, nodes.count)
-        out["statements"] += plan.statements
-        wd = Path(out_dir) / "collective_points" if out_dir else None
-        it = plan.runs
-        if progress:
-            from tqdm.auto import tqdm
-            it = tqdm(plan.runs, desc="collectives")
-        for backend, n, variant, _note, method in it:
-            sizes = message_sizes(pr, "collective", multiple_of=4)
-            if backend == "gloo":  # CPU processes: large messages only add minutes
-                sizes = [x for x in sizes if x <= GLOO_MAX_BYTES] or sizes[:1]
-            try:
-                results.append(collectives.resume_collectives(
-                    backend, n, sizes, variant=variant, env=collectives.NCCL_VARIANTS.get(variant, {}),
-                    warmup=pr.coll_warmup, iters=pr.coll_iters, repeats=pr.coll_repeats, timeout_s=timeout_s,
-                    workdir=wd, method=method, nodes=nodes))
-            except (collectives.CollectiveConfigError, MethodError, NodesError) as e:
-                results.append(collectives.RunResult(variant, backend, n, "failed", None, 0.0, str(e), method=method))
-    out["collective_results"] = results
-    out["collective_sweep"] = collectives.tidy(results)
-    out["collective_runs"] = pd.DataFrame([r.summary() for r in results], columns=collectives.SUMMARY_COLUMNS)
-    out["timings_s"]["collectives"] = time.perf_counter() - t0 - out["timings_s"]["copies"]
-    out["fits"] = pd.concat([recorded_fit(), fit_table(out["copy_sweep"], out["collective_sweep"], m)],
-                            ignore_index=True)
-    out["timings_s"]["total"] = time.perf_counter() - t0
-    if out_dir:
-        save(out, out_dir)
+        statements += plan.statements
+        results = _run_plan(plan, pr, workdir, timeout_s, progress, nodes)
+    coll = collectives.tidy(results)
+    runs = pd.DataFrame([r.summary() for r in results], columns=collectives.SUMMARY_COLUMNS)
+    timings["collectives"] = time.perf_counter() - t0 - timings["copies"]
+    fits = pd.concat([recorded_fit(), fit_table(cs, coll, m)], ignore_index=True)
+    timings["total"] = time.perf_counter() - t0
+    out = SuiteResult(m, statements, timings, cs, skipped, results, coll, runs, fits)
+    _save_tables(save, {name: getattr(out, name) for name in SuiteResult.TABLES})
     return out
 
 
-def save(out: dict, out_dir) -> None:
-    from helpers.core.results import save_table
-
-    d = Path(out_dir)
-    for name in ("copy_sweep", "copy_skipped", "collective_sweep", "collective_runs", "fits"):
-        if out.get(name) is not None:
-            save_table(d, name, out[name])
+def _run_plan(plan: CollectivePlan, pr: Preset, workdir, timeout_s: float, progress: bool, nodes: Nodes) -> list:
+    """Every launch of `plan`, resumed from `workdir`; a launch refused before it starts is a failed RunResult."""
+    results = []
+    it = plan.runs
+    if progress:
+        from tqdm.auto import tqdm
+        it = tqdm(plan.runs, desc="collectives")
+    for backend, n, variant, _note, method in it:
+        sizes = message_sizes(pr, "collective", multiple_of=4)
+        if backend == "gloo":  # CPU processes: large messages only add minutes
+            sizes = [x for x in sizes if x <= GLOO_MAX_BYTES] or sizes[:1]
+        try:
+            results.append(collectives.resume_collectives(
+                backend, n, sizes, variant=variant, env=settings.env("default" if variant == REPEAT_VARIANT else variant),
+                warmup=pr.coll_warmup, iters=pr.coll_iters, repeats=pr.coll_repeats, timeout_s=timeout_s,
+                workdir=Path(workdir) if workdir else None, method=method, nodes=nodes))
+        except (collectives.CollectiveConfigError, MethodError, NodesError) as e:
+            results.append(collectives.RunResult(variant, backend, n, "failed", None, 0.0, str(e), method=method))
+    return results
 
 
 # ------------------------------------------------------------------------------------------ fits

@@ -67,10 +67,11 @@ import os
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from helpers.interconnect.launchlog import JOINED_PREFIX
 from helpers.interconnect.method import Method, MethodError
-from helpers.interconnect.nodes import JOINED_PREFIX
 
 #: torchrun's store keys: the book's node's command line, and each rank's host name
 PLAN_KEY = "helpers.interconnect.worker/plan"
@@ -197,8 +198,74 @@ def _handshake(store, rank: int, world: int, problem: str | None) -> int:
     return len({p["host"] for p in posts})
 
 
-def main(argv=None) -> int:
-    argv = list(argv if argv is not None else sys.argv[1:])
+@dataclass
+class _Rank:
+    """This rank of the launch, once its backend has started: who it is, where its tensors live, how it
+    issues a collective (torch.distributed, or `comm`: a communicator of our own) and what it times with."""
+    a: argparse.Namespace
+    method: Method
+    rank: int
+    world: int
+    local: int
+    local_world: int
+    nodes: int
+    hosts: int | None
+    device: object = None
+    ctrl: object = None          # where the barriers' and timings' tensors live
+    comm: object = None
+    dtype: object = None
+
+    @property
+    def gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+    def sync(self):
+        import torch
+
+        if self.gpu:
+            torch.cuda.synchronize(self.device)
+
+    def run(self, op, x, y, placement="in-place"):
+        import torch
+        import torch.distributed as dist
+
+        if self.comm is not None:  # the stream is looked up per call: under capture it is the capture stream
+            stream = torch.cuda.current_stream(self.device).cuda_stream
+            if op == "all_reduce":
+                self.comm.all_reduce(x, y if placement == "out-of-place" else x, stream)
+            else:
+                self.comm.all_to_all(x, y, stream)
+            return
+        if op == "all_reduce":
+            if placement == "out-of-place":
+                y.copy_(x)
+                dist.all_reduce(y)
+            else:
+                dist.all_reduce(x)
+        else:
+            dist.all_to_all_single(y, x)
+
+    def check(self, op, count, placement="in-place"):
+        import torch
+
+        rank, world, dtype, device = self.rank, self.world, self.dtype, self.device
+        x = torch.full((count,), float(rank + 1), dtype=dtype, device=device)
+        y = torch.empty_like(x)
+        self.run(op, x, y, placement)
+        self.sync()
+        if op == "all_reduce":
+            ok = bool(torch.all((y if placement == "out-of-place" else x) == world * (world + 1) / 2))
+        else:  # block j of rank r's output comes from rank j
+            want = torch.arange(1, world + 1, dtype=dtype, device=device).repeat_interleave(count // world)
+            ok = bool(torch.equal(y, want))
+        if not ok:
+            raise RuntimeError(f"{op} gave a wrong result on rank {rank} (count {count})")
+
+
+def _settle(argv: list[str]) -> _Rank:
+    """Parse the options, take the sweep from the book's node where this node joins, set the variant's
+    environment, build the method and check it against what torchrun started; across nodes every rank
+    hears every rank's refusal (the handshake) before any of them leaves."""
     a = parse_args(argv)
     stacks_after = float(os.environ.get("COLLECTIVE_WORKER_STACKS_AFTER_S", "0") or 0)
     if stacks_after > 0:  # diagnosing a hang: every thread's stack goes to stderr after this many seconds
@@ -240,190 +307,204 @@ def main(argv=None) -> int:
     if a.join and local == 0:
         print(f"{JOINED_PREFIX} the {a.variant!r} sweep timed by {method.label}, {world} ranks on {nodes} nodes",
               flush=True)
+    return _Rank(a, method, rank, world, local, local_world, nodes, hosts)
+
+
+def _start(r: _Rank) -> None:
+    """Start the backend (and, with --api nccl, our own communicator) and pick the stream."""
     import torch
     import torch.distributed as dist
 
-    if a.backend == "nccl":
-        torch.cuda.set_device(local)
-        device = torch.device("cuda", local)
+    method = r.method
+    if r.a.backend == "nccl":
+        torch.cuda.set_device(r.local)
+        r.device = torch.device("cuda", r.local)
         if method.control == "gloo":   # no NCCL communicator of torch's in the process: ours is the only one
             dist.init_process_group("gloo")
         else:
-            dist.init_process_group("nccl", device_id=device)
+            dist.init_process_group("nccl", device_id=r.device)
     else:
-        device = torch.device("cpu")
+        r.device = torch.device("cpu")
         dist.init_process_group("gloo")
-    ctrl = torch.device("cpu") if method.control == "gloo" else device   # where barriers' and timings' tensors live
+    r.ctrl = torch.device("cpu") if method.control == "gloo" else r.device
     # The control plane uses all-reduces only (barrier, sums, maxima): the NCCL variants' environment
     # applies to torch's communicator too, and NCCL_ALGO=Tree leaves NCCL no algorithm for an all-gather
     # or a broadcast (measured on two H200s: "no algorithm/protocol available for function AllGather").
-    # torchrun tells each rank how many ranks share its node: all of them share one host when that is all;
-    # across nodes, the ranks' host names (the handshake) say whether they share one (two nodes in a test)
-    one_host = hosts == 1
-    if method.start == "aligned" and local_world != world:
+    if method.start == "aligned" and r.local_world != r.world:
         raise SystemExit(f"--rank-start aligned needs every rank on one host (they share its monotonic clock); "
-                         f"{local_world} of the {world} ranks are on this one: use --rank-start barrier")
-    comm = None
+                         f"{r.local_world} of the {r.world} ranks are on this one: use --rank-start barrier")
     if method.api == "nccl":  # a communicator of our own, as sglang's pynccl makes: rank 0's id goes to every rank
         from helpers.interconnect import nccl as ncclbind
 
         lib = ncclbind.library()
-        uid = torch.zeros(ncclbind.UNIQUE_ID_BYTES, dtype=torch.int32, device=ctrl)
-        if rank == 0:
+        uid = torch.zeros(ncclbind.UNIQUE_ID_BYTES, dtype=torch.int32, device=r.ctrl)
+        if r.rank == 0:
             uid.copy_(torch.tensor(list(lib.unique_id()), dtype=torch.int32))
         dist.all_reduce(uid)                     # only rank 0's is non-zero: the sum is its id, everywhere
-        comm = lib.init_rank(world, bytes(uid.cpu().tolist()), rank)
-    dtype = getattr(torch, a.dtype)
-    esize = torch.empty((), dtype=dtype).element_size()
-    gpu = device.type == "cuda"
-
-    def sync():
-        if gpu:
-            torch.cuda.synchronize(device)
-
-    if a.hang_rank == rank:
+        r.comm = lib.init_rank(r.world, bytes(uid.cpu().tolist()), r.rank)
+    r.dtype = getattr(torch, r.a.dtype)
+    if r.a.hang_rank == r.rank:
         time.sleep(10**6)
-
-    def run(op, x, y, placement="in-place"):
-        if comm is not None:  # the stream is looked up per call: under capture it is the capture stream
-            stream = torch.cuda.current_stream(device).cuda_stream
-            if op == "all_reduce":
-                comm.all_reduce(x, y if placement == "out-of-place" else x, stream)
-            else:
-                comm.all_to_all(x, y, stream)
-            return
-        if op == "all_reduce":
-            if placement == "out-of-place":
-                y.copy_(x)
-                dist.all_reduce(y)
-            else:
-                dist.all_reduce(x)
-        else:
-            dist.all_to_all_single(y, x)
-
-    def check(op, count, placement="in-place"):
-        x = torch.full((count,), float(rank + 1), dtype=dtype, device=device)
-        y = torch.empty_like(x)
-        run(op, x, y, placement)
-        sync()
-        if op == "all_reduce":
-            ok = bool(torch.all((y if placement == "out-of-place" else x) == world * (world + 1) / 2))
-        else:  # block j of rank r's output comes from rank j
-            want = torch.arange(1, world + 1, dtype=dtype, device=device).repeat_interleave(count // world)
-            ok = bool(torch.equal(y, want))
-        if not ok:
-            raise RuntimeError(f"{op} gave a wrong result on rank {rank} (count {count})")
-
-    if gpu and method.stream == "side":
+    if r.gpu and method.stream == "side":
         # every op, event and graph launch from here on goes to a stream created non-blocking, as
         # nccl-tests creates its streams, not to the legacy default stream, which the driver also orders
         # against the device's other blocking streams (see --stream in the module docstring)
-        torch.cuda.set_stream(torch.cuda.Stream(device))
-    out = a.out if not a.join and local == 0 else None   # the book's node's first rank appends the points
-    for op in a.ops.split(","):
-        for size in [int(s) for s in a.sizes.split(",")]:
+        torch.cuda.set_stream(torch.cuda.Stream(r.device))
+
+
+def _capture(r: _Rank, block, iters: int):
+    """The `iters` collectives captured in one CUDA graph (after one call on a side stream) and replayed once."""
+    import torch
+
+    side = torch.cuda.Stream(r.device)
+    side.wait_stream(torch.cuda.current_stream(r.device))
+    with torch.cuda.stream(side):
+        block(1)
+    torch.cuda.current_stream(r.device).wait_stream(side)
+    r.sync()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        block(iters)
+    graph.replay()
+    r.sync()
+    return graph
+
+
+def _timed_block(r: _Rank, m: Method, issue, one_host: bool) -> tuple[float, float | None, int]:
+    """One timed block: barrier, (aligned: wait for rank 0's deadline), issue, time; returns the time per
+    call averaged over ranks, the ranks' launch skew in us (one host, several ranks; else None) and whether
+    a rank started late."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world, ctrl = r.rank, r.world, r.ctrl
+    dist.barrier()
+    r.sync()
+    was_late = 0
+    if m.start == "aligned":
+        dl = torch.tensor([_now_ns() + m.start_lead_us * 1000 if rank == 0 else 0], dtype=torch.int64,
+                          device=ctrl)
+        dist.all_reduce(dl, op=dist.ReduceOp.MAX)   # rank 0's deadline; the others sent 0
+        deadline = int(dl.item())
+        was_late = int(_now_ns() > deadline)
+        while _now_ns() < deadline:
+            pass
+    launched_ns = _now_ns()
+    if r.gpu and m.timer == "events":
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        issue()
+        e.record()
+        e.synchronize()
+        t_us = s.elapsed_time(e) * 1e3 / r.a.iters
+    else:  # host clock from the first launch to the end of a synchronize (nccl-tests)
+        t0 = time.perf_counter()
+        issue()
+        r.sync()
+        t_us = (time.perf_counter() - t0) * 1e6 / r.a.iters
+    tt = torch.tensor([t_us], dtype=torch.float64, device=ctrl)
+    dist.all_reduce(tt)                        # mean over ranks, as nccl-tests reports
+    skew = None
+    if one_host and world > 1:                 # how far apart the ranks launched, and whether any was late
+        lt = torch.tensor([launched_ns, -launched_ns, was_late], dtype=torch.int64, device=ctrl)
+        dist.all_reduce(lt, op=dist.ReduceOp.MAX)
+        skew = (int(lt[0]) + int(lt[1])) / 1e3
+        was_late = int(lt[2])
+    return float(tt.item()) / world, skew, was_late
+
+
+def _point(r: _Rank, op: str, count: int, one_host: bool) -> dict:
+    """One size of one op: checked once, warmed up, (graph: captured), then `repeats` timed blocks."""
+    import torch
+
+    a, esize = r.a, torch.empty((), dtype=r.dtype).element_size()
+    nbytes = count * esize
+    m = r.method.for_op(op)               # all_to_all is always out of place
+    placement = m.placement
+    r.check(op, count, placement)
+    # nccl-tests' offsets: iteration i at (i mod rotate/size) x size; only the first
+    # max(iters, warmup) offsets are ever used, so only those are allocated
+    steps = max(1, m.rotate_bytes // nbytes) if m.rotate_bytes > 0 else 1
+    steps = min(steps, max(a.iters, a.warmup, 1))
+    pool_x = torch.zeros(count * steps, dtype=r.dtype, device=r.device)   # zeros: repeated sums stay finite
+    pool_y = torch.zeros_like(pool_x)
+    views = [(pool_x[k * count:(k + 1) * count], pool_y[k * count:(k + 1) * count]) for k in range(steps)]
+
+    def block(n):
+        for i in range(n):
+            x, y = views[i % steps]
+            r.run(op, x, y, placement)
+
+    for i in range(a.warmup):
+        x, y = views[i % steps]
+        r.run(op, x, y, placement)
+    r.sync()
+    graph = _capture(r, block, a.iters) if m.harness == "graph" else None
+    issue = graph.replay if graph is not None else (lambda: block(a.iters))
+    times, skews, late = [], [], 0
+    for _ in range(a.repeats):
+        t, skew, was_late = _timed_block(r, m, issue, one_host)
+        times.append(t)
+        if skew is not None:
+            skews.append(skew)
+        late += was_late
+    del pool_x, pool_y, views, graph
+    return {"op": op, "backend": a.backend, "variant": a.variant, "world_size": r.world,
+            "dtype": a.dtype, "count": count, "size_bytes": nbytes, "iters": a.iters,
+            "repeats": a.repeats, "warmup": a.warmup, "times_us": times,
+            **m.as_row(),                                  # the method: its label and every field
+            "start_skew_us": skews if skews else None, "late_starts": late, "hosts": r.hosts,
+            "device": torch.cuda.get_device_name(r.device) if r.gpu else "cpu"}
+
+
+def _sweep(r: _Rank) -> None:
+    """Every op at every size; the book's node's first rank appends each finished point to --out."""
+    import torch
+
+    esize = torch.empty((), dtype=r.dtype).element_size()
+    # torchrun tells each rank how many ranks share its node: all of them share one host when that is all;
+    # across nodes, the ranks' host names (the handshake) say whether they share one (two nodes in a test)
+    one_host = r.hosts == 1
+    out = r.a.out if not r.a.join and r.local == 0 else None   # the book's node's first rank appends the points
+    for op in r.a.ops.split(","):
+        for size in [int(s) for s in r.a.sizes.split(",")]:
             count = size // esize
             if op == "all_to_all":
-                count = (count // world) * world
+                count = (count // r.world) * r.world
             if count == 0:
                 continue
-            nbytes = count * esize
-            m = method.for_op(op)               # all_to_all is always out of place
-            placement = m.placement
-            check(op, count, placement)
-            # nccl-tests' offsets: iteration i at (i mod rotate/size) x size; only the first
-            # max(iters, warmup) offsets are ever used, so only those are allocated
-            steps = max(1, m.rotate_bytes // nbytes) if m.rotate_bytes > 0 else 1
-            steps = min(steps, max(a.iters, a.warmup, 1))
-            pool_x = torch.zeros(count * steps, dtype=dtype, device=device)   # zeros: repeated sums stay finite
-            pool_y = torch.zeros_like(pool_x)
-            views = [(pool_x[k * count:(k + 1) * count], pool_y[k * count:(k + 1) * count]) for k in range(steps)]
-
-            def block(n):
-                for i in range(n):
-                    x, y = views[i % steps]
-                    run(op, x, y, placement)
-
-            for i in range(a.warmup):
-                x, y = views[i % steps]
-                run(op, x, y, placement)
-            sync()
-            graph = None
-            if m.harness == "graph":
-                side = torch.cuda.Stream(device)
-                side.wait_stream(torch.cuda.current_stream(device))
-                with torch.cuda.stream(side):
-                    block(1)
-                torch.cuda.current_stream(device).wait_stream(side)
-                sync()
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    block(a.iters)
-                graph.replay()
-                sync()
-            times, skews, late = [], [], 0
-            for _ in range(a.repeats):
-                dist.barrier()
-                sync()
-                was_late = 0
-                if m.start == "aligned":
-                    dl = torch.tensor([_now_ns() + m.start_lead_us * 1000 if rank == 0 else 0], dtype=torch.int64,
-                                      device=ctrl)
-                    dist.all_reduce(dl, op=dist.ReduceOp.MAX)   # rank 0's deadline; the others sent 0
-                    deadline = int(dl.item())
-                    was_late = int(_now_ns() > deadline)
-                    while _now_ns() < deadline:
-                        pass
-                issue = graph.replay if graph is not None else (lambda: block(a.iters))
-                launched_ns = _now_ns()
-                if gpu and m.timer == "events":
-                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    s.record()
-                    issue()
-                    e.record()
-                    e.synchronize()
-                    t_us = s.elapsed_time(e) * 1e3 / a.iters
-                else:  # host clock from the first launch to the end of a synchronize (nccl-tests)
-                    t0 = time.perf_counter()
-                    issue()
-                    sync()
-                    t_us = (time.perf_counter() - t0) * 1e6 / a.iters
-                tt = torch.tensor([t_us], dtype=torch.float64, device=ctrl)
-                dist.all_reduce(tt)                        # mean over ranks, as nccl-tests reports
-                times.append(float(tt.item()) / world)
-                if one_host and world > 1:                 # how far apart the ranks launched, and whether any was late
-                    lt = torch.tensor([launched_ns, -launched_ns, was_late], dtype=torch.int64, device=ctrl)
-                    dist.all_reduce(lt, op=dist.ReduceOp.MAX)
-                    skews.append((int(lt[0]) + int(lt[1])) / 1e3)
-                    was_late = int(lt[2])
-                late += was_late
+            row = _point(r, op, count, one_host)
             if out is not None:
                 from helpers.core.results import append_row   # whole or absent, fsynced
 
-                append_row(out, {
-                    "op": op, "backend": a.backend, "variant": a.variant, "world_size": world,
-                    "dtype": a.dtype, "count": count, "size_bytes": nbytes, "iters": a.iters,
-                    "repeats": a.repeats, "warmup": a.warmup, "times_us": times,
-                    **m.as_row(),                                  # the method: its label and every field
-                    "start_skew_us": skews if skews else None, "late_starts": late, "hosts": hosts,
-                    "device": torch.cuda.get_device_name(device) if gpu else "cpu",
-                })
-            del pool_x, pool_y, views, graph
+                append_row(out, row)
+
+
+def _teardown(r: _Rank) -> int:
+    import torch.distributed as dist
+
     dist.barrier()
-    if method.harness == "graph" and gpu:
+    if r.method.harness == "graph" and r.gpu:
         # Measured on two H200s (torch 2.11, NCCL 2.28): after NCCL collectives were captured in CUDA
         # graphs, destroy_process_group never returns on either rank, though every point is written; on
         # one H200 with one rank, ncclCommAbort of our own communicator never returns after captured
         # grouped ncclSend/ncclRecv (all_to_all). The results are on disk and the barrier above has
         # passed, so leave without the teardown.
-        sync()
+        r.sync()
         sys.stdout.flush(), sys.stderr.flush()
         os._exit(0)
-    if comm is not None:
-        sync()
-        comm.abort()
+    if r.comm is not None:
+        r.sync()
+        r.comm.abort()
     dist.destroy_process_group()
     return 0
+
+
+def main(argv=None) -> int:
+    r = _settle(list(argv if argv is not None else sys.argv[1:]))
+    _start(r)
+    _sweep(r)
+    return _teardown(r)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ the small summary the runbook records in each run's manifest.
 The rest of the job lives beside this module in helpers.machine: `parsers` reads the text of /proc, /sys,
 PCI config space and NVML's answers; `verdicts.judge(result)` gives one verdict per check, a pure
 function of the dict; `recorded_machine.from_recorded(hardware())` builds the same shape from the
-original investigation's recorded facts, so both machines are judged by the same code; `report` makes
-the environment chapter's tables.
+original investigation's recorded facts, so both machines are judged by the same code. The environment
+chapter's tables and sentences are helpers.chapters.environment's.
 
 Run `python -m helpers.machine.probe --help` for the command line.
 
@@ -70,9 +70,8 @@ from typing import Any, Callable
 from helpers.machine.parsers import (P2P_STATUS_CODES, affinity_nodes, classify_virtualization,
                                      container_hints_from_cgroup, gpu_numa_node, kernel_hints, parse_acs,
                                      parse_cpuinfo, parse_cpulist, parse_meminfo, pci_bus_id_to_sysfs)
+from helpers.machine.schema import SCHEMA_VERSION
 from helpers.machine.verdicts import NO_GPU_STATEMENT, judge
-
-SCHEMA_VERSION = 1
 
 #: nvmlGpuP2PCapsIndex_t (written out: pynvml's NVML_P2P_CAPS_INDEX_READ is the tuple (0,))
 P2P_CAPS = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}
@@ -176,93 +175,113 @@ def _nvml(root: Path, steps: _Steps, want_p2p: bool = True) -> tuple[dict, list[
     gpus: list[dict] = []
     p2p: dict[str, list] = {}
     try:
-        def get(name, fn, *args):
-            """One NVML query; NotSupported / FunctionNotFound -> None silently, other errors recorded."""
-            try:
-                return fn(*args)
-            except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
-                return None  # this GPU or driver does not have it: unknown, not an error
-            except Exception as exc:  # noqa: BLE001
-                steps.errors.append(f"nvml: {name}: {type(exc).__name__}: {exc}")
-                return None
-
+        get = _nvml_getter(pynvml, steps)
         info["available"] = True
-        drv = get("driver version", pynvml.nvmlSystemGetDriverVersion)
-        info["driver_version"] = _nvml_str(drv) if drv is not None else None
-        nv = get("NVML version", pynvml.nvmlSystemGetNVMLVersion)
-        info["nvml_version"] = _nvml_str(nv) if nv is not None else None
-        cv = get("CUDA driver version", pynvml.nvmlSystemGetCudaDriverVersion)
-        if cv:
-            info["cuda_driver_version"] = f"{cv // 1000}.{cv % 1000 // 10}"
-        n = get("device count", pynvml.nvmlDeviceGetCount) or 0
-        info["device_count"] = n
-        info["statement"] = (f"{n} NVIDIA GPU(s) visible to NVML" if n else
-                             f"{NO_GPU_STATEMENT} (NVML loaded, but it sees no device)")
+        n = _nvml_system(pynvml, get, info)
         handles = []
         for i in range(n):
             h = get(f"GPU {i} handle", pynvml.nvmlDeviceGetHandleByIndex, i)
             handles.append(h)
-            if h is None:
-                gpus.append({"index": i})
-                continue
-            g: dict[str, Any] = {"index": i}
-            name = get(f"GPU {i} name", pynvml.nvmlDeviceGetName, h)
-            g["name"] = _nvml_str(name) if name is not None else None
-            uuid = get(f"GPU {i} uuid", pynvml.nvmlDeviceGetUUID, h)
-            g["uuid"] = _nvml_str(uuid) if uuid is not None else None
-            pci = get(f"GPU {i} PCI info", pynvml.nvmlDeviceGetPciInfo, h)
-            bus = None
-            if pci is not None:
-                bus = steps.run(f"GPU {i} bus id", lambda: pci_bus_id_to_sysfs(_nvml_str(pci.busId)))
-            g["pci_bus_id"] = bus
-            cc = get(f"GPU {i} compute capability", pynvml.nvmlDeviceGetCudaComputeCapability, h)
-            g["compute_capability"] = f"{cc[0]}.{cc[1]}" if cc else None
-            g["architecture"] = f"SM{cc[0]}{cc[1]}" if cc else None
-            mem = get(f"GPU {i} memory", pynvml.nvmlDeviceGetMemoryInfo, h)
-            g["memory_total_bytes"] = int(mem.total) if mem is not None else None
-            g["pcie_gen_current"] = get(f"GPU {i} PCIe gen", pynvml.nvmlDeviceGetCurrPcieLinkGeneration, h)
-            g["pcie_gen_max"] = get(f"GPU {i} PCIe max gen", pynvml.nvmlDeviceGetMaxPcieLinkGeneration, h)
-            g["pcie_width_current"] = get(f"GPU {i} PCIe width", pynvml.nvmlDeviceGetCurrPcieLinkWidth, h)
-            g["pcie_width_max"] = get(f"GPU {i} PCIe max width", pynvml.nvmlDeviceGetMaxPcieLinkWidth, h)
-            pl = get(f"GPU {i} power limit", pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
-            g["power_limit_w"] = pl / 1000 if pl is not None else None
-            pd_ = get(f"GPU {i} default power limit", pynvml.nvmlDeviceGetPowerManagementDefaultLimit, h)
-            g["power_limit_default_w"] = pd_ / 1000 if pd_ is not None else None
-            dev = root / "sys/bus/pci/devices" / bus if bus else None
-            sysfs_node = _read_opt(dev / "numa_node") if dev is not None else None
-            mask = get(f"GPU {i} memory affinity", pynvml.nvmlDeviceGetMemoryAffinity, h, 4,
-                       _AFFINITY_SCOPE_NODE)
-            mask_nodes = affinity_nodes(list(mask)) if mask is not None else None
-            g["numa_node"], g["numa_node_source"] = gpu_numa_node(sysfs_node, mask_nodes)
-            g["gpu_numa_id"] = None
-            try:  # only coherent (Grace-style) systems have one; anything else means none
-                gid = pynvml.nvmlDeviceGetNumaNodeId(h)
-                g["gpu_numa_id"] = gid if gid >= 0 else None
-            except Exception:  # noqa: BLE001
-                pass
-            g["local_cpulist"] = _read_opt(dev / "local_cpulist") if dev is not None else None
-            grp = dev / "iommu_group" if dev is not None else None
-            g["iommu_group"] = os.path.basename(os.readlink(grp)) if grp is not None and grp.is_symlink() else None
-            gpus.append(g)
+            gpus.append({"index": i} if h is None else _nvml_gpu(pynvml, get, root, steps, i, h))
         if want_p2p and n > 1:
-            for cap, idx in P2P_CAPS.items():
-                m = []
-                for i in range(n):
-                    row = []
-                    for j in range(n):
-                        if i == j:
-                            row.append("X")
-                            continue
-                        if handles[i] is None or handles[j] is None:
-                            row.append("U")
-                            continue
-                        st = get(f"P2P {cap} {i}-{j}", pynvml.nvmlDeviceGetP2PStatus, handles[i], handles[j], idx)
-                        row.append(P2P_STATUS_CODES.get(st, "U") if st is not None else "U")
-                    m.append(row)
-                p2p[cap] = m
+            p2p = _nvml_p2p(pynvml, get, handles)
     finally:
         steps.run("nvml: shutdown", pynvml.nvmlShutdown)
     return info, gpus, p2p
+
+
+def _nvml_getter(pynvml, steps: _Steps) -> Callable:
+    def get(name, fn, *args):
+        """One NVML query; NotSupported / FunctionNotFound -> None silently, other errors recorded."""
+        try:
+            return fn(*args)
+        except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
+            return None  # this GPU or driver does not have it: unknown, not an error
+        except Exception as exc:  # noqa: BLE001
+            steps.errors.append(f"nvml: {name}: {type(exc).__name__}: {exc}")
+            return None
+
+    return get
+
+
+def _nvml_system(pynvml, get: Callable, info: dict) -> int:
+    """The driver's, NVML's and CUDA's versions and the device count into `info`; returns the count."""
+    drv = get("driver version", pynvml.nvmlSystemGetDriverVersion)
+    info["driver_version"] = _nvml_str(drv) if drv is not None else None
+    nv = get("NVML version", pynvml.nvmlSystemGetNVMLVersion)
+    info["nvml_version"] = _nvml_str(nv) if nv is not None else None
+    cv = get("CUDA driver version", pynvml.nvmlSystemGetCudaDriverVersion)
+    if cv:
+        info["cuda_driver_version"] = f"{cv // 1000}.{cv % 1000 // 10}"
+    n = get("device count", pynvml.nvmlDeviceGetCount) or 0
+    info["device_count"] = n
+    info["statement"] = (f"{n} NVIDIA GPU(s) visible to NVML" if n else
+                         f"{NO_GPU_STATEMENT} (NVML loaded, but it sees no device)")
+    return n
+
+
+def _nvml_gpu(pynvml, get: Callable, root: Path, steps: _Steps, i: int, h) -> dict:
+    """One GPU's entry of `gpus` (the module docstring's keys), from NVML and its PCI device in sysfs."""
+    g: dict[str, Any] = {"index": i}
+    name = get(f"GPU {i} name", pynvml.nvmlDeviceGetName, h)
+    g["name"] = _nvml_str(name) if name is not None else None
+    uuid = get(f"GPU {i} uuid", pynvml.nvmlDeviceGetUUID, h)
+    g["uuid"] = _nvml_str(uuid) if uuid is not None else None
+    pci = get(f"GPU {i} PCI info", pynvml.nvmlDeviceGetPciInfo, h)
+    bus = None
+    if pci is not None:
+        bus = steps.run(f"GPU {i} bus id", lambda: pci_bus_id_to_sysfs(_nvml_str(pci.busId)))
+    g["pci_bus_id"] = bus
+    cc = get(f"GPU {i} compute capability", pynvml.nvmlDeviceGetCudaComputeCapability, h)
+    g["compute_capability"] = f"{cc[0]}.{cc[1]}" if cc else None
+    g["architecture"] = f"SM{cc[0]}{cc[1]}" if cc else None
+    mem = get(f"GPU {i} memory", pynvml.nvmlDeviceGetMemoryInfo, h)
+    g["memory_total_bytes"] = int(mem.total) if mem is not None else None
+    g["pcie_gen_current"] = get(f"GPU {i} PCIe gen", pynvml.nvmlDeviceGetCurrPcieLinkGeneration, h)
+    g["pcie_gen_max"] = get(f"GPU {i} PCIe max gen", pynvml.nvmlDeviceGetMaxPcieLinkGeneration, h)
+    g["pcie_width_current"] = get(f"GPU {i} PCIe width", pynvml.nvmlDeviceGetCurrPcieLinkWidth, h)
+    g["pcie_width_max"] = get(f"GPU {i} PCIe max width", pynvml.nvmlDeviceGetMaxPcieLinkWidth, h)
+    pl = get(f"GPU {i} power limit", pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
+    g["power_limit_w"] = pl / 1000 if pl is not None else None
+    pd_ = get(f"GPU {i} default power limit", pynvml.nvmlDeviceGetPowerManagementDefaultLimit, h)
+    g["power_limit_default_w"] = pd_ / 1000 if pd_ is not None else None
+    dev = root / "sys/bus/pci/devices" / bus if bus else None
+    sysfs_node = _read_opt(dev / "numa_node") if dev is not None else None
+    mask = get(f"GPU {i} memory affinity", pynvml.nvmlDeviceGetMemoryAffinity, h, 4,
+               _AFFINITY_SCOPE_NODE)
+    mask_nodes = affinity_nodes(list(mask)) if mask is not None else None
+    g["numa_node"], g["numa_node_source"] = gpu_numa_node(sysfs_node, mask_nodes)
+    g["gpu_numa_id"] = None
+    try:  # only coherent (Grace-style) systems have one; anything else means none
+        gid = pynvml.nvmlDeviceGetNumaNodeId(h)
+        g["gpu_numa_id"] = gid if gid >= 0 else None
+    except Exception:  # noqa: BLE001
+        pass
+    g["local_cpulist"] = _read_opt(dev / "local_cpulist") if dev is not None else None
+    grp = dev / "iommu_group" if dev is not None else None
+    g["iommu_group"] = os.path.basename(os.readlink(grp)) if grp is not None and grp.is_symlink() else None
+    return g
+
+
+def _nvml_p2p(pynvml, get: Callable, handles: list) -> dict[str, list]:
+    """The P2P status matrices (P2P_CAPS -> N x N legend codes; "X" on the diagonal, "U" unknown)."""
+    n, p2p = len(handles), {}
+    for cap, idx in P2P_CAPS.items():
+        m = []
+        for i in range(n):
+            row = []
+            for j in range(n):
+                if i == j:
+                    row.append("X")
+                    continue
+                if handles[i] is None or handles[j] is None:
+                    row.append("U")
+                    continue
+                st = get(f"P2P {cap} {i}-{j}", pynvml.nvmlDeviceGetP2PStatus, handles[i], handles[j], idx)
+                row.append(P2P_STATUS_CODES.get(st, "U") if st is not None else "U")
+            m.append(row)
+        p2p[cap] = m
+    return p2p
 
 
 def _dist_version(*names: str) -> str | None:
@@ -385,7 +404,7 @@ def probe(root: str | Path = "/", *, import_torch: bool | None = None, p2p: bool
 def from_recorded(hw: dict) -> dict:
     """The original machine in the probe's shape: `helpers.machine.recorded_machine.from_recorded` (the VM/P2P
     chapter calls it from here)."""
-    from helpers.machine import recorded_machine  # it imports SCHEMA_VERSION from this module
+    from helpers.machine import recorded_machine
 
     return recorded_machine.from_recorded(hw)
 

@@ -7,7 +7,7 @@ recorded fact is one code for every pair, expanded to N x N.
 from __future__ import annotations
 
 from helpers.machine.parsers import classify_virtualization, p2p_all, parse_pcie_link, parse_sm
-from helpers.machine.probe import SCHEMA_VERSION
+from helpers.machine.schema import SCHEMA_VERSION
 from helpers.machine.verdicts import judge
 
 

@@ -51,89 +51,97 @@ class Verdict:
 def judge(res: dict) -> list[dict]:
     """One verdict per check, a pure function of a probe result (live or `from_recorded`)."""
     gpus = res.get("gpus") or []
-    n = len(gpus)
-    out: list[Verdict] = []
-    nvml = res.get("nvml") or {}
-    no_gpu = nvml.get("statement") or NO_GPU_STATEMENT
+    return [asdict(check(res, gpus, len(gpus))) for check in _JUDGES]
 
-    # GPUs present
+
+def _gpus(res: dict, gpus: list[dict], n: int) -> Verdict:
+    """The gpus check (CHECKS["gpus"])."""
+    no_gpu = (res.get("nvml") or {}).get("statement") or NO_GPU_STATEMENT
     if n == 0:
-        out.append(Verdict("gpus", "n/a", f"{no_gpu}: the GPU checks below cannot run here"))
+        return Verdict("gpus", "n/a", f"{no_gpu}: the GPU checks below cannot run here")
     else:
         names = sorted({g.get("name") or "unknown" for g in gpus})
         if len(names) > 1:
-            out.append(Verdict("gpus", "warn", f"{n} GPUs of mixed models ({', '.join(names)}): "
-                                                "tensor parallelism runs at the pace of the slowest"))
+            return Verdict("gpus", "warn", f"{n} GPUs of mixed models ({', '.join(names)}): "
+                                            "tensor parallelism runs at the pace of the slowest")
         elif n == 1:
-            out.append(Verdict("gpus", "warn", f"one GPU ({names[0]}): no GPU-to-GPU traffic to measure; "
-                                                "tensor parallelism cannot be tried here"))
+            return Verdict("gpus", "warn", f"one GPU ({names[0]}): no GPU-to-GPU traffic to measure; "
+                                            "tensor parallelism cannot be tried here")
         else:
-            out.append(Verdict("gpus", "ok", f"{n} x {names[0]}"))
+            return Verdict("gpus", "ok", f"{n} x {names[0]}")
 
-    # architecture
+
+def _architecture(res: dict, gpus: list[dict], n: int) -> Verdict:
+    """The gpu_architecture check (CHECKS["gpu_architecture"])."""
     ccs = sorted({g.get("compute_capability") for g in gpus if g.get("compute_capability")})
     if n == 0:
-        out.append(Verdict("gpu_architecture", "n/a", "no GPU"))
+        return Verdict("gpu_architecture", "n/a", "no GPU")
     elif not ccs:
-        out.append(Verdict("gpu_architecture", "warn", "compute capability unknown: cannot tell which kernels exist"))
+        return Verdict("gpu_architecture", "warn", "compute capability unknown: cannot tell which kernels exist")
     else:
         majors = {int(c.split(".")[0]) for c in ccs}
         arch = ", ".join(f"SM{c.replace('.', '')}" for c in ccs)
         if any(m >= 12 for m in majors):
-            out.append(Verdict("gpu_architecture", "warn",
-                               f"{arch}: not SM100; kernels built only for SM100/SM103 (trtllm attention, "
-                               "trtllm-gen FP4 MoE) do not exist here, so backends must be chosen for it"))
+            return Verdict("gpu_architecture", "warn",
+                           f"{arch}: not SM100; kernels built only for SM100/SM103 (trtllm attention, "
+                           "trtllm-gen FP4 MoE) do not exist here, so backends must be chosen for it")
         else:
-            out.append(Verdict("gpu_architecture", "ok", f"{arch}"))
+            return Verdict("gpu_architecture", "ok", f"{arch}")
 
-    # P2P
+
+def _p2p_read(res: dict, gpus: list[dict], n: int) -> Verdict:
+    """The p2p_read check (CHECKS["p2p_read"])."""
     m = res.get("p2p_read")
     if n < 2:
-        out.append(Verdict("p2p_read", "n/a", "fewer than two GPUs: no pair to check"))
+        return Verdict("p2p_read", "n/a", "fewer than two GPUs: no pair to check")
     elif not m:
-        out.append(Verdict("p2p_read", "warn", "P2P status unknown (not queried): run the probe with p2p on"))
+        return Verdict("p2p_read", "warn", "P2P status unknown (not queried): run the probe with p2p on")
     else:
         pairs = ordered_pairs(m)
         bad = [c for c in pairs if c != "OK"]
         codes = ", ".join(sorted(set(bad)))
         if not bad:
-            out.append(Verdict("p2p_read", "ok", f"P2P read OK on all {len(pairs)} ordered pairs: "
-                                                  "all-reduce can go GPU to GPU directly"))
+            return Verdict("p2p_read", "ok", f"P2P read OK on all {len(pairs)} ordered pairs: "
+                                              "all-reduce can go GPU to GPU directly")
         elif len(bad) == len(pairs):
-            out.append(Verdict("p2p_read", "problem",
-                               f"no pair supports P2P read ({codes} on all {len(pairs)}): every all-reduce "
-                               "bounces through host memory (NCCL's SHM transport), costing latency per layer"))
+            return Verdict("p2p_read", "problem",
+                           f"no pair supports P2P read ({codes} on all {len(pairs)}): every all-reduce "
+                           "bounces through host memory (NCCL's SHM transport), costing latency per layer")
         else:
-            out.append(Verdict("p2p_read", "warn",
-                               f"{len(bad)} of {len(pairs)} ordered pairs lack P2P read ({codes}): rings "
-                               "through those pairs go through host memory"))
+            return Verdict("p2p_read", "warn",
+                           f"{len(bad)} of {len(pairs)} ordered pairs lack P2P read ({codes}): rings "
+                           "through those pairs go through host memory")
 
-    # GPU NUMA affinity
+
+def _numa_affinity(res: dict, gpus: list[dict], n: int) -> Verdict:
+    """The gpu_numa_affinity check (CHECKS["gpu_numa_affinity"])."""
     numa_count = (res.get("numa") or {}).get("count")
     if n == 0:
-        out.append(Verdict("gpu_numa_affinity", "n/a", "no GPU"))
+        return Verdict("gpu_numa_affinity", "n/a", "no GPU")
     else:
         unknown = [g["index"] for g in gpus if g.get("numa_node") is None]
         if not unknown:
             nodes = sorted({g["numa_node"] for g in gpus})
-            out.append(Verdict("gpu_numa_affinity", "ok", f"every GPU has a NUMA node ({nodes}): "
-                                                           "processes can be pinned next to their GPU"))
+            return Verdict("gpu_numa_affinity", "ok", f"every GPU has a NUMA node ({nodes}): "
+                                                       "processes can be pinned next to their GPU")
         elif numa_count is not None and numa_count <= 1:
-            out.append(Verdict("gpu_numa_affinity", "ok", "GPU NUMA affinity unknown, but there is one "
-                                                           "NUMA node: no placement to get wrong"))
+            return Verdict("gpu_numa_affinity", "ok", "GPU NUMA affinity unknown, but there is one "
+                                                       "NUMA node: no placement to get wrong")
         else:
             where = f"{numa_count} NUMA nodes" if numa_count else "an unknown number of NUMA nodes"
-            out.append(Verdict("gpu_numa_affinity", "warn",
-                               f"GPU NUMA affinity unknown for {len(unknown)} of {n} GPUs on {where}: workers "
-                               "and host staging buffers cannot be placed near their GPU, so host-staged "
-                               "copies may cross sockets"))
+            return Verdict("gpu_numa_affinity", "warn",
+                           f"GPU NUMA affinity unknown for {len(unknown)} of {n} GPUs on {where}: workers "
+                           "and host staging buffers cannot be placed near their GPU, so host-staged "
+                           "copies may cross sockets")
 
-    # PCIe link
+
+def _pcie_link(res: dict, gpus: list[dict], n: int) -> Verdict:
+    """The pcie_link check (CHECKS["pcie_link"])."""
     known = [g for g in gpus if g.get("pcie_width_current") and g.get("pcie_width_max")]
     if n == 0:
-        out.append(Verdict("pcie_link", "n/a", "no GPU"))
+        return Verdict("pcie_link", "n/a", "no GPU")
     elif not known:
-        out.append(Verdict("pcie_link", "n/a", "current PCIe link width not known"))
+        return Verdict("pcie_link", "n/a", "current PCIe link width not known")
     else:
         narrow = [g for g in known if g["pcie_width_current"] < g["pcie_width_max"]]
         slow = [g for g in gpus if g.get("pcie_gen_current") and g.get("pcie_gen_max")
@@ -141,98 +149,112 @@ def judge(res: dict) -> list[dict]:
         g0 = known[0]
         link = f"Gen{g0.get('pcie_gen_current')} x{g0['pcie_width_current']}"
         if narrow:
-            out.append(Verdict("pcie_link", "warn",
-                               f"{len(narrow)} GPU(s) trained narrower than they can (e.g. GPU "
-                               f"{narrow[0]['index']}: x{narrow[0]['pcie_width_current']} of "
-                               f"x{narrow[0]['pcie_width_max']}): less host-GPU bandwidth for staged copies"))
+            return Verdict("pcie_link", "warn",
+                           f"{len(narrow)} GPU(s) trained narrower than they can (e.g. GPU "
+                           f"{narrow[0]['index']}: x{narrow[0]['pcie_width_current']} of "
+                           f"x{narrow[0]['pcie_width_max']}): less host-GPU bandwidth for staged copies")
         else:
             note = (f"; {len(slow)} GPU(s) below max generation, normal for an idle GPU saving power"
                     if slow else "")
-            out.append(Verdict("pcie_link", "ok", f"links at full width ({link} on GPU {g0['index']}){note}"))
+            return Verdict("pcie_link", "ok", f"links at full width ({link} on GPU {g0['index']}){note}")
 
-    # power limit
+
+def _power_limit(res: dict, gpus: list[dict], n: int) -> Verdict:
+    """The power_limit check (CHECKS["power_limit"])."""
     pw = [g for g in gpus if g.get("power_limit_w") and g.get("power_limit_default_w")]
     if n == 0 or not pw:
-        out.append(Verdict("power_limit", "n/a", "no GPU" if n == 0 else "power limits not known"))
+        return Verdict("power_limit", "n/a", "no GPU" if n == 0 else "power limits not known")
     else:
         capped = [g for g in pw if g["power_limit_w"] < g["power_limit_default_w"] - 1]
         if capped:
             g = capped[0]
-            out.append(Verdict("power_limit", "warn",
-                               f"{len(capped)} GPU(s) capped below their default power limit (GPU {g['index']}: "
-                               f"{g['power_limit_w']:.0f} of {g['power_limit_default_w']:.0f} W)"))
+            return Verdict("power_limit", "warn",
+                           f"{len(capped)} GPU(s) capped below their default power limit (GPU {g['index']}: "
+                           f"{g['power_limit_w']:.0f} of {g['power_limit_default_w']:.0f} W)")
         else:
-            out.append(Verdict("power_limit", "ok", f"power limits at default ({pw[0]['power_limit_w']:.0f} W)"))
+            return Verdict("power_limit", "ok", f"power limits at default ({pw[0]['power_limit_w']:.0f} W)")
 
-    # virtualization
+
+def _virtualization(res: dict, gpus: list[dict], n: int) -> Verdict:
+    """The virtualization check (CHECKS["virtualization"])."""
     v = res.get("virtualization") or {}
     kind = v.get("kind", "unknown")
     if kind in ("vm", "container in vm"):
         what = v.get("hypervisor") or "a hypervisor"
         dmi = f"; DMI '{v['dmi_product_name']}'" if v.get("dmi_product_name") else ""
-        out.append(Verdict("virtualization", "warn",
-                           f"virtual machine ({what}{dmi}): passed-through GPUs often lose P2P and NUMA "
-                           "affinity unless the hypervisor exposes them; see the P2P and NUMA checks"))
+        return Verdict("virtualization", "warn",
+                       f"virtual machine ({what}{dmi}): passed-through GPUs often lose P2P and NUMA "
+                       "affinity unless the hypervisor exposes them; see the P2P and NUMA checks")
     elif kind == "container":
-        out.append(Verdict("virtualization", "ok", "container on bare metal: the GPUs are the host's own "
-                                                    "devices, no hypervisor between them"))
+        return Verdict("virtualization", "ok", "container on bare metal: the GPUs are the host's own "
+                                                "devices, no hypervisor between them")
     elif kind == "bare metal":
-        out.append(Verdict("virtualization", "ok", "bare metal: no hypervisor between the GPUs"))
+        return Verdict("virtualization", "ok", "bare metal: no hypervisor between the GPUs")
     else:
-        out.append(Verdict("virtualization", "warn", "could not tell whether this is a VM"))
+        return Verdict("virtualization", "warn", "could not tell whether this is a VM")
 
-    # IOMMU / ACS
+
+def _iommu_acs(res: dict, gpus: list[dict], n: int) -> Verdict:
+    """The iommu_acs check (CHECKS["iommu_acs"])."""
     io = res.get("iommu") or {}
     acs = io.get("acs") or {}
     redirect = [b for b, f in (acs.get("bridges") or {}).items()
                 if f and (f.get("request_redirect") or f.get("completion_redirect"))]
     if n == 0:
-        out.append(Verdict("iommu_acs", "n/a", f"no GPU (IOMMU groups visible: {io.get('group_count')})"))
+        return Verdict("iommu_acs", "n/a", f"no GPU (IOMMU groups visible: {io.get('group_count')})")
     elif redirect:
-        out.append(Verdict("iommu_acs", "warn",
-                           f"ACS redirect on {len(redirect)} bridge(s) above the GPUs (e.g. {redirect[0]}): "
-                           "peer traffic is sent up to the root complex, slow or hanging per NCCL's docs"))
+        return Verdict("iommu_acs", "warn",
+                       f"ACS redirect on {len(redirect)} bridge(s) above the GPUs (e.g. {redirect[0]}): "
+                       "peer traffic is sent up to the root complex, slow or hanging per NCCL's docs")
     elif io.get("groups_present"):
         groups = sorted({str(g) for g in (io.get("gpu_groups") or {}).values() if g is not None})
-        out.append(Verdict("iommu_acs", "ok", f"IOMMU on, GPUs in group(s) {', '.join(groups) or 'unknown'}; "
-                                               f"ACS {acs.get('status', 'not available')}"))
+        return Verdict("iommu_acs", "ok", f"IOMMU on, GPUs in group(s) {', '.join(groups) or 'unknown'}; "
+                                           f"ACS {acs.get('status', 'not available')}")
     elif io.get("groups_present") is False:
-        out.append(Verdict("iommu_acs", "n/a", "no IOMMU groups visible (IOMMU off, or not exposed to this "
-                                                "guest): says nothing about the host's"))
+        return Verdict("iommu_acs", "n/a", "no IOMMU groups visible (IOMMU off, or not exposed to this "
+                                            "guest): says nothing about the host's")
     else:
-        out.append(Verdict("iommu_acs", "n/a", "IOMMU state not known"))
+        return Verdict("iommu_acs", "n/a", "IOMMU state not known")
 
-    # CUDA stack
+
+def _cuda_stack(res: dict, gpus: list[dict], n: int) -> Verdict:
+    """The cuda_stack check (CHECKS["cuda_stack"])."""
     sw = res.get("software") or {}
     tc, dc = version_tuple(sw.get("torch_cuda")), version_tuple(sw.get("cuda_driver"))
     if n == 0:
-        out.append(Verdict("cuda_stack", "n/a", "no GPU; torch is "
-                                                 + (f"a CUDA {sw['torch_cuda']} build" if sw.get("torch_cuda")
-                                                    else "a CPU build" if sw.get("torch") else "not installed")))
+        return Verdict("cuda_stack", "n/a", "no GPU; torch is "
+                                             + (f"a CUDA {sw['torch_cuda']} build" if sw.get("torch_cuda")
+                                                else "a CPU build" if sw.get("torch") else "not installed"))
     elif not sw.get("torch"):
-        out.append(Verdict("cuda_stack", "n/a", "torch not known here"))
+        return Verdict("cuda_stack", "n/a", "torch not known here")
     elif res.get("source") == "measured" and not sw.get("torch_cuda"):
-        out.append(Verdict("cuda_stack", "warn", "torch is a CPU build on a GPU machine: nothing will run on the GPUs"))
+        return Verdict("cuda_stack", "warn", "torch is a CPU build on a GPU machine: nothing will run on the GPUs")
     elif tc and dc and tc > dc:
-        out.append(Verdict("cuda_stack", "problem",
-                           f"torch needs CUDA {sw['torch_cuda']}, the driver supports up to {sw['cuda_driver']}: "
-                           "upgrade the driver or use a torch built for an older CUDA"))
+        return Verdict("cuda_stack", "problem",
+                       f"torch needs CUDA {sw['torch_cuda']}, the driver supports up to {sw['cuda_driver']}: "
+                       "upgrade the driver or use a torch built for an older CUDA")
     elif tc and dc:
         nccl = f", NCCL {sw['nccl']}" if sw.get("nccl") else ""
-        out.append(Verdict("cuda_stack", "ok", f"torch CUDA {sw['torch_cuda']} within the driver's "
-                                                f"{sw['cuda_driver']}{nccl}"))
+        return Verdict("cuda_stack", "ok", f"torch CUDA {sw['torch_cuda']} within the driver's "
+                                            f"{sw['cuda_driver']}{nccl}")
     else:
-        out.append(Verdict("cuda_stack", "n/a", "torch's or the driver's CUDA version not known"))
+        return Verdict("cuda_stack", "n/a", "torch's or the driver's CUDA version not known")
 
-    # the probe itself
+
+def _probe_steps(res: dict, gpus: list[dict], n: int) -> Verdict:
+    """The probe check (CHECKS["probe"])."""
     errs = res.get("errors") or []
     if res.get("source") == "recorded":
-        out.append(Verdict("probe", "n/a", "recorded facts, not a live probe"))
+        return Verdict("probe", "n/a", "recorded facts, not a live probe")
     elif errs:
-        out.append(Verdict("probe", "warn", f"{len(errs)} probe step(s) failed; first: {errs[0]}"))
+        return Verdict("probe", "warn", f"{len(errs)} probe step(s) failed; first: {errs[0]}")
     else:
-        out.append(Verdict("probe", "ok", "every probe step ran"))
-    return [asdict(x) for x in out]
+        return Verdict("probe", "ok", "every probe step ran")
+
+
+#: the checks in the order `judge` makes them (the order of CHECKS)
+_JUDGES = (_gpus, _architecture, _p2p_read, _numa_affinity, _pcie_link, _power_limit, _virtualization, _iommu_acs,
+           _cuda_stack, _probe_steps)
 
 
 def worst(verdicts: list[dict]) -> str:

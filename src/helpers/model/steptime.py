@@ -25,7 +25,11 @@ import torch
 
 from . import arith as ma
 from . import fused as fz
-from . import step as stp
+from .step.accounting import component_bytes
+from .step.build import build_rank, check_inputs, device_free_bytes, plan_memory, reserve_for
+from .step.decode import DecodeStep
+from .step.precision import check_precision
+from .step.shapes import FP8_WEIGHTS, FUSIONS, PRECISIONS, SHARED_OVERLAP, StepError
 
 TIMING_COLUMNS = ("model", "device", "tp", "dtype", "attention", "batch", "context", "mode", "what", "median_us",
                   "p10_us", "p90_us", "repeats", "time_limited", "kernels", "overlap", "fusion")
@@ -107,7 +111,7 @@ def time_fn(fn: Callable[[], None], device: str, repeats: int, warmup: int = 1, 
     """Median and spread of `repeats` calls of `fn` (after `warmup`), stopping early at `deadline`
     (time.monotonic()) with at least one repeat."""
     if repeats < 1:
-        raise stp.StepError(f"repeats = {repeats}: expected at least 1")
+        raise StepError(f"repeats = {repeats}: expected at least 1")
     for _ in range(warmup):
         fn()
     _sync(device)
@@ -135,7 +139,7 @@ def time_fn(fn: Callable[[], None], device: str, repeats: int, warmup: int = 1, 
     return out
 
 
-def time_point(st: stp.DecodeStep, graphs: bool, repeats: int = 10, warmup: int = 2, components: bool = True,
+def time_point(st: DecodeStep, graphs: bool, repeats: int = 10, warmup: int = 2, components: bool = True,
                time_limit_s: float | None = None, barrier: Callable[[], None] | None = None,
                ops: bool = False) -> list[dict]:
     """Rows for one (batch, context): the whole step; with `components`, each component alone (what =
@@ -236,34 +240,64 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
     `cfg.dtype` "fp8" is refused (StepError naming the device) where a trial scaled product fails; where
     only the grouped one fails, the experts run one product each and the sweep runs eagerly only.
     `cfg.shared_overlap` as DecodeStep's; the rows' `overlap` column says what each step ran."""
-    stp.check_precision(cfg.dtype)
-    if cfg.fusion not in stp.FUSIONS:
-        raise stp.StepError(f"fusion {cfg.fusion!r}: expected one of {stp.FUSIONS}")
-    if cfg.shared_overlap not in stp.SHARED_OVERLAP:
-        raise stp.StepError(f"shared_overlap {cfg.shared_overlap!r}: expected one of {stp.SHARED_OVERLAP}")
+    m = _check_config(cfg)
+    t_start = time.monotonic()
+    cfg, rank, barrier, progress, out_dir = _join_group(cfg, group, progress, out_dir)
+    out = Path(out_dir) if out_dir else None
+    rows, done = _resume(out, cfg)
+    rm, meta = _build(cfg, m, rank, progress)
+    modes, moe_impl, first_runs = _first_step(cfg, rm, group, meta, progress)
+    meta["finished"] = False          # until the last point: an interrupted sweep's meta says so
+    if out is not None:
+        (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
+    routing, byte_rows, failures = {}, [], []
+    _time_points(cfg, m, rm, _points(cfg, modes), modes, moe_impl, group, barrier, done, rows, out, progress,
+                 first_runs, routing, byte_rows, failures)
+    return _finish(meta, routing, first_runs, failures, t_start, rows, byte_rows, out)
+
+
+def _check_config(cfg: SweepConfig) -> ma.ModelConfig:
+    """The sweep's model, after refusing a setting or point no step can run (before anything is allocated,
+    naming the input and the fix)."""
+    check_precision(cfg.dtype)
+    if cfg.fusion not in FUSIONS:
+        raise StepError(f"fusion {cfg.fusion!r}: expected one of {FUSIONS}")
+    if cfg.shared_overlap not in SHARED_OVERLAP:
+        raise StepError(f"shared_overlap {cfg.shared_overlap!r}: expected one of {SHARED_OVERLAP}")
     for mode in cfg.modes:
         if mode not in ("graph", "eager"):
-            raise stp.StepError(f"mode {mode!r}: expected 'graph' or 'eager'")
+            raise StepError(f"mode {mode!r}: expected 'graph' or 'eager'")
     if "graph" in cfg.modes and not str(cfg.device).startswith("cuda"):
-        raise stp.StepError("CUDA graphs need a CUDA device; on the CPU use modes ('eager',)")
+        raise StepError("CUDA graphs need a CUDA device; on the CPU use modes ('eager',)")
     m = ma.load_model(cfg.model)
     for b in cfg.batches:          # refused before anything is allocated, naming the input and the fix
         for c in cfg.contexts:
-            stp.check_inputs(m, cfg.tp, cfg.dtype, b, c)
-    t_start = time.monotonic()
+            check_inputs(m, cfg.tp, cfg.dtype, b, c)
+    return m
+
+
+def _join_group(cfg: SweepConfig, group, progress, out_dir):
+    """(cfg, rank, barrier, progress, out_dir) for this process: without a group, rank 0 as given; with one,
+    this rank, a barrier over the group and no time limit, and on ranks other than 0 no progress and no
+    out_dir (rank 0 alone writes and reports)."""
     rank, barrier = 0, None
     if group is not None:
         import torch.distributed as dist
 
         world = dist.get_world_size(group)
         if world != cfg.tp:
-            raise stp.StepError(f"a process group of {world} ranks runs TP{world}, not TP{cfg.tp}: set tp = {world}")
+            raise StepError(f"a process group of {world} ranks runs TP{world}, not TP{cfg.tp}: set tp = {world}")
         rank = dist.get_rank(group)
         barrier = (lambda: dist.barrier(group=group))
         cfg = replace(cfg, time_limit_s=None)
         if rank:
             progress, out_dir = (lambda s: None), None
-    out = Path(out_dir) if out_dir else None
+    return cfg, rank, barrier, progress, out_dir
+
+
+def _resume(out: Path | None, cfg: SweepConfig) -> tuple[list[dict], set]:
+    """The rows an earlier sweep into `out` finished, and their (batch, context, mode, attention) points; a
+    folder holding another precision's or fusion path's timings is refused."""
     done = set()
     rows: list[dict] = []
     if out is not None:
@@ -272,31 +306,43 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
         if p.exists():
             old = pd.read_csv(p)
             if "dtype" in old.columns and len(old) and set(old["dtype"]) != {cfg.dtype}:
-                raise stp.StepError(f"{p} holds {sorted(set(old['dtype']))} timings; this sweep is {cfg.dtype}: "
-                                    f"write it to another folder")
+                raise StepError(f"{p} holds {sorted(set(old['dtype']))} timings; this sweep is {cfg.dtype}: "
+                                f"write it to another folder")
             old_fusion = set(old["fusion"]) if "fusion" in old.columns else {"unfused"}
             if len(old) and old_fusion != {cfg.fusion}:
-                raise stp.StepError(f"{p} holds {sorted(old_fusion)} timings; this sweep is {cfg.fusion}: "
-                                    f"write it to another folder")
+                raise StepError(f"{p} holds {sorted(old_fusion)} timings; this sweep is {cfg.fusion}: "
+                                f"write it to another folder")
             rows = old.to_dict("records")
             done = {(int(r["batch"]), int(r["context"]), r["mode"], r["attention"]) for r in rows}
+    return rows, done
+
+
+def _build(cfg: SweepConfig, m: ma.ModelConfig, rank: int, progress) -> tuple:
+    """This rank's model for the largest point (memory planned first) and the sweep's meta: the config, the
+    plan, the build time, the device, the launch floor and the copy bandwidth."""
     bmax, cmax = max(cfg.batches), max(cfg.contexts)
-    free = stp.device_free_bytes(cfg.device)
-    plan = stp.plan_memory(m, cfg.tp, cfg.dtype, bmax, cmax, free, cfg.moe_held, reserve_bytes=stp.reserve_for(cfg.device))
+    free = device_free_bytes(cfg.device)
+    plan = plan_memory(m, cfg.tp, cfg.dtype, bmax, cmax, free, cfg.moe_held, reserve_bytes=reserve_for(cfg.device))
     progress(f"memory: {plan.describe()}")
     t0 = time.monotonic()
-    rm, _ = stp.build_rank(m, cfg.tp, rank, bmax, cmax, cfg.device, cfg.dtype, cfg.seed, plan=plan)
+    rm, _ = build_rank(m, cfg.tp, rank, bmax, cmax, cfg.device, cfg.dtype, cfg.seed, plan=plan)
     _sync(cfg.device)
     meta = {"config": asdict(cfg), "plan": asdict(plan), "build_s": time.monotonic() - t0,
             "torch": torch.__version__, "device_name": _device_name(cfg.device), "precision": cfg.dtype,
-            "fp8_support": rm.fp8_support, "fp8_weights": sorted(stp.FP8_WEIGHTS) if cfg.dtype == "fp8" else []}
+            "fp8_support": rm.fp8_support, "fp8_weights": sorted(FP8_WEIGHTS) if cfg.dtype == "fp8" else []}
     meta.update(launch_floor(cfg.device))
     meta.update(copy_bandwidth(cfg.device))
     progress(f"built one rank in {meta['build_s']:.1f} s; launch floor {meta.get('graph_us_per_kernel', float('nan')):.2f} "
              f"us/kernel (graph), {meta['eager_us_per_kernel']:.2f} us (eager); copy {meta['copy_GBps']:.0f} GB/s")
+    return rm, meta
+
+
+def _first_step(cfg: SweepConfig, rm, group, meta: dict, progress) -> tuple:
+    """One eager step first: a device whose torch lacks torch._grouped_mm falls back to a loop over the
+    experts (and then times eagerly only). Returns (modes, moe_impl, first_runs); notes in `meta`."""
     modes = tuple(cfg.modes)
-    first = stp.DecodeStep(rm, min(cfg.batches), min(cfg.contexts), attention=cfg.attention, group=group,
-                           shared_overlap=cfg.shared_overlap, fusion=cfg.fusion, compile=cfg.compile)
+    first = DecodeStep(rm, min(cfg.batches), min(cfg.contexts), attention=cfg.attention, group=group,
+                       shared_overlap=cfg.shared_overlap, fusion=cfg.fusion, compile=cfg.compile)
     meta["fusion"], meta["compiled"] = cfg.fusion, first.compiled
     first_runs = {}
     moe_impl = first.moe_impl      # "loop" already where the FP8 trial found no torch._scaled_grouped_mm
@@ -316,28 +362,23 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
         progress(f"no grouped GEMM here ({why}); experts run one product each, eager only")
     del first
     meta["moe_impl"] = moe_impl
-    meta["finished"] = False          # until the last point: an interrupted sweep's meta says so
-    if out is not None:
-        (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
+    return modes, moe_impl, first_runs
+
+
+def _points(cfg: SweepConfig, modes: tuple[str, ...]) -> list[tuple]:
+    """(context, batch, mode, attention) of every point, in the order they are timed."""
     points = [(c, b, mode, cfg.attention) for c in cfg.contexts for b in cfg.batches for mode in modes]
     points += [(c, b, modes[0], "sparse") for b, c in cfg.sparse_points if cfg.attention != "sparse"]
-    routing, byte_rows, failures = {}, [], []
+    return points
+
+
+def _time_points(cfg, m, rm, points, modes, moe_impl, group, barrier, done, rows, out, progress, first_runs,
+                 routing, byte_rows, failures) -> None:
+    """Each point: its step run once (routing and bytes recorded), then timed unless done before; finished
+    rows written as they come (`rows`, `byte_rows`, `routing`, `failures` and `first_runs` grow in place)."""
     cuda = str(cfg.device).startswith("cuda")
     for i, (c, b, mode, att) in enumerate(points, 1):
-        st = stp.DecodeStep(rm, b, c, attention=att, seed=cfg.seed + 1, moe_impl=moe_impl, group=group,
-                            shared_overlap=cfg.shared_overlap, fusion=cfg.fusion, compile=cfg.compile)
-        st.record_routing = True
-        t_first = time.monotonic()
-        st.run()
-        _sync(cfg.device)
-        first_runs.setdefault(f"{b}x{c} {att}", time.monotonic() - t_first)
-        st.record_routing = False
-        if rm.m.moe_layers:
-            routing[(b, c)] = st.distinct_experts()
-        if mode == modes[0]:
-            bt = stp.component_bytes(m, cfg.tp, b, c, routing.get((b, c), 0.0), cfg.dtype, att)
-            byte_rows += [{"batch": b, "context": c, "attention": att, "distinct_experts": routing.get((b, c), 0.0),
-                           "dtype": cfg.dtype, **r} for r in bt.to_dict("records")]
+        st = _untimed_step(cfg, m, rm, (c, b, mode, att), modes, moe_impl, group, first_runs, routing, byte_rows)
         label = f"batch {b} context {c} {mode}" + (" sparse" if att == "sparse" else "") + \
             (" overlap" if st.overlap else "")
         if (b, c, mode, att) in done:
@@ -365,6 +406,31 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
         progress(f"[{i}/{len(points)}] {label}: step {s['median_us'] / 1e3:.2f} ms "
                  f"({s['p10_us'] / 1e3:.2f}-{s['p90_us'] / 1e3:.2f}), {b * 1e6 / s['median_us']:.0f} tok/s, "
                  f"point {time.monotonic() - t1:.1f} s")
+
+
+def _untimed_step(cfg, m, rm, point, modes, moe_impl, group, first_runs, routing, byte_rows):
+    """The point's DecodeStep after one untimed step (its time in `first_runs` for the first step of its
+    shape), its distinct experts in `routing` and, for the first mode, its bytes per component in `byte_rows`."""
+    c, b, mode, att = point
+    st = DecodeStep(rm, b, c, attention=att, seed=cfg.seed + 1, moe_impl=moe_impl, group=group,
+                    shared_overlap=cfg.shared_overlap, fusion=cfg.fusion, compile=cfg.compile)
+    st.record_routing = True
+    t_first = time.monotonic()
+    st.run()
+    _sync(cfg.device)
+    first_runs.setdefault(f"{b}x{c} {att}", time.monotonic() - t_first)
+    st.record_routing = False
+    if rm.m.moe_layers:
+        routing[(b, c)] = st.distinct_experts()
+    if mode == modes[0]:
+        bt = component_bytes(m, cfg.tp, b, c, routing.get((b, c), 0.0), cfg.dtype, att)
+        byte_rows += [{"batch": b, "context": c, "attention": att, "distinct_experts": routing.get((b, c), 0.0),
+                       "dtype": cfg.dtype, **r} for r in bt.to_dict("records")]
+    return st
+
+
+def _finish(meta, routing, first_runs, failures, t_start, rows, byte_rows, out) -> dict:
+    """The sweep's result (meta marked finished), written to `out` where there is one."""
     meta["distinct_experts"] = {f"{b}x{c}": v for (b, c), v in routing.items()}
     # the first step of each shape (compilation included where the fused ops compile), measured apart from
     # the timed steps; compile_s: the calls that compiled, summed (helpers.model.fused.COMPILE_LOG)
@@ -417,7 +483,7 @@ def merge_sweeps(folders: dict[str, str | Path], out_dir: str | Path | None = No
                 seen.add(prec)
                 byts.append(b)
     if not times:
-        raise stp.StepError(f"no sweep of {sorted(folders)} wrote timings.csv")
+        raise StepError(f"no sweep of {sorted(folders)} wrote timings.csv")
     timings = pd.concat(times, ignore_index=True)[list(TIMING_COLUMNS)]
     bytes_df = pd.concat(byts, ignore_index=True) if byts else pd.DataFrame()
     meta = {"sweeps": metas, "missing": missing}
@@ -442,7 +508,7 @@ def register_entries(study: str, device_name: str, date: str, commit: str, comma
     """What committing a merged study (merge_sweeps, with a `source` column) under data/measured/<study>/
     adds to data/sources.yaml (the key `study`) and data/schema.yaml (the keys measured/<study>/*.csv)."""
     if set(_TIMING_TYPES) != set(TIMING_COLUMNS) | {"source"}:
-        raise stp.StepError("steptime._TIMING_TYPES does not type every timing column")
+        raise StepError("steptime._TIMING_TYPES does not type every timing column")
     return {
         study: {"kind": "measured", "file": f"data/measured/{study}/",
                 "title": (f"The emulated GLM-5 decode step (one TP8 rank, random weights), fused as an engine fuses it "
@@ -455,8 +521,8 @@ def register_entries(study: str, device_name: str, date: str, commit: str, comma
             "columns": dict(_TIMING_TYPES),
             "required": ["model", "device", "tp", "dtype", "attention", "batch", "context", "mode", "what",
                          "median_us", "repeats", "overlap", "source"],
-            "choices": {"mode": ["graph", "eager"], "attention": ["dense", "sparse"], "dtype": list(stp.PRECISIONS),
-                        "fusion": list(stp.FUSIONS)}},
+            "choices": {"mode": ["graph", "eager"], "attention": ["dense", "sparse"], "dtype": list(PRECISIONS),
+                        "fusion": list(FUSIONS)}},
         f"measured/{study}/bytes.csv": {
             "columns": {"batch": "int", "context": "int", "attention": "str", "distinct_experts": "float",
                         "dtype": "str", "component": "str", "bytes_emulated": "float", "bytes_checkpoint": "float",

@@ -4,5 +4,6 @@ Modules: `server` (process lifecycle), `transformers_serve` and `sglang` (comman
 (the load generator and bench_serving-style metrics), `classify` (ok / nan / crash / ... per
 attempt), `tiny_model` (random-weight models built at run time), `sweep` (resumable sweeps and
 attempt matrices), `live` (engines, variants and server specs), `experiments` (what each serving chapter
-runs live, and its parameter specs), `report` (the chapters' tables and the figures their prose cites).
+runs live). The chapters' parameter specs, tables and the figures their prose cites are in
+helpers.chapters (nan_crash, baselines_tuning, moe_runners).
 """

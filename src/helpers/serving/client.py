@@ -246,47 +246,49 @@ async def _one(client, model: str, prompt: str, max_tokens: int, t_origin: float
         await asyncio.wait_for(stream_it(), deadlines.total_s)
         res.e2e_s = time.perf_counter() - t0
         res.text = "".join(parts)
-        if usage is None:
-            res.error_kind = "no-usage"
-            res.error = "the stream carried no usage (token counts); the server must support stream_options.include_usage"
-            return res
-        res.prompt_tokens = int(usage.prompt_tokens or 0)
-        res.output_tokens = int(usage.completion_tokens or 0)
-        if state["last"] is None:
-            res.error_kind = "empty"
-            res.error = f"empty reply: the stream was well formed but carried no content ({res.output_tokens} tokens)"
-            return res
-        res.ok = True
-    except (asyncio.TimeoutError, RequestTimeout, openai.APITimeoutError) as e:
-        res.e2e_s = time.perf_counter() - t0
-        res.error_kind = "timeout"
-        res.text = "".join(parts)
-        if isinstance(e, RequestTimeout):
-            res.error = str(e)
-        else:
-            heads = "no headers" if state["headers_s"] is None else f"headers after {state['headers_s']:.2f} s"
-            res.error = (f"timeout: the reply did not finish within {deadlines.total_s:g} s (total deadline; {heads}, "
-                         f"{state['chunks']} chunk(s), {len(res.text)} characters of content)")
-    except _WholeReply as e:
-        res.e2e_s = time.perf_counter() - t0
-        res.error_kind, res.error = e.kind, e.error[:500]
-    except openai.APIStatusError as e:
-        res.e2e_s = time.perf_counter() - t0
-        res.error_kind = "http"
-        res.error = f"HTTP {e.status_code}: {_body_text(e)}"[:500]
-    except openai.APIConnectionError as e:
-        res.e2e_s = time.perf_counter() - t0
-        res.error_kind = "connect"
-        res.error = f"{type(e).__name__}: {e}"[:500]
-    except openai.APIError as e:   # an error object inside a 200 stream
-        res.e2e_s = time.perf_counter() - t0
-        res.error_kind = "error-body"
-        res.error = f"error in the reply: {e.message} {_body_text(e)}"[:500]
+        _count(res, usage, state)
     except Exception as e:  # noqa: BLE001 - every failure is recorded, none stops the point
         res.e2e_s = time.perf_counter() - t0
-        res.error_kind = "exception"
-        res.error = f"{type(e).__name__}: {e}"[:500]
+        if isinstance(e, (asyncio.TimeoutError, RequestTimeout, openai.APITimeoutError)):
+            res.text = "".join(parts)
+        res.error_kind, res.error = _failure(e, deadlines, state, res.text)
     return res
+
+
+def _count(res: RequestResult, usage, state: dict) -> None:
+    """A stream that ended: its token counts from the usage chunk; ok unless it had no usage or no content."""
+    if usage is None:
+        res.error_kind = "no-usage"
+        res.error = "the stream carried no usage (token counts); the server must support stream_options.include_usage"
+        return
+    res.prompt_tokens = int(usage.prompt_tokens or 0)
+    res.output_tokens = int(usage.completion_tokens or 0)
+    if state["last"] is None:
+        res.error_kind = "empty"
+        res.error = f"empty reply: the stream was well formed but carried no content ({res.output_tokens} tokens)"
+        return
+    res.ok = True
+
+
+def _failure(e: Exception, deadlines: Deadlines, state: dict, text: str) -> tuple[str, str]:
+    """(error_kind, error) of a request that raised `e`; `text`: the content that came before it."""
+    import openai
+
+    if isinstance(e, (asyncio.TimeoutError, RequestTimeout, openai.APITimeoutError)):
+        if isinstance(e, RequestTimeout):
+            return "timeout", str(e)
+        heads = "no headers" if state["headers_s"] is None else f"headers after {state['headers_s']:.2f} s"
+        return "timeout", (f"timeout: the reply did not finish within {deadlines.total_s:g} s (total deadline; "
+                           f"{heads}, {state['chunks']} chunk(s), {len(text)} characters of content)")
+    if isinstance(e, _WholeReply):
+        return e.kind, e.error[:500]
+    if isinstance(e, openai.APIStatusError):
+        return "http", f"HTTP {e.status_code}: {_body_text(e)}"[:500]
+    if isinstance(e, openai.APIConnectionError):
+        return "connect", f"{type(e).__name__}: {e}"[:500]
+    if isinstance(e, openai.APIError):   # an error object inside a 200 stream
+        return "error-body", f"error in the reply: {e.message} {_body_text(e)}"[:500]
+    return "exception", f"{type(e).__name__}: {e}"[:500]
 
 
 def _body_text(e) -> str:

@@ -1,10 +1,11 @@
 """What the serving chapters run live, one call each: the NaN matrix (chapter 02), the baseline sweep
 (chapter 03) and the MoE-runner comparison (chapter 04).
 
-Each chapter's parameter specs live here (`NAN_PARAMS`, `BASELINE_PARAMS`, `RUNNER_PARAMS`), so a chapter
-validates its parameters cell in one line; `*_plan(P)` decides whether the live part runs on this machine
-and says why (a `mode = "live"` that cannot run is refused with a ParameterError). Every run writes its
-finished points at once to a JSON-lines file in the chapter's results folder and resumes from it.
+`*_plan(P)` decides whether the live part runs on this machine and says why (a `mode = "live"` that
+cannot run is refused with a ParameterError). Every run writes its finished points at once to a
+JSON-lines file in the chapter's results folder (its `layout.Run`) and resumes from it. The chapters'
+parameter specs are their modules' `PARAMS` (helpers.chapters.nan_crash, baselines_tuning, moe_runners);
+the estimates their rules use (`tiny_memory_bytes`, `MAX_SWEEP_REQUESTS`) are here.
 """
 from __future__ import annotations
 
@@ -13,14 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from helpers.core import params, recorded, results
+from helpers.core import layout, params, recorded
 from helpers.machine import gpumon
 from helpers.serving import classify, client as cl, demo, live, sglang as sg, sweep, tiny_model
 from helpers.serving.server import Server
 
-_MODE = {"mode": params.choice("recorded", "auto", "live"), "run_dir": params.string()}
-_SGLANG = {"model_path": params.string(), "flag_set": params.choice("auto", *sg.FLAG_SETS),
-           "tp_size": params.number(1, 64, integer=True)}
 #: the most requests one sweep of one workload may send (sum over its concurrencies of requests per point)
 MAX_SWEEP_REQUESTS = 20_000
 
@@ -40,55 +38,6 @@ def tiny_memory_bytes(hidden: int, layers: int, experts: int, moe_intermediate: 
     per_layer = 4 * hidden * hidden + hidden * experts + (experts + 2) * 3 * hidden * moe_intermediate
     n = 2 * vocab * hidden + layers * per_layer
     return 3 * 4 * n
-
-
-def _tiny_memory_rule(hidden, layers, experts, moe_intermediate):
-    need, have = tiny_memory_bytes(hidden, layers, experts, moe_intermediate), machine_memory_bytes()
-    if need > have // 2:
-        return (f"the tiny model these sizes describe needs about {need / 2**30:.1f} GiB to build and serve "
-                f"(estimated: float32 parameters x 3), more than half of this machine's {have / 2**30:.1f} GiB; "
-                f"make tiny_hidden, tiny_layers, tiny_experts or tiny_moe_intermediate smaller")
-    return None
-
-
-def _tiny_heads_rule(heads, hidden):
-    if hidden % heads or (hidden // heads) % 2:
-        return (f"tiny_hidden ({hidden}) must be tiny_heads x an even head size; set tiny_heads to a divisor of "
-                f"tiny_hidden that leaves an even quotient (e.g. {max(1, hidden // 16)})")
-    return None
-
-
-def _sweep_size_rule(concurrencies, per):
-    total = sum(cl.requests_for(int(c), int(per)) for c in concurrencies)
-    if total > MAX_SWEEP_REQUESTS:
-        return (f"one sweep of one workload would send {total} requests (requests_per_concurrency x each "
-                f"concurrency), more than {MAX_SWEEP_REQUESTS}; use fewer or smaller concurrencies or fewer "
-                f"requests per concurrency")
-    return None
-
-
-_TINY = {"tiny_hidden": params.depends(params.number(8, 8192, integer=True),
-                                       ("tiny_layers", "tiny_experts", "tiny_moe_intermediate"), _tiny_memory_rule),
-         "tiny_layers": params.number(1, 64, integer=True),
-         "tiny_experts": params.number(1, 256, integer=True),
-         "tiny_moe_intermediate": params.number(8, 16384, integer=True),
-         "tiny_heads": params.depends(params.number(1, 128, integer=True), "tiny_hidden", _tiny_heads_rule)}
-_SWEEP = {"concurrencies": params.depends(params.number_list(1, 4096, integer=True), "requests_per_concurrency",
-                                          _sweep_size_rule),
-          "requests_per_concurrency": params.number(1, 1000, integer=True),
-          "startup_timeout_s": params.number(1, 3600), "request_timeout_s": params.number(1, 3600)}
-_ENGINE = {"engine": params.choice(*live.ENGINES), "device": params.choice("cpu", "cuda")}
-
-NAN_PARAMS = {**_MODE, **_ENGINE, **_SGLANG, "startup_timeout_s": params.number(1, 3600),
-              "never_healthy_timeout_s": params.number(1, 600),
-              "decode_concurrency": params.number(1, 256, integer=True),
-              "decode_tokens": params.number(1, 4096, integer=True), "request_timeout_s": params.number(1, 3600)}
-BASELINE_PARAMS = {**_MODE, "server_url": params.string(), "served_model": params.string(), **_ENGINE, **_SGLANG,
-                   **_TINY, **_SWEEP, "workloads": live.workloads_param(),
-                   "variants": live.names_param("server variant"),
-                   "variant_workloads": params.choice("first", "all")}
-RUNNER_PARAMS = {**_MODE, **_ENGINE, **_SGLANG, **_TINY, **_SWEEP, "runners": live.names_param("MoE runner"),
-                 "repeats": params.number(1, 20, integer=True), "workload": live.workload_param()}
 
 
 @dataclass(frozen=True)
@@ -150,10 +99,10 @@ def _tiny(P: dict) -> tuple[Path, int]:
 
 # ---------------------------------------------------------------------------- chapter 02
 
-def nan_matrix(P: dict, out: Path, matrix: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+def nan_matrix(P: dict, run: layout.Run, matrix: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """Launch, smoke-test, decode, classify and stop every configuration (the demo's stand-ins under
     transformers serve, or the recorded decode backends under sglang); saves live_matrix.csv."""
-    attempts, logs = out / "attempts.jsonl", out / "logs"
+    attempts, logs = run.path("attempts"), run.path("logs")
     common = {"decode_concurrency": P["decode_concurrency"], "decode_tokens": P["decode_tokens"],
               "request_timeout_s": P["request_timeout_s"], "backend_line_parser": sg.backend_lines}
     if P["engine"] == "transformers":
@@ -180,16 +129,16 @@ def nan_matrix(P: dict, out: Path, matrix: pd.DataFrame) -> tuple[pd.DataFrame, 
 
         df = sweep.run_matrix(attempts, list(tried), run_one)
         where = f"measured: this machine, sglang {vers['sglang']} (flag set {fs})"
-    results.save_table(out, "live_matrix", df.drop(columns=["log_excerpt"], errors="ignore"))
+    run.save("live_matrix", df.drop(columns=["log_excerpt"], errors="ignore"))
     return df, where
 
 
 # ---------------------------------------------------------------------------- chapter 03
 
-def baseline_sweep(P: dict, out: Path) -> tuple[pd.DataFrame, str, dict]:
+def baseline_sweep(P: dict, run: layout.Run) -> tuple[pd.DataFrame, str, dict]:
     """Sweep concurrency for every workload and server variant (a given server, or one launched per
     variant); saves sweep.csv. Returns the rows, where they were measured, and facts to glue."""
-    rows, logs, wls, facts = out / "sweep.jsonl", out / "logs", P["workloads"], {}
+    rows, logs, wls, facts = run.path("sweep_rows"), run.path("logs"), P["workloads"], {}
     sweep.start_cell_clock()   # this cell's long work starts here: each point keeps within its limit
     point = {"per_concurrency": P["requests_per_concurrency"], "timeout_s": P["request_timeout_s"]}
     if P["server_url"]:
@@ -197,7 +146,7 @@ def baseline_sweep(P: dict, out: Path) -> tuple[pd.DataFrame, str, dict]:
         df = sweep.sweep(rows, P["server_url"], model, wls, P["concurrencies"], labels={"variant": "external"},
                          tokenizer=live.tokenizer_for(P["model_path"] or None), **point)
         df = df.assign(**{c: df.get(c) for c in ("server_peak_rss_mib", "server_memory_cap_mib")})  # not ours: unknown
-        results.save_table(out, "sweep", df)
+        run.save("sweep", df)
         return df, f"the server at {P['server_url']}", facts
     if P["engine"] == "transformers":
         model_dir, n_params = _tiny(P)
@@ -215,18 +164,16 @@ def baseline_sweep(P: dict, out: Path) -> tuple[pd.DataFrame, str, dict]:
                                 {"variant": var}, P["requests_per_concurrency"], tok, P["startup_timeout_s"],
                                 P["request_timeout_s"]) for i, var in enumerate(P["variants"])]
     df = pd.concat(frames, ignore_index=True)
-    results.save_table(out, "sweep", df)
+    run.save("sweep", df)
     return df, where, facts
 
 
-SWEEP_COLUMNS = ["variant", "workload", "concurrency", "completed", "failed", "output_throughput",
-                 "total_throughput", "achieved_concurrency", "median_ttft_ms", "median_tpot_ms", "p99_itl_ms",
-                 "median_e2e_latency_ms", "server_peak_rss_mib", "server_memory_cap_mib"]
-PROFILE_COLUMNS = ["variant", "workload", "concurrency", "n_samples", "util_gpu_pct", "util_mem_pct", "power_w",
-                   "power_pct_of_limit", "sm_clock_mhz"]
+#: the sweep table's columns and the GPU profile's (declared in helpers.core.layout.RESULTS)
+SWEEP_COLUMNS = list(layout.result("03_baselines_tuning", "sweep").columns)
+PROFILE_COLUMNS = list(layout.result("03_baselines_tuning", "gpu_profile").columns)
 
 
-def gpu_profile(mon: gpumon.Sampler, sweep_df: pd.DataFrame | None, out: Path) -> tuple[pd.DataFrame | None, str]:
+def gpu_profile(mon: gpumon.Sampler, sweep_df: pd.DataFrame | None, run: layout.Run) -> tuple[pd.DataFrame | None, str]:
     """Medians of the GPU samples per sweep point (saves gpu_profile.csv and gpu_samples.csv), or None
     and why there is none."""
     if not mon.available:
@@ -234,17 +181,17 @@ def gpu_profile(mon: gpumon.Sampler, sweep_df: pd.DataFrame | None, out: Path) -
     if sweep_df is None or mon.frame().empty:
         return None, "no live sweep ran"
     prof = gpumon.by_window(mon.frame(), gpumon.point_windows(sweep_df))[PROFILE_COLUMNS]
-    results.save_table(out, "gpu_profile", prof)
-    results.save_table(out, "gpu_samples", mon.frame())
+    run.save("gpu_profile", prof)
+    run.save("gpu_samples", mon.frame())
     return prof, ""
 
 
 # ---------------------------------------------------------------------------- chapter 04
 
-def runner_comparison(P: dict, out: Path) -> tuple[pd.DataFrame | None, pd.DataFrame, str]:
+def runner_comparison(P: dict, run: layout.Run) -> tuple[pd.DataFrame | None, pd.DataFrame, str]:
     """Launch each MoE runner once to classify it, then sweep the runners that serve `repeats` times on
     one server each; saves runner_status.csv and sweep.csv. Returns (sweep rows or None, status, where)."""
-    rows, logs, wl = out / "sweep.jsonl", out / "logs", P["workload"]
+    rows, logs, wl = run.path("sweep_rows"), run.path("logs"), P["workload"]
     sweep.start_cell_clock()
     if P["engine"] == "transformers":
         base_dir, n_params = _tiny(P)
@@ -263,17 +210,17 @@ def runner_comparison(P: dict, out: Path) -> tuple[pd.DataFrame | None, pd.DataF
         else:
             mk_spec = lambda: live.sglang_spec(base, env, fs, "cuda-graph", name=f"runner-{rn}", moe_runner=rn)  # noqa: E731
             model = base.served_model_name or P["model_path"]
-        att = sweep.run_matrix(out / "attempts.jsonl", [rn], lambda name: live.attempt_runner(
+        att = sweep.run_matrix(run.path("attempts"), [rn], lambda name: live.attempt_runner(
             f"attempt-{name}", mk_spec(), model, logs, P["startup_timeout_s"])).iloc[0]
         status.append({"runner": rn, "outcome": att.outcome, "detail": str(att.detail)[:120],
                        "memory": att.get("memory", "")})
         if att.outcome in ("ok", "wrong-answer"):
             frames.append(_repeat_sweeps(P, rn, mk_spec(), model, tok, rows, logs, wl))
     status_df = pd.DataFrame(status)
-    results.save_table(out, "runner_status", status_df)
+    run.save("runner_status", status_df)
     df = pd.concat(frames, ignore_index=True) if frames else None
     if df is not None and len(df):
-        results.save_table(out, "sweep", df)
+        run.save("sweep", df)
     return df, status_df, where
 
 

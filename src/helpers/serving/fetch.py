@@ -112,48 +112,16 @@ async def afetch(url: str, method: str = "GET", body=None, deadlines: Deadlines 
             head += ["Content-Type: application/json", f"Content-Length: {len(data)}"]
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
 
-        async def read_head():
-            await writer.drain()
-            line = await reader.readline()
-            parts = line.decode("latin-1").split(None, 2)
-            if len(parts) < 2 or not parts[0].startswith("HTTP/"):
-                raise ValueError(f"{url}: not an HTTP reply: {line[:80]!r}")
-            while True:
-                h = await reader.readline()
-                if h in (b"\r\n", b"\n", b""):
-                    break
-                k, _, v = h.decode("latin-1").partition(":")
-                headers[k.strip().lower()] = v.strip()
-            return int(parts[1])
-
         try:
-            status = await asyncio.wait_for(read_head(), max(left(deadlines.first_byte_s), 0))
+            status = await asyncio.wait_for(_read_head(url, reader, writer, headers),
+                                            max(left(deadlines.first_byte_s), 0))
         except asyncio.TimeoutError:
             raise RequestTimeout(url, "first byte", deadlines.first_byte_s, time.monotonic() - t0) from None
         if not read_body or method == "HEAD" or status in (204, 304):
             return Reply(url, status, headers, b"", time.monotonic() - t0)
 
-        async def read_rest():
-            if "chunked" in headers.get("transfer-encoding", "").lower():
-                while len(got) < max_bytes:
-                    size_line = await reader.readline()
-                    if not size_line:
-                        return
-                    size = int(size_line.split(b";")[0].strip() or b"0", 16)
-                    if size == 0:
-                        return
-                    got.extend(await reader.readexactly(size))
-                    await reader.readline()
-            else:
-                n = int(headers.get("content-length", "-1") or -1)
-                while (n < 0 or len(got) < n) and len(got) < max_bytes:
-                    chunk = await reader.read(65536 if n < 0 else min(65536, n - len(got)))
-                    if not chunk:
-                        return
-                    got.extend(chunk)
-
         try:
-            await asyncio.wait_for(read_rest(), max(left(deadlines.total_s), 0))
+            await asyncio.wait_for(_read_body(reader, headers, got, max_bytes), max(left(deadlines.total_s), 0))
         except asyncio.TimeoutError:
             raise RequestTimeout(url, "total", deadlines.total_s, time.monotonic() - t0, bytes(got), status) from None
         except asyncio.IncompleteReadError as e:
@@ -165,6 +133,44 @@ async def afetch(url: str, method: str = "GET", body=None, deadlines: Deadlines 
             await asyncio.wait_for(writer.wait_closed(), 1.0)
         except (asyncio.TimeoutError, OSError):
             pass
+
+
+async def _read_head(url: str, reader, writer, headers: dict) -> int:
+    """Send what was written, read the status line and the headers (into `headers`); returns the status."""
+    await writer.drain()
+    line = await reader.readline()
+    parts = line.decode("latin-1").split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/"):
+        raise ValueError(f"{url}: not an HTTP reply: {line[:80]!r}")
+    while True:
+        h = await reader.readline()
+        if h in (b"\r\n", b"\n", b""):
+            break
+        k, _, v = h.decode("latin-1").partition(":")
+        headers[k.strip().lower()] = v.strip()
+    return int(parts[1])
+
+
+async def _read_body(reader, headers: dict, got: bytearray, max_bytes: int) -> None:
+    """Read the body into `got` (chunked or by Content-Length, at most about `max_bytes`), so that what came
+    before a deadline is kept."""
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        while len(got) < max_bytes:
+            size_line = await reader.readline()
+            if not size_line:
+                return
+            size = int(size_line.split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                return
+            got.extend(await reader.readexactly(size))
+            await reader.readline()
+    else:
+        n = int(headers.get("content-length", "-1") or -1)
+        while (n < 0 or len(got) < n) and len(got) < max_bytes:
+            chunk = await reader.read(65536 if n < 0 else min(65536, n - len(got)))
+            if not chunk:
+                return
+            got.extend(chunk)
 
 
 def run(coro):

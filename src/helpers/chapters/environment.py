@@ -1,5 +1,7 @@
-"""The environment chapter's tables and the phrases its prose takes: the original machine's recorded
-facts, this machine's probe, the two side by side and their verdicts.
+"""Chapter 01 (notebooks/01_environment): what kind of machine is this? Its parameters, the values its
+prose cites, its tables: the original machine's recorded facts, this machine's probe, the two side by
+side and their verdicts. The probe, its parsers and the verdicts are helpers.machine's; this module
+presents what they return.
 
 Every pick of a recorded item raises a KeyError naming it (and the table it should be in) instead of
 leaving a blank; phrases that depend on whether this machine was probed come from `here_phrases`, so
@@ -7,12 +9,18 @@ the chapter's sentences stay in its Markdown.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 
+from helpers.core import params
 from helpers.machine.parsers import ordered_pairs
 from helpers.machine.probe import fingerprint
 from helpers.machine.recorded_machine import from_recorded
 from helpers.machine.verdicts import CHECKS, NO_GPU_STATEMENT, counts_text, with_verdict, worst
+
+#: the notebook's parameters (the spec of record: the notebook validates against it, the runbook prechecks it)
+PARAMS = {"mode": params.choice("recorded", "auto"), "run_dir": params.string()}
 
 NOT_PROBED = "not probed (mode recorded)"
 RECORDED_COL = "recorded: original VM"
@@ -21,6 +29,35 @@ MEASURED_COL = "measured: this machine"
 PROSE_ITEMS = {"rec_gpu_model": "gpu_model", "rec_arch": "gpu_architecture", "rec_virt": "virtualization",
                "rec_hypervisor": "hypervisor", "rec_dmi": "dmi_product", "rec_p2p_code": "p2p_read_all_pairs",
                "rec_gpu_affinity": "gpu_numa_affinity"}
+
+
+@dataclass(frozen=True)
+class RecordedFacts:
+    """What section 2 and the verdicts' paragraph cite about the original machine (recorded, and derived
+    from the record: the pair count and the verdicts' tally)."""
+    rec_gpu_count: int
+    rec_gpu_model: str
+    rec_arch: str
+    rec_virt: str
+    rec_hypervisor: str
+    rec_dmi: str
+    rec_p2p_code: str
+    rec_gpu_affinity: str
+    rec_pairs: int
+    rec_numa_nodes: int
+    rec_n_problem: int
+    rec_n_warn: int
+    rec_flagged: str
+    rec_unknown: str
+
+
+@dataclass(frozen=True)
+class HerePhrases:
+    """What the prose says about this machine: what the probe saw, its verdicts and a summary (measured), or
+    that it was not probed (mode recorded)."""
+    here_probe: str
+    here_verdicts: str
+    here_summary: str
 
 
 def recorded_item(hw: dict, item: str):
@@ -42,34 +79,35 @@ def checks_table() -> pd.DataFrame:
     return pd.DataFrame([{"check": k, "asks": q, "matters because": w} for k, (q, w) in CHECKS.items()])
 
 
-def recorded_facts(hw: dict) -> dict:
-    """The figures the chapter's prose cites about the original machine (glue key -> value): its recorded
-    items, the derived pair count and the verdicts' tally."""
+def recorded_facts(hw: dict) -> RecordedFacts:
+    """The figures the chapter's prose cites about the original machine: its recorded items, the derived
+    pair count and the verdicts' tally."""
     rec = from_recorded(hw)
     n = int(recorded_item(hw, "gpu_count"))
     flagged = with_verdict(rec["verdicts"], "problem", "warn")
-    return {"rec_gpu_count": n, **{k: str(recorded_item(hw, item)) for k, item in PROSE_ITEMS.items()},
-            "rec_pairs": len(ordered_pairs(rec["p2p_read"])),
-            "rec_numa_nodes": int(recorded_item(hw, "numa_nodes")),
-            "rec_n_problem": len(with_verdict(rec["verdicts"], "problem")),
-            "rec_n_warn": len(with_verdict(rec["verdicts"], "warn")),
-            "rec_flagged": "; ".join(f"{v['check']} ({v['verdict']})" for v in flagged),
-            "rec_unknown": ", ".join(v["check"] for v in with_verdict(rec["verdicts"], "n/a"))}
+    return RecordedFacts(rec_gpu_count=n, **{k: str(recorded_item(hw, item)) for k, item in PROSE_ITEMS.items()},
+                         rec_pairs=len(ordered_pairs(rec["p2p_read"])),
+                         rec_numa_nodes=int(recorded_item(hw, "numa_nodes")),
+                         rec_n_problem=len(with_verdict(rec["verdicts"], "problem")),
+                         rec_n_warn=len(with_verdict(rec["verdicts"], "warn")),
+                         rec_flagged="; ".join(f"{v['check']} ({v['verdict']})" for v in flagged),
+                         rec_unknown=", ".join(v["check"] for v in with_verdict(rec["verdicts"], "n/a")))
 
 
-def here_phrases(res: dict | None) -> dict:
-    """The phrases the chapter's prose takes about this machine (glue key -> text): what the probe saw,
-    its verdicts, and a summary; `res` None means not probed (mode recorded)."""
+def here_phrases(res: dict | None) -> HerePhrases:
+    """The phrases the chapter's prose takes about this machine: what the probe saw, its verdicts, and a
+    summary; `res` None means not probed (mode recorded)."""
     if res is None:
-        return {"here_probe": NOT_PROBED, "here_verdicts": f"{NOT_PROBED}, so it has no verdicts",
-                "here_summary": NOT_PROBED}
+        return HerePhrases(here_probe=NOT_PROBED, here_verdicts=f"{NOT_PROBED}, so it has no verdicts",
+                           here_summary=NOT_PROBED)
     statement, kind = res["nvml"]["statement"], res["virtualization"]["kind"]
     names = sorted({g.get("name") or "unknown" for g in res["gpus"]})
     seen = f"{len(res['gpus'])} ({', '.join(names)})" if names else "0"
-    return {"here_probe": f"{statement}; kind of machine: {kind}; GPUs seen: {seen}; the probe took "
-                          f"{1e3 * res['duration_s']:.0f} ms, and {len(res['errors'])} of its steps failed",
-            "here_verdicts": f"{counts_text(res['verdicts'])} (measured); the worst is {worst(res['verdicts'])}",
-            "here_summary": f"{statement}; {kind}; verdicts {counts_text(res['verdicts'])} (measured)"}
+    return HerePhrases(
+        here_probe=f"{statement}; kind of machine: {kind}; GPUs seen: {seen}; the probe took "
+                   f"{1e3 * res['duration_s']:.0f} ms, and {len(res['errors'])} of its steps failed",
+        here_verdicts=f"{counts_text(res['verdicts'])} (measured); the worst is {worst(res['verdicts'])}",
+        here_summary=f"{statement}; {kind}; verdicts {counts_text(res['verdicts'])} (measured)")
 
 
 def p2p_panel_label(res: dict | None) -> str:

@@ -1,6 +1,6 @@
-"""The provenance appendix's tables and the headline figures the book's first page cites: where every
-recorded number comes from, where the sources disagree, and the figures `intro.md` takes from this
-page (`{glue:}` keys starting with `arc_`).
+"""Chapter 90 (notebooks/90_provenance), the provenance appendix: its parameters, its tables and the
+headline figures the book's first page cites: where every recorded number comes from, where the sources
+disagree, and the figures `intro.md` takes from this page (`{glue:}` keys starting with `arc_`).
 
 Each figure is picked with `helpers.core.recorded.value`, which names the table, the condition and what
 is there instead when a row or a label is missing, so a renamed label fails the build instead of
@@ -8,11 +8,51 @@ emptying a sentence of the first page.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import pandas as pd
 
-from helpers.core import recorded
+from helpers.core import params, recorded
 from helpers.core.recorded import value
 from helpers.model import arith as ma
+
+#: the notebook's parameters (the spec of record: the notebook validates against it, the runbook prechecks it)
+PARAMS = {"mode": params.choice(*params.MODES), "run_dir": params.string()}
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The figures with which section 3 settles each disagreement between the sources."""
+    cfg_hidden: int
+    hidden_claims: str
+    tot64_first: float
+    tot64_sweep: float
+    out64_sweep: float
+    out64_heavy: float
+    out64_roughly: float
+    n_coll: int
+    copy_tokens: str
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The figures the book's first page (intro.md) quotes from this page, each from data/."""
+    arc_gpu_count: int
+    arc_gpu_model: str
+    arc_gpu_arch: str
+    arc_model: str
+    arc_params_b: float
+    arc_single_stream: float
+    arc_out64: float
+    arc_tot64: float
+    arc_target_single: float
+    arc_target_total: float
+    arc_copy_label: str
+    arc_copy_latency: float
+    arc_p2p: str
+    arc_virt: str
+    arc_bare_single: float
+    arc_bare_out64: float
 
 
 def all_tables() -> dict[str, pd.DataFrame]:
@@ -61,7 +101,7 @@ def disagreements(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     ], ignore_index=True)
 
 
-def settled_facts(tables: dict[str, pd.DataFrame]) -> dict:
+def settled_facts(tables: dict[str, pd.DataFrame]) -> Settled:
     """The figures with which the appendix settles each disagreement."""
     claims, serving = tables["recorded/model_claims.csv"], tables["recorded/serving.csv"]
     copy = tables["recorded/copy_sweep.csv"]
@@ -69,15 +109,16 @@ def settled_facts(tables: dict[str, pd.DataFrame]) -> dict:
     if hidden.empty:
         raise recorded.DataError("data/recorded/model_claims.csv has no hidden_size claim")
     at64 = {"concurrency": 64}
-    return {"cfg_hidden": recorded.model_config("glm5")["architecture"]["hidden_size"],
-            "hidden_claims": ", ".join(f"{v} ({s})" for v, s in zip(hidden.value, hidden.source)),
-            "tot64_first": value(serving, metric="total_throughput", experiment="first_baseline", **at64),
-            "tot64_sweep": value(serving, metric="total_throughput", experiment="sweep_256_256", **at64),
-            "out64_sweep": value(serving, metric="output_throughput", experiment="sweep_256_256", **at64),
-            "out64_heavy": value(serving, metric="output_throughput", experiment="sweep_128_512", **at64),
-            "out64_roughly": value(serving, metric="output_throughput", experiment="summary_311", **at64),
-            "n_coll": ma.collectives_per_step(ma.load_model("glm5")),
-            "copy_tokens": _and(sorted(int(t) for t in copy[copy.tokens.notna()].tokens.unique()))}
+    return Settled(
+        cfg_hidden=recorded.model_config("glm5")["architecture"]["hidden_size"],
+        hidden_claims=", ".join(f"{v} ({s})" for v, s in zip(hidden.value, hidden.source)),
+        tot64_first=value(serving, metric="total_throughput", experiment="first_baseline", **at64),
+        tot64_sweep=value(serving, metric="total_throughput", experiment="sweep_256_256", **at64),
+        out64_sweep=value(serving, metric="output_throughput", experiment="sweep_256_256", **at64),
+        out64_heavy=value(serving, metric="output_throughput", experiment="sweep_128_512", **at64),
+        out64_roughly=value(serving, metric="output_throughput", experiment="summary_311", **at64),
+        n_coll=ma.collectives_per_step(ma.load_model("glm5")),
+        copy_tokens=_and(sorted(int(t) for t in copy[copy.tokens.notna()].tokens.unique())))
 
 
 def _and(items: list) -> str:
@@ -90,24 +131,30 @@ def _and(items: list) -> str:
 BAREMETAL = "8x RTX PRO 6000 bare metal P2P on TP8 MTP off (cutlass MoE)"
 
 
-def headline(tables: dict[str, pd.DataFrame]) -> dict:
-    """The figures the book's first page quotes (glue key -> value), each from data/."""
+def headline(tables: dict[str, pd.DataFrame]) -> Headline:
+    """The figures the book's first page quotes, each from data/."""
     hw, serving = tables["recorded/hardware.csv"], tables["recorded/serving.csv"]
     copy, ref = tables["recorded/copy_sweep.csv"], tables["reference/baremetal.csv"]
     item = lambda k: value(hw, item=k)  # noqa: E731
     small = {"path": "gpu0_to_gpu1", "tokens": 1}
     sweep = {"experiment": "sweep_256_256"}
     bare = {"system": BAREMETAL, "metric": "output_throughput"}
-    return {
-        "arc_gpu_count": int(item("gpu_count")), "arc_gpu_model": item("gpu_model"),
-        "arc_gpu_arch": item("gpu_architecture"), "arc_model": item("model"),
-        "arc_params_b": recorded.model_config("glm5")["published"]["total_parameters"] / 1e9,
-        "arc_single_stream": value(serving, **sweep, metric="output_throughput", concurrency=1),
-        "arc_out64": value(serving, **sweep, metric="output_throughput", concurrency=64),
-        "arc_tot64": value(serving, **sweep, metric="total_throughput", concurrency=64),
-        "arc_target_single": value(serving, experiment="target", metric="output_throughput"),
-        "arc_target_total": value(serving, experiment="target", metric="total_throughput"),
-        "arc_copy_label": value(copy, "label", **small), "arc_copy_latency": value(copy, "latency_us", **small),
-        "arc_p2p": item("p2p_read_all_pairs"), "arc_virt": item("virtualization"),
-        "arc_bare_single": value(ref, **bare, concurrency=1), "arc_bare_out64": value(ref, **bare, concurrency=64),
-    }
+    return Headline(
+        arc_gpu_count=int(item("gpu_count")), arc_gpu_model=item("gpu_model"),
+        arc_gpu_arch=item("gpu_architecture"), arc_model=item("model"),
+        arc_params_b=recorded.model_config("glm5")["published"]["total_parameters"] / 1e9,
+        arc_single_stream=value(serving, **sweep, metric="output_throughput", concurrency=1),
+        arc_out64=value(serving, **sweep, metric="output_throughput", concurrency=64),
+        arc_tot64=value(serving, **sweep, metric="total_throughput", concurrency=64),
+        arc_target_single=value(serving, experiment="target", metric="output_throughput"),
+        arc_target_total=value(serving, experiment="target", metric="total_throughput"),
+        arc_copy_label=value(copy, "label", **small), arc_copy_latency=value(copy, "latency_us", **small),
+        arc_p2p=item("p2p_read_all_pairs"), arc_virt=item("virtualization"),
+        arc_bare_single=value(ref, **bare, concurrency=1), arc_bare_out64=value(ref, **bare, concurrency=64),
+    )
+
+
+def headline_table(h: Headline) -> pd.DataFrame:
+    """The headline figures as a table: key and value (as text)."""
+    names = [f.name for f in fields(h)]
+    return pd.DataFrame({"key": names, "value": [str(getattr(h, k)) for k in names]})

@@ -1,6 +1,6 @@
-"""The interconnect chapter's figures: copies by path and harness, and the fidelity ratio against
-nccl-tests. They draw with helpers.core.plotting's conventions; the path order and the method labels come
-from this subpackage, so the base layer need not import it."""
+"""Chapter 06's own figures: copies by path and harness, and the fidelity ratio against nccl-tests. They
+draw with helpers.core.plotting's conventions; the path order and the method labels come from
+helpers.interconnect, so the base layer need not import it."""
 from __future__ import annotations
 
 from helpers.core.plotting import _COPY_HARNESS_STYLE, CYCLE, PALETTE, figure, size_sweep

@@ -1,0 +1,231 @@
+"""Executing a run: every chapter of the plan with papermill into the run folder, the manifest rewritten as
+each starts and ends, each chapter's stderr in its log, the target's cell time limit handed to the kernel
+(its sweeps keep within it), and an interrupt (Ctrl-C, SIGTERM, SIGHUP) recorded on the chapter it stopped.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from helpers.book import resume
+from helpers.book.manifest import _now, new_manifest, write_manifest
+from helpers.book.planning import plan
+from helpers.book.targets import RunbookError, Target
+from helpers.core import procs, results
+from helpers.core.results import CELL_TIMEOUT_ENV
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """The run was asked to stop (SIGTERM, SIGHUP): handled like Ctrl-C."""
+
+
+class _signals_interrupt:
+    """SIGTERM and SIGHUP raise RunInterrupted in the main thread while the run executes."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+    def __enter__(self):
+        self.saved = {}
+
+        def handler(signum, _frame):
+            raise RunInterrupted(signal.Signals(signum).name)
+
+        for sig in self.SIGNALS:
+            try:
+                self.saved[sig] = signal.signal(sig, handler)
+            except (ValueError, OSError):   # not the main thread: nothing to install
+                pass
+        return self
+
+    def __exit__(self, *exc):
+        for sig, h in self.saved.items():
+            signal.signal(sig, h)
+        return False
+
+
+class _stderr_to:
+    """Point this process's file descriptor 2 at `f` (restored on exit)."""
+
+    def __init__(self, f):
+        self.f = f
+        self.saved = None
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self.saved = os.dup(2)
+        os.dup2(self.f.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc):
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        return False
+
+
+def _end_children(grace_s: float = 5.0) -> None:
+    """After an interrupt: end what this process started and did not stop (a kernel, a build). Their
+    keepers end the servers and workers those started."""
+    kids = procs.descendants(os.getpid())
+    procs.send(kids, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(procs.alive(p) for p in kids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    procs.send([p for p in kids if procs.alive(p)], signal.SIGKILL)
+
+
+def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = None,
+            echo=print, manifest: dict | None = None) -> dict:
+    """Execute every chapter of the plan into run_dir; return the manifest. With `manifest` (a run being
+    resumed), chapters already ok or skipped are kept and the others run again."""
+    steps = plan(target, root, only, run_dir=run_dir)
+    (run_dir / "notebooks").mkdir(parents=True, exist_ok=True)
+    (run_dir / "logs").mkdir(exist_ok=True)
+    resuming = manifest is not None
+    if manifest is None:
+        manifest = new_manifest(target, run_dir, root, steps, only)
+    recs = resume.chapter_records(manifest, steps)
+    manifest["status"] = "running"
+    manifest["finished"] = None
+    session = {"started": _now(), "finished": None, "pid": os.getpid(), "resumed": resuming, "ran": []}
+    manifest.setdefault("sessions", []).append(session)
+    save = _saver(run_dir, manifest)
+    save()
+    n = len(steps)
+    t_run = time.perf_counter()
+    for i, step in enumerate(steps, 1):
+        rec = recs[step["stem"]]
+        label = f"[{i:>2}/{n}] {step['stem']:<24}"
+        if rec["status"] == "skipped" or step["skip"]:
+            echo(f"{label} skipped")
+            continue
+        if resuming and rec["status"] == "ok":
+            echo(f"{label} ok (kept from before)")
+            continue
+        _run_chapter(step, rec, label, target, run_dir, root, echo, manifest, session, save)
+    return _finish(manifest, session, run_dir, t_run)
+
+
+def _saver(run_dir: Path, manifest: dict):
+    """save(): write the manifest; a failed write is warned about and the run goes on."""
+    failed_writes = []
+
+    def save():
+        try:
+            write_manifest(run_dir, manifest)
+        except OSError as e:   # keep going: the next write may succeed; the last one must
+            failed_writes.append(str(e))
+            print(f"warning: {e}; the run goes on", file=sys.stderr)
+
+    return save
+
+
+def _run_chapter(step: dict, rec: dict, label: str, target: Target, run_dir: Path, root: Path, echo,
+                 manifest: dict, session: dict, save) -> None:
+    """Execute one chapter of the plan; its record `rec` in the manifest says how it went (saved as the
+    chapter starts and as it ends). An interrupt is recorded on it and raised again."""
+    from papermill.exceptions import PapermillExecutionError
+
+    params = dict(step["parameters"])
+    if "run_dir" in step["declared"]:
+        params["run_dir"] = str(run_dir.resolve())
+    out_nb = run_dir / "notebooks" / f"{step['stem']}.ipynb"
+    rec.update(parameters=params, parameter_origins=dict(step.get("origins") or {}), status="running", started=_now(), finished=None, error=None,
+               runs=rec.get("runs", 0) + 1)
+    session["ran"].append(step["stem"])
+    save()
+    if echo is print:  # show the chapter while it runs; its result completes the line
+        print(label, end=" ", flush=True)
+        label = ""
+    t0 = time.perf_counter()
+    chapter_results = run_dir / "results" / step["stem"]
+    (chapter_results / f"{results.PARTIAL}.json").unlink(missing_ok=True)   # said by an earlier session
+    os.environ[CELL_TIMEOUT_ENV] = str(target.execution_timeout)   # the kernel's sweeps keep within it
+    try:
+        _papermill(step, out_nb, params, target, run_dir, root, rec)
+        rec["status"] = "ok"
+        short = results.partial_reasons(chapter_results)
+        if short:   # it ran whole, but stopped short of its plan on purpose: what is left is for --resume
+            rec["status"] = "partial"
+            rec["error"] = {"ename": "Partial", "evalue": "; ".join(short)[:1800] + f". Resume with "
+                            f"`python -m helpers.book.runbook --resume {run_dir}` (or raise the target's "
+                            f"execution_timeout)"}
+    except PapermillExecutionError as exc:
+        rec["status"] = "failed"
+        rec["error"] = {"ename": exc.ename, "evalue": str(exc.evalue)[:2000],
+                        "cell_index": exc.cell_index,
+                        "traceback": "\n".join(exc.traceback)[-6000:] if exc.traceback else ""}
+    except KeyboardInterrupt as exc:
+        _interrupted(exc, rec, t0, manifest, session, run_dir)
+        save()
+        raise
+    except Exception as exc:  # noqa: BLE001 - a chapter's failure must not stop the others
+        if isinstance(exc, OSError) and not isinstance(exc, results.WriteError):   # name the file and the cause
+            exc = results.write_error(exc.filename or out_nb, exc, "could not be written or read")
+        rec["status"] = "failed"
+        rec["error"] = {"ename": type(exc).__name__, "evalue": str(exc)[:2000],
+                        "traceback": traceback.format_exc()[-6000:]}
+    rec["duration_s"] = round(time.perf_counter() - t0, 2)
+    rec["finished"] = _now()
+    msg = f"{label}{' ' if label else ''}{rec['status']:<7} {rec['duration_s']:6.1f} s"
+    if rec["error"]:
+        msg += f"  {rec['error']['ename']}: {rec['error']['evalue'].splitlines()[0][:160] if rec['error']['evalue'] else ''}"
+    echo(msg)
+    save()
+
+
+def _papermill(step: dict, out_nb: Path, params: dict, target: Target, run_dir: Path, root: Path,
+               rec: dict) -> None:
+    """papermill executes the chapter into `out_nb`; its output and stderr, the kernel's included, go to
+    the chapter's log."""
+    import papermill
+
+    with open(run_dir / "logs" / f"{step['stem']}.log", "a") as log, _stderr_to(log):
+        log.write(f"=== {_now()}: {'resumed' if rec['runs'] > 1 else 'started'} by runbook "
+                  f"pid {os.getpid()} ===\n")
+        log.flush()
+        # the kernel process inherits fd 2: its own warnings land in the chapter's log
+        papermill.execute_notebook(
+            str(step["notebook"]), str(out_nb), parameters=params, kernel_name="python3",
+            progress_bar=False, log_output=False, stdout_file=log, stderr_file=log,
+            execution_timeout=target.execution_timeout, cwd=str(root),
+        )
+
+
+def _interrupted(exc: KeyboardInterrupt, rec: dict, t0: float, manifest: dict, session: dict,
+                 run_dir: Path) -> None:
+    """The run was interrupted in this chapter: say so in its record and the manifest, and end what the
+    chapter started."""
+    why = str(exc) or "Ctrl-C"
+    rec["status"] = "interrupted"
+    rec["error"] = {"ename": type(exc).__name__,
+                    "evalue": f"the run was interrupted here ({why}); continue it with "
+                              f"`python -m helpers.book.runbook --resume {run_dir}`"}
+    rec["duration_s"] = round(time.perf_counter() - t0, 2)
+    rec["finished"] = _now()
+    manifest["status"] = "interrupted"
+    manifest["finished"] = _now()
+    session["finished"] = _now()
+    _end_children()
+
+
+def _finish(manifest: dict, session: dict, run_dir: Path, t_run: float) -> dict:
+    """The run's end in its manifest: durations and the overall status, written (a failure to write it
+    is an error: the last write must succeed)."""
+    manifest["finished"] = _now()
+    session["finished"] = _now()
+    manifest["duration_s"] = round(sum(c.get("duration_s") or 0.0 for c in manifest["chapters"]), 2)
+    manifest["session_duration_s"] = round(time.perf_counter() - t_run, 2)
+    left = [c["stem"] for c in manifest["chapters"] if c["status"] not in ("ok", "skipped", "failed", "partial")]
+    failed = [c["stem"] for c in manifest["chapters"] if c["status"] == "failed"]
+    partial = [c["stem"] for c in manifest["chapters"] if c["status"] == "partial"]
+    manifest["status"] = "failed" if failed else ("interrupted" if left else ("partial" if partial else "ok"))
+    try:
+        write_manifest(run_dir, manifest)
+    except OSError as e:
+        raise RunbookError(f"the run ended but {e}; then continue with --resume {run_dir}") from None
+    return manifest

@@ -1,0 +1,59 @@
+"""What the three serving chapters (02 the NaN crash, 03 baselines, 04 MoE runners) share: the parts of
+their parameter specs (a chapter's `PARAMS` is put together from them) and the recorded serving table.
+
+The rules between parameters (a tiny model that would not fit in this machine's memory, a sweep that
+would send too many requests) are checked before a run starts (helpers.book.precheck) and again in the
+notebook's validation cell; the estimates they use are computed in helpers.serving.experiments.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from helpers.core import params, recorded
+from helpers.serving import client as cl, experiments as ex, live, sglang as sg
+
+
+def _tiny_memory_rule(hidden, layers, experts, moe_intermediate):
+    need, have = ex.tiny_memory_bytes(hidden, layers, experts, moe_intermediate), ex.machine_memory_bytes()
+    if need > have // 2:
+        return (f"the tiny model these sizes describe needs about {need / 2**30:.1f} GiB to build and serve "
+                f"(estimated: float32 parameters x 3), more than half of this machine's {have / 2**30:.1f} GiB; "
+                f"make tiny_hidden, tiny_layers, tiny_experts or tiny_moe_intermediate smaller")
+    return None
+
+
+def _tiny_heads_rule(heads, hidden):
+    if hidden % heads or (hidden // heads) % 2:
+        return (f"tiny_hidden ({hidden}) must be tiny_heads x an even head size; set tiny_heads to a divisor of "
+                f"tiny_hidden that leaves an even quotient (e.g. {max(1, hidden // 16)})")
+    return None
+
+
+def _sweep_size_rule(concurrencies, per):
+    total = sum(cl.requests_for(int(c), int(per)) for c in concurrencies)
+    if total > ex.MAX_SWEEP_REQUESTS:
+        return (f"one sweep of one workload would send {total} requests (requests_per_concurrency x each "
+                f"concurrency), more than {ex.MAX_SWEEP_REQUESTS}; use fewer or smaller concurrencies or fewer "
+                f"requests per concurrency")
+    return None
+
+
+MODE = {"mode": params.choice("recorded", "auto", "live"), "run_dir": params.string()}
+SGLANG = {"model_path": params.string(), "flag_set": params.choice("auto", *sg.FLAG_SETS),
+          "tp_size": params.number(1, 64, integer=True)}
+TINY = {"tiny_hidden": params.depends(params.number(8, 8192, integer=True),
+                                      ("tiny_layers", "tiny_experts", "tiny_moe_intermediate"), _tiny_memory_rule),
+        "tiny_layers": params.number(1, 64, integer=True),
+        "tiny_experts": params.number(1, 256, integer=True),
+        "tiny_moe_intermediate": params.number(8, 16384, integer=True),
+        "tiny_heads": params.depends(params.number(1, 128, integer=True), "tiny_hidden", _tiny_heads_rule)}
+SWEEP = {"concurrencies": params.depends(params.number_list(1, 4096, integer=True), "requests_per_concurrency",
+                                         _sweep_size_rule),
+         "requests_per_concurrency": params.number(1, 1000, integer=True),
+         "startup_timeout_s": params.number(1, 3600), "request_timeout_s": params.number(1, 3600)}
+ENGINE = {"engine": params.choice(*live.ENGINES), "device": params.choice("cpu", "cuda")}
+
+
+def recorded_serving() -> pd.DataFrame:
+    """The recorded serving figures (data/recorded/serving.csv), which chapters 03 and 04 cite."""
+    return recorded.load("recorded/serving.csv")

@@ -1,0 +1,279 @@
+"""Chapter 03, baselines and tuning: its parameters, the recorded serving points, the seeds'
+disagreements settled from data, and this run's live sweep beside them.
+
+The sweep itself is helpers.serving.experiments.baseline_sweep (and gpu_profile for this machine's GPUs
+under it); whether it runs here is helpers.serving.experiments.baseline_plan. Every figure the prose cites
+is picked by `helpers.core.recorded.value`, which names the table, the condition and what the table holds
+instead when a row is missing or a label was renamed; nothing here returns a blank. Phrases that depend on
+whether a live run happened (`*_status`, `*_phrase`) are short and chosen here, so the chapter's sentences
+stay in its Markdown. Per-stream tokens/s is derived the same way for every series: output throughput /
+concurrency (the nominal number of requests in flight), so recorded and measured points compare like with
+like.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from helpers.chapters._serving import ENGINE, MODE, SGLANG, SWEEP, TINY, recorded_serving
+from helpers.core import params, recorded
+from helpers.core.recorded import value
+from helpers.serving import live as serving_live
+
+#: the chapter's parameters (the notebook's validation cell and the runbook's precheck check them)
+PARAMS = {**MODE, "server_url": params.string(), "served_model": params.string(), **ENGINE, **SGLANG,
+          **TINY, **SWEEP, "workloads": serving_live.workloads_param(),
+          "variants": serving_live.names_param("server variant"),
+          "variant_workloads": params.choice("first", "all")}
+
+
+@dataclass(frozen=True)
+class RecordedSweep:
+    """The recorded sweep figures the prose cites (recorded, and derived from them)."""
+    rec_achieved_conc: float    # the first baseline's achieved concurrency
+    rec_single: float           # output tok/s, one stream (256/256)
+    rec_sat_256: float          # output tok/s at 64 in flight (256/256)
+    rec_log_conc: int           # running requests of the server log's decode-batch line
+    rec_log_tok_s: float        # its generation throughput, tok/s
+    rec_scaling_256: float      # rec_sat_256 / rec_single (derived)
+    rec_per_stream_64: float    # rec_sat_256 / 64 (derived)
+    rec_step_growth: float      # rec_single / rec_per_stream_64 (derived)
+
+
+@dataclass(frozen=True)
+class Totals:
+    """The two recorded totals at 64 in flight and the noise to judge them by (recorded, derived)."""
+    tot_lo: float
+    tot_hi: float
+    tot_gap_pct: float
+    ratio_spread_pct: float
+    ratio_mean: float
+    noise_pct: float
+
+
+@dataclass(frozen=True)
+class Saturation:
+    """The summary's "roughly" figure, the workload it matches, the stated range and the decode-heavy
+    sweep's figure at 64 (recorded, derived)."""
+    sat_approx: float
+    sat_match_wl: str
+    sat_match_gap_pct: float
+    sat_rng_lo: float
+    sat_rng_hi: float
+    sat_512: float
+
+
+@dataclass(frozen=True)
+class RecordedProfile:
+    """The original VM's GPUs under load (recorded)."""
+    rec_util: float
+    rec_pow: float
+
+
+@dataclass(frozen=True)
+class LiveSweep:
+    """This run's live sweep: where, how many points, failed requests, benchmarking time (measured)."""
+    live_where: str
+    live_points: int
+    live_failed: int
+    live_duration_s: float
+
+
+@dataclass(frozen=True)
+class LiveHeadline:
+    """The first measured row of the headline table (measured, and derived from it)."""
+    live_single: float
+    live_sat: float
+    live_sat_c: int
+    live_scaling: float
+    live_variant: str
+
+
+def recorded_points(df: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The recorded output/total throughput points with a workload label (one row per source)."""
+    df = recorded_serving() if df is None else df
+    m = df.metric.isin(["output_throughput", "total_throughput"]) & df.concurrency.notna() & (df.experiment != "target")
+    out = df[m].copy()
+    out["workload"] = [f"{int(a)}/{int(b)}" if pd.notna(a) and pd.notna(b) else "unstated"
+                       for a, b in zip(out.input_len, out.output_len)]
+    out["kind"] = "recorded"
+    return out[["experiment", "moe_runner", "workload", "concurrency", "metric", "value", "value_low", "value_high",
+                "approx", "source", "note", "kind"]].reset_index(drop=True)
+
+
+def recorded_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Every recorded serving figure but the user's targets, for the folded table."""
+    return df[df.experiment != "target"][["experiment", "input_len", "output_len", "concurrency", "metric", "value",
+                                          "value_low", "value_high", "approx", "unit", "source"]]
+
+
+def server_log_point(df: pd.DataFrame | None = None) -> dict:
+    """The one decode-batch line of the server log (running requests, generation throughput)."""
+    df = recorded_serving() if df is None else df
+    where = {"experiment": "server_log_decode_batch", "metric": "generation_throughput"}
+    return {"concurrency": int(value(df, "concurrency", **where)), "value": float(value(df, **where)),
+            "source": str(value(df, "source", **where))}
+
+
+def sweep_facts(df: pd.DataFrame) -> RecordedSweep:
+    """The recorded sweep figures the prose cites: single stream, 64 in flight, the first baseline's
+    achieved concurrency, the server-log batch, and the scaling derived from them."""
+    out = lambda c: float(value(df, experiment="sweep_256_256", metric="output_throughput", concurrency=c))  # noqa: E731
+    single, sat = out(1), out(64)
+    log = server_log_point(df)
+    return RecordedSweep(
+        rec_achieved_conc=float(value(df, experiment="first_baseline", metric="achieved_concurrency")),
+        rec_single=single, rec_sat_256=sat, rec_log_conc=log["concurrency"], rec_log_tok_s=log["value"],
+        rec_scaling_256=sat / single, rec_per_stream_64=sat / 64, rec_step_growth=single / (sat / 64))
+
+
+def total_disagreement(df: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The two recorded totals at concurrency 64 (256/256), each with the output figure of the same run,
+    and the derived total/output ratio that tells whether they are one run mis-quoted or two runs."""
+    df = recorded_serving() if df is None else df
+    rows = []
+    for exp in ("first_baseline", "sweep_256_256"):
+        sub = df[(df.experiment == exp) & (df.concurrency == 64)]
+        if sub.empty:
+            raise recorded.DataError(f"data/recorded/serving.csv has no rows of experiment '{exp}' at concurrency "
+                                     "64, which the total-throughput disagreement compares")
+        for src in sorted(set(sub.source)):
+            s = sub[sub.source == src]
+            tot = s[s.metric == "total_throughput"].value
+            out = s[s.metric == "output_throughput"].value
+            if len(tot) and len(out):
+                rows.append({"experiment": exp, "source": src, "total_tok_s (recorded)": float(tot.iloc[0]),
+                             "output_tok_s (recorded)": float(out.iloc[0]),
+                             "total/output (derived)": float(tot.iloc[0] / out.iloc[0]),
+                             "approx": bool(s.approx.any())})
+    return pd.DataFrame(rows)
+
+
+def total_facts(tot: pd.DataFrame, df: pd.DataFrame) -> Totals:
+    """How far apart the two totals are, how well each agrees with its own output figure, and the
+    run-to-run spread the investigation recorded for one MoE runner (the noise to judge them by)."""
+    lo, hi = tot["total_tok_s (recorded)"].min(), tot["total_tok_s (recorded)"].max()
+    ratio = tot["total/output (derived)"]
+    where = {"experiment": "moe_runner_cutlass", "metric": "output_throughput", "concurrency": 64}
+    n_lo, n_hi = float(value(df, "value_low", **where)), float(value(df, "value_high", **where))
+    return Totals(tot_lo=float(lo), tot_hi=float(hi), tot_gap_pct=float(100 * (hi - lo) / lo),
+                  ratio_spread_pct=float(100 * (ratio.max() / ratio.min() - 1)), ratio_mean=float(ratio.mean()),
+                  noise_pct=100 * (n_hi - n_lo) / n_lo)
+
+
+def saturation_claims(df: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every recorded statement of saturated output throughput (concurrency 64), with its workload."""
+    df = recorded_serving() if df is None else df
+    m = (df.metric == "output_throughput") & (df.concurrency == 64) & ~df.experiment.str.startswith("moe_runner")
+    out = df[m].copy()
+    out["workload"] = [f"{int(a)}/{int(b)}" if pd.notna(a) and pd.notna(b) else "not stated"
+                       for a, b in zip(out.input_len, out.output_len)]
+    out["figure"] = [f"{v:g}" if pd.notna(v) else f"{lo:g}-{hi:g}"
+                     for v, lo, hi in zip(out.value, out.value_low, out.value_high)]
+    return out[["experiment", "workload", "figure", "value", "value_low", "value_high", "approx", "source", "note"]
+               ].drop_duplicates(["experiment", "figure", "source"]).reset_index(drop=True)
+
+
+def nearest_workload(figure: float, claims: pd.DataFrame) -> tuple[str, float]:
+    """The workload whose exact recorded figure is closest to `figure`, and the relative gap."""
+    exact = claims[claims.value.notna() & (claims.workload != "not stated")]
+    if exact.empty:
+        raise recorded.DataError("no saturation claim with a stated workload and an exact figure to compare with")
+    gaps = (exact.value.astype(float) - figure).abs() / exact.value.astype(float)
+    i = gaps.idxmin()
+    return str(exact.workload[i]), float(gaps[i])
+
+
+def saturation_facts(df: pd.DataFrame, claims: pd.DataFrame) -> Saturation:
+    """The summary's "roughly" figure and the workload it matches, the stated range, and the decode-heavy
+    sweep's figure at 64."""
+    at64 = {"metric": "output_throughput", "concurrency": 64}
+    approx = float(value(df, experiment="summary_311", **at64))
+    wl, gap = nearest_workload(approx, claims)
+    return Saturation(sat_approx=approx, sat_match_wl=wl, sat_match_gap_pct=100 * gap,
+                      sat_rng_lo=float(value(df, "value_low", experiment="mem_fraction_cuda_graphs", **at64)),
+                      sat_rng_hi=float(value(df, "value_high", experiment="mem_fraction_cuda_graphs", **at64)),
+                      sat_512=float(value(df, experiment="sweep_128_512", **at64)))
+
+
+def profile_facts(gpu_profile: pd.DataFrame) -> RecordedProfile:
+    """The original VM's GPUs under load (recorded): busy fraction and power against TDP."""
+    return RecordedProfile(rec_util=float(value(gpu_profile, metric="gpu_utilization")),
+                           rec_pow=float(value(gpu_profile, metric="power_fraction_of_tdp")))
+
+
+def profile_phrase(prof: pd.DataFrame | None, why_none: str) -> str:
+    """This machine's GPU profile at the highest concurrency swept, or why none was sampled."""
+    top = None if prof is None else prof.dropna(subset=["util_gpu_pct"]).sort_values("concurrency")
+    if top is None or top.empty:
+        return f"none was sampled ({why_none})"
+    t = top.iloc[-1]
+    return (f"at concurrency {int(t.concurrency)} this machine's GPU was busy {t.util_gpu_pct:.0f} % of the time, "
+            f"its memory {t.util_mem_pct:.0f} %, at {t.power_pct_of_limit:.0f} % of its power limit (measured, "
+            f"median over {int(t.n_samples)} samples)")
+
+
+def sweep_status(live: pd.DataFrame | None, where: str, why: str) -> str:
+    """This run's live sweep in a phrase: how many points where, or why none ran."""
+    if live is None:
+        return f"no live sweep ({why})"
+    return (f"{len(live)} points were swept live on {where}, with {int(live.failed.sum())} failed requests "
+            f"in {live.duration_s.sum():.0f} s of benchmarking")
+
+
+def sweep_live_facts(live: pd.DataFrame | None, where: str) -> LiveSweep | None:
+    """The live sweep's size, failures and benchmarking time (None without one)."""
+    if live is None:
+        return None
+    return LiveSweep(live_where=where, live_points=int(len(live)), live_failed=int(live.failed.sum()),
+                     live_duration_s=float(live.duration_s.sum()))
+
+
+def per_stream(df: pd.DataFrame, value_col: str = "output_throughput") -> pd.Series:
+    return df[value_col].astype(float) / df["concurrency"].astype(float)
+
+
+def headline_table(rec: pd.DataFrame, live: pd.DataFrame | None, where: str) -> pd.DataFrame:
+    """Single-stream and saturated output throughput: recorded (original VM) and measured (this machine)."""
+    rows = []
+    outp = rec[(rec.metric == "output_throughput") & rec.value.notna() & rec.experiment.str.startswith("sweep_")]
+    for wl in ("256/256", "128/512"):
+        s = outp[outp.workload == wl]
+        c1, c64 = s[s.concurrency == 1].value, s[s.concurrency == 64].value
+        if len(c1) and len(c64):
+            rows.append({"who": "recorded: original VM (sglang TP8, 8 GPUs)", "variant": "best configuration",
+                         "workload": wl, "single_stream_tok_s": float(c1.iloc[0]), "max_concurrency": 64,
+                         "saturated_tok_s": float(c64.iloc[0]),
+                         "scaling (derived)": float(c64.iloc[0] / c1.iloc[0])})
+    if live is not None and len(live):
+        for (var, wl), g in live.groupby(["variant", "workload"], sort=False):
+            g = g.sort_values("concurrency")
+            one = g[g.concurrency == 1].output_throughput
+            top = g.iloc[g.output_throughput.astype(float).argmax()]
+            rows.append({"who": f"measured: {where}", "variant": var, "workload": wl,
+                         "single_stream_tok_s": float(one.iloc[0]) if len(one) else np.nan,
+                         "max_concurrency": int(top.concurrency), "saturated_tok_s": float(top.output_throughput),
+                         "scaling (derived)": float(top.output_throughput / one.iloc[0]) if len(one) else np.nan})
+    return pd.DataFrame(rows)
+
+
+def live_headline(head: pd.DataFrame) -> LiveHeadline | None:
+    """The first measured row of the headline table (None without a live sweep)."""
+    m = head[head.who.str.startswith("measured")]
+    if m.empty:
+        return None
+    r = m.iloc[0]
+    return LiveHeadline(live_single=float(r.single_stream_tok_s), live_sat=float(r.saturated_tok_s),
+                        live_sat_c=int(r.max_concurrency), live_scaling=float(r["scaling (derived)"]),
+                        live_variant=str(r.variant))
+
+
+def scaling_phrase(head: pd.DataFrame, why_none: str) -> str:
+    """How this run's first live variant scaled from one stream to its best point, or why there is none."""
+    f = live_headline(head)
+    if f is None:
+        return f"no live sweep ({why_none})"
+    return (f"variant {f.live_variant} scaled {f.live_scaling:.1f}x from one stream to its best point, "
+            f"at concurrency {f.live_sat_c} (measured; derived from the table above)")

@@ -1,0 +1,54 @@
+"""Chapter 07_decode_step (notebooks/07_decode_step.ipynb): the decode step emulated, measured and read.
+
+`PARAMS` is the chapter's parameter spec (the runbook checks a run's values against it before the run
+starts; the notebook's validation cell validates against it). The chapter's tables, sentences and glued
+values live in submodules, every public name re-exported here (`from helpers.chapters import decode_step
+as ch`): `measurement` (the bytes, the step, its split, fidelity, tuning bounds), `precision` (bf16 against
+FP8, the shared expert's overlap), `fusion` (what fusion bought, kernels against SGLang's op list, the
+engine composite) and `values` (one frozen dataclass per group of glue keys).
+"""
+from __future__ import annotations
+
+from helpers.chapters.decode_step.fusion import (FUSION_COLUMNS, KERNEL_COLUMNS, SGLANG_COMPONENT, engine_table,
+                                                 engine_values, fusion_table, fusion_values, kernel_compare,
+                                                 kernel_values, sglang_kernels)
+from helpers.chapters.decode_step.measurement import (BYTES_BATCHES, CHAPTER, CHECK_NOT_RUN, CHECK_RAN, CPU_TEXT,
+                                                      EAGER_TEXT, EAGER_TEXT_NONE, SHARE_KEYS, SPLIT, SPLIT_SHOWN,
+                                                      SPLIT_TAKEAWAY, bytes_table, bytes_values, check_text, cpu_text,
+                                                      dense_bytes, fidelity_values, graphs_vs_eager,
+                                                      measurement_values, shape_values, split, split_by_batch,
+                                                      split_table, split_values, step_ms, steps, sweep_config, tuning,
+                                                      tuning_bounds)
+from helpers.chapters.decode_step.precision import (FP8_VERDICTS, PRECISION_KEYS, fp8_accuracy_values,
+                                                    fp8_verdict, fp8_weight_table, has_overlap_pair, overlap_label,
+                                                    overlap_steps, precision_bytes, precision_configs,
+                                                    precision_source, precision_split, precision_steps,
+                                                    precision_values, time_precisions)
+from helpers.chapters.decode_step.values import (ByteValues, EngineValues, FidelityValues, Fp8AccuracyValues,
+                                                 FusionValues, KernelValues, MeasurementValues, PrecisionByteValues,
+                                                 PrecisionValues, Shapes, SplitValues, TuningValues)
+from helpers.core import params
+from helpers.model import step
+
+#: the chapter's parameters (name -> helpers.core.params spec)
+PARAMS = {
+    "mode": params.choice("recorded", "auto"), "run_dir": params.string(), "model": params.string(allow_empty=False),
+    "cpu_model": params.string(allow_empty=False), "tp": params.number(1, 1024, integer=True),
+    "batches": params.number_list(1, 4096, integer=True), "contexts": params.number_list(1, 10**6, integer=True),
+    "cpu_batches": params.number_list(1, 4096, integer=True),
+    "cpu_contexts": params.depends(params.number_list(1, 10**6, integer=True), ("cpu_batches", "cpu_model"),
+                                   step.cpu_memory_rule), "time_limit_s": params.number(1, 600),
+    "fp8": params.choice("auto", "off"), "shared_overlap": params.choice("auto", "on", "off"),
+    "fusion": params.choice(*step.FUSIONS), "eager": params.choice("on", "off")}
+
+__all__ = ["BYTES_BATCHES", "CHAPTER", "CHECK_NOT_RUN", "CHECK_RAN", "CPU_TEXT", "EAGER_TEXT", "EAGER_TEXT_NONE",
+           "FP8_VERDICTS", "FUSION_COLUMNS", "KERNEL_COLUMNS", "PARAMS", "PRECISION_KEYS", "SGLANG_COMPONENT",
+           "SHARE_KEYS", "SPLIT", "SPLIT_SHOWN", "SPLIT_TAKEAWAY", "ByteValues", "EngineValues", "FidelityValues",
+           "Fp8AccuracyValues", "FusionValues", "KernelValues", "MeasurementValues", "PrecisionByteValues",
+           "PrecisionValues", "Shapes", "SplitValues", "TuningValues", "bytes_table", "bytes_values", "check_text",
+           "cpu_text", "dense_bytes", "engine_table", "engine_values", "fidelity_values", "fp8_accuracy_values",
+           "fp8_verdict", "fp8_weight_table", "fusion_table", "fusion_values", "graphs_vs_eager", "has_overlap_pair",
+           "kernel_compare", "kernel_values", "measurement_values", "overlap_label", "overlap_steps",
+           "precision_bytes", "precision_configs", "precision_source", "precision_split", "precision_steps",
+           "precision_values", "shape_values", "sglang_kernels", "split", "split_by_batch", "split_table",
+           "split_values", "step_ms", "steps", "sweep_config", "time_precisions", "tuning", "tuning_bounds"]

@@ -1,0 +1,206 @@
+"""The values 07_decode_step glues, one frozen dataclass per group: each field is a glue key the page cites
+(helpers.core.glue.glue_all glues them all). Built from the dicts the chapter's functions return
+(`ByteValues(**bytes_values(...))`), so a key missing or added there fails here, naming it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+@dataclass(frozen=True)
+class Shapes:
+    """The model's shapes and one rank's share of them at the chapter's TP degree (section 1)."""
+
+    dense_layers: int
+    heads: int
+    heads_rank: int
+    inter: int
+    inter_rank: int
+    moe_layers: int
+    tp: int
+
+
+@dataclass(frozen=True)
+class ByteValues:
+    """What one rank reads per step, and the datasheet time of it (bytes_values)."""
+
+    ctx: int
+    peak_name: str
+    peak_GBps: float
+    moe_held: int
+    held_gib: float
+    gib_emul_1: float
+    gib_ckpt_1: float
+    bound_ms_1: float
+    experts_1: float
+    gib_emul_64: float
+    gib_ckpt_64: float
+    bound_ms_64: float
+    experts_64: float
+
+
+@dataclass(frozen=True)
+class MeasurementValues:
+    """The step measured: at 1 and the largest batch, long context, sweep time, launches (measurement_values)."""
+
+    where: str
+    device: str
+    step_1: float
+    step_64: float
+    tok_1: float
+    tok_64: float
+    eager_1: float
+    eager_text: str
+    long_ctx: int
+    step_64_long: float
+    sparse_64_long: float
+    sweep_s: float
+    kernels_step: int
+    floor_us: float
+    eager_us: float
+    copy_GBps: float
+
+
+@dataclass(frozen=True)
+class SplitValues:
+    """Shares of the step by component, the launch floor's share and achieved bandwidth (split_values)."""
+
+    share1_moe: float
+    share64_moe: float
+    share1_att: float
+    share64_att: float
+    share1_idx: float
+    share64_idx: float
+    share1_small: float
+    share64_small: float
+    floor_share_1: float
+    moe_GBps_64: float
+    moe_peak_64: float
+    lm_GBps: float
+    sum_vs_step: float
+
+
+@dataclass(frozen=True)
+class FusionValues:
+    """The fused step against the unfused one, bf16 and FP8, at 1 and the largest batch (fusion_values)."""
+
+    fusion_where: str
+    fusion_device: str
+    fus_bf16_1: float
+    unf_bf16_1: float
+    fus_x_bf16_1: float
+    fus_bf16_64: float
+    unf_bf16_64: float
+    fus_x_bf16_64: float
+    k_fus_bf16_1: int
+    k_unf_bf16_1: int
+    compile_s_bf16: float
+    fus_fp8_1: float
+    unf_fp8_1: float
+    fus_x_fp8_1: float
+    fus_fp8_64: float
+    unf_fp8_64: float
+    fus_x_fp8_64: float
+    k_fus_fp8_1: int
+    k_unf_fp8_1: int
+    compile_s_fp8: float
+    fp8_vs_bf16_1: float
+    fp8_vs_bf16_64: float
+    fus_bmax: int
+    eager_in_study: str
+
+
+@dataclass(frozen=True)
+class KernelValues:
+    """Kernels per step against SGLang's op list (kernel_values)."""
+
+    k_sglang: int
+    k_sglang_coll: int
+    k_vs_sglang: float
+    k_removed_pct: float
+
+
+@dataclass(frozen=True)
+class PrecisionByteValues:
+    """What one rank reads in bf16 and in FP8, and the datasheet time of FP8's bytes (precision_bytes)."""
+
+    gib_bf16_1: float
+    gib_fp8_1: float
+    fp8_share_1: float
+    fp8_bound_ms_1: float
+    gib_bf16_64: float
+    gib_fp8_64: float
+    fp8_share_64: float
+    fp8_bound_ms_64: float
+
+
+@dataclass(frozen=True)
+class Fp8AccuracyValues:
+    """The FP8 step's accuracy against fp32 and its products' errors (fp8_accuracy_values)."""
+
+    acc_bf16: float
+    acc_fp8: float
+    acc_fp8_act32: float
+    acc_wrong: float
+    acc_tol: float
+    acc_ok: str
+    acc_wrong_caught: str
+    flips_bf16: float
+    flips_fp8: float
+    tok_fp8: float
+    prod_fp8_lo: float
+    prod_fp8_hi: float
+    prod_bf16_hi: float
+    prod_tol: float
+    acc_amplification: float
+
+
+@dataclass(frozen=True)
+class PrecisionValues:
+    """FP8 against bf16 in time, and what the second stream saved (precision_values; NaN where no FP8 study)."""
+
+    fp8_step_x_1: float
+    fp8_step_x_max: float
+    fp8_moe_x_max: float
+    fp8_moe_GBps_max: float
+    bf16_moe_GBps_max: float
+    fp8_att_x_1: float
+    overlap_saved_1: float
+    overlap_saved_max: float
+    overlap_share_max: float
+    prec_bmax: float
+
+
+@dataclass(frozen=True)
+class FidelityValues:
+    """This step's GEMMs and experts against SGLang's kernels on the same GPU class (fidelity_values)."""
+
+    gemm_ratio_lo: float
+    gemm_ratio_hi: float
+    gemm_ratio_hi_op: str
+    gemm_ratio_med: float
+    experts_ratio_1: float
+    experts_ratio_64: float
+
+
+@dataclass(frozen=True)
+class EngineValues:
+    """The fused step against the engine composite on the same GPU (engine_values)."""
+
+    engine_tol: float
+    eng_bf16_1: float
+    eng_bf16_64: float
+    eng_fp8_1: float
+    eng_fp8_64: float
+    engine_outside: str
+    engine_worst: float
+
+
+@dataclass(frozen=True)
+class TuningValues:
+    """The most each tuning the investigation tried could have sped up the VM's step (tuning)."""
+
+    vm_step_ms: float
+    moe_ms: float
+    moe_gain: float
+    graph_ms: float
+    graph_gain: float
+    n_kernels_engine: int

@@ -1,0 +1,64 @@
+"""Chapter 07_diagnosis, what it says, computed: its tables, the rows it cites and the numbers its prose glues.
+
+The chapter (notebooks/07_diagnosis.ipynb) builds one `Diagnosis` from its inputs, stated there: the model,
+the run's VM/P2P fits and collective sweep (or, in recorded mode, none, on purpose: `fits=None`) and the
+decode-step measurement (this run's, or the committed H200 study: helpers.model.measured.step_measurement).
+Then it calls one function per section. Each returns a `Part`: the values its prose glues, the tables the
+run keeps (under the names helpers.core.layout declares for 07_diagnosis; `save` writes them), the tables
+the page only shows, and the data its figure is drawn from (helpers.core.plotting draws it).
+
+Every row the prose cites is picked by its columns (helpers.core.pick.one, or
+helpers.model.measured.pick_budget), so a removed row or a renamed label raises an error naming it
+instead of dropping a number. Sentences whose wording depends on the mode or the run (`run_text`,
+`coll_text`, `goal_text`, `step_source_text`) are whole variants chosen here.
+
+The code is split by section: `build` (the Diagnosis, Part, save, the page-wide values),
+`budget_sections` (sections 1 to 5, this run's link and collectives), `verdict_sections` (sections 6 to
+11, from helpers.model.verdict) and `values` (one frozen dataclass per section: its fields are the glue
+keys). Every public name is re-exported here: `from helpers.chapters import diagnosis as ch`. `PARAMS`
+is the chapter's parameter spec (the runbook checks a run's values against it before the run starts).
+"""
+from __future__ import annotations
+
+from helpers.chapters.diagnosis.budget_sections import (BASELINE_COLUMNS, BUDGET_COLUMNS, BUDGET_KEYS, COLL_TEXT_NONE,
+                                                        COLL_TEXT_ONE_OP, COLL_TEXT_RATIO, COMPARISON_COLUMNS,
+                                                        GOAL_TEXT, MAPPING_TOKENS, OBSERVATION_COLUMNS,
+                                                        PJ_TABLES_ALL_KEPT, PJ_TABLES_NONE, PJ_TABLES_SOME,
+                                                        PJ_VERDICT, PROJECTION_CHECK_COLUMNS, RUN_COLUMNS,
+                                                        RUN_TEXT_LINK, RUN_TEXT_NO_FITS, RUN_TEXT_NO_LINK,
+                                                        RUN_TEXT_RECORDED, aiconfigurator_outcome, baseline, check,
+                                                        collective_points, collectives, fits_on_gpus, goal_text,
+                                                        inputs, mapping, measured_compute, projection_check,
+                                                        projection_tables_text, run_link)
+from helpers.chapters.diagnosis.build import (BARE, CHAPTER, ENDS, FALLBACK_STEP_TEXT, POINTS, RECORDED_STEP_TEXT,
+                                              RUN_STEP_TEXT, VM, Diagnosis, DiagnosisError, Part, overview, save,
+                                              step_source_text)
+from helpers.chapters.diagnosis.values import (AttributionValues, BareMetalBandValues, BaselineValues, CeilingValues,
+                                               CheckValues, CollectivesValues, DecisionValues, InputsValues,
+                                               MappingValues, MeasuredComputeValues, OverviewValues,
+                                               ProjectionCheckValues, RemedyValues, RunLinkValues, VmPredictedValues)
+from helpers.chapters.diagnosis.verdict_sections import (BAND_COLUMNS, BAND_TEXT, CEILING_TAKEAWAY, REMEDY_COLUMNS,
+                                                         VM_COLUMNS, VM_TAKEAWAY_NONE, VM_TAKEAWAY_SOME, attribution,
+                                                         bare_metal_band, ceilings, decision, peer_on_glm5_graph,
+                                                         remedies, vm_predicted)
+from helpers.core import params
+
+#: the chapter's parameters (name -> helpers.core.params spec)
+PARAMS = {"mode": params.choice("recorded", "auto"), "run_dir": params.string(),
+          "model": params.string(allow_empty=False), "tolerance": params.number(0.01, 1.0),
+          "vm_allreduce_12k_us": params.number(0.0, 1e6), "vm_allreduce_768k_us": params.number(0.0, 1e6)}
+
+__all__ = ["AttributionValues", "BAND_COLUMNS", "BAND_TEXT", "BARE", "BASELINE_COLUMNS", "BUDGET_COLUMNS",
+           "BUDGET_KEYS", "BareMetalBandValues", "BaselineValues", "CEILING_TAKEAWAY", "CHAPTER", "COLL_TEXT_NONE",
+           "COLL_TEXT_ONE_OP", "COLL_TEXT_RATIO", "COMPARISON_COLUMNS", "CeilingValues", "CheckValues",
+           "CollectivesValues", "DecisionValues", "Diagnosis", "DiagnosisError", "ENDS", "FALLBACK_STEP_TEXT",
+           "GOAL_TEXT", "InputsValues", "MAPPING_TOKENS", "MappingValues", "MeasuredComputeValues",
+           "OBSERVATION_COLUMNS", "OverviewValues", "PARAMS", "PJ_TABLES_ALL_KEPT", "PJ_TABLES_NONE",
+           "PJ_TABLES_SOME", "PJ_VERDICT", "POINTS", "PROJECTION_CHECK_COLUMNS", "Part", "ProjectionCheckValues",
+           "RECORDED_STEP_TEXT", "REMEDY_COLUMNS", "RUN_COLUMNS", "RUN_STEP_TEXT", "RUN_TEXT_LINK",
+           "RUN_TEXT_NO_FITS", "RUN_TEXT_NO_LINK", "RUN_TEXT_RECORDED", "RemedyValues", "RunLinkValues", "VM",
+           "VM_COLUMNS", "VM_TAKEAWAY_NONE", "VM_TAKEAWAY_SOME", "VmPredictedValues", "aiconfigurator_outcome",
+           "attribution", "bare_metal_band", "baseline", "ceilings", "check", "collective_points", "collectives",
+           "decision", "fits_on_gpus", "goal_text", "inputs", "mapping", "measured_compute", "overview",
+           "peer_on_glm5_graph", "projection_check", "projection_tables_text", "remedies", "run_link", "save",
+           "step_source_text", "vm_predicted"]

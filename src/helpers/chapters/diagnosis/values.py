@@ -1,0 +1,291 @@
+"""The values 07_diagnosis glues, one frozen dataclass per section: each field is a glue key the page cites
+(helpers.core.glue.glue_all glues them all); page 1 (intro.md) and other pages cite some of them across
+pages. Built from a section's `Part.values` (`InputsValues(**S.values)`), so a key missing or added
+there fails here, naming it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+@dataclass(frozen=True)
+class OverviewValues:
+    """The page's opening: the VM's one-stream speed and where the compute comes from (overview)."""
+
+    obs_vm_1: float
+    step_source_text: str
+
+
+@dataclass(frozen=True)
+class InputsValues:
+    """Section 1: the budget's inputs (inputs)."""
+
+    bw: float
+    kfloor_graph: float
+    kfloor_eager: float
+    n_kernels: int
+    n_coll: int
+    alpha: float
+    beta: float
+    ctx: int
+
+
+@dataclass(frozen=True)
+class MappingValues:
+    """Section 2: the VM copy mapped to an 8-GPU all-reduce at one token (mapping)."""
+
+    ring_1: float
+    tree_1: float
+    oneshot_1: float
+    ref_1: float
+
+
+@dataclass(frozen=True)
+class BaselineValues:
+    """Section 3: the VM baseline budget, its verdict and shares (baseline)."""
+
+    verdict: str
+    pred_vm_1: float
+    pred_vm_64: float
+    share_comm_1: float
+    share_mem_64: float
+
+
+@dataclass(frozen=True)
+class CheckValues:
+    """Section 4: the old budget against every observation (check)."""
+
+    sat_lo: float
+    sat_hi: float
+    sat_primary: float
+    n_sat: int
+    tol_pct: float
+    n_ok: int
+    err_vm_1: float
+    miss_vm_1: float
+    c_obs_vm_1: float
+    c_pred_vm_1: float
+    err_vm_64: float
+    miss_vm_64: float
+    c_obs_vm_64: float
+    c_pred_vm_64: float
+    err_bm_1: float
+    miss_bm_1: float
+    c_obs_bm_1: float
+    c_pred_bm_1: float
+    err_bm_64: float
+    miss_bm_64: float
+    c_obs_bm_64: float
+    c_pred_bm_64: float
+    goal_text: str
+    pred_mixed_vm_64: float
+    membusy_lo: float
+    membusy_hi: float
+    pred_membusy: float
+
+
+@dataclass(frozen=True)
+class MeasuredComputeValues:
+    """Section 5: the budget on measured kernels and on the projection, and the goal (measured_compute)."""
+
+    bm_mk_1: float
+    bm_mk_err_1: float
+    bm_pj_1: float
+    bm_pj_err_1: float
+    bm_aic_1: float
+    bm_aic_err_1: float
+    bm_old_1: float
+    bm_old_err_1: float
+    bm_obs_1: float
+    bm_mk_ms_1: float
+    bm_obs_ms_1: float
+    goal_within_1: str
+    goal_aic_1: str
+    goal_largest_1: str
+    goal_largest_ms_1: float
+    goal_largest_pct_1: float
+    goal_second_1: str
+    goal_second_ms_1: float
+    goal_second_pct_1: float
+    bm_mk_64: float
+    bm_mk_err_64: float
+    bm_pj_64: float
+    bm_pj_err_64: float
+    bm_aic_64: float
+    bm_aic_err_64: float
+    bm_old_64: float
+    bm_old_err_64: float
+    bm_obs_64: float
+    bm_mk_ms_64: float
+    bm_obs_ms_64: float
+    goal_within_64: str
+    goal_aic_64: str
+    goal_largest_64: str
+    goal_largest_ms_64: float
+    goal_largest_pct_64: float
+    goal_second_64: str
+    goal_second_ms_64: float
+    goal_second_pct_64: float
+    pj_tables_text: str
+    pj_verdict: str
+    aic_dist: str
+    msg_kib_64: float
+    bw_here: float
+    bw_rtx: float
+    meas_device: str
+    meas_where: str
+    aic_stock: str
+    aic_sub: str
+
+
+@dataclass(frozen=True)
+class ProjectionCheckValues:
+    """Section 5: the projection op by op against the recorded GPU's kernels (projection_check)."""
+
+    pj_ratio_med: float
+    pj_ratio_lo: float
+    pj_ratio_hi: float
+    pj_hi_op: str
+    pj_lo_op: str
+    here_ratio_med: float
+    pj_small_idx_1: float
+    pj_small_what: str
+
+
+@dataclass(frozen=True)
+class BareMetalBandValues:
+    """Section 6: bare metal from measured inputs with its band, its split, and aiconfigurator's own estimate (bare_metal_band)."""
+
+    bmb_pt_1: float
+    bmb_lo_1: float
+    bmb_hi_1: float
+    bmb_obs_1: float
+    bmb_err_1: float
+    bmb_inside_1: str
+    bmb_pt_64: float
+    bmb_lo_64: float
+    bmb_hi_64: float
+    bmb_obs_64: float
+    bmb_err_64: float
+    bmb_inside_64: str
+    band_text: str
+    n_samples: int
+    band_seed: int
+    hidden_mid_pct: float
+    split_step_1: float
+    split_experts_1: float
+    split_collectives_1: float
+    split_other_1: float
+    split_attention_1: float
+    split_step_64: float
+    split_experts_64: float
+    split_collectives_64: float
+    split_other_64: float
+    split_attention_64: float
+    peer_1: float
+    peer_err_1: float
+    peer_64: float
+    peer_err_64: float
+    peer_what: str
+
+
+@dataclass(frozen=True)
+class VmPredictedValues:
+    """Section 7: the VM predicted scenario by scenario (vm_predicted)."""
+
+    n_scenarios: int
+    n_vm_points: int
+    n_inside: int
+    n_rows: int
+    vmp_lo_1: float
+    vmp_hi_1: float
+    vmp_lo_64: float
+    vmp_hi_64: float
+    vm_obs_1: float
+    vm_obs_64: float
+    n_inside_1: int
+    vm_takeaway: str
+
+
+@dataclass(frozen=True)
+class AttributionValues:
+    """Section 8: the VM's loss per step and the share each scenario explains (attribution)."""
+
+    loss_1: float
+    loss_lo_1: float
+    share_lo_1: float
+    share_hi_1: float
+    loss_64: float
+    loss_lo_64: float
+    share_lo_64: float
+    share_hi_64: float
+    left_1: float
+    step_obs_1: float
+    left_17: float
+    step_obs_17: float
+
+
+@dataclass(frozen=True)
+class DecisionValues:
+    """Section 9: the decision rule, its thresholds and its conclusion (decision); page 1 cites conclusion_case, conclusion_text and page1_status."""
+
+    conclusion_case: str
+    conclusion_text: str
+    page1_status: str
+    cmd_book: str
+    cmd_nccl: str
+    copy_alpha: float
+    seed_floor_ms: float
+    seed_floor_pct: float
+    n_ar: int
+    t80_1: float
+    t25_1: float
+    kib_1: float
+    bare_ar_1: float
+    t80_64: float
+    t25_64: float
+    kib_64: float
+    bare_ar_64: float
+    seed_ring_pct: float
+
+
+@dataclass(frozen=True)
+class CeilingValues:
+    """Section 10: every point as a fraction of the weight-bytes floor (ceilings)."""
+
+    ceiling_takeaway: str
+    ceil_1: float
+    ceil_gb_1: float
+    ceil_ms_1: float
+    frac_vm_1: float
+    frac_bm_1: float
+    ceil_64: float
+    ceil_gb_64: float
+    ceil_ms_64: float
+    frac_vm_64: float
+    frac_bm_64: float
+
+
+@dataclass(frozen=True)
+class RunLinkValues:
+    """The link this run measured and what the budget predicts with it (run_link)."""
+
+    run_text: str
+
+
+@dataclass(frozen=True)
+class CollectivesValues:
+    """This run's all-to-all against its all-reduce (collectives)."""
+
+    coll_text: str
+
+
+@dataclass(frozen=True)
+class RemedyValues:
+    """Section 11: the remedies ranked (remedies)."""
+
+    top_remedy: str
+    top_gain_lo: float
+    top_gain_hi: float
+    top_tok_lo: float
+    top_tok_hi: float
+    bm_over_vm_1: float
+    unpriced_remedies: str

@@ -1,0 +1,219 @@
+"""The diagnosis chapter's sections on the verdict (6 to 11): bare metal's band, the VM predicted scenario by
+scenario, the attribution of its loss, the decision rule, the ceilings and the remedies
+(helpers.model.verdict computes them; these pick the rows and say them)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from helpers.chapters.diagnosis.budget_sections import fits_on_gpus
+from helpers.chapters.diagnosis.build import BARE, ENDS, VM, Diagnosis, Part
+from helpers.core.pick import PickError as FindingError, one, rows
+from helpers.model import budget as bd
+from helpers.model import kernels as kt
+from helpers.model import verdict as vd
+
+# ------------------------------------------------------------------------------------------ 6. bands
+BAND_TEXT = {
+    (True, True): "The observed point falls inside the band at both ends.",
+    (True, False): "The observed point falls inside the band for one stream and outside it at concurrency 64.",
+    (False, True): "The observed point falls outside the band for one stream and inside it at concurrency 64.",
+    (False, False): "The observed point falls outside the band at both ends.",
+}
+BAND_COLUMNS = ["concurrency", "observed_tok_s", "predicted_tok_s", "band_low_tok_s", "band_high_tok_s", "rel_err",
+                "inside_band"]
+
+
+def _band_rows(t: pd.DataFrame, panel_of, label_of, kind: str = "model") -> pd.DataFrame:
+    obs_kind = lambda r: "reference" if r.system == BARE else "recorded"  # noqa: E731
+    obs_label = lambda r: f"observed: {r.system}" if r.system == BARE else f"observed: {r.system} (recorded)"  # noqa: E731
+    return pd.DataFrame([{"panel": panel_of(r), "label": label_of(r), "kind": kind, "band_low": r.band_low_tok_s,
+                          "predicted": r.predicted_tok_s, "band_high": r.band_high_tok_s,
+                          "observed": r.observed_tok_s, "observed_kind": obs_kind(r), "observed_label": obs_label(r)}
+                         for r in t.itertuples()])
+
+
+def bare_metal_band(d: Diagnosis) -> Part:
+    """Bare metal from measured inputs alone, with its 5-95 % band, against the reference at 1 and 64;
+    the uncertain inputs (each with its range and reason)."""
+    v = d.verdict
+    t = v.bare_metal()
+    values, inside = {}, {}
+    for c in ENDS:
+        r = one(t, "the bare-metal band", concurrency=c)
+        inside[c] = bool(r["inside_band"])
+        values.update({f"bmb_pt_{c}": float(r["predicted_tok_s"]), f"bmb_lo_{c}": float(r["band_low_tok_s"]),
+                       f"bmb_hi_{c}": float(r["band_high_tok_s"]), f"bmb_obs_{c}": float(r["observed_tok_s"]),
+                       f"bmb_err_{c}": 100 * float(r["rel_err"]), f"bmb_inside_{c}": "inside" if inside[c] else "outside"})
+    values.update({"band_text": BAND_TEXT[(inside[1], inside[64])], "n_samples": v.samples, "band_seed": v.seed,
+                   "hidden_mid_pct": 100 * v.inputs.get("shared_hidden", BARE).mid})
+    for c in ENDS:
+        sp = v.split(c)
+        values[f"split_step_{c}"] = sp["step"]
+        for k in ("experts", "collectives", "other"):
+            values[f"split_{k}_{c}"] = 100 * sp[k] / sp["step"]
+        values[f"split_attention_{c}"] = 100 * (sp["attention"] + sp["indexer"]) / sp["step"]
+    peer = peer_on_glm5_graph(d)
+    for r in peer.itertuples():
+        values.update({f"peer_{r.concurrency}": r.predicted_tok_s, f"peer_err_{r.concurrency}": 100 * r.rel_err})
+    values["peer_what"] = kt.GLM5_GRAPH
+    return Part(values, {"verdict_inputs": v.inputs.table(), "bare_metal_band": t},
+                {"bare_metal_band": t[BAND_COLUMNS], "peer": peer})
+
+
+def peer_on_glm5_graph(d: Diagnosis) -> pd.DataFrame:
+    """aiconfigurator's own estimator composed on GLM-5's op graph from the same measured tables (its DSA
+    attention op replaced by its dense MLA decode ops, stated), beside the book's point prediction and the
+    observation, at 1 and 64 (reference: its step time, turned into tokens/s as the book's)."""
+    bm = d.verdict.bare_metal()
+    out = []
+    for c in ENDS:
+        us, status, note = kt.estimate_step_us(c, substitution=kt.GLM5_GRAPH)
+        if us is None:
+            raise FindingError(f"aiconfigurator has no GLM-5-graph estimate at batch {c}: {status} ({note})")
+        obs = d.observed(BARE, c)
+        ours = float(one(bm, "the bare-metal band", concurrency=c)["predicted_tok_s"])
+        pred = c * 1e6 / us
+        out.append({"concurrency": c, "observed_tok_s": obs, "this_book_tok_s": ours, "predicted_tok_s": pred,
+                    "rel_err": (pred - obs) / obs, "book_rel_err": (ours - obs) / obs})
+    return pd.DataFrame(out)
+
+
+# ------------------------------------------------------------------------------------------ 7. the VM predicted
+VM_TAKEAWAY_NONE = ("No host-path model with evidence behind it reproduces the VM's one-stream speed on its own: "
+                    "the VM lost more than any of them prices.")
+VM_TAKEAWAY_SOME = ("{n} of {of} host-path models reproduce the VM's one-stream speed within their band; the others "
+                    "leave part of the loss unexplained.")
+VM_COLUMNS = ["scenario", "what", "observed_tok_s", "predicted_tok_s", "band_low_tok_s", "band_high_tok_s",
+              "inside_band"]
+
+
+def vm_predicted(d: Diagnosis) -> Part:
+    """The VM predicted scenario by scenario (measured compute + each host-path model with evidence), every
+    recorded VM observation scored against each band; the figure: both systems' bands at 1 and 64."""
+    v = d.verdict
+    t = v.vm()
+    scen = pd.DataFrame([{"scenario": h.label, "kind": h.kind, "evidence": h.evidence} for h in v.scenarios])
+    one_stream = rows(t, "the VM predictions", observation="vm_1")
+    c64 = rows(t, "the VM predictions", observation="vm_64")
+    values = {"n_scenarios": len(v.scenarios), "n_vm_points": int(t["observation"].nunique()),
+              "n_inside": int(t["inside_band"].sum()), "n_rows": len(t),
+              "vmp_lo_1": float(one_stream["predicted_tok_s"].min()), "vmp_hi_1": float(one_stream["predicted_tok_s"].max()),
+              "vmp_lo_64": float(c64["predicted_tok_s"].min()), "vmp_hi_64": float(c64["predicted_tok_s"].max()),
+              "vm_obs_1": float(one_stream["observed_tok_s"].iloc[0]), "vm_obs_64": float(c64["observed_tok_s"].iloc[0]),
+              "n_inside_1": int(one_stream["inside_band"].sum())}
+    values["vm_takeaway"] = (VM_TAKEAWAY_NONE if values["n_inside_1"] == 0 else
+                             VM_TAKEAWAY_SOME.format(n=values["n_inside_1"], of=len(v.scenarios)))
+    bm = v.bare_metal()
+    fig = pd.concat([
+        _band_rows(bm, lambda r: "one stream" if r.concurrency == 1 else "concurrency 64",
+                   lambda r: "bare metal (measured kernels)", "measured"),
+        _band_rows(t[t["observation"].isin(["vm_1", "vm_64"])],
+                   lambda r: "one stream" if r.concurrency == 1 else "concurrency 64",
+                   lambda r: f"VM: {r.scenario}")], ignore_index=True)
+    return Part(values, {"vm_scenarios": t}, {"scenarios": scen, "vm_scores": t[VM_COLUMNS]},
+                figure={"rows": fig})
+
+
+# ------------------------------------------------------------------------------------------ 8. attribution
+def attribution(d: Diagnosis) -> Part:
+    """The VM's lost time per step against bare metal and the share each scenario explains (with its band),
+    what is left; and the left-over beyond predicted compute at batch 1 and 17."""
+    v = d.verdict
+    a = v.attribution()
+    res = v.residuals()
+    values = {}
+    for c in ENDS:
+        g = a[a["concurrency"] == c]
+        values.update({f"loss_{c}": float(g["lost_ms_per_step"].iloc[0]), f"loss_lo_{c}": float(g["lost_ms_low"].iloc[0]),
+                       f"share_lo_{c}": 100 * max(0.0, float(g["share_low"].min())),
+                       # a model can price more than the whole loss: the page says 100 %, as the rule's sentence does
+                       f"share_hi_{c}": 100 * min(1.0, float(g["share_high"].max()))})
+    for r in res.itertuples():
+        values[f"left_{r.batch}"] = float(r.left_over_ms)
+        values[f"step_obs_{r.batch}"] = float(r.observed_step_ms)
+    shown = a[["concurrency", "scenario", "lost_ms_per_step", "host_path_excess_ms", "share_explained", "share_low",
+               "share_high", "unexplained"]]
+    return Part(values, {"attribution": a}, {"attribution": shown, "residuals": res})
+
+
+# ------------------------------------------------------------------------------------------ 9. the decision rule
+def decision(d: Diagnosis) -> Part:
+    """What an 8-rank all-reduce on the VM must cost for the host path to explain at least 80 % (at most
+    25 %) of the loss, each scenario's figure at those sizes, and the conclusion chosen from them; the
+    seeds' claim (a copy's latency per all-reduce) in the same terms."""
+    v = d.verdict
+    th, ev = v.thresholds(), v.evidence()
+    case, text = vd.conclusion(ev, th)
+    t1 = one(th, "the thresholds", concurrency=1)
+    link = d.base.link
+    seed_ms = float(t1["all_reduces_per_step"]) * link.alpha_us / 1e3
+    values = {"conclusion_case": case, "conclusion_text": text, "page1_status": vd.STATUS[case],
+              "cmd_book": vd.MEASURE_COMMANDS[0],
+              "cmd_nccl": vd.MEASURE_COMMANDS[1], "copy_alpha": link.alpha_us, "seed_floor_ms": seed_ms,
+              "seed_floor_pct": 100 * seed_ms / float(t1["lost_ms_per_step"]),
+              "n_ar": int(t1["all_reduces_per_step"])}
+    for t in th.itertuples():
+        c = int(t.concurrency)
+        values.update({f"t80_{c}": t.explains_80_us, f"t25_{c}": t.explains_25_us, f"kib_{c}": t.message_bytes / 1024,
+                       f"bare_ar_{c}": t.bare_metal_us})
+    ring = ev[(ev["scenario_key"] == "copy_ring") & (ev["concurrency"] == 1)]
+    if len(ring):
+        values["seed_ring_pct"] = 100 * float(ring["share_mid"].iloc[0])
+    shown = ev[["scenario", "concurrency", "message_bytes", "low_us", "mid_us", "high_us", "share_low", "share_mid",
+                "share_high"]]
+    return Part(values, {"decision_thresholds": th, "decision_evidence": ev}, {"thresholds": th, "evidence": shown})
+
+
+# ------------------------------------------------------------------------------------------ 10. ceilings
+CEILING_TAKEAWAY = {
+    True: ("Even bare metal reaches less than half of the bandwidth floor for one stream: latency, not bytes, "
+           "sets a single stream's speed on these GPUs."),
+    False: "Bare metal reaches half of the bandwidth floor or more for one stream: bytes set its speed.",
+}
+def ceilings(d: Diagnosis) -> Part:
+    """Every observed and predicted point as a fraction of the weight-bytes floor at TP8 (derived)."""
+    v = d.verdict
+    bm, vm = v.bare_metal(), v.vm()
+    rows_ = []
+    for c in ENDS:
+        ce = vd.ceiling(d.model, c)
+        b = one(bm, "the bare-metal band", concurrency=c)
+        vmc = vm[vm["observation"] == f"vm_{c}"]
+        pts = [("original VM, observed (recorded)", float(vmc["observed_tok_s"].iloc[0])),
+               ("bare metal, observed (reference)", float(b["observed_tok_s"])),
+               ("bare metal, predicted (derived)", float(b["predicted_tok_s"])),
+               ("original VM, predicted: slowest scenario (derived)", float(vmc["predicted_tok_s"].min())),
+               ("original VM, predicted: fastest scenario (derived)", float(vmc["predicted_tok_s"].max()))]
+        for what, tok in pts:
+            rows_.append({"concurrency": c, "point": what, "tok_s": tok, "ceiling_tok_s": ce["ceiling_tok_s"],
+                          "fraction_of_ceiling": tok / ce["ceiling_tok_s"], "bytes_per_gpu_GB": ce["bytes_per_gpu_GB"],
+                          "floor_ms": ce["floor_ms"]})
+    t = pd.DataFrame(rows_)
+    bm1 = float(one(t[t["concurrency"] == 1], "the ceilings", point="bare metal, observed (reference)")["fraction_of_ceiling"])
+    values = {"ceiling_takeaway": CEILING_TAKEAWAY[bm1 < 0.5]}
+    for c in ENDS:
+        g = t[t["concurrency"] == c]
+        values.update({f"ceil_{c}": float(g["ceiling_tok_s"].iloc[0]), f"ceil_gb_{c}": float(g["bytes_per_gpu_GB"].iloc[0]),
+                       f"ceil_ms_{c}": float(g["floor_ms"].iloc[0]),
+                       f"frac_vm_{c}": 100 * float(one(g, "the ceilings", point="original VM, observed (recorded)")["fraction_of_ceiling"]),
+                       f"frac_bm_{c}": 100 * float(one(g, "the ceilings", point="bare metal, observed (reference)")["fraction_of_ceiling"])})
+    return Part(values, {"ceilings": t})
+
+
+# ------------------------------------------------------------------------------------------ 11. remedies
+REMEDY_COLUMNS = ["rank", "remedy", "tried", "tok_s_mid @1", "tok_s_low @1", "tok_s_high @1", "tok_s_mid @64",
+                  "priced_as"]
+
+
+def remedies(d: Diagnosis) -> Part:
+    """The remedies ranked by predicted gain with bands; each says whether the investigation tried it."""
+    fit = fits_on_gpus(d)
+    r = vd.remedies(d.verdict, fit[bd.TP4_SCENARIO])
+    top = one(r, "the ranked remedies", rank=1)
+    bm1 = d.observed(BARE, 1)
+    values = {"top_remedy": str(top["remedy"]), "top_gain_lo": float(top["tok_s_low @1"]) / d.observed(VM, 1),
+              "top_gain_hi": float(top["tok_s_high @1"]) / d.observed(VM, 1),
+              "top_tok_lo": float(top["tok_s_low @1"]), "top_tok_hi": float(top["tok_s_high @1"]),
+              "bm_over_vm_1": bm1 / d.observed(VM, 1),
+              "unpriced_remedies": "; ".join(str(x) for x in r.loc[r["tok_s_mid @1"].isna(), "remedy"])}
+    return Part(values, {"remedies": r}, {"remedies": r[REMEDY_COLUMNS + ["finding"]]})

@@ -1,0 +1,195 @@
+"""Chapter 05 (notebooks/05_expert_parallelism): what fits, and what moves. Its parameters, the values its
+prose cites and the sentences and tables that are the chapter's own: the model's size against the published
+and reported figures, the hidden size settled from the recorded copies, what fits on the recorded GPUs, and
+what TP and EP move per decode step.
+
+The computation is helpers.model's (`arith`: the model from its configuration; `placement`: the systems of
+the memory-fit table, the implied hidden size, the message sizes and the EP/TP volumes); this module picks
+the figures the prose cites, each with `helpers.core.recorded.value` or a picker here that names the table,
+the condition and what is there instead when a row or a label is missing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from helpers.core import params, recorded
+from helpers.core.recorded import DataError, value
+from helpers.model import arith as ma
+from helpers.model.placement import CONTEXT_TOKENS
+
+#: the notebook's parameters (the spec of record: the notebook validates against it, the runbook prechecks it)
+PARAMS = {"mode": params.choice("recorded", "auto"), "run_dir": params.string(),
+          "model": params.string(allow_empty=False)}
+
+
+@dataclass(frozen=True)
+class SizeFacts:
+    """Section 1: parameters and bytes (derived) against the published totals, the reported checkpoint size
+    and the status report's expert figure."""
+    model_file: str
+    model_source: str
+    total_B: float
+    active_B: float
+    pub_total_B: float
+    pub_active_B: float
+    total_diff_pct: float
+    active_diff_pct: float
+    ckpt_GB: float
+    ckpt_ref_lo: float
+    ckpt_ref_hi: float
+    routed_GB: float
+    ckpt_rel: str
+    claim_moe_GB: float
+    claim_moe_src: str
+
+
+@dataclass(frozen=True)
+class HiddenFacts:
+    """Section 2: the hidden size of the configuration, the sources' figures and the one the recorded copies
+    imply (derived)."""
+    hs_config: int
+    hs_claims: str
+    hs_other: int
+    hs_implied_lo: float
+    hs_implied_hi: float
+
+
+@dataclass(frozen=True)
+class MemoryFacts:
+    """Section 3: what fits on the recorded GPUs: replication, TP8, TP4 alone, and the KV cache TP8 leaves."""
+    kv_tok_KiB: float
+    mem_frac: float
+    gpu_mem: float
+    repl_GiB: float
+    tp8_GiB: float
+    tp8_GB: float
+    tp8_ref_GB: float
+    tp8_kv_tokens: float
+    tp8_seqs: float
+    ctx: int
+    tp4_GiB: float
+
+
+@dataclass(frozen=True)
+class CollectiveFacts:
+    """Section 4: the collectives per decode step (derived) against a source's count (recorded)."""
+    n_coll: int
+    n_layers: int
+    claim_78: str
+
+
+@dataclass(frozen=True)
+class EpFacts:
+    """Section 4: EP against TP: the remote GPUs a token reaches, the byte ratio at the largest batch, the
+    ring's rounds, and what DP attention + EP leaves in memory."""
+    remote: float
+    n_routed: int
+    top_k: int
+    ep_tp_ratio: float
+    tp_rounds: int
+    dpep_GiB: float
+    dpep_kv: float
+    budget_GiB: float
+
+
+def _named(df: pd.DataFrame, name: str) -> pd.DataFrame:
+    df = df.copy()
+    df.attrs["table"] = name
+    return df
+
+
+def size_facts(m: ma.ModelConfig, footprint: pd.DataFrame, claims: pd.DataFrame) -> SizeFacts:
+    """Parameters and bytes (derived) against the published totals, the reported checkpoint size and the
+    status report's expert figure."""
+    pt = _named(ma.parameter_table(m), "the parameter table")
+    check = _named(ma.published_check(m), "the published-totals check")
+    ckpt = ma.weight_bytes(m) / ma.GB
+    lo = float(value(footprint, "value_low", metric="checkpoint_size"))
+    hi = float(value(footprint, "value_high", metric="checkpoint_size"))
+    moe_src = str(value(claims, "source", quantity="moe_expert_weights"))
+    return SizeFacts(
+        model_file=f"{m.key}.yaml", model_source=m.source,
+        total_B=ma.total_parameters(m) / 1e9, active_B=ma.active_parameters(m) / 1e9,
+        pub_total_B=m.published_total / 1e9, pub_active_B=m.published_active / 1e9,
+        total_diff_pct=100 * value(check, "rel_diff", quantity="total parameters"),
+        active_diff_pct=100 * value(check, "rel_diff", quantity="active parameters"),
+        ckpt_GB=ckpt, ckpt_ref_lo=lo, ckpt_ref_hi=hi,
+        routed_GB=float(value(pt, "bytes", group="routed experts")) / ma.GB,
+        ckpt_rel="inside" if lo <= ckpt <= hi else (f"within {100 * (ckpt - hi) / hi:.0f} % above"
+                                                    if ckpt > hi else f"{100 * (lo - ckpt) / lo:.0f} % below"),
+        claim_moe_GB=float(value(claims, quantity="moe_expert_weights")),
+        claim_moe_src=recorded.sources()[moe_src]["file"])
+
+
+def claims_with_files(claims: pd.DataFrame, *quantities: str) -> pd.DataFrame:
+    """The recorded claims about `quantities`, each with the seed file it comes from."""
+    out = claims[claims.quantity.isin(quantities)].copy()
+    missing = sorted(set(quantities) - set(out.quantity))
+    if missing:
+        raise DataError(f"data/recorded/model_claims.csv has no claim about {missing}")
+    out["seed_file"] = [recorded.sources()[s]["file"] for s in out.source]
+    return out
+
+
+def hidden_facts(m: ma.ModelConfig, candidates: list[int], table: pd.DataFrame) -> HiddenFacts:
+    """The configuration's hidden size, the sources' candidates and the range the copies imply (`table`:
+    placement.hidden_size_table)."""
+    implied = table["implied hidden size"]
+    return HiddenFacts(hs_config=m.hidden, hs_claims=" and ".join(str(h) for h in candidates),
+                       hs_other=[h for h in candidates if h != m.hidden][0] if len(candidates) > 1 else m.hidden,
+                       hs_implied_lo=float(implied.min()), hs_implied_hi=float(implied.max()))
+
+
+def _layout(fit: pd.DataFrame, system: str, layout: str) -> pd.Series:
+    rows = fit[(fit.system == system) & (fit.layout == layout)]
+    if len(rows) != 1:
+        raise DataError(f"the memory-fit table has {len(rows)} rows of layout {layout!r} on {system!r} "
+                        f"(its layouts: {sorted(set(fit.layout))}); expected one")
+    return rows.iloc[0]
+
+
+def memory_facts(m: ma.ModelConfig, fit: pd.DataFrame, system: str, footprint: pd.DataFrame, mem_fraction: float,
+                 gpu_memory: float) -> MemoryFacts:
+    """What fits on the recorded GPUs: replication, TP8, TP4 alone, and the KV cache TP8 leaves."""
+    repl, tp8 = _layout(fit, system, "replicated (whole model per GPU)"), _layout(fit, system, "TP8")
+    return MemoryFacts(
+        kv_tok_KiB=float(ma.kv_bytes_per_token(m).bytes.sum()) / 1024, mem_frac=mem_fraction,
+        gpu_mem=gpu_memory, repl_GiB=float(repl.weights_per_gpu_GiB),
+        tp8_GiB=float(tp8.weights_per_gpu_GiB), tp8_GB=float(tp8.weights_per_gpu_GiB) * ma.GiB / ma.GB,
+        tp8_ref_GB=float(value(footprint, "value_low", metric="weights_per_gpu_tp8")),
+        tp8_kv_tokens=float(tp8.kv_tokens_per_gpu), tp8_seqs=float(tp8.sequences_at_context),
+        ctx=CONTEXT_TOKENS, tp4_GiB=ma.weights_per_gpu(m, 4) / ma.GiB)
+
+
+def here_note(local: list[dict], mode: str) -> str:
+    """Whether this machine's GPUs are in the memory-fit table, and why not."""
+    if local:
+        return f"This machine's GPUs ({local[0]['system']}, measured with NVML) are in the table too."
+    if mode == "auto":
+        return "This machine has no NVIDIA GPU that NVML can see, so it adds no row."
+    return "In recorded mode this machine is not examined."
+
+
+def collective_facts(m: ma.ModelConfig, claims: pd.DataFrame) -> CollectiveFacts:
+    """The collectives per decode step and the layers (derived), and a source's count (recorded)."""
+    return CollectiveFacts(n_coll=ma.collectives_per_step(m), n_layers=m.layers,
+                           claim_78=str(value(claims, quantity="allreduces_per_decode_step")))
+
+
+def ep_facts(m: ma.ModelConfig, vol: pd.DataFrame, wide: pd.DataFrame, fit: pd.DataFrame, system: str,
+             gpus: int = 8) -> EpFacts:
+    """EP against TP: the remote GPUs a token reaches (derived from the EP bytes: tokens/n x remote x
+    hidden x 4 bytes), the byte ratio at the largest batch, the ring's rounds, and what DP attention +
+    EP leaves in memory (`vol`, `wide`: placement.ep_tp_volumes; `fit`: arith.memory_fit)."""
+    ep1 = vol[(vol.tokens == 1) & vol.layout.str.startswith("EP")]
+    tp1 = vol[(vol.tokens == 1) & vol.layout.str.startswith("TP")]
+    if len(ep1) != 1 or len(tp1) != 1:
+        raise DataError("the EP/TP volume table needs one TP and one EP row at 1 token")
+    dpep = _layout(fit, system, f"DP attention + EP{gpus} experts")
+    per_token = m.hidden * (2 + 2)  # dispatch + combine in bf16, ep_vs_tp_volume's defaults
+    return EpFacts(remote=float(ep1.bytes_sent_per_gpu.iloc[0]) * gpus / per_token, n_routed=m.n_routed,
+                   top_k=m.top_k, ep_tp_ratio=float(wide["EP / TP"].iloc[-1]), tp_rounds=int(tp1.rounds.iloc[0]),
+                   dpep_GiB=float(dpep.weights_per_gpu_GiB), dpep_kv=float(dpep.kv_tokens_per_gpu),
+                   budget_GiB=float(dpep.budget_GiB))

@@ -1,0 +1,167 @@
+"""Chapter 06, sections 1 to 4: the recorded link, the P2P matrix, the copy sweeps and the harness floor.
+
+The values each section glues are a frozen dataclass whose fields are the glue keys (glue_all glues them);
+the sentences that depend on the machine or the mode are whole variants chosen here."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from helpers.core.pick import PickError
+
+
+# ------------------------------------------------------------------------------------------ 1. recorded link
+@dataclass(frozen=True)
+class RecordedLink:
+    """The recorded VM's copy sweep and its alpha-beta fit, as section 1 cites them."""
+    hidden: int                 # hidden size (elements per token)
+    rec_small_us: float         # the smallest recorded copy's time (recorded)
+    rec_small_kib: float        # its size
+    rec_alpha_us: float         # the fit's alpha (derived)
+    rec_beta_GBps: float        # the fit's beta (derived)
+    rec_fit_err_pct: float      # the fit's largest relative error
+    rec_crossover_kib: float    # where alpha and size/beta are equal (derived)
+
+
+def recorded_link(recorded: pd.DataFrame, fit: pd.Series, decode: pd.DataFrame) -> RecordedLink:
+    """The recorded VM's copy sweep and its alpha-beta fit, as the chapter's first section cites them."""
+    if recorded.empty:
+        raise PickError("recorded link: the recorded copy sweep has no GPU-to-GPU rows (data/recorded/copy_sweep.csv)")
+    small = recorded.sort_values("size_bytes").iloc[0]
+    return RecordedLink(hidden=int(decode.hidden_size.iloc[0]), rec_small_us=float(small.time_us),
+                        rec_small_kib=float(small.size_bytes / 1024), rec_alpha_us=float(fit.alpha_us),
+                        rec_beta_GBps=float(fit.beta_GBps), rec_fit_err_pct=float(100 * fit.max_rel_err),
+                        rec_crossover_kib=float(fit.alpha_us * fit.beta_GBps * 1e3 / 1024))
+
+
+# ------------------------------------------------------------------------------------------ 2. P2P matrix
+@dataclass(frozen=True)
+class P2PPanel:
+    codes: list | None      # this machine's N x N codes, or None (nothing to draw)
+    label: str              # under the panel: whose matrix, or why there is none
+    note: str               # the sentence the chapter glues (p2p_note)
+
+
+def p2p_panel(probe: dict | None, live: bool, gpus: int, cuda_matrix: pd.DataFrame | None = None) -> P2PPanel:
+    """Where this machine's P2P matrix comes from: the environment probe of this run (`probe`, or None
+    where it did not run), else CUDA's peer-access answer (`cuda_matrix`, copies.p2p_matrix) on a GPU
+    machine, else none (no GPU, or recorded mode)."""
+    if probe and probe.get("p2p_read"):
+        return P2PPanel(probe["p2p_read"], "measured: this machine, environment probe",
+                        "The P2P matrix of this machine comes from the environment probe of this run.")
+    if live and gpus:
+        if cuda_matrix is None:
+            raise PickError("P2P panel: a GPU machine without a probe matrix needs CUDA's peer-access answer "
+                            "(pass cuda_matrix=helpers.interconnect.copies.p2p_matrix())")
+        codes = [["X" if v == "self" else ("OK" if v == "yes" else "NS") for v in r] for r in cuda_matrix.values]
+        why = ("The environment probe of this run has no P2P matrix (it needs two GPUs or more)" if probe
+               else "The environment probe did not run in this run")
+        return P2PPanel(codes, "measured: this machine, CUDA peer access",
+                        why + ", so this machine's matrix is CUDA's peer-access answer "
+                              "(torch.cuda.can_device_access_peer), shown as OK or NS.")
+    why = "this machine has no GPU, so it has no P2P matrix." if live else "in recorded mode this machine is not examined."
+    lead = "" if probe else "The environment probe did not run in this run; "
+    return P2PPanel(None, "this machine: " + ("no GPU" if live else "recorded mode, nothing measured"),
+                    lead + (why if lead else why[0].upper() + why[1:]))
+
+
+# ------------------------------------------------------------------------------------------ 3. copy sweeps
+def where_measured(live: bool, machine_label: str = "", sweep: str = "") -> str:
+    return (f"measured on this machine ({machine_label}) with the `{sweep}` sweep" if live
+            else "recorded mode: nothing measured on this machine")
+
+
+@dataclass(frozen=True)
+class LargestCopy:
+    """The bandwidth at the largest size measured, as section 3 cites it (recorded mode: NaN)."""
+    big_bw: float       # GB/s, the best harness of the cited path
+    big_path: str       # the path cited: same device where there is one, else the first
+    big_mib: float      # the largest size measured
+
+
+def largest_copy(cs: pd.DataFrame | None) -> tuple[LargestCopy, pd.DataFrame | None]:
+    """The bandwidth per path and harness at the largest size measured (GB/s) and the figure the text
+    cites: the best harness of the same-device path (else the first path). Recorded mode: NaN."""
+    if cs is None or not len(cs):
+        return LargestCopy(float("nan"), "none (recorded mode)", float("nan")), None
+    top = cs.size_bytes.max()
+    big = cs[cs.size_bytes == top].pivot_table(index="path", columns="harness", values="bandwidth_GBps")
+    path = "same_device" if "same_device" in big.index else big.index[0]
+    table = big.rename(columns=lambda c: f"{c} (GB/s)").round(1)
+    return LargestCopy(float(big.loc[path].max()), path.replace("_", " "), float(top / 2**20)), table
+
+
+# ------------------------------------------------------------------------------------------ 4. harness floor
+def decode_copy_table(cs: pd.DataFrame | None, decode_sizes) -> pd.DataFrame | None:
+    """Median time per copy at the decode sizes, per path and harness (measured), or None."""
+    if cs is None or not len(cs):
+        return None
+    tab = cs[cs.size_bytes.isin(list(decode_sizes))].pivot_table(index=["path", "harness"], columns="size_bytes",
+                                                                  values="time_us")
+    return tab.rename(columns=lambda c: f"{c / 1024:g} KiB (us)").round(2)
+
+
+def _copy_time(cs, path, harness, size) -> float:
+    g = cs[(cs.path == path) & (cs.harness == harness) & (cs.size_bytes == size)]
+    return float(g.time_us.iloc[0]) if len(g) else float("nan")
+
+
+@dataclass(frozen=True)
+class HarnessFloor:
+    """How much of the recorded one-token copy a Python-issued copy on this machine explains (section 4)."""
+    floor_eager_us: float       # the one-token copy issued from Python (measured; NaN in recorded mode)
+    floor_graph_us: float       # the same inside a CUDA graph
+    floor_share_pct: float      # the eager copy's share of the recorded one-token time (derived)
+    harness_text: str           # the variant for a GPU run, a CPU run or recorded mode
+
+
+def harness_floor(cs: pd.DataFrame | None, recorded_small: pd.Series, machine_label: str = "") -> HarnessFloor:
+    """How much of the recorded one-token copy a Python-issued copy on this machine explains: the same
+    copy within one GPU (or in CPU memory without a GPU) eager and in a CUDA graph, its share of the
+    recorded time, and `harness_text`, the variant for a GPU run, a CPU run or recorded mode."""
+    if cs is None or not len(cs):
+        return HarnessFloor(float("nan"), float("nan"), float("nan"),
+                            "Recorded mode measures nothing, so the harness floor is unknown here; run the "
+                            "chapter with `mode = \"auto\"` on a GPU machine to measure it.")
+    gpu = (cs.path == "same_device").any()
+    path, one_token, rec = ("same_device" if gpu else "cpu_memcpy"), int(recorded_small.size_bytes), float(recorded_small.time_us)
+    eager, graph = _copy_time(cs, path, "eager", one_token), _copy_time(cs, path, "graph", one_token)
+    if np.isnan(eager):
+        raise PickError(f"harness floor: no {path} eager copy of {one_token} B (one token) in the copy sweep")
+    share = eager / rec
+    text = _gpu_floor_text(cs, one_token, eager, graph, share, rec, machine_label) if gpu else (
+        f"This machine has no GPU, so there is no CUDA launch to measure: a Python-issued CPU copy of one token "
+        f"costs {eager:.2f} us here (measured, cpu memcpy), {100 * share:.0f} % of the recorded {rec:.1f} us. "
+        "That bounds only the Python and dispatch part of the harness; the launch and completion costs of a "
+        "GPU copy need a GPU run (use `sweep = \"full\"` there).")
+    return HarnessFloor(eager, graph, 100 * share, text)
+
+
+def _gpu_floor_text(cs, one_token: int, eager: float, graph: float, share: float, rec: float, machine_label: str) -> str:
+    """The GPU run's harness sentence: within one GPU, through host memory, and GPU to GPU where measured."""
+    hb_h = "graph" if np.isfinite(_copy_time(cs, "host_bounce", "graph", one_token)) else "queued"
+    hb_e, hb_x = _copy_time(cs, "host_bounce", "eager", one_token), _copy_time(cs, "host_bounce", hb_h, one_token)
+    text = (f"On this machine ({machine_label}; measured) a one-token copy within one GPU costs {eager:.1f} us issued "
+            f"from Python and {graph:.2f} us inside a CUDA graph, so issuing it costs about {eager - graph:.1f} us. "
+            f"That harness floor alone is {100 * share:.0f} % of the recorded {rec:.1f} us (derived: a different GPU, "
+            "host and driver, so an estimate of the share, not a decomposition of the original measurement). "
+            f"Through host memory the same copy takes {hb_e:.1f} us eager and {hb_x:.1f} us "
+            f"{'in a graph' if hb_h == 'graph' else 'queued'} here.")
+    return text + _peer_clause(cs, one_token)
+
+
+def _peer_clause(cs, one_token: int) -> str:
+    """GPU 0 to GPU 1, eager and queued: none where the sweep has no peer copy (one GPU); PickError where it
+    has peer copies but not the one-token eager or queued one the clause cites (copy_skipped says why)."""
+    if not (cs.path == "peer").any():
+        return ""
+    pe, pq = _copy_time(cs, "peer", "eager", one_token), _copy_time(cs, "peer", "queued", one_token)
+    if not (np.isfinite(pe) and np.isfinite(pq)):
+        raise PickError(f"harness floor: the copy sweep has peer copies but no one-token ({one_token} B) peer copy "
+                        f"{'eager' if np.isnan(pe) else 'queued'}; its skipped table (copy_skipped) says why")
+    return (f" Directly from GPU 0 to GPU 1 it takes {pe:.1f} us issued from Python through torch, which "
+            f"fences the two GPUs' streams around every such copy, and {pq:.2f} us queued with "
+            "cudaMemcpyPeerAsync as p2pBandwidthLatencyTest issues it: on this link the fences and the "
+            "launch cost far more than the copy.")

@@ -1,0 +1,98 @@
+"""The decision rule's conclusion, chosen from the scenarios' evidence against the thresholds, page 1's
+status line for it, and the weight-bytes ceiling of a decode step."""
+from __future__ import annotations
+
+import pandas as pd
+
+from helpers.model import arith as ma
+from helpers.model import budget as bd
+from helpers.model import kernels as kt
+from helpers.model import measured as mb
+from helpers.model.verdict.ranges import CANNOT, EXPLAINS, VerdictInputError
+
+# -------------------------------------------------------------------------------------------- conclusion
+CONCLUSIONS = {
+    "explains": ("The all-reduce measured on a VM ({how}) costs at least what the host path needs to explain "
+                 "{pct_hi:.0f} % of the lost time at both ends: the seeds' claim holds; restoring P2P is the remedy."),
+    "cannot": ("The all-reduce measured on a VM ({how}) costs too little for the host path to explain more than "
+               "{pct_lo:.0f} % of the lost time at both ends: the seeds' claim fails, and the loss lies elsewhere "
+               "(the named alternatives)."),
+    "partly": ("The all-reduce measured on a VM ({how}) puts the host path's share of the lost time at "
+               "{share_1:.0f} % for one stream and {share_64:.0f} % at concurrency 64: a real part of the loss, "
+               "not all of it."),
+    "unsettled": ("Unsettled: the scenarios with evidence put the host path's share of the lost time between "
+                  "{lo_1:.0f} % and {hi_1:.0f} % for one stream and between {lo_64:.0f} % and {hi_64:.0f} % at "
+                  "concurrency 64, across the {explain_lo:.0f} % and {explain_hi:.0f} % marks. An 8-rank "
+                  "all-reduce timed on that VM decides it: at least {t80_1:.0f} µs at {kib_1:.0f} KiB and "
+                  "{t80_64:.0f} µs at {kib_64:.0f} KiB means the host path explains {explain_hi:.0f} % or more; "
+                  "at most {t25_1:.0f} µs and {t25_64:.0f} µs means {explain_lo:.0f} % or less."),
+    "settled_low": ("Every scenario with evidence puts the host path's share of the lost time at {hi_1:.0f} % or "
+                    "less for one stream and {hi_64:.0f} % or less at concurrency 64: on this evidence the seeds' "
+                    "claim fails."),
+    "settled_high": ("Every scenario with evidence puts the host path's share of the lost time at {lo_1:.0f} % or "
+                     "more for one stream and {lo_64:.0f} % or more at concurrency 64: on this evidence the seeds' "
+                     "claim holds."),
+}
+
+
+def decide(evidence: pd.DataFrame, thresholds: pd.DataFrame) -> tuple[str, dict]:
+    """The chapter's conclusion, chosen from data: a measured scenario (kind 'measured') decides where
+    there is one; otherwise the envelope of the derived scenarios, against EXPLAINS and CANNOT."""
+    if not len(evidence):
+        raise VerdictInputError("no host-path evidence to decide from")
+    th = {int(t.concurrency): t for t in thresholds.itertuples()}
+    vals = {"explain_hi": 100 * EXPLAINS, "explain_lo": 100 * CANNOT}
+    for c in (1, 64):
+        vals.update({f"t80_{c}": th[c].explains_80_us, f"t25_{c}": th[c].explains_25_us,
+                     f"kib_{c}": th[c].message_bytes / 1024})
+    measured = evidence[evidence["kind"] == "measured"]
+    if len(measured):
+        key = measured["scenario_key"].iloc[0]
+        mrows = measured[measured["scenario_key"] == key]
+        sh = {int(r.concurrency): r.share_mid for r in mrows.itertuples()}
+        vals.update({"how": mrows["scenario"].iloc[0], "share_1": 100 * sh[1], "share_64": 100 * sh[64],
+                     "pct_hi": 100 * EXPLAINS, "pct_lo": 100 * CANNOT})
+        if min(sh.values()) >= EXPLAINS:
+            return "explains", vals
+        if max(sh.values()) <= CANNOT:
+            return "cannot", vals
+        return "partly", vals
+    for c in (1, 64):
+        e = evidence[evidence["concurrency"] == c]
+        vals[f"lo_{c}"] = 100 * max(0.0, float(e["share_low"].min()))
+        vals[f"hi_{c}"] = 100 * min(1.0, float(e["share_high"].max()))   # a model can price more than the loss
+    if vals["hi_1"] <= 100 * CANNOT and vals["hi_64"] <= 100 * CANNOT:
+        return "settled_low", vals
+    if vals["lo_1"] >= 100 * EXPLAINS and vals["lo_64"] >= 100 * EXPLAINS:
+        return "settled_high", vals
+    return "unsettled", vals
+
+
+#: the one-line status page 1 gives, by the decision rule's case
+STATUS = {
+    "unsettled": "No all-reduce was ever timed on that VM, so the question stays open.",
+    "settled_low": "Every model with evidence prices it below the 25 % mark: the seeds' claim fails on this evidence.",
+    "settled_high": "Every model with evidence prices it above the 80 % mark: the seeds' claim holds on this evidence.",
+    "explains": "An all-reduce measured on a VM settles it: the host path is the loss.",
+    "cannot": "An all-reduce measured on a VM settles it: the host path is not the loss.",
+    "partly": "An all-reduce measured on a VM puts it between the 25 % and 80 % marks: part of the loss.",
+}
+
+
+def conclusion(evidence: pd.DataFrame, thresholds: pd.DataFrame) -> tuple[str, str]:
+    """(case, sentence) of the decision rule."""
+    case, vals = decide(evidence, thresholds)
+    return case, CONCLUSIONS[case].format(**vals)
+
+
+# -------------------------------------------------------------------------------------------- ceilings
+def ceiling(m: ma.ModelConfig, batch: int) -> dict:
+    """The weight-bytes floor of one decode step per GPU at TP8 (derived): every byte one rank must read
+    at the checkpoint's precisions (weights of the active experts at this batch, and the KV cache), over
+    the recorded GPU's datasheet bandwidth; and the tokens/s it allows."""
+    base = bd.baseline_scenario(m)
+    bytes_ = float(bd.step_terms(m, base, batch)["bytes_per_gpu"])
+    bw = mb.gpu_bandwidth(kt.RTX).value
+    us = bytes_ / (bw * 1e3)
+    return {"batch": batch, "bytes_per_gpu_GB": bytes_ / 1e9, "floor_ms": us / 1e3, "ceiling_tok_s": batch * 1e6 / us,
+            "bandwidth_GBps": bw}

@@ -1,0 +1,245 @@
+"""The Verdict: every band the diagnosis shows, built once from its inputs: seeded draws of every input,
+the step per draw, bare metal and the VM per host-path scenario, the attribution of the VM's loss and
+the decision rule's thresholds and evidence."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from helpers.model import arith as ma
+from helpers.model import measured as mb
+from helpers.model.verdict.compute import bare_collectives_us, compute_us, parts, routed_us
+from helpers.model.verdict.ranges import (BAND, BARE, CANNOT, EXPLAINS, INPUTS, SAMPLES, SEED, SOFT_GRID, TP, VM,
+                                          Inputs, Observation, VerdictInputError, inputs, observations)
+from helpers.model.verdict.remedy import check_remedies
+from helpers.model.verdict.scenarios import (HostPath, copy_scenarios, measured_scenario, nccl_scenario,
+                                             pair_scenarios, rule_sizes, study_scenario, vm_collectives_us)
+
+@dataclass
+class Verdict:
+    """Every band the chapter shows, built once from its inputs."""
+
+    model: ma.ModelConfig
+    context: int
+    floor_us: float
+    inputs: Inputs
+    scenarios: list[HostPath]
+    samples: int = SAMPLES
+    seed: int = SEED
+    _draws: dict = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, model: str, context: int, floor_us: float, study: mb.PrecisionStudy | None,
+              hostpath_sweep: pd.DataFrame | None = None, vm_allreduce_us: tuple = (0.0, 0.0),
+              ranges: pd.DataFrame | None = None, samples: int = SAMPLES, seed: int = SEED,
+              scenarios: tuple[str, ...] | None = None) -> "Verdict":
+        """Check every input before anything is computed (VerdictInputError naming it)."""
+        m = ma.load_model(model)
+        if not (isinstance(samples, int) and 100 <= samples <= 100_000):
+            raise VerdictInputError(f"samples = {samples!r}: expected an integer from 100 to 100000")
+        ins = inputs(study, ranges)
+        hps = (copy_scenarios(m) + nccl_scenario() + pair_scenarios() + study_scenario(hostpath_sweep)
+               + measured_scenario(float(vm_allreduce_us[0]), float(vm_allreduce_us[1]), m))
+        if scenarios is not None:
+            known = {h.key for h in hps}
+            unknown = [s for s in scenarios if s not in known]
+            if unknown:
+                raise VerdictInputError(f"unknown host-path scenario(s) {unknown}; this run has {sorted(known)}")
+            hps = [h for h in hps if h.key in scenarios]
+        if not hps:
+            raise VerdictInputError("no host-path scenario has evidence: the VM cannot be predicted")
+        observations()          # every observation it is scored against, present (VerdictInputError naming one)
+        check_remedies()
+        return cls(m, int(context), float(floor_us), ins, hps, samples, seed)
+
+    # -- draws
+    def draw(self, system: str) -> dict:
+        """SAMPLES draws of every input for `system` (seeded: the same for every call); 'q' is the
+        host-path scenarios' shared quantile (one all-reduce cost level per draw, correlated across sizes)."""
+        if system not in self._draws:
+            rng = np.random.default_rng(self.seed)
+            d = {}
+            for name in INPUTS:
+                if name == "collective_spread" and system == VM:
+                    d[name] = np.ones(self.samples)
+                    rng.uniform(size=self.samples)   # keep the streams aligned across systems
+                    continue
+                d[name] = self.inputs.get(name, system).draw(rng, self.samples)
+            d["q"] = rng.uniform(size=self.samples)
+            self._draws[system] = d
+        return self._draws[system]
+
+    def mids(self, system: str) -> dict:
+        d = {n: np.array([self.inputs.get(n, system).mid]) for n in INPUTS if not (n == "collective_spread" and system == VM)}
+        if system == VM:
+            d["collective_spread"] = np.ones(1)
+        d["q"] = np.array([0.5])
+        return d
+
+    def scenario(self, key: str) -> HostPath:
+        for h in self.scenarios:
+            if h.key == key:
+                return h
+        raise VerdictInputError(f"unknown host-path scenario {key!r}; this run has {[h.key for h in self.scenarios]}")
+
+    # -- steps
+    def _batches(self, obs_conc: int, soft: bool, draw: dict) -> np.ndarray:
+        if soft:
+            return np.asarray(draw["batch_at_nominal_64"], dtype=float) * obs_conc / 64.0
+        return np.full(len(draw["q"]), float(obs_conc))
+
+    def step_us(self, system: str, batch: np.ndarray, draw: dict, scenario: HostPath | None = None,
+                collectives: bool = True) -> np.ndarray:
+        """Step time per draw at the (possibly fractional) batches given: compute, collectives (bare
+        metal's or the scenario's) and CPU time; fractional batches are interpolated on SOFT_GRID."""
+        batch = np.asarray(batch, dtype=float)
+        uniq = np.unique(batch)
+        if len(uniq) == 1 and float(uniq[0]).is_integer():
+            return self._step_at(system, int(uniq[0]), draw, scenario, collectives)
+        grid = sorted(set(SOFT_GRID) | {int(math.floor(batch.min())), int(math.ceil(batch.max()))})
+        at = {g: self._step_at(system, g, draw, scenario, collectives) for g in grid}
+        gs = np.array(grid, dtype=float)
+        idx = np.clip(np.searchsorted(gs, batch) - 1, 0, len(gs) - 2)
+        lo, hi = gs[idx], gs[idx + 1]
+        w = (batch - lo) / (hi - lo)
+        stack = np.array([at[g] for g in grid])
+        rows = np.arange(len(batch))
+        return stack[idx, rows] * (1 - w) + stack[idx + 1, rows] * w
+
+    def _step_at(self, system, batch, draw, scenario, collectives):
+        p = parts(self.model.key, batch, self.context, self.floor_us)
+        gpu = compute_us(p, draw)
+        if collectives:
+            gpu = gpu + (bare_collectives_us(p, draw) if scenario is None else vm_collectives_us(p, scenario, draw["q"]))
+        return gpu * (1 + draw["cpu_step_fraction"])
+
+    def predict(self, obs: Observation, scenario: HostPath | None = None) -> dict:
+        """Point prediction, 5-95 % band and median of tokens/s for one observation (aggregate at the
+        nominal concurrency, per stream at 1), and whether the observation falls inside the band."""
+        system = obs.system
+        d, mid = self.draw(system), self.mids(system)
+        b = self._batches(obs.concurrency, obs.soft, d)
+        tok = b * 1e6 / self.step_us(system, b, d, scenario)
+        bm = self._batches(obs.concurrency, obs.soft, mid)
+        point = float((bm * 1e6 / self.step_us(system, bm, mid, scenario))[0])
+        lo, hi = np.percentile(tok, BAND)
+        return {"observation": obs.key, "system": system, "what": obs.label, "concurrency": obs.concurrency,
+                "scenario": scenario.label if scenario else "bare-metal NCCL (aiconfigurator)",
+                "scenario_key": scenario.key if scenario else "bare",
+                "observed_tok_s": obs.observed_tok_s, "predicted_tok_s": point, "band_low_tok_s": float(lo),
+                "band_median_tok_s": float(np.median(tok)), "band_high_tok_s": float(hi),
+                "rel_err": (point - obs.observed_tok_s) / obs.observed_tok_s,
+                "inside_band": bool(lo <= obs.observed_tok_s <= hi)}
+
+    def split(self, batch: int) -> dict:
+        """Bare metal's point-prediction step at `batch` by term (ms): experts (routed and router, less the
+        hidden shared expert), attention (its core, projections' share is in 'other'), indexer,
+        collectives, everything else, and CPU time."""
+        p = parts(self.model.key, batch, self.context, self.floor_us)
+        d = self.mids(BARE)
+        comp = float(compute_us(p, {**d, "indexer": np.zeros(1)})[0])   # compute without the indexer
+        att = float((p.attention_roofline + d["attention_kernel"] * (p.attention_standin - p.attention_roofline))[0])
+        idx = float((d["indexer"] * p.indexer)[0])
+        moe = float(routed_us(p, d["routing_skew"])[0]) + p.router
+        coll = float(bare_collectives_us(p, d)[0])
+        other = comp - moe - att
+        cpu = (comp + idx + coll) * float(d["cpu_step_fraction"][0])
+        return {"experts": moe / 1e3, "attention": att / 1e3, "indexer": idx / 1e3, "collectives": coll / 1e3,
+                "other": other / 1e3, "cpu": cpu / 1e3, "step": (comp + idx + coll + cpu) / 1e3}
+
+    def bare_metal(self) -> pd.DataFrame:
+        return pd.DataFrame([self.predict(o) for o in observations() if o.system == BARE])
+
+    def vm(self) -> pd.DataFrame:
+        return pd.DataFrame([self.predict(o, h) for h in self.scenarios for o in observations() if o.system == VM])
+
+    # -- attribution
+    def loss_ms(self, c: int) -> tuple[float, float, float]:
+        """The VM's lost time per step against bare metal at nominal concurrency c (both observed):
+        c/observed_vm - c/observed_bm; at 64 its band follows the decode batch (low: the achieved)."""
+        prim = {(o.system, o.concurrency): o for o in observations() if o.key in ("bm_1", "bm_64", "vm_1", "vm_64")}
+        per_tok = 1e3 / prim[(VM, c)].observed_tok_s - 1e3 / prim[(BARE, c)].observed_tok_s
+        if c == 1:
+            return per_tok, per_tok, per_tok
+        r = self.inputs.get("batch_at_nominal_64", VM)
+        return per_tok * r.low * c / 64, per_tok * r.mid * c / 64, per_tok * r.high * c / 64
+
+    def excess_ms(self, c: int, hp: HostPath, q: float, batch: float | None = None) -> float:
+        """The scenario's collectives minus bare metal's (mid factor) per step at batch c, in ms."""
+        b = int(round(batch if batch is not None else c))
+        p = parts(self.model.key, b, self.context, self.floor_us)
+        bare = sum(n * us for _, _, n, _, us in p.collectives)
+        return float((vm_collectives_us(p, hp, np.array([q]))[0] - bare) / 1e3)
+
+    def attribution(self) -> pd.DataFrame:
+        """Per scenario and end (1, 64): the share of the VM's lost time per step its host path explains,
+        with its band (scenario low/high; at 64 also the decode batch) and what is left unexplained."""
+        rows = []
+        for c in (1, 64):
+            lo_l, mid_l, hi_l = self.loss_ms(c)
+            rng = self.inputs.get("batch_at_nominal_64", VM)
+            batches = (1,) if c == 1 else (rng.low, rng.high)
+            for hp in self.scenarios:
+                mid = self.excess_ms(c, hp, 0.5) / mid_l
+                ends = []
+                for b in batches:
+                    loss = mid_l * (b / c) if c != 1 else mid_l
+                    for q in (0.0, 1.0):
+                        ends.append(self.excess_ms(c, hp, q, b if c != 1 else None) / loss)
+                rows.append({"concurrency": c, "scenario": hp.label, "scenario_key": hp.key, "kind": hp.kind,
+                             "lost_ms_per_step": mid_l, "lost_ms_low": lo_l, "lost_ms_high": hi_l,
+                             "host_path_excess_ms": self.excess_ms(c, hp, 0.5),
+                             "share_explained": mid, "share_low": min(ends), "share_high": max(ends),
+                             "unexplained": 1 - mid})
+        return pd.DataFrame(rows)
+
+    def residuals(self) -> pd.DataFrame:
+        """What the VM's step leaves beyond its predicted compute (mid inputs, bare-metal collectives) at
+        the observed batches 1 and 17: the same left-over at both points fits a latency-bound collective
+        and a fixed per-step tax alike."""
+        mid = self.mids(VM)
+        out = []
+        for o in observations():
+            if o.key not in ("vm_1", "vm_17"):
+                continue
+            step = o.concurrency / o.observed_tok_s * 1e3
+            comp = float(self.step_us(VM, np.array([o.concurrency]), mid, None)[0]) / 1e3
+            out.append({"observation": o.key, "batch": o.concurrency, "observed_step_ms": step,
+                        "predicted_with_bare_metal_collectives_ms": comp, "left_over_ms": step - comp})
+        return pd.DataFrame(out)
+
+    # -- the decision rule
+    def thresholds(self) -> pd.DataFrame:
+        """What an 8-rank all-reduce on the VM must cost for its host path to explain at least EXPLAINS
+        (and at most CANNOT) of the lost time: at one token (c=1) and at 64 tokens (c=64). Counted: the
+        step's all-reduces; the logits all-gather (one a step) is left at bare metal's cost."""
+        s1, s64 = rule_sizes(self.model)
+        rows = []
+        for c, size in ((1, s1), (64, s64)):
+            p = parts(self.model.key, c, self.context, self.floor_us)
+            n_ar = sum(n for _, kind, n, _, _ in p.collectives if kind == "all_reduce")
+            bare = next(us for _, kind, _, _, us in p.collectives if kind == "all_reduce")
+            _, loss, _ = self.loss_ms(c)
+            rows.append({"concurrency": c, "message_bytes": size, "all_reduces_per_step": n_ar,
+                         "bare_metal_us": bare, "lost_ms_per_step": loss,
+                         "explains_80_us": bare + EXPLAINS * loss * 1e3 / n_ar,
+                         "explains_25_us": bare + CANNOT * loss * 1e3 / n_ar})
+        return pd.DataFrame(rows)
+
+    def evidence(self) -> pd.DataFrame:
+        """Each scenario's 8-rank all-reduce at the rule's two sizes (low, mid, high) and the share of the
+        loss it would explain there."""
+        th = self.thresholds()
+        rows = []
+        for hp in self.scenarios:
+            for t in th.itertuples():
+                lo, mid, hi = (float(np.ravel(v)[0]) for v in hp.time("all_reduce", t.message_bytes, TP))
+                share = lambda us: (us - t.bare_metal_us) * t.all_reduces_per_step / 1e3 / t.lost_ms_per_step  # noqa: E731
+                rows.append({"scenario": hp.label, "scenario_key": hp.key, "kind": hp.kind,
+                             "concurrency": t.concurrency, "message_bytes": t.message_bytes, "low_us": lo,
+                             "mid_us": mid, "high_us": hi, "share_low": share(lo), "share_mid": share(mid),
+                             "share_high": share(hi), "evidence": hp.evidence})
+        return pd.DataFrame(rows)

@@ -1,0 +1,96 @@
+"""The remedies of data/reference/remedies.csv, each priced by the verdict (or said not to be), ranked by
+predicted gain with bands."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from helpers.core import recorded
+from helpers.model.verdict.compute import compute_us, parts
+from helpers.model.verdict.ranges import VM, VerdictInputError, observations
+from helpers.model.verdict.scenarios import vm_collectives_us
+
+# -------------------------------------------------------------------------------------------- remedies
+def check_remedies() -> pd.DataFrame:
+    """data/reference/remedies.csv, each mechanism one the verdict can price (or says it cannot)."""
+    t = recorded.load("reference/remedies.csv")
+    bad = sorted(set(t["mechanism"]) - set(PRICED_AS))
+    if bad:
+        raise VerdictInputError(f"data/reference/remedies.csv: mechanism(s) {bad} are not priced by "
+                                f"helpers.model.verdict; known: {sorted(PRICED_AS)}")
+    return t
+
+
+def remedies(v, fits_tp4: bool) -> pd.DataFrame:
+    """Each remedy of data/reference/remedies.csv (priced by `v`, a helpers.model.verdict.Verdict) with its
+    predicted tokens/s at 1 and 64 (band over the host-path scenarios) and gain over the VM as observed;
+    what the investigation tried and found."""
+    table = check_remedies()
+    att = v.attribution()
+    obs = {o.key: o for o in observations()}
+    rows = []
+    for r in table.itertuples(index=False):
+        row = {"remedy": r.remedy, "tried": r.tried, "finding": r.finding, "source": r.source}
+        for c, key in ((1, "vm_1"), (64, "vm_64")):
+            observed = obs[key].observed_tok_s
+            step = c / observed * 1e3   # ms at the nominal batch
+            gains = _remedy_gains(v, r.mechanism, c, step, att, fits_tp4)
+            if gains is None:
+                row.update({f"tok_s_low @{c}": np.nan, f"tok_s_mid @{c}": np.nan, f"tok_s_high @{c}": np.nan,
+                            f"gain_mid @{c}": np.nan})
+                continue
+            lo, mid, hi = gains
+            row.update({f"tok_s_low @{c}": observed * lo, f"tok_s_mid @{c}": observed * mid,
+                        f"tok_s_high @{c}": observed * hi, f"gain_mid @{c}": mid})
+        row["priced_as"] = PRICED_AS[r.mechanism] if r.mechanism != "fewer_gpus" or fits_tp4 else \
+            "not possible: at TP4 the weights do not fit on the recorded GPUs"
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    out = out.sort_values("gain_mid @1", ascending=False, na_position="last", kind="stable").reset_index(drop=True)
+    out.insert(0, "rank", range(1, len(out) + 1))
+    return out
+
+
+PRICED_AS = {
+    "p2p_in_vm": "the host path replaced by bare metal's NCCL: the step loses each scenario's excess (band over scenarios)",
+    "enabler": "no gain alone: it is what a clique needs",
+    "condition": "not a remedy: it decides whether the clique can work",
+    "nccl_tuning": "NCCL's own cost model already picks its fastest protocol; only a measurement under the host path (make run TARGET=vm-emulation) can show a knob that beats it",
+    "tp4_pp2": "four ranks per all-reduce (each scenario at 4 ranks), compute doubled (the stages run one after the other at one batch)",
+    "fewer_gpus": "TP4 on four GPUs",
+    "mtp": "not priced: no acceptance rate for GLM-5 on this deployment is recorded",
+}
+
+
+def _remedy_gains(v, mech: str, c: int, step_ms: float, att: pd.DataFrame, fits_tp4: bool):
+    """(low, mid, high) of observed-step / remedied-step, or None where it is not priced."""
+    if mech in ("enabler", "condition"):
+        return 1.0, 1.0, 1.0
+    if mech in ("mtp",) or (mech == "fewer_gpus" and not fits_tp4):
+        return None
+    if mech == "nccl_tuning":
+        return 1.0, 1.0, 1.0
+    a = att[att["concurrency"] == c]
+    if mech == "p2p_in_vm":
+        saved = a["host_path_excess_ms"].to_numpy()
+        lo_s, hi_s = float(np.clip(saved.min(), 0, None)), float(np.clip(saved.max(), 0, None))
+        mid_s = float(np.clip(np.median(saved), 0, None))
+        f = lambda s: step_ms / max(step_ms - s, 1e-9)  # noqa: E731
+        return f(lo_s), f(mid_s), f(hi_s)
+    if mech in ("tp4_pp2", "fewer_gpus"):
+        mid = v.mids(VM)
+        p = parts(v.model.key, c, v.context, v.floor_us)
+        comp = float(compute_us(p, mid)[0]) / 1e3
+        deltas = []
+        for hp in v.scenarios:
+            try:
+                c8 = float(vm_collectives_us(p, hp, np.array([0.5]))[0]) / 1e3
+                c4 = float(vm_collectives_us(p, hp, np.array([0.5]), ranks=4)[0]) / 1e3
+            except VerdictInputError:
+                continue
+            deltas.append((c8 - c4) - comp)   # TP4 (+PP2 or not): twice the bytes per GPU, compute doubled
+        if not deltas:
+            return None
+        f = lambda dlt: step_ms / max(step_ms - dlt, 1e-9)  # noqa: E731
+        return f(min(deltas)), f(float(np.median(deltas))), f(max(deltas))
+    raise VerdictInputError(f"remedy mechanism {mech!r} is unknown; data/schema.yaml lists the allowed ones")

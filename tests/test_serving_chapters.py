@@ -1,0 +1,162 @@
+"""The serving chapters' modules (helpers.chapters.nan_crash, baselines_tuning, moe_runners): their
+parameter specs against the notebooks' parameters cells, and their derived tables: the seeds'
+disagreements settled from the recorded data."""
+import dataclasses
+
+import pandas as pd
+import pytest
+
+from helpers.chapters import baselines_tuning as bt, moe_runners as mr, nan_crash as nc
+from helpers.core import params
+
+
+def test_each_chapter_validates_its_parameters_cell_with_its_spec():
+    import json
+
+    from helpers import repo_root
+    from papermill.translators import PythonTranslator
+
+    for stem, specs in (("02_nan_crash", nc.PARAMS), ("03_baselines_tuning", bt.PARAMS),
+                        ("04_moe_runners", mr.PARAMS)):
+        nb = json.loads((repo_root() / "notebooks" / f"{stem}.ipynb").read_text())
+        cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+        names = [p.name for p in PythonTranslator.inspect({"source": "".join(cell["source"])})]
+        assert set(names) == set(specs), stem
+        ns = {}
+        exec("".join(cell["source"]), ns)
+        params.validate({k: ns[k] for k in names}, specs)  # the committed defaults are valid
+
+
+def test_total_disagreement_is_two_consistent_runs():
+    t = bt.total_disagreement()
+    assert set(t.experiment) == {"first_baseline", "sweep_256_256"}
+    assert t["total_tok_s (recorded)"].nunique() == 2          # the two totals the seeds disagree on
+    ratios = t["total/output (derived)"]
+    assert ratios.max() / ratios.min() - 1 < 0.01                # each total agrees with its own output figure
+
+
+def test_saturation_claims_tie_to_workloads():
+    s = bt.saturation_claims()
+    assert {"256/256", "128/512", "not stated"} <= set(s.workload)
+    approx = s[(s.workload == "not stated") & s.value.notna()].value.iloc[0]
+    wl, gap = bt.nearest_workload(float(approx), s)
+    assert wl == "128/512" and gap < 0.05
+
+
+def test_headline_uses_the_sweep_and_live_rows():
+    rec = bt.recorded_points()
+    live = pd.DataFrame({"variant": ["v"] * 3, "workload": ["8/8"] * 3, "concurrency": [1, 4, 16],
+                         "output_throughput": [10.0, 35.0, 30.0]})
+    h = bt.headline_table(rec, live, "here")
+    sweep = rec[(rec.experiment == "sweep_256_256") & (rec.metric == "output_throughput") & (rec.concurrency == 64)]
+    assert h.iloc[0].saturated_tok_s == pytest.approx(float(sweep.value.iloc[0]))
+    m = h[h.who == "measured: here"].iloc[0]
+    assert m.max_concurrency == 4 and m["scaling (derived)"] == pytest.approx(3.5)
+
+
+def test_spread_and_verdicts():
+    df = pd.DataFrame({"runner": ["a"] * 3 + ["b"] * 3 + ["c"] * 3, "workload": ["w"] * 9, "concurrency": [1] * 9,
+                       "output_throughput": [100, 102, 98, 101, 99, 103, 150, 152, 149]})
+    sp = mr.repeat_spread(df)
+    v = mr.distinguishable(sp).set_index(["a", "b"])
+    assert v.loc[("a", "b"), "verdict"] == "within noise"
+    assert v.loc[("a", "c"), "verdict"] == "a real difference"
+
+
+def _live_matrix():
+    return pd.DataFrame({"name": ["healthy", "nan-weights"], "outcome": ["ok", "nan"], "wall_s": [5.0, 7.5],
+                         "log_excerpt": ["", "a\nprobability tensor contains either inf, nan"],
+                         "backend_lines": [[], ["attention backend: sdpa"]]})
+
+
+def test_matrix_phrases_live_and_not():
+    from helpers.core import recorded
+
+    m = recorded.load("recorded/backend_matrix.csv")
+    assert nc.matrix_status(None, "", "no GPU") == "no live matrix (no GPU)"
+    live = _live_matrix()
+    assert nc.matrix_status(live, "here", "") == ("2 configurations were launched live (here), ending in 2 "
+                                                       "different outcomes in 12 s")
+    assert nc.matrix_live_facts(None, "") is None and nc.matrix_live_facts(live, "here").live_n == 2
+    rows = nc.matrix_rows(m, live)
+    assert len(rows) == len(m) + 2 and rows[-1] == ("nan-weights", "nan", "measured")
+    logs = nc.failure_logs(live)
+    assert "**nan-weights** (nan)" in logs and "healthy" not in logs and "attention backend: sdpa" in logs
+
+
+def test_sweep_and_profile_phrases():
+    live = pd.DataFrame({"variant": ["v", "v"], "workload": ["8/8", "8/8"], "concurrency": [1, 4],
+                         "output_throughput": [10.0, 30.0], "failed": [0, 1], "duration_s": [2.0, 3.0]})
+    assert bt.sweep_status(None, "", "why") == "no live sweep (why)"
+    assert bt.sweep_status(live, "here", "") == "2 points were swept live on here, with 1 failed requests in 5 s of benchmarking"
+    head = bt.headline_table(bt.recorded_points(), live, "here")
+    assert bt.live_headline(head).live_scaling == pytest.approx(3.0)
+    assert "scaled 3.0x" in bt.scaling_phrase(head, "") and "concurrency 4" in bt.scaling_phrase(head, "")
+    recorded_only = bt.headline_table(bt.recorded_points(), None, "here")
+    assert bt.live_headline(recorded_only) is None and bt.scaling_phrase(recorded_only, "x") == "no live sweep (x)"
+    assert bt.profile_phrase(None, "no NVML") == "none was sampled (no NVML)"
+    prof = pd.DataFrame({"concurrency": [1, 16], "util_gpu_pct": [40.0, 97.0], "util_mem_pct": [10.0, 30.0],
+                         "power_pct_of_limit": [30.0, 55.0], "n_samples": [5, 9]})
+    assert bt.profile_phrase(prof, "").startswith("at concurrency 16 this machine's GPU was busy 97 %")
+
+
+def test_runner_phrase():
+    df = pd.DataFrame({"runner": ["a"] * 2 + ["b"] * 2, "workload": ["w"] * 4, "concurrency": [1] * 4,
+                       "output_throughput": [100, 110, 200, 210]})
+    sp = mr.repeat_spread(df)
+    v = mr.distinguishable(sp)
+    assert dataclasses.asdict(mr.runner_live_facts(sp, v)) == {"live_max_noise_pct": pytest.approx(100 * 10 / 105),
+                                              "live_n_real": 1, "live_n_pairs": 1}
+    assert "1 of 1 runner pairs differ" in mr.runner_phrase(sp, v, 2, "")
+    assert mr.runner_phrase(None, None, 2, "no engine") == "no live comparison (no engine)"
+    refused = pd.DataFrame({"runner": ["a"], "outcome": ["unsupported"], "detail": [""]})
+    assert mr.runner_phrase(None, None, 2, "", refused) == "no runner served, so none was swept (a: unsupported)"
+
+
+def test_serving_figures():
+    from helpers.core import plotting
+    from helpers.serving import classify
+
+    rec = bt.recorded_points()
+    live = pd.DataFrame({"variant": ["v"] * 2, "workload": ["8/8"] * 2, "concurrency": [1, 4],
+                         "output_throughput": [10.0, 30.0]})
+    for per_stream in (False, True):
+        ax = plotting.serving_sweeps(rec, live, bt.server_log_point(), per_stream).axes[0]
+        assert ax.get_xscale() == "log" and any("measured: this machine: v" in t.get_text()
+                                                for t in ax.get_legend().get_texts())
+    fig = plotting.outcome_matrix([("a", "ok", "recorded"), ("b", "nan", "measured")], classify.OUTCOMES)
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["recorded: a", "measured: b"]
+    with pytest.raises(ValueError, match="'exploded'"):
+        plotting.outcome_matrix([("a", "exploded", "measured")], classify.OUTCOMES)
+    rr = mr.recorded_runners(bt.recorded_serving())
+    assert plotting.runner_spread(rr[rr.metric == "output_throughput"], None).axes[0].get_yscale() == "log"
+
+
+def test_one_runner_has_no_pairs_and_the_run_keeps_its_tables(tmp_path):
+    from helpers.core import layout
+
+    df = pd.DataFrame({"runner": ["a"] * 2, "repeat": [0, 1], "workload": ["w"] * 2, "concurrency": [1] * 2,
+                       "output_throughput": [100.0, 110.0]})
+    sp = mr.repeat_spread(df)
+    v = mr.distinguishable(sp)
+    assert v.empty and list(v.columns) == mr.VERDICT_COLUMNS
+    assert mr.runner_live_facts(sp, v) == mr.LiveRunners(pytest.approx(100 * 10 / 105), 0, 0)
+    run = layout.Run(tmp_path, "04_moe_runners")
+    for name, table in (("sweep", df), ("spread", sp), ("verdicts", v)):
+        run.save(name, table)                       # declared in helpers.core.layout.RESULTS, columns checked
+        assert list(run.load(name).columns) == list(table.columns)
+    with pytest.raises(layout.LayoutError, match="lacks its declared columns"):
+        run.save("spread", sp.drop(columns=["range_pct"]))
+
+
+def test_glued_values_are_dataclasses_named_by_their_glue_keys():
+    from helpers.core import recorded
+
+    m = recorded.load("recorded/backend_matrix.csv")
+    facts = nc.matrix_facts(m)
+    assert dataclasses.is_dataclass(facts) and facts.rec_n_configs == len(m)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        facts.rec_n_nan = 0
+    s = bt.recorded_serving()
+    assert [f.name for f in dataclasses.fields(bt.sweep_facts(s))][:2] == ["rec_achieved_conc", "rec_single"]
+    assert mr.runner_facts(s).rec_inside in ("inside", "outside")
