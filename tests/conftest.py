@@ -63,7 +63,7 @@ def glm5_mini_fp8_product_errors():
 
 # --------------------------------------------------------------------------- the unit tier's rule, enforced
 # The unit tier (`make test-fast`: every test marked neither integration, slow nor gpu) is deterministic,
-# starts no process, builds or runs no model and does not sleep, so that the whole tier takes seconds
+# starts no process, builds or runs no model and does not sleep, so that the whole tier takes under a minute
 # (CONTRIBUTING.md, "Tests"). While a unit test sets up, runs and tears down, the calls that would break the
 # rule raise UnitTierError, and the test fails even where the code under test catches that error.
 import os as _os  # noqa: E402
