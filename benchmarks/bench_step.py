@@ -117,16 +117,16 @@ def main(argv=None) -> int:
         if dist.get_rank():
             sys.stdout.flush(), sys.stderr.flush()
             os._exit(0)
-    t = res["timings"]
-    print(f"sweep: {len(t)} rows in {time.monotonic() - t0:.1f} s wall ({res['meta']['sweep_s']:.1f} s in sweep), "
-          f"precision {cfg.dtype}, experts {res['meta']['moe_impl']}, {cfg.fusion}"
-          f"{' (compiled)' if res['meta'].get('compiled') else ''}: compile {res['meta'].get('compile_s', 0):.1f} s "
-          f"in {res['meta'].get('compiles', 0)} compilations")
+    t = res.timings
+    print(f"sweep: {len(t)} rows in {time.monotonic() - t0:.1f} s wall ({res.meta['sweep_s']:.1f} s in sweep), "
+          f"precision {cfg.dtype}, experts {res.meta['moe_impl']}, {cfg.fusion}"
+          f"{' (compiled)' if res.meta.get('compiled') else ''}: compile {res.meta.get('compile_s', 0):.1f} s "
+          f"in {res.meta.get('compiles', 0)} compilations")
     steps = t[t.what == "step"].copy()
     steps["tok_s"] = steps.batch * 1e6 / steps.median_us
     print(steps[["batch", "context", "mode", "attention", "overlap", "median_us", "p10_us", "p90_us", "tok_s",
                  "kernels"]].to_string(index=False))
-    by = res["bytes"]
+    by = res.bytes
     if len(by):
         tot = by[by.attention == "dense"].groupby(["context", "batch"])[["bytes_emulated", "bytes_checkpoint"]].sum()
         print(f"MiB read per step ({cfg.dtype} as emulated, and the checkpoint's formats):")

@@ -101,7 +101,7 @@ for f in ("timings.csv", "bytes.csv"):
     t = pd.read_csv(d / f)
     t["source"] = study
     t.to_csv(d / f, index=False)
-t, meta = res["timings"], res["meta"]
+t, meta = res.timings, res.meta
 sweeps = meta["sweeps"]
 dev = next((m.get("device_name") for m in sweeps.values()), "unknown")
 lines = [f"# The fused decode step in bf16 and in FP8 on one {dev} ({os.environ['DATE']})", "",
@@ -153,7 +153,7 @@ comp = t[(t["mode"] == "graph") & (t.context == 384) & t.batch.isin([1, 64]) & t
 if len(comp):
     print("each component alone at context 384, us:")
     print(comp.pivot_table(index=["batch", "what"], columns=["dtype", "fusion"], values="median_us").round(1).to_string())
-b = res["bytes"]
+b = res.bytes
 if len(b):
     g = b[(b.attention == "dense") & (b.context == 384) & b.batch.isin([1, 64])]
     print("GiB read per step at context 384 (emulated; checkpoint formats):")

@@ -242,10 +242,10 @@ def _sweep(points, arm="host"):
                          for (n, s), t in points.items()])
 
 
-def _result(points: dict, runs: list[tuple]) -> dict:
+def _result(points: dict, runs: list[tuple]) -> hp.StudyResult:
     sweep = pd.concat([_sweep(p, arm=a) for a, p in points.items()], ignore_index=True)
     r = pd.DataFrame([{"arm": a, "world_size": n, "status": st, "points": 0, "message": ""} for a, n, st in runs])
-    return {"sweep": sweep, "runs": r, "statements": []}
+    return hp.StudyResult(sweep, r, [], None)
 
 
 def test_the_section_says_plainly_when_the_study_did_not_run():
@@ -271,7 +271,7 @@ def test_the_section_cites_four_ranks_measured_and_eight_derived_and_names_a_fai
     assert "At 8 ranks, not measured here, it would take 60.0 us (derived:" in t   # ring steps: 2 -> 30, 6 -> 40, 14 -> 60
     assert "`host+PROTO=LL` was fastest at 4 of 4 decode sizes, 10.0 us below the plain host path" in t
     assert "2 launches failed or timed out (`host+cuda_memcpy+vm_topology` at 2 ranks and " in t
-    tab = ch.hostpath_decode_table(res["sweep"], DEC)
+    tab = ch.hostpath_decode_table(res.sweep, DEC)
     assert tab.loc[("host", 8, "derived (ring_steps)"), "12 KiB (us)"] == 60.0
     assert tab.loc[("host", 4, "measured"), "768 KiB (us)"] == 40.0
     assert ch.hostpath_summary(res, True, 4, ("host",), DEC).startswith("measured at 4 ranks on this machine, 40.0 us")

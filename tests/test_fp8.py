@@ -161,10 +161,10 @@ def test_the_cpu_sweep_times_fp8(tmp_path):
     cfg = steptime.SweepConfig(model=MINI, tp=2, batches=(2,), contexts=(32,), modes=("eager",), device="cpu",
                                dtype="fp8", repeats=2, eager_repeats=2, time_limit_s=60)
     res = steptime.sweep(cfg, tmp_path, progress=lambda s: None)
-    t = res["timings"]
+    t = res.timings
     assert (t["dtype"] == "fp8").all() and (t.loc[t.what == "step", "median_us"] > 0).all()
-    assert res["meta"]["fp8_support"]["dense_error"] is None and res["meta"]["moe_impl"] in ("grouped_mm", "loop")
-    assert set(res["bytes"]["dtype"]) == {"fp8"}
+    assert res.meta["fp8_support"]["dense_error"] is None and res.meta["moe_impl"] in ("grouped_mm", "loop")
+    assert set(res.bytes["dtype"]) == {"fp8"}
 
 
 @pytest.mark.integration
@@ -204,7 +204,7 @@ def test_gpu_fp8_step_runs_in_graphs_and_matches_bf16():
         assert step.compare_logits(eager, st.logits().float().cpu(), 0.02, metric="l2").ok   # index_add_ order
     cfg = steptime.SweepConfig(model=MINI, tp=2, batches=(1, 4), contexts=(64,), device="cuda", dtype="fp8",
                                repeats=3, eager_repeats=2, time_limit_s=60, op_level=())
-    t = steptime.sweep(cfg, progress=lambda s: None)["timings"]
+    t = steptime.sweep(cfg, progress=lambda s: None).timings
     assert (t["dtype"] == "fp8").all()
     assert set(t["mode"]) == ({"graph", "eager"} if sup.grouped_ok else {"eager"})
 

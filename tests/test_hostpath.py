@@ -164,27 +164,27 @@ def test_the_study_runs_its_arms_on_two_cpu_ranks_and_resumes_finished_points(tm
     cfg = hp.StudyConfig(arms=hp.MAIN_ARMS, world_sizes=(2, 4), **SMALL)
     lines = []
     res = hp.run_study(cfg, tmp_path, log=lines.append, gpus=0, cpus=2)
-    runs = res["runs"].set_index("arm")
+    runs = res.runs.set_index("arm")
     assert runs.loc["default", "status"] == "ok" and runs.loc["default", "new_points"] == 2
     assert (runs.drop("default").status == "skipped").all()
     assert "read by NCCL only" in runs.loc["host+cuda_memcpy+vm_topology", "message"]
-    s = res["sweep"]
+    s = res.sweep
     assert set(s.size_bytes) == {64, 1024} and set(s.arm) == {"default"} and set(s.method) == {hp.CPU_METHOD.label}
     assert (s.arm_settings == "NCCL defaults").all() and s.world_size.eq(2).all()
     assert any("4 ranks need as many CPU cores" in x for x in lines)
     assert any(x.startswith("hostpath [1/4] default, 2 ranks: ok, 2 of 2 points (0 kept, 2 new)") for x in lines)
     assert (tmp_path / "hostpath_runs.csv").exists() and len(pd.read_csv(tmp_path / "hostpath_sweep.csv")) == 2
     # the same settings again: nothing is launched, every point is kept
-    again = hp.run_study(cfg, tmp_path, gpus=0, cpus=2)["runs"].set_index("arm").loc["default"]
+    again = hp.run_study(cfg, tmp_path, gpus=0, cpus=2).runs.set_index("arm").loc["default"]
     assert (again.status, again.kept_points, again.new_points, again.wall_s) == ("ok", 2, 0, 0.0)
     # a wider sweep under the same settings measures only the new size, in the same folder
     wider = hp.StudyConfig(arms=("default",), world_sizes=(2,), **{**SMALL, "max_bytes": 16384})
     r = hp.run_study(wider, tmp_path, gpus=0, cpus=2)
-    row = r["runs"].iloc[0]
+    row = r.runs.iloc[0]
     assert (row.status, row.kept_points, row.new_points, row.points) == ("ok", 2, 2, 4)   # 16 KiB and 12 KiB new
-    assert set(r["sweep"].size_bytes) == {64, 1024, 12288, 16384}
+    assert set(r.sweep.size_bytes) == {64, 1024, 12288, 16384}
     # another study folder resumes from this one: its points are copied in, nothing is launched
-    moved = hp.run_study(wider, tmp_path / "moved", resume_from=tmp_path, gpus=0, cpus=2)["runs"].iloc[0]
+    moved = hp.run_study(wider, tmp_path / "moved", resume_from=tmp_path, gpus=0, cpus=2).runs.iloc[0]
     assert (moved.kept_points, moved.new_points, moved.folder) == (4, 0, row.folder)
 
 
@@ -195,10 +195,10 @@ def test_a_failed_arm_is_reported_and_the_others_still_run(tmp_path, monkeypatch
     assert not hp.ARMS["broken"].nccl_only
     cfg = hp.StudyConfig(arms=("broken", "default"), world_sizes=(2,), **SMALL)
     res = hp.run_study(cfg, tmp_path, gpus=0, cpus=2)
-    runs = res["runs"].set_index("arm")
+    runs = res.runs.set_index("arm")
     assert runs.loc["broken", "status"] == "failed" and runs.loc["broken", "points"] == 0
     assert runs.loc["broken", "message"]
-    assert runs.loc["default", "status"] == "ok" and set(res["sweep"].arm) == {"default"}
+    assert runs.loc["default", "status"] == "ok" and set(res.sweep.arm) == {"default"}
 
 
 def test_resume_from_needs_a_study_folder(tmp_path):
@@ -208,7 +208,7 @@ def test_resume_from_needs_a_study_folder(tmp_path):
 
 def test_a_time_budget_leaves_launches_for_the_next_call(tmp_path):
     cfg = hp.StudyConfig(arms=("default",), world_sizes=(2,), budget_s=1.0, **SMALL)
-    row = hp.run_study(cfg, tmp_path, gpus=0, cpus=2)["runs"].iloc[0]
+    row = hp.run_study(cfg, tmp_path, gpus=0, cpus=2).runs.iloc[0]
     assert row.status == "not started" and "run the study again to resume" in row.message and row.points == 0
 
 

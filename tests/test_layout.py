@@ -93,3 +93,15 @@ def test_a_run_object_writes_under_its_chapter_and_an_empty_run_dir_is_a_fresh_f
     assert lone.folder.is_dir() and lone.folder.name == "06_vm_p2p" and lone.root != tmp_path
     with pytest.raises(layout.LayoutError, match="no result 'bogus' is declared for chapter '06_vm_p2p'"):
         run.save("bogus", {})
+
+
+def test_the_published_run_holds_only_declared_results():
+    """Every file or folder a chapter leaves under results/<chapter>/ in the run the site publishes is one
+    layout.RESULTS declares (older committed runs were made by older code and may hold retired files)."""
+    import re
+
+    site_run = re.search(r"^SITE_RUN \?= (\S+)", (repo_root() / "Makefile").read_text(), re.M).group(1)
+    declared = {(r.chapter, r.file) for r in layout.RESULTS.values()}
+    results = repo_root() / site_run / "results"
+    found = {(ch.name, p.name) for ch in results.iterdir() for p in ch.iterdir()}
+    assert found and not found - declared, f"undeclared in {site_run}: {sorted(found - declared)}"

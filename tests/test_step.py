@@ -159,7 +159,7 @@ def test_cpu_sweep_times_every_point_and_resumes(tmp_path):
                                repeats=2, eager_repeats=2, time_limit_s=30)
     lines = []
     res = steptime.sweep(cfg, tmp_path, progress=lines.append)
-    t = res["timings"]
+    t = res.timings
     assert set(t.columns) == set(steptime.TIMING_COLUMNS)
     steps = t[t.what == "step"]
     assert sorted(steps.batch) == [1, 2] and (steps.median_us > 0).all()
@@ -167,7 +167,7 @@ def test_cpu_sweep_times_every_point_and_resumes(tmp_path):
     assert any("[2/2]" in s for s in lines)
     again = steptime.sweep(cfg, tmp_path, progress=lines.append)
     assert any("done before, skipped" in s for s in lines)
-    assert len(again["timings"]) == len(t)
+    assert len(again.timings) == len(t)
     assert (tmp_path / "meta.json").exists() and (tmp_path / "bytes.csv").exists()
 
 
@@ -186,7 +186,7 @@ def test_gpu_graph_and_eager_agree_and_components_are_timed():
     cfg = steptime.SweepConfig(model=MINI, tp=2, batches=(1, 4), contexts=(64,), device="cuda", repeats=3,
                                eager_repeats=2, time_limit_s=60)
     res = steptime.sweep(cfg)
-    t = res["timings"]
+    t = res.timings
     assert set(t["mode"]) == {"graph", "eager"}
     g = t[(t.what == "step") & (t["mode"] == "graph")]
     assert (g.kernels.fillna(1) > 0).all()

@@ -9,6 +9,7 @@ from helpers.chapters import decode_step as sr
 from helpers.core.pick import PickError as FindingError
 from helpers.model import arith as ma
 from helpers.model import measured as mb
+from helpers.model import steptime
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,7 @@ def test_check_text_variants():
 def test_cpu_text_names_what_the_cpu_timed(meas):
     assert sr.cpu_text(None, None, 8) == ""
     t = meas.timings[(meas.timings.context == 384) & meas.timings.batch.isin([1, 8])]
-    sweep = {"timings": t, "bytes": meas.bytes, "meta": {"device_name": "CPU (test)", "sweep_s": 6.0}}
+    sweep = steptime.SweepResult(t, meas.bytes, {"device_name": "CPU (test)", "sweep_s": 6.0})
     timing = [{"what": "step", "median_us": 22100.0}, {"what": "collectives", "median_us": 6100.0}]
     text = sr.cpu_text(sweep, timing, 8)
     assert text.startswith("On this machine (CPU (test)) the scaled-down model's step took ")
@@ -128,13 +129,13 @@ def cpu_study(tmp_path_factory):
     root = tmp_path_factory.mktemp("prec")
     steptime.sweep(sr.sweep_config(P_CPU, False), root / "sweep", progress=lambda s: None)
     merged, err = sr.time_precisions(P_CPU, root / "sweep", root, device="cpu", progress=lambda s: None)
-    assert err == "" and merged["meta"]["failed"] == {} and set(merged["meta"]["sweeps"]) == {"bf16", "fp8"}
-    t = merged["timings"]
+    assert err == "" and merged.meta["failed"] == {} and set(merged.meta["sweeps"]) == {"bf16", "fp8"}
+    t = merged.timings
     on = t.copy()
     on["overlap"] = True
     on.loc[on["what"] == "step", "median_us"] *= 0.9
     t = pd.concat([t.assign(overlap=False)[t["what"] == "step"], on], ignore_index=True)
-    return mb.PrecisionStudy(t, merged["bytes"], merged["meta"], "a test", "CPU")
+    return mb.PrecisionStudy(t, merged.bytes, merged.meta, "a test", "CPU")
 
 
 @pytest.mark.integration

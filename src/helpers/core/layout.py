@@ -150,6 +150,11 @@ RESULTS: dict[tuple[str, str], Result] = {
                ("batch", "context", "component", "bytes_emulated", "bytes_checkpoint", "distinct_experts")),
         Result("07_decode_step", "step_meta", "step_meta.json",
                "the decode-step measurement's launch floor, copy bandwidth, memory plan and device"),
+        Result("07_decode_step", "sweep", "sweep",
+               "the step sweep's working folder (helpers.model.steptime.sweep): timings.csv and bytes.csv rewritten "
+               "as each point finishes, so an interrupted sweep keeps its points, and meta.json at the end"),
+        Result("07_decode_step", "precision_sweeps", "precision_sweeps",
+               "the FP8 and one-stream sweeps' working folders (sweep-<name>/, as `sweep`), merged into precision_*"),
         Result("07_decode_step", "sharding_check", "sharding_check.csv",
                "the two-rank gloo step against the unsharded one (and a wrong split), scaled-down model"),
         Result("07_decode_step", "precision_times", "precision_times.csv",

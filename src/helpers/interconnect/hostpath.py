@@ -13,9 +13,9 @@ eight ranks where fewer were measured, is helpers.interconnect.growth.
 
     cfg = StudyConfig(arms=arm_names("all"), world_sizes=(2, 4, 8))
     res = run_study(cfg, "runs/<id>/results/06_vm_p2p/hostpath", log=print)
-    res["sweep"]   # one row per arm x world size x size (collectives.tidy columns + ARM_COLUMNS)
-    res["runs"]    # one row per launch: ok, failed, timeout, skipped (with the reason) or not started
-    growth.at_world_size(res["sweep"], 8)   # measured at 8 ranks, or derived from 2 and 4 where 8 was not measured
+    res.sweep      # one row per arm x world size x size (collectives.tidy columns + ARM_COLUMNS)
+    res.runs       # one row per launch: ok, failed, timeout, skipped (with the reason) or not started
+    growth.at_world_size(res.sweep, 8)   # measured at 8 ranks, or derived from 2 and 4 where 8 was not measured
 
 One launch (torchrun) per arm and world size, with a time limit each; a launch that fails is reported
 and the next one runs. Finished points are kept per launch in a folder named by the launch's settings
@@ -395,13 +395,23 @@ RUN_COLUMNS = ["arm", "world_size", "backend", "method", "status", "points", "ke
 STATUSES = ("ok", "failed", "timeout", "skipped", "not started")
 
 
+@dataclass(frozen=True)
+class StudyResult:
+    """A host-path study: its all-reduce points (one row per arm x world size x size), its launches (one
+    row each, with status and reason), the plan's statements and the plan itself."""
+    sweep: pd.DataFrame
+    runs: pd.DataFrame
+    statements: list
+    plan: object
+
+
 def run_study(cfg: StudyConfig, out_dir: str | Path, log: Callable[[str], None] | None = None,
               progress: bool = False, bus_ids: Sequence[str] | None = None, resume_from: str | Path | None = None,
-              gpus: int | None = None, cpus: int | None = None) -> dict:
+              gpus: int | None = None, cpus: int | None = None) -> StudyResult:
     """Run (or resume) the study into `out_dir`: per launch its points under points/<settings>/, the
     run table (hostpath_runs.csv, rewritten after every launch) and the sweep (hostpath_sweep.csv).
-    `resume_from`: another study folder whose finished points are copied in first. Returns {"sweep",
-    "runs", "statements", "plan"}. A launch that fails, hangs or cannot start is a row of the run table;
+    `resume_from`: another study folder whose finished points are copied in first. Returns a
+    StudyResult. A launch that fails, hangs or cannot start is a row of the run table;
     the others still run."""
     from helpers.core.results import save_table
 
@@ -443,7 +453,7 @@ def run_study(cfg: StudyConfig, out_dir: str | Path, log: Callable[[str], None] 
     runs_df = pd.DataFrame(runs, columns=RUN_COLUMNS)
     save_table(out, "hostpath_sweep", sweep)
     save_table(out, "hostpath_runs", runs_df)
-    return {"sweep": sweep, "runs": runs_df, "statements": plan.statements, "plan": plan}
+    return StudyResult(sweep, runs_df, plan.statements, plan)
 
 
 def run_launch(l: Launch, cfg: StudyConfig, out: Path, bus_ids: Sequence[str] | None,
@@ -562,7 +572,7 @@ def main(argv=None) -> int:
     except (StudyError, topology.TopologyError, copybench.SizeError) as e:
         print(f"hostpath: {e}", file=sys.stderr)
         return 2
-    r = res["runs"]
+    r = res.runs
     print(r.groupby("status").size().to_string())
     return 0 if not r.status.isin(["failed", "timeout"]).any() else 1
 

@@ -226,11 +226,19 @@ class SweepConfig:
     seed: int = 0
 
 
+@dataclass(frozen=True)
+class SweepResult:
+    """A decode-step sweep: the timings of every point (TIMING_COLUMNS), the bytes each component reads, and
+    the sweep's metadata (device, plan, compile seconds, failures, ...)."""
+    timings: pd.DataFrame
+    bytes: pd.DataFrame
+    meta: dict
+
+
 def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callable[[str], None] = print,
-          group=None) -> dict:
-    """Every (context, batch, mode) point of `cfg` on one rank: returns {"timings": DataFrame, "meta":
-    dict, "bytes": DataFrame}. With `out_dir`, finished points are appended to timings.csv as they
-    finish and a rerun skips them (resume).
+          group=None) -> SweepResult:
+    """Every (context, batch, mode) point of `cfg` on one rank, as a SweepResult. With `out_dir`, finished
+    points are appended to timings.csv as they finish and a rerun skips them (resume).
 
     With `group` (a torch.distributed process group of cfg.tp processes, one per GPU or CPU rank), every
     process builds its own rank's shard and the step's all-reduces and logits all-gather run over the
@@ -447,7 +455,7 @@ def _finish(meta, routing, first_runs, failures, t_start, rows, byte_rows, out) 
         timings.to_csv(out / "timings.csv", index=False)
         bytes_df.to_csv(out / "bytes.csv", index=False)
         (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
-    return {"timings": timings, "bytes": bytes_df, "meta": meta}
+    return SweepResult(timings, bytes_df, meta)
 
 
 def _device_name(device: str) -> str:
@@ -457,7 +465,7 @@ def _device_name(device: str) -> str:
     return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
-def merge_sweeps(folders: dict[str, str | Path], out_dir: str | Path | None = None) -> dict:
+def merge_sweeps(folders: dict[str, str | Path], out_dir: str | Path | None = None) -> SweepResult:
     """Several sweeps (name -> the out_dir a sweep wrote) as one study: every timing row of each (their
     `dtype` and `overlap` columns tell them apart), the byte rows once per precision, and meta {name: its
     meta.json}. A folder without timings is left out and named in meta["missing"] (one failed sweep does
@@ -493,7 +501,7 @@ def merge_sweeps(folders: dict[str, str | Path], out_dir: str | Path | None = No
         timings.to_csv(out / "timings.csv", index=False)
         bytes_df.to_csv(out / "bytes.csv", index=False)
         (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
-    return {"timings": timings, "bytes": bytes_df, "meta": meta}
+    return SweepResult(timings, bytes_df, meta)
 
 
 #: data/schema.yaml types of a merged study's timings.csv (TIMING_COLUMNS, then the `source` column)

@@ -195,13 +195,13 @@ CPU_TEXT = ("On this machine ({device}) the scaled-down model's step took {point
             "collectives: these exercise the code, not GLM-5's speed.")
 
 
-def cpu_text(sweep: dict | None, rank_timing: list[dict] | None, batch: int) -> str:
+def cpu_text(sweep: "steptime.SweepResult | None", rank_timing: list[dict] | None, batch: int) -> str:
     """What the scaled-down model's CPU sweep (steptime.sweep's result) and the two gloo ranks' timing
     (step.sharding_check's) took; empty where this run timed no CPU."""
     if sweep is None or rank_timing is None:
         return ""
-    meta = sweep["meta"]
-    cs = steps(mb.StepMeasurement(sweep["timings"], sweep["bytes"], meta, "this run", meta["device_name"], ""))
+    meta = sweep.meta
+    cs = steps(mb.StepMeasurement(sweep.timings, sweep.bytes, meta, "this run", meta["device_name"], ""))
     two = pd.DataFrame(rank_timing).set_index("what")["median_us"]
     missing = [w for w in ("step", "collectives") if w not in two.index]
     if missing:

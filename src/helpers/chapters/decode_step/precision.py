@@ -36,7 +36,7 @@ def precision_configs(p: Mapping, device: str = "cuda") -> dict[str, steptime.Sw
 
 
 def time_precisions(p: Mapping, bf16_dir, out_root, device: str = "cuda",
-                    progress=print) -> tuple[dict | None, str]:
+                    progress=print) -> tuple[steptime.SweepResult | None, str]:
     """On a device with scaled FP8 products: the precision_configs sweeps under `out_root`/sweep-<name>,
     merged with the bf16 sweep already in `bf16_dir` (steptime.merge_sweeps); a sweep that fails is left
     out and named in the merged meta's "failed". Returns (the merged study or None, the FP8 trial's error
@@ -58,7 +58,7 @@ def time_precisions(p: Mapping, bf16_dir, out_root, device: str = "cuda",
             failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
             progress(f"the {name} sweep failed: {failed[name]}")
     merged = steptime.merge_sweeps(folders)
-    merged["meta"]["failed"] = failed
+    merged.meta["failed"] = failed
     return merged, ""
 
 

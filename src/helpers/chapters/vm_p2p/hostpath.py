@@ -41,11 +41,11 @@ def hostpath_findings(cfg) -> HostpathExpectation:
                                hp_tuning_max=bytes_label(min(cfg.max_bytes, settings.TUNING_MAX_BYTES)))
 
 
-def hostpath_summary(res: dict | None, live: bool, gpus: int, selected, decode_sizes) -> str:
+def hostpath_summary(res: hp.StudyResult | None, live: bool, gpus: int, selected, decode_sizes) -> str:
     """The summary's line on the host-path study: its one-token figures where it ran, else that it did not."""
     if not (live and selected and gpus >= 2 and res is not None):
         return "not measured in this run (section 9 says what it needs)."
-    s = res["sweep"]
+    s = res.sweep
     s = s[(s.op == "all_reduce") & (s.arm == hp.HOST_ARM)]
     if s.empty:
         return "the study ran, but its host arm gave no point (section 9, runs table)."
@@ -90,7 +90,7 @@ class _Study:
         return _hp_time(self.sweep, self.runs, arm, n, int(size))
 
 
-def hostpath_text(res: dict | None, live: bool, gpus: int, selected, decode_sizes, machine_label: str = "") -> str:
+def hostpath_text(res: hp.StudyResult | None, live: bool, gpus: int, selected, decode_sizes, machine_label: str = "") -> str:
     """The host-path section's sentence: what the study measured (at the largest world size the host arm
     ran, the one-token all-reduce per main arm, the growth from the smallest world size, the eight-rank
     figure derived where eight were not measured, the fastest tuning arm at the decode sizes and the
@@ -104,7 +104,7 @@ def hostpath_text(res: dict | None, live: bool, gpus: int, selected, decode_size
     if gpus < 2 or res is None:
         return (f"The host-path study did not run: this machine has {gpus} GPU{'s' if gpus != 1 else ''}, and it "
                 f"needs {HOSTPATH_NEEDS}.")
-    sweep, runs = res["sweep"], res["runs"]
+    sweep, runs = res.sweep, res.runs
     host = sweep[(sweep.arm == hp.HOST_ARM) & (sweep.op == "all_reduce")]
     if host.empty:
         failed = runs[runs.arm == hp.HOST_ARM]
