@@ -28,12 +28,12 @@ from helpers.chapters.decode_step.values import (ByteValues, EngineValues, Fidel
                                                  FusionValues, KernelValues, MeasurementValues, PrecisionByteValues,
                                                  PrecisionValues, Shapes, SplitValues, TuningValues)
 from helpers.core import params
-from helpers.model import step
+from helpers.model import arith as ma, step
 
 #: the chapter's parameters (name -> helpers.core.params spec)
 PARAMS = {
-    "mode": params.choice("recorded", "auto"), "run_dir": params.string(), "model": params.string(allow_empty=False),
-    "cpu_model": params.string(allow_empty=False), "tp": params.number(1, 1024, integer=True),
+    "mode": params.choice("recorded", "auto"), "run_dir": params.string(), "model": ma.model_param(),
+    "cpu_model": ma.model_param(), "tp": params.number(1, 1024, integer=True),
     "batches": params.number_list(1, 4096, integer=True), "contexts": params.number_list(1, 10**6, integer=True),
     "cpu_batches": params.number_list(1, 4096, integer=True),
     "cpu_contexts": params.depends(params.number_list(1, 10**6, integer=True), ("cpu_batches", "cpu_model"),
