@@ -12,7 +12,7 @@ import yaml
 
 from helpers import repo_root
 from helpers.book import precheck
-from helpers.book.targets import TARGETS_DIR, RunbookError, Target
+from helpers.book.targets import MAX_EXECUTION_TIMEOUT_S, TARGETS_DIR, RunbookError, Target
 from helpers.core import layout
 
 ALWAYS = ("run_dir",)  # parameters the runbook itself sets
@@ -120,8 +120,11 @@ def plan(target: Target, root: Path | None = None, only: list[str] | None = None
             if st["skip"]:
                 continue
             try:
-                problems += precheck.problems(st["stem"], st["notebook"], st["parameters"],
-                                              st["origins"], ALWAYS)
+                found = precheck.problems(st["stem"], st["notebook"], st["parameters"], st["origins"], ALWAYS)
+                slow = None if found else precheck.time_problem(
+                    st["stem"], st["notebook"], st["parameters"], st["origins"], target.execution_timeout,
+                    f"raise execution_timeout in {target.path or 'the target file'} (at most {MAX_EXECUTION_TIMEOUT_S} s)")
+                problems += found + ([slow] if slow else [])
             except precheck.PrecheckError as e:
                 problems.append(str(e))
     if problems:
