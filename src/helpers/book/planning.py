@@ -16,12 +16,21 @@ from helpers.book.targets import MAX_EXECUTION_TIMEOUT_S, TARGETS_DIR, RunbookEr
 from helpers.core import layout
 
 ALWAYS = ("run_dir",)  # parameters the runbook itself sets
+_CACHE: dict[tuple, object] = {}   # _toc.yml's entries and notebooks' declared parameters, by file and mtime
 
 
 def toc_entries(root: Path | None = None) -> list[str]:
     """The docnames of _toc.yml in reading order (root first), e.g. 'notebooks/01_environment'."""
     root = root or repo_root()
-    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    path = root / "_toc.yml"
+    st = path.stat()
+    key = ("toc", str(path.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _CACHE:
+        _CACHE[key] = _toc_entries(yaml.safe_load(path.read_text()))
+    return list(_CACHE[key])
+
+
+def _toc_entries(toc: dict) -> list[str]:
     out = [toc["root"]]
 
     def walk(items):
@@ -50,7 +59,11 @@ def declared_parameters(nb_path: Path) -> dict:
     """The parameters a notebook declares in its `parameters` cell (name -> papermill's info)."""
     import papermill
 
-    return papermill.inspect_notebook(str(nb_path))
+    st = Path(nb_path).stat()
+    key = ("nb", str(Path(nb_path).resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _CACHE:
+        _CACHE[key] = papermill.inspect_notebook(str(nb_path))
+    return dict(_CACHE[key])
 
 
 def parse_chapters(text: str | None, root: Path | None = None) -> list[str] | None:
@@ -112,7 +125,12 @@ def plan(target: Target, root: Path | None = None, only: list[str] | None = None
         steps.append({"docname": doc, "stem": s, "notebook": nb, "parameters": params,
                       "declared": list(declared), "skip": skipped,
                       "origins": {k: target.step_origin(s, k) for k in params}})
-    unused = set(target.parameters) - used_globals
+    for c, values in [("", target.parameters), *target.chapters.items()]:
+        for k in ALWAYS:
+            if k in (values or {}):
+                problems.append(f"{target.origin(c, k)}: parameter {k!r} is set by the runbook itself (the run's "
+                                f"folder: --runs-dir/--run-id), not by a target or -p; remove it")
+    unused = set(target.parameters) - used_globals - set(ALWAYS)
     for k in sorted(unused):
         problems.append(f"{target.origin('', k)}: parameter {k!r} is declared by no chapter")
     if check_values:
