@@ -47,7 +47,7 @@ class Case:
     says: tuple[str, ...] = ()     # phrases a refusal must hold (case-insensitive)
     honour: Callable | None = None  # steps -> True where the plan carries the value (the case must be honoured)
     setup: Callable | None = None  # tmp_path -> extra argv (files made for the case)
-    target: str = "auto"
+    target: str | None = "auto"    # None: no --target (--resume and --render take none)
 
 
 def _steps(target, only):
@@ -242,6 +242,64 @@ CLI_CASES = [
 ]
 
 
+# ---------------------------------------------------------------- --resume, --render and options without effect
+def _folder(kind: str):
+    def setup(tmp: Path) -> list[str]:
+        run = tmp / "runs" / "r"
+        run.mkdir(parents=True)
+        if kind == "torn manifest":
+            (run / "manifest.json").write_text('{"chapters": [')
+        elif kind == "no plan":
+            (run / "manifest.json").write_text('{"chapters": [], "status": "ok"}')
+        elif kind == "a list":
+            (run / "manifest.json").write_text("[1, 2]")
+        return ["--resume", str(run)]
+    return setup
+
+
+def _file_run(tmp: Path) -> list[str]:
+    (tmp / "f").write_text("x")
+    return ["--resume", str(tmp / "f")]
+
+
+RUN_CASES = [Case("--resume/--render", label, argv, says, target=None) for label, argv, says in [
+    ("--resume of no run", ["--resume", "nosuch"], ("nosuch", "no such run")),
+    ("--resume ''", ["--resume", ""], ("--resume ''", "is empty", "give a run folder")),
+    ("--render ''", ["--render", ""], ("--render ''", "is empty", "give a run folder")),
+    ("--out-dir ''", ["--target", "auto", "--out-dir", ""], ("--out-dir ''", "is empty")),
+    ("--resume '../x'", ["--resume", "../x"], ("--resume",)),
+    ("--resume with --target", ["--resume", "r", "--target", "auto"], ("--target", "cannot change")),
+    ("--resume with -p", ["--resume", "r", "-p", "mode=auto"], ("-p", "cannot change")),
+    ("--resume with --chapters", ["--resume", "r", "--chapters", "01_environment"], ("--chapters", "cannot change")),
+    ("--resume with --run-id", ["--resume", "r", "--run-id", "x"], ("--run-id", "cannot change")),
+    ("--render and --resume", ["--render", "r", "--resume", "r"], ("--render and --resume", "give one")),
+    ("--render of no run", ["--render", "nosuch"], ("nosuch", "no such run")),
+    ("--render with --target", ["--render", "r", "--target", "auto"], ("--target", "no effect")),
+    ("--render with -p", ["--render", "r", "-p", "mode=auto"], ("-p", "no effect")),
+    ("--render with --chapters", ["--render", "r", "--chapters", "01_environment"], ("--chapters", "no effect")),
+    ("--render with --no-build", ["--render", "r", "--no-build"], ("--no-build", "no effect")),
+    ("--out-dir with --no-build", ["--no-build", "--out-dir", "/tmp/x"], ("--out-dir", "no effect", "drop")),
+    ("--no-strict with --no-build", ["--no-build", "--no-strict"], ("--no-strict", "no effect", "drop")),
+]] + [Case("--resume/--render", f"--resume of a folder with {kind}", [], says, setup=_folder(kind), target=None)
+      for kind, says in [("no manifest", ("manifest",)), ("torn manifest", ("manifest",)),
+                         ("no plan", ("manifest.json", "not a valid run manifest")), ("a list", ("manifest",))]] + [
+    Case("--resume/--render", "--resume of a file", [], ("--resume",), setup=_file_run, target=None),
+]
+
+
+# ---------------------------------------------------------------- -p NAME (every chapter that declares it)
+GLOBAL_CASES = [Case("parameter value", f"-p {text[:40]} (every chapter)", ["-p", text], says, target=target)
+                for text, says, target in [
+    ("startup_timeout_s=.inf", ("'startup_timeout_s' = inf", "expected", "fix"), "cpu-demo"),
+    ("startup_timeout_s=0", ("'startup_timeout_s' = 0", "expected", "fix"), "cpu-demo"),
+    ("mode=fast", ("'mode' = 'fast'", "expected one of", "fix"), "auto"),
+    ("mode=live", ("07_diagnosis", "'mode' = 'live'", "expected one of"), "auto"),
+    ("model=nosuch", ("'model' = 'nosuch'", "glm5-mini"), "auto"),
+    ("concurrencies=[]", ("'concurrencies' = []", "a list of 1 to"), "cpu-demo"),
+    ("tolerance=-0.5", ("'tolerance' = -0.5", ">= 0.01"), "auto"),
+]]
+
+
 # ---------------------------------------------------------------- inputs that must be honoured
 def _has(stem, name, want):
     return lambda steps: steps[stem]["parameters"].get(name) == want
@@ -269,7 +327,7 @@ HONOURED = [
 
 
 def all_cases() -> list[Case]:
-    return parameter_cases() + SIZE_CASES + TARGET_CASES + P_CASES + CLI_CASES + HONOURED
+    return parameter_cases() + GLOBAL_CASES + SIZE_CASES + TARGET_CASES + P_CASES + CLI_CASES + RUN_CASES + HONOURED
 
 
 # ---------------------------------------------------------------- running one case
@@ -287,7 +345,9 @@ def attempt(case: Case, tmp: Path, monkeypatch) -> tuple[str, str, float]:
 
     monkeypatch.setattr(runbook, "_execute_and_build", recorder)
     extra = case.setup(tmp) if case.setup else []
-    argv = ["--no-build", "--runs-dir", str(tmp / "runs"), "--target", case.target, *case.argv, *extra]
+    argv = ["--runs-dir", str(tmp / "runs"), *case.argv, *extra]
+    if case.target is not None:
+        argv = ["--no-build", "--target", case.target, *argv]
     err = io.StringIO()
 
     def alarm(*_):
@@ -362,7 +422,7 @@ def test_every_bad_input_is_refused_clearly_or_honoured(tmp_path, monkeypatch):
 def test_the_sweep_covers_every_class():
     assert len(CASES) >= 200
     assert set(Counter(c.cls for c in CASES)) >= {"parameter value", "sizes", "target file", "-p syntax", "--runs-dir",
-                                                 "--chapters", "--run-id", "honoured"}
+                                                 "--chapters", "--run-id", "--resume/--render", "honoured"}
     assert sum(c.honour is None for c in CASES) >= 200
 
 
