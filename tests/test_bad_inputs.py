@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import pytest
 
 from helpers import chapters as chapter_modules, repo_root
 from helpers.book import planning, precheck, runbook, targets

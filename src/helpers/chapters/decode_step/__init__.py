@@ -62,7 +62,8 @@ def plan_time(v: dict) -> params.Estimate | None:
 PLAN_TIME = plan_time
 
 __all__ = ["BYTES_BATCHES", "CHAPTER", "CHECK_NOT_RUN", "CHECK_RAN", "CPU_TEXT", "EAGER_TEXT", "EAGER_TEXT_NONE",
-           "FP8_VERDICTS", "FUSION_COLUMNS", "KERNEL_COLUMNS", "PARAMS", "PLAN_TIME", "PRECISION_KEYS", "SGLANG_COMPONENT",
+           "FP8_VERDICTS", "FUSION_COLUMNS", "KERNEL_COLUMNS", "PARAMS", "PLAN_TIME", "PRECISION_KEYS",
+           "SGLANG_COMPONENT",
            "SHARE_KEYS", "SPLIT", "SPLIT_SHOWN", "SPLIT_TAKEAWAY", "ByteValues", "EngineValues", "FidelityValues",
            "Fp8AccuracyValues", "FusionValues", "KernelValues", "MeasurementValues", "PrecisionByteValues",
            "PrecisionValues", "Shapes", "SplitValues", "TuningValues", "bytes_table", "bytes_values", "check_text",
