@@ -6,6 +6,7 @@ Every module of the runbook raises `RunbookError` for a problem with its inputs.
 """
 from __future__ import annotations
 
+import errno
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,7 +116,7 @@ def load_target(name: str, root: Path | None = None) -> Target:
     unknown keys, and keys of the wrong type."""
     root = root or repo_root()
     if not isinstance(name, str) or not name.strip():
-        raise RunbookError(f"--target {name!r}: give a target name ({', '.join(known_targets(root))}) or a YAML file")
+        raise RunbookError(f"--target {short(name)}: give a target name ({', '.join(known_targets(root))}) or a YAML file")
     path = target_path(name, root)
     raw = _read_mapping(path, name, root)
     bad = []
@@ -147,11 +148,18 @@ def _read_mapping(path: Path, name: str, root: Path) -> dict:
     """The target file's top level, a mapping; a missing, unreadable or unparsable file is refused, and
     so is a top level that is not a mapping or holds unknown keys."""
     known = known_targets(root)
+    try:
+        path.stat()
+    except OSError as e:     # not there, or a name longer than the file system allows: no such target
+        if e.errno != errno.ENOENT and len(str(path)) < 1024:
+            raise RunbookError(f"target {short(name)}: {path} cannot be read ({e.strerror})") from None
+        raise RunbookError(f"unknown target {short(name)}; known targets: {', '.join(known)} "
+                           f"(each is a file {TARGETS_DIR}/<name>.yaml, or give the path of a YAML file)") from None
     if path.is_dir():
-        raise RunbookError(f"target {name!r}: {path} is a directory; a target is a YAML file "
+        raise RunbookError(f"target {short(name)}: {path} is a directory; a target is a YAML file "
                            f"({TARGETS_DIR}/<name>.yaml); known targets: {', '.join(known)}")
     if not path.exists():
-        raise RunbookError(f"unknown target {name!r}; known targets: {', '.join(known)} "
+        raise RunbookError(f"unknown target {short(name)}; known targets: {', '.join(known)} "
                            f"(each is a file {TARGETS_DIR}/<name>.yaml, or give the path of a YAML file)")
     try:
         size = path.stat().st_size
