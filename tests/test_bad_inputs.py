@@ -190,13 +190,16 @@ TARGET_CASES = [Case("target file", label, [], says, setup=_target_file(text)) f
 
 
 # ---------------------------------------------------------------- -p syntax
-P_CASES = [Case("-p syntax", f"-p {text!r}", ["-p", text], says) for text, says in [
+P_CASES = [Case("-p syntax", f"-p {text!r}", [a for part in text.split(" -p ") for a in ("-p", part)], says)
+           for text, says in [
     ("foo", ("foo", "NAME=VALUE")), ("=1", ("=1",)), ("", ("-p",)), (".mode=auto", (".mode",)),
     ("a.b.c=1", ("a.b.c",)), ("03_baselines_tuning.=1", ("03_baselines_tuning.",)),
     ("nosuch.mode=auto", ("nosuch",)), ("nosuch=1", ("nosuch",)), ("03_baselines_tuning.nosuch=1", ("nosuch",)),
     ("mode={a", ("mode",)), ("mode=[unclosed", ("mode",)), ("mode", ("mode", "NAME=VALUE")),
     ("mode=auto=x", ("mode",)), ("07_diagnosis.tolerance=", ("tolerance",)),
     ("run_dir=/tmp", ("'run_dir'", "set by the runbook", "remove it")),
+    ("mode=auto -p mode=recorded", ("mode", "given twice", "give it once")),
+    ("07_diagnosis.tolerance=0.3 -p 07_diagnosis.tolerance=0.5", ("07_diagnosis.tolerance", "given twice")),
 ]]
 
 
@@ -328,6 +331,8 @@ HONOURED = [
     Case("honoured", "-p CHAPTER.NAME over -p NAME", ["-p", "mode=recorded", "-p", "06_vm_p2p.mode=auto"],
          honour=lambda st: st["06_vm_p2p"]["parameters"]["mode"] == "auto"
          and st["01_environment"]["parameters"]["mode"] == "recorded"),
+    Case("honoured", "the same -p twice", ["-p", "07_diagnosis.tolerance=0.3", "-p", "07_diagnosis.tolerance=0.3"],
+         honour=_has("07_diagnosis", "tolerance", 0.3)),
     Case("honoured", "a known model", ["-p", "07_diagnosis.model=glm5-mini"], honour=_has("07_diagnosis", "model", "glm5-mini")),
     Case("honoured", "concurrencies at the edge", ["-p", "03_baselines_tuning.concurrencies=[1,64]"],
          honour=_has("03_baselines_tuning", "concurrencies", [1, 64]), target="cpu-demo"),

@@ -265,7 +265,7 @@ def apply_overrides(target: Target, items: list[str]) -> None:
     VALUE is read as YAML (`-p tolerance=0.3`, `-p concurrencies=[1,4]`). The command line wins: a value given
     here replaces the target's, its per-chapter values included, and `-p CHAPTER.NAME` wins over `-p NAME`;
     `plan` checks every value that a chapter will receive, whoever gave it."""
-    bad = []
+    bad, given = [], {}
     for item in items or []:
         key, sep, value = item.partition("=")
         chapter, dot, name = key.strip().rpartition(".")
@@ -285,6 +285,11 @@ def apply_overrides(target: Target, items: list[str]) -> None:
             target.parameters[name] = val
             target.origins[("", name)] = f"the command line (-p {_item(item)})"
         key = (chapter if dot else "", name)
+        if key in given and given[key][1] != val:
+            bad.append(f"-p {short(item)}: {key[0] + '.' if dot else ''}{name} is given twice, as -p "
+                       f"{short(given[key][0])} before; give it once (the command line would keep the last silently)")
+            continue
+        given[key] = (item, val)
         if key in target.cli:
             target.cli.remove(key)
         target.cli.append(key)
