@@ -1,9 +1,11 @@
 """A bad input of any kind is refused before work starts, with one message that names the input, what is allowed
 and the fix, or is honoured: none accepted wrongly, none ignored, none hangs (issue 23, acceptance).
 
-A sweep of some 250 inputs across the classes of this and the last round's issues (every chapter parameter with
-a wrong type, NaN, infinity, a negative, out-of-range, empty, huge or too-long value; model names; sizes whose
-combination explodes; target files; -p syntax; --runs-dir; --chapters; --run-id; --target), each run through the
+A sweep of some 870 inputs across the classes of this and the last round's issues (every chapter parameter with
+a wrong type, NaN, infinity, a negative, out-of-range, empty, huge or too-long value, on the command line and
+one per parameter in a target file; model names; sizes whose combination explodes, the time a plan implies
+included; values thousands of characters long; target files; -p syntax; --runs-dir; --chapters; --run-id;
+--target; --resume and --render, and options that would have no effect), each run through the
 runbook's own command line in this process (helpers.book.runbook.main) with the execution step replaced by a
 recorder: no chapter is executed, no process started. A case is
 
@@ -99,6 +101,21 @@ def parameter_cases() -> list[Case]:
             for label, text in _bad_values(spec):
                 out.append(Case("parameter value", f"{s}.{name}: {label}", ["-p", f"{s}.{name}={text}"],
                                 (s, f"'{name}'", "expected", "fix")))
+    return out
+
+
+def target_value_cases() -> list[Case]:
+    """Each chapter's parameters with one of their bad values given in a target file (`chapters: CHAPTER:`)."""
+    out = []
+    for s in STEMS:
+        for name, spec in (precheck.declared_specs(s) or {}).items():
+            if name in planning.ALWAYS:
+                continue
+            for label, text in _bad_values(spec)[:1]:
+                body = f"description: x\nparameters: {{mode: auto}}\nchapters:\n  {s}:\n    {name}: {text}\n"
+                out.append(Case("target file value", f"{s}.{name}: {label}", [], ("t.yaml", s, f"'{name}'",
+                                                                                   "expected", "fix"),
+                                setup=_target_file(body)))
     return out
 
 
@@ -349,7 +366,7 @@ HONOURED = [
 
 
 def all_cases() -> list[Case]:
-    return parameter_cases() + GLOBAL_CASES + SIZE_CASES + LONG_CASES + TARGET_CASES + P_CASES + CLI_CASES + RUN_CASES + HONOURED
+    return parameter_cases() + target_value_cases() + GLOBAL_CASES + SIZE_CASES + LONG_CASES + TARGET_CASES + P_CASES + CLI_CASES + RUN_CASES + HONOURED
 
 
 # ---------------------------------------------------------------- running one case
@@ -431,7 +448,7 @@ def table(results: list[tuple[Case, str, str, float]]) -> str:
 
 
 def test_every_bad_input_is_refused_clearly_or_honoured(tmp_path, monkeypatch):
-    """The whole sweep (one test: some 750 cases in seconds); its table is printed (pytest -s shows it)."""
+    """The whole sweep (one test: some 870 cases in seconds); its table is printed (pytest -s shows it)."""
     results = []
     for i, case in enumerate(CASES):
         (tmp_path / f"c{i}").mkdir()
@@ -446,7 +463,8 @@ def test_every_bad_input_is_refused_clearly_or_honoured(tmp_path, monkeypatch):
 def test_the_sweep_covers_every_class():
     assert len(CASES) >= 200
     assert set(Counter(c.cls for c in CASES)) >= {"parameter value", "sizes", "target file", "-p syntax", "--runs-dir",
-                                                 "--chapters", "--run-id", "--resume/--render", "long values", "honoured"}
+                                                 "--chapters", "--run-id", "--resume/--render", "long values", "target file value",
+                                                 "honoured"}
     assert sum(c.honour is None for c in CASES) >= 200
 
 
