@@ -83,3 +83,47 @@ def test_cpu_batches_times_contexts_beyond_this_machines_memory_are_refused_with
     assert "batch 4096 x context 1000000 would need about" in msg and "GiB" in msg
     t = runbook.load_target("auto", ROOT)      # the chapter's own values pass
     runbook.plan(t, ROOT, only=["07_decode_step"])
+
+
+# ---------------------------------------------------------------- the time a plan implies (items 5 and 9)
+def test_a_plan_over_its_cell_limit_is_refused_with_the_estimate_and_the_fix():
+    msg = refused("03_baselines_tuning.workloads=['64/4096','32/4096']", "03_baselines_tuning.requests_per_concurrency=20")
+    assert "the command line (-p 03_baselines_tuning." in msg and "takes at least 3,871 s in one notebook cell" in msg
+    assert "assumed least 5 ms per step of transformers, a lower bound" in msg
+    assert "more than the cell limit of 900 s" in msg and "raise execution_timeout in targets/cpu-demo.yaml" in msg
+
+
+def test_the_same_plan_passes_under_a_cell_limit_that_fits_it():
+    t = runbook.load_target("cpu-demo", ROOT)
+    t.execution_timeout = 3900
+    runbook.apply_overrides(t, ["03_baselines_tuning.workloads=['64/4096','32/4096']",
+                                "03_baselines_tuning.requests_per_concurrency=20"])
+    runbook.plan(t, ROOT, only=["03_baselines_tuning"])
+
+
+def test_a_recorded_chapter_implies_no_time():
+    big = ["03_baselines_tuning.requests_per_concurrency=500", "03_baselines_tuning.workloads=['64/4096']"]
+    assert "takes at least" in refused(*big)                  # live (cpu-demo): refused
+    t = runbook.load_target("cpu-demo", ROOT)
+    runbook.apply_overrides(t, ["03_baselines_tuning.mode=recorded", *big])
+    runbook.plan(t, ROOT, only=["03_baselines_tuning"])       # recorded: nothing is swept, nothing refused
+
+
+def test_the_serving_estimate_is_below_the_published_runs_measured_sweep():
+    """The estimate is a lower bound: on the published run (SITE_RUN, an H200) chapter 03's live sweep took
+    longer, point by point, than the estimate of its own plan (measured against derived)."""
+    import re
+
+    import pandas as pd
+
+    from helpers.book import precheck
+    from helpers.chapters import baselines_tuning as ch
+
+    run = ROOT / re.search(r"^SITE_RUN\s*\?=\s*(runs/\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+    target = runbook.Target.from_plan(__import__("json").loads((run / "manifest.json").read_text())["plan"])
+    step = {st["stem"]: st for st in runbook.plan(target, ROOT)}["03_baselines_tuning"]
+    checks = precheck.chapter_checks(step["notebook"])
+    values = {**checks.defaults, **step["parameters"]}
+    est = ch.PLAN_TIME({k: s.check(values[k]) for k, s in checks.specs.items()})
+    measured = pd.read_csv(run / "results" / "03_baselines_tuning" / "sweep.csv").point_s.sum()
+    assert est is not None and 0 < est.seconds < measured, (est, measured)

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 from helpers import __version__
+from helpers.core.params import short
 from helpers.book import environment
 from helpers.book.targets import RunbookError, Target
 
@@ -27,7 +28,7 @@ RESERVED_RUN_IDS = ("latest",)
 def check_run_id(run_id: str) -> str:
     """A run id is a plain folder name under runs/ (no '/', no '..', not 'latest')."""
     if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id) or run_id in RESERVED_RUN_IDS or ".." in run_id:
-        raise RunbookError(f"--run-id {run_id!r}: a run id is a plain name of letters, digits, '.', '_' and '-' "
+        raise RunbookError(f"--run-id {short(run_id)}: a run id is a plain name of letters, digits, '.', '_' and '-' "
                            f"(starting with a letter or digit, no '/' or '..', at most 128 characters, and not "
                            f"{' or '.join(RESERVED_RUN_IDS)!r}, which the runbook keeps for the newest run), "
                            f"e.g. 20261201-h200-mine")
@@ -201,6 +202,11 @@ def check_writable_dir(folder: Path, what: str) -> None:
     from helpers.core import results
 
     folder = Path(folder)
+    longest = max((len(os.fsencode(part)) for part in folder.parts), default=0)
+    if longest > 255 or len(os.fsencode(str(folder))) > 4095:
+        raise RunbookError(f"{what} {short(str(folder))}: a path of {len(str(folder))} characters, with a name of "
+                           f"{longest} bytes in it, is longer than a file system allows (names up to 255 bytes, "
+                           f"paths up to 4095); give a shorter folder")
     probe = folder
     while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
         probe = probe.parent
@@ -217,11 +223,18 @@ def check_writable_dir(folder: Path, what: str) -> None:
 
 
 def _run_dir_arg(text: str, runs_dir: Path, what: str) -> Path:
+    def exists(path: Path) -> bool:
+        try:
+            return path.exists()
+        except OSError:     # a name longer than the file system allows: not a run folder
+            return False
+
     p = Path(text)
     if not p.is_absolute():
         p = Path.cwd() / p
-    if not p.exists() and "/" not in text and RUN_ID.fullmatch(text):
+    if not exists(p) and "/" not in text and RUN_ID.fullmatch(text):
         p = runs_dir / text
-    if not p.exists():
-        raise RunbookError(f"{what} {text!r}: no such run folder (looked for {p}); runs live in {runs_dir}")
+    if not exists(p):
+        raise RunbookError(f"{what} {short(text)}: no such run folder (looked for {short(str(p))}); runs live in "
+                           f"{runs_dir}")
     return p.resolve()

@@ -11,17 +11,27 @@ from pathlib import Path
 import yaml
 
 from helpers import repo_root
+from helpers.core.params import short
 from helpers.book import precheck
-from helpers.book.targets import TARGETS_DIR, RunbookError, Target
+from helpers.book.targets import MAX_EXECUTION_TIMEOUT_S, TARGETS_DIR, RunbookError, Target
 from helpers.core import layout
 
 ALWAYS = ("run_dir",)  # parameters the runbook itself sets
+_CACHE: dict[tuple, object] = {}   # _toc.yml's entries and notebooks' declared parameters, by file and mtime
 
 
 def toc_entries(root: Path | None = None) -> list[str]:
     """The docnames of _toc.yml in reading order (root first), e.g. 'notebooks/01_environment'."""
     root = root or repo_root()
-    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    path = root / "_toc.yml"
+    st = path.stat()
+    key = ("toc", str(path.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _CACHE:
+        _CACHE[key] = _toc_entries(yaml.safe_load(path.read_text()))
+    return list(_CACHE[key])
+
+
+def _toc_entries(toc: dict) -> list[str]:
     out = [toc["root"]]
 
     def walk(items):
@@ -50,7 +60,11 @@ def declared_parameters(nb_path: Path) -> dict:
     """The parameters a notebook declares in its `parameters` cell (name -> papermill's info)."""
     import papermill
 
-    return papermill.inspect_notebook(str(nb_path))
+    st = Path(nb_path).stat()
+    key = ("nb", str(Path(nb_path).resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _CACHE:
+        _CACHE[key] = papermill.inspect_notebook(str(nb_path))
+    return dict(_CACHE[key])
 
 
 def parse_chapters(text: str | None, root: Path | None = None) -> list[str] | None:
@@ -60,7 +74,7 @@ def parse_chapters(text: str | None, root: Path | None = None) -> list[str] | No
     names = [s.strip() for s in text.split(",") if s.strip()]
     if not names:
         stems = [stem(d) for d in chapters(root)]
-        raise RunbookError(f"--chapters {text!r} names no chapter; give comma-separated chapter stems, e.g. "
+        raise RunbookError(f"--chapters {short(text)} names no chapter; give comma-separated chapter stems, e.g. "
                            f"--chapters {stems[0]},{stems[-1]} (chapters: {', '.join(stems)})")
     return list(dict.fromkeys(names))
 
@@ -83,7 +97,7 @@ def plan(target: Target, root: Path | None = None, only: list[str] | None = None
                 origin = where
                 if where.endswith("`chapters`") and any(c == s for c, _ in target.origins):
                     origin = next(w for (c, _), w in target.origins.items() if c == s)
-                problems.append(f"{origin} names chapter {s!r}, which is not a notebook in _toc.yml; "
+                problems.append(f"{origin} names chapter {short(s)}, which is not a notebook in _toc.yml; "
                                 f"chapters: {', '.join(stems)}")
     if problems:
         raise RunbookError("\n".join(problems))
@@ -98,7 +112,7 @@ def plan(target: Target, root: Path | None = None, only: list[str] | None = None
         override = target.chapters.get(s) or {}
         bad = [k for k in override if k not in declared]
         for k in bad:
-            problems.append(f"{target.origin(s, k)}: chapter {s} does not declare parameter {k!r}; it declares: "
+            problems.append(f"{target.origin(s, k)}: chapter {s} does not declare parameter {short(k)}; it declares: "
                             f"{', '.join(declared) or 'none'}")
         params.update({k: v for k, v in override.items() if k in declared})
         # the command line wins over the target, also over the target's value for this chapter
@@ -112,16 +126,24 @@ def plan(target: Target, root: Path | None = None, only: list[str] | None = None
         steps.append({"docname": doc, "stem": s, "notebook": nb, "parameters": params,
                       "declared": list(declared), "skip": skipped,
                       "origins": {k: target.step_origin(s, k) for k in params}})
-    unused = set(target.parameters) - used_globals
+    for c, values in [("", target.parameters), *target.chapters.items()]:
+        for k in ALWAYS:
+            if k in (values or {}):
+                problems.append(f"{target.origin(c, k)}: parameter {short(k)} is set by the runbook itself (the run's "
+                                f"folder: --runs-dir/--run-id), not by a target or -p; remove it")
+    unused = set(target.parameters) - used_globals - set(ALWAYS)
     for k in sorted(unused):
-        problems.append(f"{target.origin('', k)}: parameter {k!r} is declared by no chapter")
+        problems.append(f"{target.origin('', k)}: parameter {short(k)} is declared by no chapter")
     if check_values:
         for st in steps:
             if st["skip"]:
                 continue
             try:
-                problems += precheck.problems(st["stem"], st["notebook"], st["parameters"],
-                                              st["origins"], ALWAYS)
+                found = precheck.problems(st["stem"], st["notebook"], st["parameters"], st["origins"], ALWAYS)
+                slow = None if found else precheck.time_problem(
+                    st["stem"], st["notebook"], st["parameters"], st["origins"], target.execution_timeout,
+                    f"raise execution_timeout in {target.path or 'the target file'} (at most {MAX_EXECUTION_TIMEOUT_S} s)")
+                problems += found + ([slow] if slow else [])
             except precheck.PrecheckError as e:
                 problems.append(str(e))
     if problems:
@@ -167,7 +189,7 @@ def unmet_requirements(target: Target, steps: list[dict]) -> list[str]:
             if unset:
                 out.append(f"{label} is not set; {need(unset)}. " + how.replace("NAME", name))
             elif missing:
-                out.append(f"{label} = {values[missing[0]]!r} does not exist on this machine; {need(missing)}. "
+                out.append(f"{label} = {short(values[missing[0]])} does not exist on this machine; {need(missing)}. "
                            + how.replace("NAME", name))
     if users:
         import importlib.util

@@ -123,7 +123,7 @@ def problems(chapter: str, notebook: str | Path, given: dict[str, Any], origins:
         if name in specs:
             why = P.problem(name, given[name], specs[name], _valid(values, specs))
             if why:
-                out.append(f"{where}: chapter {chapter}: {why}")
+                out.append(f"{where}: chapter {chapter}: {why}. {_fix(chapter, name)}")
     # a parameter left at its default can still be refused by one that was given (nnodes given, rdzv_endpoint not)
     for name, spec in specs.items():
         given_on = [o for o in spec.on if o in given]
@@ -132,8 +132,39 @@ def problems(chapter: str, notebook: str | Path, given: dict[str, Any], origins:
         why = P.problem(name, values[name], spec, _valid(values, specs))
         if why:
             where = origins.get(given_on[0], "the run's parameters")
-            out.append(f"{where}: chapter {chapter}: {why}")
+            out.append(f"{where}: chapter {chapter}: {why}. {_fix(chapter, given_on[0])}")
     return out
+
+
+def time_problem(chapter: str, notebook: str | Path, given: dict[str, Any], origins: dict[str, str],
+                 cell_limit_s: float | None, fix_limit: str) -> str | None:
+    """Why the plan these values make cannot finish within a notebook cell's limit (`cell_limit_s`, the
+    target's execution_timeout), or None: the chapter module's `PLAN_TIME(values)` (a params.Estimate, the
+    least time its longest cell takes) against the limit. Checked only where every value passes its spec."""
+    from helpers import chapters
+
+    checks = chapter_checks(notebook)
+    if checks.specs is None or cell_limit_s is None:
+        return None
+    estimate = getattr(chapters.module(Path(notebook).stem), "PLAN_TIME", None)
+    values = {**checks.defaults, **given}
+    if estimate is None or any(k not in values or P.problem(k, values[k], s) for k, s in checks.specs.items()):
+        return None
+    est = estimate({k: s.check(values[k]) for k, s in checks.specs.items()})
+    if est is None or est.seconds <= cell_limit_s:
+        return None
+    named = sorted((n for n in est.names if n in given),
+                   key=lambda n: not origins.get(n, "").startswith("the command line"))
+    where = origins.get(named[0], "the run's parameters") if named else "the chapter's defaults"
+    shown = ", ".join(f"{n} = {P.short(values[n])}" for n in est.names)
+    return (f"{where}: chapter {chapter}: the plan these values make ({shown}) takes at least {est.seconds:,.0f} s "
+            f"in one notebook cell (estimated: {est.how}), more than the cell limit of {cell_limit_s:,.0f} s "
+            f"(the target's execution_timeout); {est.fix}, or {fix_limit}")
+
+
+def _fix(chapter: str, name: str) -> str:
+    return (f"Fix: give an allowed value with -p {chapter}.{name}=VALUE or in the target file "
+            f"(`chapters: {chapter}: {name}:`)")
 
 
 def _valid(values: dict[str, Any], specs: dict[str, "P.Spec"]) -> dict[str, Any]:

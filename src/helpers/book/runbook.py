@@ -140,8 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                 t = load_target(name, root)
                 print(f"{name:<12} {' '.join(t.description.split())}")
             return 0
-        if args.render and args.resume:
-            raise RunbookError("--render and --resume: give one (--resume executes what is left, then builds)")
+        _refuse_unused(args)
         if args.render:
             run_dir = _run_dir_arg(args.render, runs_dir, "--render")
             read_manifest(run_dir)
@@ -159,6 +158,26 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if lock is not None:
             lock.release()
+
+
+def _refuse_unused(args) -> None:
+    """Options that would have no effect together, or given empty, are refused, never silently ignored."""
+    for opt, v in (("--resume", args.resume), ("--render", args.render), ("--out-dir", args.out_dir)):
+        if v is not None and not str(v).strip():
+            raise RunbookError(f"{opt} {v!r} is empty; give a run folder or a run id in --runs-dir"
+                               if opt != "--out-dir" else "--out-dir '' is empty; give the folder to build the site into")
+    if args.render and args.resume:
+        raise RunbookError("--render and --resume: give one (--resume executes what is left, then builds)")
+    if args.render:
+        given = [o for o, v in (("--target", args.target), ("--chapters", args.chapters), ("--run-id", args.run_id),
+                                ("-p", args.param), ("--no-build", args.no_build)) if v]
+        if given:
+            raise RunbookError(f"--render builds the site from an existing run and executes nothing; {', '.join(given)} "
+                               "would have no effect: drop it (or start a run without --render)")
+    elif args.no_build and (args.out_dir or args.no_strict):
+        opt = "--out-dir" if args.out_dir else "--no-strict"
+        raise RunbookError(f"{opt} with --no-build: no site is built, so {opt} would have no effect; drop --no-build "
+                           f"to build the site, or drop {opt} (build later with --render RUN {opt} ...)")
 
 
 def _start(args, runs_dir: Path, root: Path) -> tuple[Target, list[str] | None, Path, RunLock]:

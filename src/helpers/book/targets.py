@@ -6,6 +6,7 @@ Every module of the runbook raises `RunbookError` for a problem with its inputs.
 """
 from __future__ import annotations
 
+import errno
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,7 +116,7 @@ def load_target(name: str, root: Path | None = None) -> Target:
     unknown keys, and keys of the wrong type."""
     root = root or repo_root()
     if not isinstance(name, str) or not name.strip():
-        raise RunbookError(f"--target {name!r}: give a target name ({', '.join(known_targets(root))}) or a YAML file")
+        raise RunbookError(f"--target {short(name)}: give a target name ({', '.join(known_targets(root))}) or a YAML file")
     path = target_path(name, root)
     raw = _read_mapping(path, name, root)
     bad = []
@@ -147,11 +148,18 @@ def _read_mapping(path: Path, name: str, root: Path) -> dict:
     """The target file's top level, a mapping; a missing, unreadable or unparsable file is refused, and
     so is a top level that is not a mapping or holds unknown keys."""
     known = known_targets(root)
+    try:
+        path.stat()
+    except OSError as e:     # not there, or a name longer than the file system allows: no such target
+        if e.errno != errno.ENOENT and len(str(path)) < 1024:
+            raise RunbookError(f"target {short(name)}: {path} cannot be read ({e.strerror})") from None
+        raise RunbookError(f"unknown target {short(name)}; known targets: {', '.join(known)} "
+                           f"(each is a file {TARGETS_DIR}/<name>.yaml, or give the path of a YAML file)") from None
     if path.is_dir():
-        raise RunbookError(f"target {name!r}: {path} is a directory; a target is a YAML file "
+        raise RunbookError(f"target {short(name)}: {path} is a directory; a target is a YAML file "
                            f"({TARGETS_DIR}/<name>.yaml); known targets: {', '.join(known)}")
     if not path.exists():
-        raise RunbookError(f"unknown target {name!r}; known targets: {', '.join(known)} "
+        raise RunbookError(f"unknown target {short(name)}; known targets: {', '.join(known)} "
                            f"(each is a file {TARGETS_DIR}/<name>.yaml, or give the path of a YAML file)")
     try:
         size = path.stat().st_size
@@ -257,7 +265,7 @@ def apply_overrides(target: Target, items: list[str]) -> None:
     VALUE is read as YAML (`-p tolerance=0.3`, `-p concurrencies=[1,4]`). The command line wins: a value given
     here replaces the target's, its per-chapter values included, and `-p CHAPTER.NAME` wins over `-p NAME`;
     `plan` checks every value that a chapter will receive, whoever gave it."""
-    bad = []
+    bad, given = [], {}
     for item in items or []:
         key, sep, value = item.partition("=")
         chapter, dot, name = key.strip().rpartition(".")
@@ -277,6 +285,11 @@ def apply_overrides(target: Target, items: list[str]) -> None:
             target.parameters[name] = val
             target.origins[("", name)] = f"the command line (-p {_item(item)})"
         key = (chapter if dot else "", name)
+        if key in given and given[key][1] != val:
+            bad.append(f"-p {short(item)}: {key[0] + '.' if dot else ''}{name} is given twice, as -p "
+                       f"{short(given[key][0])} before; give it once (the command line would keep the last silently)")
+            continue
+        given[key] = (item, val)
         if key in target.cli:
             target.cli.remove(key)
         target.cli.append(key)

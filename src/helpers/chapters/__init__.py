@@ -1,7 +1,8 @@
 """One module per notebook: what each chapter presents.
 
 A chapter module holds its notebook's parameter spec (`PARAMS`, a dict of helpers.core.params specs, which
-the runbook reads before a run starts and the notebook's validation cell checks against), its glued values
+the runbook reads before a run starts and the notebook's validation cell checks against; where a cell runs long,
+also `PLAN_TIME(values)`, the least time the plan takes, which the runbook compares with the cell limit), its glued values
 as dataclasses whose fields are the glue keys, its tables, its figures and its sentences. The domain
 packages (`machine`, `interconnect`, `model`, `serving`) measure and compute; a chapter module presents
 what they return. A chapter module imports from `helpers.core` and the domain packages, never from

@@ -38,6 +38,53 @@ def _sweep_size_rule(concurrencies, per):
     return None
 
 
+#: assumed, not measured: the least time one decode step of a live serving sweep takes (s) per engine, a lower
+#: bound (the 2-core development machine's transformers steps of the tiny model took tens of ms; an sglang step
+#: on a GPU takes milliseconds); a sweep's estimate built on it is the least time the sweep can take
+STEP_S_FLOOR = {"transformers": 0.005, "sglang": 0.002}
+
+
+def sweep_estimate(sweeps: list[list], concurrencies: list, per: int, engine: str, names: tuple[str, ...],
+                   fix: str) -> "params.Estimate":
+    """The least time of live sweeps run in one cell (derived from an assumed step time): each point sends
+    requests_per_concurrency x concurrency requests, `concurrency` at a time, plus one warm-up request, so at
+    least (requests_per_concurrency + 1) waves of output_len decode steps each; `sweeps` lists each server's
+    workloads (helpers.serving.client.Workload)."""
+    step_s = STEP_S_FLOOR[engine]
+    steps = sum(len(concurrencies) * (per + 1) * wl.output_len for wls in sweeps for wl in wls)
+    points = sum(len(concurrencies) * len(wls) for wls in sweeps)
+    how = (f"{points} points, {steps:,} decode steps (each point (requests_per_concurrency + 1) waves of output_len "
+           f"steps) x an assumed least {step_s * 1e3:g} ms per step of {engine}, a lower bound")
+    return params.Estimate(steps * step_s, names, how, fix)
+
+
+def baseline_time(v: dict) -> "params.Estimate | None":
+    """PLAN_TIME of chapter 03: its live sweep (every variant, the first with every workload), or None where
+    it does not run live (recorded, or auto with transformers and no server given)."""
+    engine = "sglang" if v["server_url"] else v["engine"]
+    if v["mode"] == "recorded" or (v["mode"] == "auto" and engine != "sglang"):
+        return None
+    wls = v["workloads"]
+    sweeps = [wls] if v["server_url"] else [wls if i == 0 or v["variant_workloads"] == "all" else wls[:1]
+                                            for i in range(len(v["variants"]))]
+    return sweep_estimate(sweeps, v["concurrencies"], v["requests_per_concurrency"], engine,
+                          ("concurrencies", "requests_per_concurrency", "workloads", "variants", "variant_workloads"),
+                          "use fewer concurrencies, workloads or variants, fewer requests_per_concurrency or "
+                          "shorter outputs")
+
+
+def runner_time(v: dict) -> "params.Estimate | None":
+    """PLAN_TIME of chapter 04: every runner's `repeats` sweeps of its workload, or None where it does not run
+    live (recorded, or auto with transformers)."""
+    if v["mode"] == "recorded" or (v["mode"] == "auto" and v["engine"] != "sglang"):
+        return None
+    sweeps = [[v["workload"]]] * (len(v["runners"]) * v["repeats"])
+    return sweep_estimate(sweeps, v["concurrencies"], v["requests_per_concurrency"], v["engine"],
+                          ("runners", "repeats", "concurrencies", "requests_per_concurrency", "workload"),
+                          "use fewer runners, repeats or concurrencies, fewer requests_per_concurrency or a shorter "
+                          "output")
+
+
 MODE = {"mode": params.choice("recorded", "auto", "live"), "run_dir": params.string()}
 SGLANG = {"model_path": params.string(), "flag_set": params.choice("auto", *sg.FLAG_SETS),
           "tp_size": params.number(1, 64, integer=True)}

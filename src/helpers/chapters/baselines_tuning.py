@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from helpers.chapters._serving import ENGINE, MODE, SGLANG, SWEEP, TINY, recorded_serving
+from helpers.chapters._serving import ENGINE, MODE, SGLANG, SWEEP, TINY, baseline_time, recorded_serving
 from helpers.core import params, recorded
 from helpers.core.recorded import value
 from helpers.serving import live as serving_live
@@ -27,6 +27,8 @@ PARAMS = {**MODE, "server_url": params.string(), "served_model": params.string()
           **TINY, **SWEEP, "workloads": serving_live.workloads_param(),
           "variants": serving_live.names_param("server variant"),
           "variant_workloads": params.choice("first", "all")}
+#: the least time the live sweep these values plan takes in its cell (the runbook refuses a plan over the limit)
+PLAN_TIME = baseline_time
 
 
 @dataclass(frozen=True)

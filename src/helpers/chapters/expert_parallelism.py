@@ -21,7 +21,7 @@ from helpers.model.placement import CONTEXT_TOKENS
 
 #: the notebook's parameters (the spec of record: the notebook validates against it, the runbook prechecks it)
 PARAMS = {"mode": params.choice("recorded", "auto"), "run_dir": params.string(),
-          "model": params.string(allow_empty=False)}
+          "model": ma.model_param()}
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ from helpers.serving import live
 #: the chapter's parameters (the notebook's validation cell and the runbook's precheck check them)
 PARAMS = {**MODE, **ENGINE, **SGLANG, **TINY, **SWEEP, "runners": live.names_param("MoE runner"),
           "repeats": params.number(1, 20, integer=True), "workload": live.workload_param()}
+#: the least time the live comparison these values plan takes in its cell (the runbook refuses a plan over the limit)
+PLAN_TIME = _serving.runner_time
 
 #: the recorded serving figures (data/recorded/serving.csv), shared with chapter 03
 recorded_serving = _serving.recorded_serving

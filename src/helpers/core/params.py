@@ -36,6 +36,18 @@ def short(value: Any, items: int = 4, chars: int = 120) -> str:
     return text if len(text) <= chars else f"{text[:chars]}... ({len(text)} characters)"
 
 
+@dataclass(frozen=True)
+class Estimate:
+    """What a chapter's values imply for the time of its longest notebook cell (a chapter module's
+    `PLAN_TIME(values)` returns one, or None where nothing long runs): at least `seconds`, from the
+    parameters `names`, `how` it was estimated (the assumption stated) and `fix` (what to make smaller)."""
+
+    seconds: float
+    names: tuple[str, ...]
+    how: str
+    fix: str
+
+
 class ParameterError(ValueError):
     """A notebook parameter has a value the chapter cannot use."""
 

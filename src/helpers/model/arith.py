@@ -186,6 +186,26 @@ def load_model(name: str = "glm5") -> ModelConfig:
     return ModelConfig.from_dict(name, cfg)
 
 
+def known_models() -> list[str]:
+    """The model names a chapter may be given: the file stems under data/models/."""
+    return sorted(p.stem for p in (recorded.data_dir() / "models").glob("*.yaml"))
+
+
+def model_param():
+    """params.Spec of a chapter's model name: one of the file stems under data/models/ (anything else, a path
+    such as '../../targets/auto' included, is refused before the run with the known names)."""
+    from helpers.core import params
+
+    def check(v):
+        if not isinstance(v, str) or v not in known_models():
+            raise ValueError
+        return v
+
+    known = ", ".join(repr(k) for k in known_models())
+    return params.Spec(f"a model under data/models/, one of {known} (add data/models/<name>.yaml for another)",
+                       check)
+
+
 # --------------------------------------------------------------------------------------------------
 # Parameters
 

@@ -28,12 +28,12 @@ from helpers.chapters.decode_step.values import (ByteValues, EngineValues, Fidel
                                                  FusionValues, KernelValues, MeasurementValues, PrecisionByteValues,
                                                  PrecisionValues, Shapes, SplitValues, TuningValues)
 from helpers.core import params
-from helpers.model import step
+from helpers.model import arith as ma, step
 
 #: the chapter's parameters (name -> helpers.core.params spec)
 PARAMS = {
-    "mode": params.choice("recorded", "auto"), "run_dir": params.string(), "model": params.string(allow_empty=False),
-    "cpu_model": params.string(allow_empty=False), "tp": params.number(1, 1024, integer=True),
+    "mode": params.choice("recorded", "auto"), "run_dir": params.string(), "model": ma.model_param(),
+    "cpu_model": ma.model_param(), "tp": params.number(1, 1024, integer=True),
     "batches": params.number_list(1, 4096, integer=True), "contexts": params.number_list(1, 10**6, integer=True),
     "cpu_batches": params.number_list(1, 4096, integer=True),
     "cpu_contexts": params.depends(params.number_list(1, 10**6, integer=True), ("cpu_batches", "cpu_model"),
@@ -41,8 +41,29 @@ PARAMS = {
     "fp8": params.choice("auto", "off"), "shared_overlap": params.choice("auto", "on", "off"),
     "fusion": params.choice(*step.FUSIONS), "eager": params.choice("on", "off")}
 
+#: assumed, not measured: the least time one point of the CPU sweep takes (s): the scaled-down model's step over
+#: 2 ranks, 3 timed repeats and 3 eager ones (on the 2-core development machine a point at batch 8 x context 96
+#: took seconds); the estimate built on it is the least time the sweep can take
+CPU_POINT_S_FLOOR = 0.5
+
+
+def plan_time(v: dict) -> params.Estimate | None:
+    """PLAN_TIME: the CPU sweep's least time (every cpu_batches x cpu_contexts point; it runs in mode auto
+    where there is no GPU), or None in mode recorded."""
+    if v["mode"] != "auto":
+        return None
+    points = len(v["cpu_batches"]) * len(v["cpu_contexts"])
+    return params.Estimate(points * CPU_POINT_S_FLOOR, ("cpu_batches", "cpu_contexts"),
+                           f"{points} points (cpu_batches x cpu_contexts) x an assumed least {CPU_POINT_S_FLOOR:g} s "
+                           "per point on a CPU, a lower bound", "use fewer cpu_batches or cpu_contexts")
+
+
+#: the least time the CPU sweep these values plan takes in its cell (the runbook refuses a plan over the limit)
+PLAN_TIME = plan_time
+
 __all__ = ["BYTES_BATCHES", "CHAPTER", "CHECK_NOT_RUN", "CHECK_RAN", "CPU_TEXT", "EAGER_TEXT", "EAGER_TEXT_NONE",
-           "FP8_VERDICTS", "FUSION_COLUMNS", "KERNEL_COLUMNS", "PARAMS", "PRECISION_KEYS", "SGLANG_COMPONENT",
+           "FP8_VERDICTS", "FUSION_COLUMNS", "KERNEL_COLUMNS", "PARAMS", "PLAN_TIME", "PRECISION_KEYS",
+           "SGLANG_COMPONENT",
            "SHARE_KEYS", "SPLIT", "SPLIT_SHOWN", "SPLIT_TAKEAWAY", "ByteValues", "EngineValues", "FidelityValues",
            "Fp8AccuracyValues", "FusionValues", "KernelValues", "MeasurementValues", "PrecisionByteValues",
            "PrecisionValues", "Shapes", "SplitValues", "TuningValues", "bytes_table", "bytes_values", "check_text",

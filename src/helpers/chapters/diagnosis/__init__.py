@@ -42,10 +42,11 @@ from helpers.chapters.diagnosis.verdict_sections import (BAND_COLUMNS, BAND_TEXT
                                                          bare_metal_band, ceilings, decision, peer_on_glm5_graph,
                                                          remedies, vm_predicted)
 from helpers.core import params
+from helpers.model import arith as ma
 
 #: the chapter's parameters (name -> helpers.core.params spec)
 PARAMS = {"mode": params.choice("recorded", "auto"), "run_dir": params.string(),
-          "model": params.string(allow_empty=False), "tolerance": params.number(0.01, 1.0),
+          "model": ma.model_param(), "tolerance": params.number(0.01, 1.0),
           "vm_allreduce_12k_us": params.number(0.0, 1e6), "vm_allreduce_768k_us": params.number(0.0, 1e6)}
 
 __all__ = ["AttributionValues", "BAND_COLUMNS", "BAND_TEXT", "BARE", "BASELINE_COLUMNS", "BUDGET_COLUMNS",
