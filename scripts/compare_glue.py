@@ -31,23 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-
-def read_glued(nb_path: Path) -> dict[str, str]:
-    """key -> text/plain of every value an executed notebook glued ("<image>" for a figure)."""
-    nb = json.loads(nb_path.read_text())
-    out: dict[str, str] = {}
-    for cell in nb.get("cells", []):
-        for o in cell.get("outputs", []):
-            meta = (o.get("metadata") or {}).get("scrapbook")
-            if not meta:
-                continue
-            data = o.get("data", {})
-            prefix = meta.get("mime_prefix", "")
-            text = data.get(prefix + "text/plain")
-            if isinstance(text, list):
-                text = "".join(text)
-            out[meta["name"]] = "<image>" if (prefix + "image/png") in data else str(text)
-    return out
+from helpers.core.glue import read_glued
 
 
 def _notebooks(folder: Path) -> dict[str, Path]:
