@@ -131,6 +131,63 @@ def test_gpu_fused_step_compiles_and_matches_and_the_router_kernel_is_right():
     assert torch.allclose(w1.float().sort(-1).values, w2.float().sort(-1).values, rtol=1e-2)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 5, 64, 300])
+def test_gpu_triton_moe_kernels_match_torchs_grouped_products(batch):
+    """helpers.model.moe_triton against torch's own products on the same rows: bf16 against
+    torch._grouped_mm, FP8 against the same E4M3 values and scales multiplied in float32 (what
+    torch._scaled_grouped_mm computes), with experts that get no rows and (at 300 tokens) experts with more
+    rows than one BLOCK_M; a dense FP8 product against fp8.emulated_linear; and the fused step on the GPU
+    takes the kernel by default and gives the unfused step's logits in FP8 as well."""
+    from helpers.model import fp8, moe_triton
+    if not torch.cuda.is_available() or not moe_triton.available("cuda"):
+        pytest.skip("no CUDA device with Triton")
+    g = torch.Generator(device="cuda").manual_seed(batch)
+    E, K, N, k = 64, 1024, 384, 8
+    # the last four experts never chosen: their programs must return without writing
+    ids = torch.stack([torch.randperm(E - 4, device="cuda", generator=g)[:k] for _ in range(batch)])
+    counts = torch.bincount(ids.reshape(-1), minlength=E)
+    offs = torch.cumsum(counts, 0).to(torch.int32)
+    assert (counts[-4:] == 0).all() and (batch < 300 or counts.max() > moe_triton.BLOCK_M)
+    x = torch.randn(batch * k, K, device="cuda", generator=g).bfloat16()
+    w = (torch.randn(E, K, N, device="cuda", generator=g) * 0.05).bfloat16()
+    ref = torch._grouped_mm(x, w, offs=offs).float()
+
+    def rel(got, want):
+        return ((got.float() - want.float()).norm() / want.float().norm()).item()
+    assert rel(moe_triton.moe_gemm(x, w, offs), ref) < 1e-2
+    part = moe_triton.moe_gemm(x, w, offs, split=True)         # K split where few experts have rows
+    assert rel(part.sum(0) if part.dim() == 3 else part, ref) < 1e-2
+    xq, xs = fp8.quantize_rows(x)
+    qw = fp8.quantize(w, "w")
+    bounds = list(zip([0] + offs[:-1].tolist(), offs.tolist()))
+    ref8 = torch.cat([fp8.emulated_linear(xq[a:b], xs[a:b], fp8.QWeight(qw.q[e], qw.scale[e]), torch.float32)
+                      for e, (a, b) in enumerate(bounds)])
+    assert rel(moe_triton.moe_gemm_fp8(xq, xs, qw, offs), ref8) < 1e-2
+    part8 = moe_triton.moe_gemm_fp8(xq, xs, qw, offs, split=True)
+    assert rel(part8.sum(0) if part8.dim() == 3 else part8, ref8) < 1e-2
+    d = fp8.quantize((torch.randn(K, N, device="cuda", generator=g) * 0.05).bfloat16(), "d")
+    dref = fp8.emulated_linear(xq[:batch], xs[:batch], d, torch.float32)
+    assert rel(moe_triton.linear_fp8(xq[:batch], xs[:batch], d), dref) < 1e-2
+    dpart = moe_triton.linear_fp8(xq[:batch], xs[:batch], d, split=True)
+    assert rel(dpart.sum(0) if dpart.dim() == 3 else dpart, dref) < 1e-2
+    if batch == 5:
+        # the whole FP8 step with the kernels against the fp32 step on the CPU from the same weights and
+        # routing, at the FP8 step's tolerance (as tests/test_fp8.py checks torch's FP8 products); the
+        # unfused FP8 step (torch's products) beside it, at the same tolerance
+        m = ma.load_model(MINI)
+        routing: list = []
+        ref = step.unsharded_logits(m, 4, 64, routing=routing)
+        full = step.to_device(step.convert_model(step.build_full(m, 4, 64, "fp32"), "fp8"), "cuda")
+        for fusion in ("fused", "unfused"):
+            st = step.DecodeStep(full, 4, 64, fusion=fusion, shared_overlap="off")
+            assert st.moe_impl == ("triton" if fusion == "fused" else "grouped_mm")
+            st.forced_routing = [r.cuda() for r in routing]
+            st.run()
+            chk = step.compare_logits(ref, st.logits().float().cpu(), step.FP8_TOLERANCE, metric="l2")
+            assert chk.ok, (fusion, chk)
+
+
 def test_bad_inputs_are_refused_before_anything_is_allocated(mini, monkeypatch):
     """Each names the input and the fix; none gets as far as drawing a weight (a draw would call _fill)."""
     def no_alloc(*a, **k):

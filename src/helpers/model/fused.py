@@ -278,7 +278,10 @@ def permute_fp8(ids: torch.Tensor, rw: torch.Tensor, xq: torch.Tensor, s: torch.
 
 
 def gated_act(g: torch.Tensor, i: int, w: torch.Tensor | None, quant: bool):
-    """SiLU(gate) x up (times each row's routing weight `w`), and its FP8 quantization with `quant`."""
+    """SiLU(gate) x up (times each row's routing weight `w`), and its FP8 quantization with `quant`. `g` may
+    be the float32 partial sums of a split-K product (S, T, 2i: helpers.model.moe_triton), added here."""
+    if g.dim() == 3:
+        g = g.sum(0).to(w.dtype if w is not None else torch.bfloat16)
     a = F.silu(g[:, :i]) * g[:, i:]
     if w is not None:
         a = a * w[:, None].to(a.dtype)

@@ -362,8 +362,8 @@ def _first_step(cfg: SweepConfig, rm, group, meta: dict, progress) -> tuple:
     except (RuntimeError, NotImplementedError) as e:
         if moe_impl == "loop":
             raise
-        moe_impl = "loop"
-        meta["grouped_mm_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        meta["grouped_mm_error"] = f"{moe_impl}: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        moe_impl = "grouped_mm" if moe_impl == "triton" else "loop"   # the Triton kernel failed: torch's next
     if moe_impl == "loop" and "graph" in modes:
         modes = tuple(mo for mo in modes if mo != "graph")
         why = meta.get("grouped_mm_error") or (rm.fp8_support or {}).get("grouped_error")

@@ -12,6 +12,7 @@ import torch
 
 from .. import fp8
 from .. import fused as fz
+from .. import moe_triton
 from .build import RankModel, _check_shape_args
 from .ops import MOE_IMPLS, _QUANTIZED, grouped_mm, grouped_mm_loop
 from .program_fused import FusedProgram
@@ -52,9 +53,13 @@ class DecodeStep(UnfusedProgram, FusedProgram):
         self.fusion = fusion
         #: whether the fused path's functions run through torch.compile (helpers.model.fused)
         self.compiled = fusion == "fused" and fz.wants_compile(dev, compile)
+        if moe_impl == "triton" and not moe_triton.available(str(dev)):
+            raise StepError(f"moe_impl 'triton' needs a CUDA device with Triton; this step runs on {dev}: use "
+                            f"'auto' (it takes torch._grouped_mm or the per-expert loop there)")
         if moe_impl == "auto":
             grouped_fp8_ok = rm.dtype != "fp8" or not (rm.fp8_support or {}).get("grouped_error")
-            moe_impl = "grouped_mm" if grouped_fp8_ok else "loop"
+            moe_impl = ("triton" if fusion == "fused" and moe_triton.available(str(dev)) else
+                        "grouped_mm" if grouped_fp8_ok else "loop")
         self.moe_impl = moe_impl
         cuda = str(dev).startswith("cuda")
         if shared_overlap == "on" and not cuda:
@@ -104,10 +109,13 @@ class DecodeStep(UnfusedProgram, FusedProgram):
         return fn
 
     # ---- FP8 products
-    def _mm(self, src: str, w) -> torch.Tensor:
-        """S.<src> @ w: through the quantized S.<src>_q (values, row scales) where w is an FP8 weight."""
+    def _mm(self, src: str, w, split: bool = False) -> torch.Tensor:
+        """S.<src> @ w: through the quantized S.<src>_q (values, row scales) where w is an FP8 weight. With
+        `split`, a few-row FP8 product may return float32 partial sums that the consumer adds (gated_act)."""
         if isinstance(w, fp8.QWeight):
             xq, s = getattr(self.S, src + "_q")
+            if self.moe_impl == "triton" and xq.shape[0] <= moe_triton.DENSE_FP8_ROWS:
+                return moe_triton.linear_fp8(xq, s, w, self.dt, split=split)
             return fp8.linear(xq, s, w, self.dt)
         return getattr(self.S, src) @ w
 
@@ -118,14 +126,20 @@ class DecodeStep(UnfusedProgram, FusedProgram):
             add(f"quantize {_QUANTIZED[src]} (fp8)", component,
                 lambda: setattr(S, src + "_q", fp8.quantize_rows(getattr(S, src))), stream)
 
-    def _gmm(self, src: str, w) -> torch.Tensor:
+    def _gmm(self, src: str, w, split: bool = False) -> torch.Tensor:
+        """The routed experts' product of S.<src>; with `split`, the Triton kernel may return float32
+        partial sums over split K (helpers.model.moe_triton), which the consumer adds (fused.gated_act)."""
         S, offs = self.S, self.S.offs
         if isinstance(w, fp8.QWeight):
             xq, s = getattr(S, src + "_q")
+            if self.moe_impl == "triton":
+                return moe_triton.moe_gemm_fp8(xq, s, w, offs, torch.bfloat16, split=split)
             if self.moe_impl == "grouped_mm":
                 return fp8.grouped_mm(xq, s, w, offs)
             return fp8.grouped_mm_loop(xq, s, w, offs, self.dt)
         x = getattr(S, src)
+        if self.moe_impl == "triton":
+            return moe_triton.moe_gemm(x, w, offs, split=split)
         return grouped_mm(x, w, offs) if self.moe_impl == "grouped_mm" else grouped_mm_loop(x, w, offs)
 
     # ---- running

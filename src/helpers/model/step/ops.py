@@ -75,9 +75,10 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).flatten(-2)
 
 
-#: "auto": one grouped GEMM (torch._grouped_mm, or torch._scaled_grouped_mm for FP8 experts) where the
-#: device has it, else one product per expert ("loop")
-MOE_IMPLS = ("auto", "grouped_mm", "loop")
+#: "auto": the Triton fused-MoE kernel (helpers.model.moe_triton) on a CUDA device with Triton, else one
+#: grouped GEMM (torch._grouped_mm, or torch._scaled_grouped_mm for FP8 experts) where the device has it,
+#: else one product per expert ("loop")
+MOE_IMPLS = ("auto", "triton", "grouped_mm", "loop")
 
 
 def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:

@@ -159,7 +159,8 @@ class FusedProgram:
         S, i = self.S, self.rm.shard.dense_inter
         act = self._fz(fz.gated_act)
         q = self._fp8_any(W["d_w2"])
-        add("dense gate_up", "shared/dense MLP", lambda: setattr(S, "d13", self._mm("x2", W["d_w13"])))
+        add("dense gate_up", "shared/dense MLP",
+            lambda: setattr(S, "d13", self._mm("x2", W["d_w13"], split=True)))
 
         def activation():
             a, aq = act(S.d13, i, None, q)
@@ -191,7 +192,8 @@ class FusedProgram:
         if shared:
             si = sh.shared_inter
             sq = self._fp8_any(W["s_w2"])
-            add("shared gate_up", "shared/dense MLP", lambda: setattr(S, "s13", self._mm("x2", W["s_w13"])))
+            add("shared gate_up", "shared/dense MLP",
+                lambda: setattr(S, "s13", self._mm("x2", W["s_w13"], split=True)))
 
             def s_act():
                 a, aq = act(S.s13, si, None, sq)
@@ -217,7 +219,8 @@ class FusedProgram:
             else:
                 S.xs, S.pw, S.inv, S.offs, _ = perm(S.ids, S.rw, S.x2, E)
         add("permute", "moe", permute, routed)
-        add("grouped gemm 1", "moe", lambda: setattr(S, "g1", self._gmm("xs", W["w13"])), routed)
+        add("grouped gemm 1", "moe", lambda: setattr(S, "g1", self._gmm("xs", W["w13"], split=True)),
+            routed)
 
         def e_act():
             a, aq = act(S.g1, i, S.pw, fp8_experts)
