@@ -168,5 +168,17 @@ def linear_fp8(xq: torch.Tensor, xs: torch.Tensor, w, out_dtype: torch.dtype = t
     """A dense FP8 product (one 'expert' holding every row): xq (M, K) E4M3, row scales xs (M, 1), w an
     fp8.QWeight (K, N). For decode's few rows, where cuBLASLt's FP8 GEMM is tuned for many. `split` as for
     moe_gemm (the shared expert's gate/up product: 512 columns per rank are too few programs unsplit)."""
-    offs = torch.full((1,), xq.shape[0], dtype=torch.int32, device=xq.device)
-    return _launch(xq, w.q.unsqueeze(0), offs, xs.reshape(-1), w.scale.unsqueeze(0), True, out_dtype, split)
+    return _launch(xq, w.q.unsqueeze(0), _one_group(xq.shape[0], xq.device), xs.reshape(-1), w.scale.unsqueeze(0),
+                   True, out_dtype, split)
+
+
+#: (device, rows) -> the row offsets of one group holding every row, made once (the first, eager step
+#: makes it; a CUDA graph captured later reads it and launches no kernel to fill it)
+_ONE_GROUP: dict[tuple[str, int], torch.Tensor] = {}
+
+
+def _one_group(rows: int, device) -> torch.Tensor:
+    key = (str(device), rows)
+    if key not in _ONE_GROUP:
+        _ONE_GROUP[key] = torch.full((1,), rows, dtype=torch.int32, device=device)
+    return _ONE_GROUP[key]
