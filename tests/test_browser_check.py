@@ -14,7 +14,7 @@ import base64
 
 import pytest
 
-from helpers.book import browser, pagecheck as pc
+from helpers.book import browser, pagecheck as pc, shots
 
 # ---------------------------------------------------------------------------------------------- unit: the rules
 
@@ -261,6 +261,10 @@ def test_a_page_that_navigates_away_during_a_check_is_followed(tmp_path):
 @needs_chromium
 def test_shots_write_page_and_width(tmp_path):
     site = tiny_site(tmp_path / "html")
-    written = browser.shots(site, tmp_path / "shots", ["intro", "long"], screens=2)
+    written = shots.take(site, tmp_path / "shots", ["intro", "long"], screens=2)
     assert sorted(p.name for p in written) == ["intro_1280.png", "intro_390.png", "long_1280.png", "long_390.png"]
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in written)
+    said = []
+    found = shots.take(site, tmp_path / "at", ["template", "intro"], widths=(1280,), screens=1,
+                       find="NaN in recorded mode", echo=said.append)
+    assert [p.name for p in found] == ["template_1280_nan-in-recorded-mode.png"] and "intro" in said[0]

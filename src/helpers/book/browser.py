@@ -33,239 +33,20 @@ from __future__ import annotations
 
 import argparse
 import base64
-import fcntl
 import json
-import os
 import re
-import shutil
 import socket
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from helpers.book import pagecheck as pc
+from helpers.book import shots
+from helpers.book.chromium import (INSTALL_HINT, SETTLE, CDPError, Chromium,  # noqa: F401  (re-exported)
+                                   find_chromium)
 from helpers.book.pagecheck import ABS_PATH, PROGRESS  # noqa: F401  (re-exported: tests and staging use them)
-
-WIDTH, HEIGHT = pc.DESKTOP
-CANDIDATES = ("/usr/lib/chromium/chromium", "chromium", "chromium-browser", "google-chrome", "chrome",
-              "chromium-headless-shell")
-INSTALL_HINT = ("headless Chromium was not found: `make browser` installs Debian's package "
-                "(apt-get install -y chromium), or set CHROMIUM=/path/to/chromium")
-
-def find_chromium() -> str | None:
-    env = os.environ.get("CHROMIUM")
-    if env:
-        return env if (Path(env).exists() or shutil.which(env)) else None
-    for c in CANDIDATES:
-        p = c if c.startswith("/") and Path(c).exists() else shutil.which(c) if not c.startswith("/") else None
-        if p:
-            return p
-    return None
-
-
-class CDPError(RuntimeError):
-    pass
-
-
-def navigated(exc: Exception) -> bool:
-    """Whether a failed command failed because the page navigated away (a redirect) while it ran."""
-    return bool(re.search(r"navigated or closed|Cannot find context|context was destroyed|"
-                          r"Execution context|No frame", str(exc), re.I))
-
-
-#: the delay in seconds of the page's meta refresh (a redirect), or null where it has none
-_REFRESH = r"""(() => { const m = document.querySelector('meta[http-equiv="refresh" i]');
-  if (!m) return null; const d = parseFloat((m.getAttribute('content') || '').split(';')[0]);
-  return isNaN(d) ? 0 : d; })()"""
-
-
-class Chromium:
-    """A headless Chromium driven over --remote-debugging-pipe (fd 3: commands in, fd 4: replies out)."""
-
-    def __init__(self, executable: str, width: int = WIDTH, height: int = HEIGHT):
-        self.profile = tempfile.mkdtemp(prefix="book-browser-")
-        cmd_r, self._cmd_w = os.pipe()
-        self._res_r, res_w = os.pipe()
-        hi_r, hi_w = fcntl.fcntl(cmd_r, fcntl.F_DUPFD, 10), fcntl.fcntl(res_w, fcntl.F_DUPFD, 10)
-        os.close(cmd_r)
-        os.close(res_w)
-
-        def child():
-            os.dup2(hi_r, 3)
-            os.dup2(hi_w, 4)
-
-        args = [executable, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
-                "--no-first-run", "--no-default-browser-check", "--disable-extensions", "--mute-audio",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--hide-scrollbars", f"--user-data-dir={self.profile}",
-                f"--window-size={width},{height}",
-                # the network is off: nothing resolves, and the proxy is a closed local port
-                "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9",
-                "--proxy-bypass-list=<-loopback>", "about:blank"]
-        self.proc = subprocess.Popen(args, preexec_fn=child, pass_fds=(3, 4), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        os.close(hi_r)
-        os.close(hi_w)
-        self._id = 0
-        self._lock = threading.Lock()
-        self._replies: dict[int, dict] = {}
-        self._cond = threading.Condition()
-        self.events: list[dict] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        self._stderr_tail: list[str] = []
-        threading.Thread(target=self._drain_stderr, daemon=True).start()
-        self.session = None
-
-    def _drain_stderr(self):
-        for line in iter(self.proc.stderr.readline, b""):
-            self._stderr_tail = (self._stderr_tail + [line.decode(errors="replace")])[-20:]
-
-    def _read(self):
-        buf = b""
-        while True:
-            try:
-                chunk = os.read(self._res_r, 1 << 16)
-            except OSError:
-                break
-            if not chunk:
-                break
-            buf += chunk
-            while b"\0" in buf:
-                msg, buf = buf.split(b"\0", 1)
-                data = json.loads(msg)
-                with self._cond:
-                    if "id" in data:
-                        self._replies[data["id"]] = data
-                    else:
-                        self.events.append(data)
-                    self._cond.notify_all()
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-
-    def send(self, method: str, params: dict | None = None, session: str | None = "default",
-             timeout: float = 60) -> dict:
-        with self._lock:
-            self._id += 1
-            mid = self._id
-        msg = {"id": mid, "method": method, "params": params or {}}
-        sid = self.session if session == "default" else session
-        if sid:
-            msg["sessionId"] = sid
-        os.write(self._cmd_w, json.dumps(msg).encode() + b"\0")
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while mid not in self._replies:
-                left = deadline - time.monotonic()
-                if left <= 0 or getattr(self, "_closed", False):
-                    raise CDPError(f"{method}: no reply from Chromium within {timeout:.0f} s"
-                                   f" (its stderr ends: {''.join(self._stderr_tail)[-800:]})")
-                self._cond.wait(left)
-            reply = self._replies.pop(mid)
-        if "error" in reply:
-            raise CDPError(f"{method}: {reply['error']}")
-        return reply.get("result", {})
-
-    def wait_event(self, method: str, since: int, timeout: float = 30) -> dict | None:
-        i = self.wait_index(method, since, timeout)
-        return None if i is None else self.events[i]
-
-    def wait_index(self, method: str, since: int, timeout: float = 30) -> int | None:
-        """The index in `events` of the first `method` event from `since` on, waiting up to `timeout` s."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                for i in range(since, len(self.events)):
-                    if self.events[i].get("method") == method:
-                        return i
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                self._cond.wait(left)
-
-    def open_tab(self, width: int = WIDTH, height: int = HEIGHT, mobile: bool = False) -> None:
-        target = self.send("Target.createTarget", {"url": "about:blank"}, session=None)["targetId"]
-        self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True},
-                                 session=None)["sessionId"]
-        for m in ("Page.enable", "Runtime.enable", "Log.enable", "Network.enable"):
-            self.send(m)
-        self.set_size(width, height, mobile)
-
-    def set_size(self, width: int, height: int, mobile: bool = False) -> None:
-        """The window's size; `mobile` emulates a phone (its viewport and scroll bars), at scale 1."""
-        self.send("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile})
-
-    def evaluate(self, expression: str, timeout: float = 30, retries: int = 3):
-        """`expression`'s value in the page. Where the page navigated meanwhile (a redirect: the context the
-        expression ran in is gone), wait for the next page to load and run it there, up to `retries` times."""
-        for attempt in range(retries + 1):
-            since = len(self.events)
-            try:
-                r = self.send("Runtime.evaluate", {"expression": expression, "awaitPromise": True,
-                                                   "returnByValue": True}, timeout=timeout)
-            except CDPError as exc:
-                if attempt == retries or not navigated(exc):
-                    raise
-                self.wait_index("Page.loadEventFired", since, timeout=30)
-                continue
-            if "exceptionDetails" in r:
-                raise CDPError(f"evaluate failed: {r['exceptionDetails'].get('text')} "
-                               f"{r['exceptionDetails'].get('exception', {}).get('description', '')}")
-            return r["result"].get("value")
-
-    def goto(self, url: str, timeout: float = 30) -> bool:
-        """Open `url` and wait for it to load; where it redirects at once (a meta refresh of a few seconds
-        at most, like the site's index.html), wait for the page it leads to as well. False: it did not
-        load within `timeout` s."""
-        since = len(self.events)
-        self.send("Page.navigate", {"url": url})
-        loaded = self.wait_index("Page.loadEventFired", since, timeout)
-        for _ in range(3):
-            if loaded is None:
-                return False
-            delay = self.evaluate(_REFRESH)
-            if delay is None or delay > 5:
-                return True
-            loaded = self.wait_index("Page.loadEventFired", loaded + 1, timeout + delay)
-        return loaded is not None
-
-    def close(self):
-        try:
-            self.send("Browser.close", session=None, timeout=5)
-        except (CDPError, OSError):
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        for fd in (self._cmd_w, self._res_r):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        shutil.rmtree(self.profile, ignore_errors=True)
-
-
-_SETTLE = """(async () => {
-  const images = [...document.images].map(i => i.complete ? null :
-      new Promise(r => { i.addEventListener('load', r); i.addEventListener('error', r); }));
-  await Promise.race([Promise.all(images), new Promise(r => setTimeout(r, 10000))]);
-  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
-    await Promise.race([MathJax.startup.promise, new Promise(r => setTimeout(r, 15000))]);
-  }
-  if (document.fonts) { await document.fonts.ready; }
-  return true;
-})()"""
-
-
 
 @dataclass
 class PageResult:
@@ -373,7 +154,7 @@ def _visit(browser: Chromium, page: Path, site: Path, out: Path) -> tuple[PageRe
     since = len(browser.events)
     if not browser.goto(page.as_uri()):
         res.errors.append("the page did not finish loading within 30 s")
-    browser.evaluate(_SETTLE, timeout=40)
+    browser.evaluate(SETTLE, timeout=40)
     time.sleep(0.2)
     shot = out / (rel[:-5].replace("/", "__") + ".png")
     shot.write_bytes(base64.b64decode(browser.send("Page.captureScreenshot", {"format": "png"})["data"]))
@@ -386,7 +167,7 @@ def _visit(browser: Chromium, page: Path, site: Path, out: Path) -> tuple[PageRe
 def _measure(browser: Chromium, page: Path) -> dict:
     """Open `page` at the browser's current size, let it settle: its length and width (pagecheck.MEASURE)."""
     browser.goto(page.as_uri())
-    browser.evaluate(_SETTLE, timeout=40)
+    browser.evaluate(SETTLE, timeout=40)
     return browser.evaluate(pc.MEASURE)
 
 
@@ -445,44 +226,6 @@ def summary_line(report: dict) -> str:
             f"{report['errors']} errors")
 
 
-def shots(site: Path, out: Path, names: list[str], widths=(pc.DESKTOP[0], pc.PHONE[0]), screens: float = 2,
-          executable: str | None = None) -> list[Path]:
-    """Screenshots of the pages `names` (paths in the site without .html: intro, notebooks/06_vm_p2p) at
-    each width in `widths` (1280: desktop, 900 high; 390: a phone, 844 high, mobile emulation): the first
-    `screens` screens of each (0: the whole page), as <page's file name>_<width>.png in `out`."""
-    site, out = Path(site).resolve(), Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    exe = executable or find_chromium()
-    if not exe:
-        raise FileNotFoundError(INSTALL_HINT)
-    sizes = {pc.DESKTOP[0]: pc.DESKTOP, pc.PHONE[0]: pc.PHONE}
-    written = []
-    browser = Chromium(exe)
-    try:
-        browser.open_tab(*pc.DESKTOP)
-        for width in widths:
-            w, h = sizes.get(width, (width, pc.DESKTOP[1]))
-            browser.set_size(w, h, mobile=w < 600)
-            for name in names:
-                page = site / (name if name.endswith(".html") else name + ".html")
-                if not page.exists():
-                    raise FileNotFoundError(f"{page} is not a page of the site")
-                browser.goto(page.as_uri())
-                browser.evaluate(_SETTLE, timeout=40)
-                time.sleep(0.2)
-                full = browser.evaluate("document.documentElement.scrollHeight")
-                height = full if not screens else min(full, int(screens * h))
-                png = browser.send("Page.captureScreenshot", {
-                    "format": "png", "captureBeyondViewport": True,
-                    "clip": {"x": 0, "y": 0, "width": w, "height": height, "scale": 1}})["data"]
-                path = out / f"{page.stem}_{width}.png"
-                path.write_bytes(base64.b64decode(png))
-                written.append(path)
-    finally:
-        browser.close()
-    return written
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m helpers.book.browser", description=__doc__.split("\n\n")[0])
     p.add_argument("site", nargs="?", default="_build/html", help="the built site (default: _build/html)")
@@ -492,13 +235,17 @@ def main(argv: list[str] | None = None) -> int:
                    help="pages for --shots, as paths without .html (intro notebooks/06_vm_p2p ...)")
     p.add_argument("--shot-screens", type=float, default=2,
                    help="for --shots: the first N screens of each page (0: the whole page; default 2)")
+    p.add_argument("--shot-find", metavar="TEXT",
+                   help="for --shots: start each shot just above the first element showing TEXT "
+                        "(named <page>_<width>_<text>.png; a page without it gets none)")
     p.add_argument("--measure-only", action="store_true",
                    help="print each page's length and the number of errors, exit 0 (make site uses it; "
                         "without Chromium it says how to get it)")
     args = p.parse_args(argv)
     try:
         if args.shots:
-            for path in shots(Path(args.site), Path(args.shots), args.shot_pages, screens=args.shot_screens):
+            for path in shots.take(Path(args.site), Path(args.shots), args.shot_pages, screens=args.shot_screens,
+                                   find=args.shot_find, echo=print):
                 print(f"wrote {path}")
             return 0
         report = check_site(Path(args.site), Path(args.out) if args.out else None)
@@ -508,8 +255,6 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.measure_only and report["errors"]:
-        print("the errors of each page: make check-site")
     if not args.measure_only:
         for r in report["per_page"]:
             for e in r["errors"]:
@@ -517,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         if report["length"]["error"]:
             print(f"site: {report['length']['error']}")
     print(summary_line(report))
+    if args.measure_only and report["errors"]:
+        print("each error, page by page: make check-site")
     return 1 if report["errors"] and not args.measure_only else 0
 
 
