@@ -109,6 +109,10 @@ def test_cut_cells_and_empty_figures_are_caught():
         errs: list[str] = []
         pc.check_images(errs, rep(images=[img]))
         assert any("empty data" in e and "a.png" in e for e in errs), (alt, errs)
+    wide = {"head": ["check", "verdict"], "first": ["p2p"], "cut": False, "hidden": 779}
+    errs = errors_of(pc.check_tables, rep(tables=[wide]))
+    assert any("779 px of it hidden" in e and "'verdict'" in e for e in errs), errs
+    assert errors_of(pc.check_tables, rep(tables=[dict(wide, hidden=pc.TABLE_SLACK)])) == []
     good = {"src": "file:///s/_images/a.png", "ok": True, "alt": "Figure: chart of µs against bytes", "w": 10}
     errs = []
     assert pc.check_images(errs, rep(images=[good])) == 0 and errs == []
@@ -175,6 +179,9 @@ PLANTED = {
     "cut": (TABLE.format(cell="costi…"), "cut short", "costi…"),
     "phone": ("<div style='width: 405px; background: #eee'>wide on a phone</div>", "sideways on a phone", "405 px"),
     "empty": ('<img alt="Figure: no data in this run" src="_images/a.png" />', "empty data", "a.png"),
+    "widetable": ("<div class='table-wrapper'><table><thead><tr><th>check</th><th>verdict</th></tr></thead>"
+                  "<tbody><tr><td style='min-width: 2000px'>p2p</td><td>problem</td></tr></tbody></table></div>",
+                  "table wider than the page", "'verdict'"),
     "long": ("<div style='height: 56000px'>a long page</div>", "desktop screens long", "PAGE_BUDGET=10"),
     "template": ("<p>It reached 19.7 GB/s (measured; NaN in recorded mode).</p>", "template leftover",
                  "NaN in recorded mode"),

@@ -21,7 +21,8 @@ The rules (issue 24: the browser check catches what a reader caught):
 - literal backticks in rendered prose (outside code: MyST left them because code sat inside bold or a
   caption), and a typographic dash in a flag ("–enable-ep-moe", "—resume": smart quotes turned `--` into
   an en dash because the flag was prose, not code);
-- a table cell cut short (its text ends in "…" or "...");
+- a table cell cut short (its text ends in "…" or "..."), and a table wider than the page at 1280 px
+  (it scrolls inside its frame, its last columns out of sight; folded tables are left out);
 - a figure with empty data: an image whose alt text says it has no data ("no data"), or the bare
   "Figure:" that helpers.core.plotting.describe gives a figure with no panel holding data;
 - template leftovers in prose: "(NaN in recorded mode)", "NaN where not measured", an unresolved
@@ -61,6 +62,7 @@ TEMPLATE = re.compile(r"\bNaN (?:in|under|for) (?:recorded|auto|live|cpu|gpu|thi
                       r"\b(?:mode|target|runs?)\b|\bNaN where (?:not|un)\w*(?: \w+)?|\{glue(?::\w+)?\}")
 EMPTY_FIGURE = re.compile(r"\bno data\b|^\s*Figure:\s*$|\bempty (?:figure|plot|chart)\b", re.I)
 LIMIT = 5  # messages of one kind per page
+TABLE_SLACK = 8  # px a table may run past its frame at 1280 px before it counts as wider than the page
 
 REPORT = r"""(() => {
   const skip = new Set(['PRE', 'CODE', 'SCRIPT', 'STYLE', 'TEXTAREA', 'MJX-CONTAINER', 'NOSCRIPT', 'KBD', 'SAMP']);
@@ -86,14 +88,14 @@ REPORT = r"""(() => {
   const tables = [...document.querySelectorAll('article table, main table')].map(t => {
     const head = t.tHead && t.tHead.rows.length ? [...t.tHead.rows[0].cells].map(c => c.textContent.trim()) : [];
     const body = t.tBodies.length ? [...t.tBodies[0].rows] : [];
-    let scrolls = false;
+    let scrolls = false, hidden = 0;
     for (let a = t.parentElement; a && a !== document.body; a = a.parentElement) {
       const o = getComputedStyle(a).overflowX;
-      if (o === 'auto' || o === 'scroll') { scrolls = true; break; }
+      if (o === 'auto' || o === 'scroll') { scrolls = true; hidden = a.scrollWidth - a.clientWidth; break; }
     }
     const cut = t.getBoundingClientRect().right > main.getBoundingClientRect().right + 2 && !scrolls;
     const cells = [...t.querySelectorAll('td, th')].map(c => c.textContent.trim());
-    return {head, headRows: t.tHead ? t.tHead.rows.length : 0, cut,
+    return {head, headRows: t.tHead ? t.tHead.rows.length : 0, cut, hidden: folded(t) ? 0 : hidden,
             first: body.map(r => r.cells.length ? r.cells[0].textContent.trim() : ''),
             truncated: cells.filter(c => /(…|\.\.\.)$/.test(c)),
             cls: t.className, caption: t.caption ? t.caption.textContent.trim() : ''};
@@ -217,6 +219,9 @@ def check_tables(errors: list[str], rep: dict) -> None:
     for t in rep["tables"]:
         if t["cut"]:
             errors.append(f"table runs off the page without scrolling (headers {t['head'][:4]})")
+        if t.get("hidden", 0) > TABLE_SLACK:
+            errors.append(f"table wider than the page at {DESKTOP[0]} px: {t['hidden']} px of it hidden to the "
+                          f"right (at most 7 columns; split it) (headers {t['head'][:8]})")
         if bare_index(t):
             errors.append(f"table with a bare integer index column (headers {t['head'][:4]})")
         for c in t.get("truncated", [])[:3]:

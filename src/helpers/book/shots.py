@@ -76,11 +76,15 @@ def _one(browser: Chromium, page: Path, out: Path, w: int, h: int, screens: floa
         at = browser.evaluate(f"{_FIND}({json.dumps(find)})")
         if at is None:
             return None
-        top, name = max(0, int(at) - 60), f"{page.stem}_{w}_{slug(find)}.png"
+        top, name = max(0, int(at) - 150), f"{page.stem}_{w}_{slug(find)}.png"
     height = full - top if not screens else min(full - top, int(screens * h))
+    if top:  # scrolled there: Chromium draws nothing below 16384 px in a capture beyond the window
+        browser.evaluate(f"window.scrollTo(0, {top})")
+        time.sleep(0.2)
+        top = browser.evaluate("window.scrollY")
     png = browser.send("Page.captureScreenshot", {
-        "format": "png", "captureBeyondViewport": True,
-        "clip": {"x": 0, "y": top, "width": w, "height": max(1, height), "scale": 1}})["data"]
+        "format": "png", "captureBeyondViewport": not top,
+        "clip": {"x": 0, "y": top, "width": w, "height": max(1, min(height, h) if top else height), "scale": 1}})["data"]
     path = out / name
     path.write_bytes(small_png(base64.b64decode(png)))
     return path
