@@ -26,14 +26,15 @@ FINDS = [
     ("notebooks/01_environment", "gpu_names", 7),
     ("notebooks/02_nan_crash", "flashmla_sparse", 6),
     ("notebooks/02_nan_crash", "was removed in sglang", 8),
+    ("notebooks/02_nan_crash", "(expected 8)", 7),
     ("notebooks/03_baselines_tuning", "scaling (derived)", 5),
-    ("notebooks/03_baselines_tuning", "Output throughput against concurrency", 10),
+    ("notebooks/03_baselines_tuning", "chart of output throughput", 10),
     ("notebooks/05_expert_parallelism", "kv_tokens_per_gpu", 5),
     ("notebooks/06_vm_p2p", "NaN in recorded mode", 7),
     ("notebooks/07_decode_step", "[1/16] batch 1", 7),
     ("notebooks/07_decode_step", "reproduces the unsharded logits", 4),
     ("notebooks/07_diagnosis", "used as the all-reduce itself", 4),
-    ("notebooks/07_diagnosis", "Remedies, ranked by predicted gain", 3),
+    ("notebooks/07_diagnosis", "Each remedy is priced by what it changes", 3),
     ("appendix/status", "a run continued with", 8),
 ]
 

@@ -7,7 +7,7 @@
 
 Each shot is the first `screens` screens of the page (1280 x 900 a screen on the desktop; 390 x 844 on a
 phone, mobile emulation, as the browser check measures them), or, with `find`, as many screens from just
-above the first element that shows that text. PNGs are reduced to 256 colours where Pillow is installed,
+above the first element that shows that text (or an image whose alt text holds it). PNGs are reduced to 256 colours where Pillow is installed,
 so that a set of them stays small enough to commit.
 """
 from __future__ import annotations
@@ -22,10 +22,11 @@ from pathlib import Path
 from helpers.book import pagecheck as pc
 from helpers.book.chromium import INSTALL_HINT, SETTLE, Chromium, find_chromium
 
-#: the page offset (px) of the first element that shows the text (the innermost one), or null
-_FIND = r"""(t => { const all = [...document.querySelectorAll('main *, article *')].filter(e =>
-    e.textContent.includes(t) && ![...e.children].some(c => c.textContent.includes(t)) &&
-    e.getClientRects().length && !e.closest('details:not([open])'));
+#: the page offset (px) of the first element that shows the text (the innermost one; an image by its alt
+#: text), or null
+_FIND = r"""(t => { const has = e => e.textContent.includes(t) || (e.tagName === 'IMG' && (e.alt || '').includes(t));
+  const all = [...document.querySelectorAll('main *, article *')].filter(e =>
+    has(e) && ![...e.children].some(has) && e.getClientRects().length && !e.closest('details:not([open])'));
   return all.length ? all[0].getBoundingClientRect().top + window.scrollY : null; })"""
 
 
