@@ -39,6 +39,7 @@ def errors_of(check, description) -> list[str]:
     ("the GPUs were ['NVIDIA H200'] here", "['NVIDIA H200']"),
     ('hints ["/.dockerenv exists"]', '["/.dockerenv exists"]'),
     ("see fits=None below", "fits=None"),
+    ("the GPUs [NVIDIA H200, NVIDIA H200] here", "[NVIDIA H200, NVIDIA H200]"),
     ("it gave <helpers.Run object at 0x7f3a2c> back", "object at 0x7f3a2c"),
     ("the file PosixPath('runs/x') holds it", "PosixPath("),
     ("keys dict_keys(['a'])", "dict_keys("),

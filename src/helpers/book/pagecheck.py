@@ -50,6 +50,7 @@ WROTE = re.compile(r"\b(?:[Ww]rote|[Ss]aved|[Ww]riting)\s+(?:to\s+)?[\w.~-]*/[\w
 TRACEBACK = re.compile(r"Traceback \(most recent call last\)|File \"[^\"\n]+\", line \d+")
 REPRS = re.compile(
     r"\[\s*(?:'[^'\n\]]*'|\"[^\"\n\]]*\")(?:\s*,\s*(?:'[^'\n\]]*'|\"[^\"\n\]]*\"))*\s*\]"   # ['a', 'b']
+    r"|\[[A-Za-z][\w .:/-]*(?:, [A-Za-z][\w .:/-]*)+\]"                                 # [NVIDIA H200, NVIDIA H200]
     r"|\b[A-Za-z_]\w*=(?:None|True|False|nan)\b"                                        # fits=None
     r"|<[\w.]+ object at 0x[0-9a-fA-F]+>"                                               # <X object at 0x..>
     r"|\b(?:PosixPath|WindowsPath|PurePosixPath|array|dict_keys|dict_values|dict_items|Timestamp|"
