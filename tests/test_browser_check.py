@@ -276,3 +276,15 @@ def test_shots_write_page_and_width(tmp_path):
     found = shots.take(site, tmp_path / "at", ["template", "intro"], widths=(1280,), screens=1,
                        find="NaN in recorded mode", echo=said.append)
     assert [p.name for p in found] == ["template_1280_nan-in-recorded-mode.png"] and "intro" in said[0]
+
+
+def test_make_site_and_check_site_print_the_length():
+    """`make site` measures the site where Chromium is (and says `make browser` where not); `make
+    check-site` runs the whole check."""
+    from helpers import repo_root
+
+    make = (repo_root() / "Makefile").read_text()
+    site = make.split("\nsite:", 1)[1].split("\n\n", 1)[0]
+    check = make.split("\ncheck-site:", 1)[1].split("\n\n", 1)[0]
+    assert "helpers.book.browser _build/html --measure-only" in site
+    assert "helpers.book.browser _build/html" in check and "--measure-only" not in check
