@@ -30,7 +30,7 @@ help:
 	@echo "make render RUN=runs/<id> build the site from a run (the book toolchain only)"
 	@echo "make site                 render the published site from \$$SITE_RUN ($(SITE_RUN)) into _build/html"
 	@echo "make browser              install headless Chromium (Debian's package) for the browser test"
-	@echo "make check-site           open every page of _build/html in Chromium, offline; screenshots in _build/screenshots"
+	@echo "make check-site           open every page of _build/html in Chromium, offline: errors, screens per page; screenshots in _build/screenshots"
 	@echo "make test                 the whole test suite (no GPU needed)"
 	@echo "make test-fast            the unit tier only (no process, no model; under a minute), with its time"
 	@echo "make test-integration     the tests that start real processes or run the decode-step model"
@@ -78,6 +78,7 @@ site: install-site
 	@$(BIN)/python -m helpers.book.publish $(SITE_RUN) || echo "warning: $(SITE_RUN) is not publishable as it stands (above); tests/test_site_run.py fails on it"
 	$(BIN)/python -m helpers.book.runbook --render $(SITE_RUN)
 	touch _build/html/.nojekyll
+	@$(BIN)/python -m helpers.book.browser _build/html --measure-only
 	@echo "the site (from $(SITE_RUN)): _build/html; open _build/html/index.html or serve that folder"
 
 # Headless Chromium for the browser test (Debian's package; CI runs this before make test).

@@ -59,7 +59,10 @@ def test_every_page_in_a_real_browser(built):
         pytest.skip(browser.INSTALL_HINT)
     report = browser.check_site(built, echo=lambda *a: None)
     problems = [f"{p['page']}: {e}" for p in report["per_page"] for e in p["errors"]]
+    problems += [f"site: {report['length']['error']}"] if report["length"]["error"] else []
     print(browser.summary_line(report))
+    # the length at both widths, per page (issue 24's budget: pagecheck.PAGE_BUDGET and SITE_BUDGET)
+    assert all(p["screens_desktop"] > 0 and p["screens_phone"] > 0 for p in report["per_page"])
     assert not problems, "\n".join(problems[:40])
     assert report["pages"] >= len(runbook.toc_entries(ROOT))
     assert report["math"] > 0 and report["images"] > 0 and report["links_checked"] > 50
