@@ -244,7 +244,8 @@ def host_checks(tables: dict[str, pd.DataFrame]) -> HostChecks:
     )
 
 
-def headline_table(h: Headline) -> pd.DataFrame:
-    """The headline figures as a table: key and value (as text)."""
-    names = [f.name for f in fields(h)]
-    return pd.DataFrame({"key": names, "value": [str(getattr(h, k)) for k in names]})
+def headline_table(*facts) -> pd.DataFrame:
+    """The figures page 1 quotes (a Headline, HostChecks, ...) as one table: key and value (as text)."""
+    rows = [(f.name, getattr(h, f.name)) for h in facts for f in fields(h)]
+    return pd.DataFrame({"key": [k for k, _ in rows], "value": [f"{v:g}" if isinstance(v, float) else str(v)
+                                                               for _, v in rows]})
