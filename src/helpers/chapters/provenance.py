@@ -213,6 +213,7 @@ class HostChecks:
     chk_h200_nop2p: float
     chk_pcie8: float
     chk_nan_then: str
+    chk_nan_now: str
     chk_sglang_now: str
 
 
@@ -230,7 +231,11 @@ def host_checks(tables: dict[str, pd.DataFrame]) -> HostChecks:
     fix = launch[(launch.kind == "flag") & (launch.note == "the NaN fix")]
     if fix.empty:
         raise recorded.DataError("data/recorded/launch_config.csv has no flag noted 'the NaN fix'")
-    srcs = recorded.sources()
+    renamed = tables["reference/sglang_flags.csv"].set_index("flag_then")
+    missing = sorted(set(fix.name) - set(renamed.index))
+    if missing:
+        raise recorded.DataError(f"data/reference/sglang_flags.csv has no later name for the NaN fix's {missing}")
+    now = renamed.loc[list(fix.name)]
     return HostChecks(
         chk_p2p_lo=value(ref, "value_low", system="RTX PRO 6000 pair with P2P", metric="p2p_latency"),
         chk_p2p_hi=value(ref, "value_high", system="RTX PRO 6000 pair with P2P", metric="p2p_latency"),
@@ -240,7 +245,8 @@ def host_checks(tables: dict[str, pd.DataFrame]) -> HostChecks:
         chk_h200_nop2p=value(ar, "time_us", system=H200_NO_P2P, message_bytes=one_token),
         chk_pcie8=value(ref, system=PCIE8, metric="allreduce_time", message_bytes=32768),
         chk_nan_then=" ".join(f"{n} {v}" for n, v in zip(fix.name, fix.value)),
-        chk_sglang_now=str(srcs["sglang-docs"]["version"]).split()[0],
+        chk_nan_now=" ".join(f"{n} {v}" for n, v in zip(now.flag_now, fix.value)),
+        chk_sglang_now=_and(sorted(set(now.version_now))),
     )
 
 

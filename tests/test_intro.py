@@ -1,0 +1,64 @@
+"""Page 1's host checks (intro.md, issue 24 item 5): commands and flags in code blocks, held to data/."""
+import re
+from pathlib import Path
+
+from helpers.chapters import provenance
+from helpers.core import recorded
+from helpers.model import arith as ma
+
+ROOT = Path(__file__).resolve().parents[1]
+INTRO = (ROOT / "intro.md").read_text()
+BLOCKS = re.findall(r"```bash\n(.*?)```", INTRO, re.S)
+
+
+def _lines():
+    return [ln.split("#")[0].strip() for b in BLOCKS for ln in b.splitlines() if ln.split("#")[0].strip()]
+
+
+def test_the_host_checks_are_commands_in_a_code_block():
+    cmds = _lines()
+    for cmd in ("systemd-detect-virt", "nvidia-smi topo -p2p r"):
+        assert cmd in cmds, f"intro.md: no code line `{cmd}`"
+    assert any(c.startswith("all_reduce_perf ") for c in cmds)
+    assert any(c.startswith("python -m helpers.book.runbook ") for c in cmds)
+
+
+def test_the_book_command_names_a_target_and_chapters_that_exist():
+    cmd = next(c for c in _lines() if c.startswith("python -m helpers.book.runbook "))
+    target = re.search(r"--target (\S+)", cmd).group(1)
+    assert (ROOT / "targets" / f"{target}.yaml").exists(), target
+    for stem in re.search(r"--chapters (\S+)", cmd).group(1).split(","):
+        assert (ROOT / "notebooks" / f"{stem}.ipynb").exists(), stem
+
+
+def test_all_reduce_perf_runs_at_the_decode_sizes_of_1_and_64_tokens():
+    cmd = next(c for c in _lines() if c.startswith("all_reduce_perf "))
+    kib = lambda flag: int(re.search(rf"{flag} (\d+)K\b", cmd).group(1))  # noqa: E731  nccl-tests: K = 1024
+    m = ma.load_model("glm5")
+    assert kib("-b") * 1024 == int(ma.allreduce_bytes(m, 1))
+    assert kib("-e") * 1024 == int(ma.allreduce_bytes(m, 64))
+    assert re.search(r"-f (\d+)", cmd) and 64 % int(re.search(r"-f (\d+)", cmd).group(1)) == 0
+
+
+def test_the_nan_fix_flags_are_the_data_s_then_and_now():
+    checks = provenance.host_checks(provenance.all_tables())
+    code = "\n".join(BLOCKS)
+    assert checks.chk_nan_then in code, f"intro.md's code has not the investigation's NaN fix {checks.chk_nan_then!r}"
+    assert checks.chk_nan_now in code, f"intro.md's code has not today's NaN-fix flags {checks.chk_nan_now!r}"
+    now_line = next(ln for ln in code.splitlines() if checks.chk_nan_now in ln)
+    assert f"SGLang {checks.chk_sglang_now}" in now_line, now_line
+    # the data the flags come from: the investigation's launch line and the renamed flags
+    fix = recorded.load("recorded/launch_config.csv").query("note == 'the NaN fix'")
+    assert set(fix.name) <= set(recorded.load("reference/sglang_flags.csv").flag_then)
+
+
+def test_no_typographic_dash_inside_a_flag_and_flags_only_in_code():
+    assert not re.search(r"[\u2013\u2014]-?[a-z]", "\n".join(BLOCKS))
+    prose = re.sub(r"```.*?```", "", INTRO, flags=re.S)
+    prose = re.sub(r"`[^`]*`", "", prose)
+    assert not re.search(r"(?<![\w-])--[a-z]", prose), "a flag in intro.md's prose outside code"
+
+
+def test_the_run_line_says_it_names_the_machine_that_ran_this_run():
+    line = INTRO[INTRO.index("book-run-line"):]
+    assert "{{ site_machine }}" in line[:400] and "not the original" in line[:400]
