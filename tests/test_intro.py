@@ -20,15 +20,15 @@ def test_the_host_checks_are_commands_in_a_code_block():
     for cmd in ("systemd-detect-virt", "nvidia-smi topo -p2p r"):
         assert cmd in cmds, f"intro.md: no code line `{cmd}`"
     assert any(c.startswith("all_reduce_perf ") for c in cmds)
-    assert any(c.startswith("python -m helpers.book.runbook ") for c in cmds)
+    assert any(c.startswith("make run TARGET=") for c in cmds)
 
 
-def test_the_book_command_names_a_target_and_chapters_that_exist():
-    cmd = next(c for c in _lines() if c.startswith("python -m helpers.book.runbook "))
-    target = re.search(r"--target (\S+)", cmd).group(1)
-    assert (ROOT / "targets" / f"{target}.yaml").exists(), target
-    for stem in re.search(r"--chapters (\S+)", cmd).group(1).split(","):
-        assert (ROOT / "notebooks" / f"{stem}.ipynb").exists(), stem
+def test_the_book_command_names_a_target_that_sweeps_copies_and_all_reduces_on_every_gpu():
+    from helpers.book.targets import load_target
+    cmd = next(c for c in _lines() if c.startswith("make run TARGET="))
+    t = load_target(cmd.split("TARGET=")[1].split()[0], ROOT)
+    vm = t.chapters.get("06_vm_p2p") or {}
+    assert t.parameters.get("mode") == "auto" and vm.get("world_size") == 0 and vm.get("sweep") == "full"
 
 
 def test_all_reduce_perf_runs_at_the_decode_sizes_of_1_and_64_tokens():
@@ -45,8 +45,9 @@ def test_the_nan_fix_flags_are_the_data_s_then_and_now():
     code = "\n".join(BLOCKS)
     assert checks.chk_nan_then in code, f"intro.md's code has not the investigation's NaN fix {checks.chk_nan_then!r}"
     assert checks.chk_nan_now in code, f"intro.md's code has not today's NaN-fix flags {checks.chk_nan_now!r}"
-    now_line = next(ln for ln in code.splitlines() if checks.chk_nan_now in ln)
-    assert f"SGLang {checks.chk_sglang_now}" in now_line, now_line
+    lines = code.splitlines()
+    i = next(i for i, ln in enumerate(lines) if checks.chk_nan_now in ln)
+    assert f"SGLang {checks.chk_sglang_now}" in lines[i - 1], lines[i - 1]
     # the data the flags come from: the investigation's launch line and the renamed flags
     fix = recorded.load("recorded/launch_config.csv").query("note == 'the NaN fix'")
     assert set(fix.name) <= set(recorded.load("reference/sglang_flags.csv").flag_then)

@@ -25,9 +25,9 @@ def test_one_row_per_target_with_a_time_that_says_where_it_comes_from():
     for name, (_, hw, time, without) in rows.items():
         assert hw and without, name
         if name in runs:
-            assert f"measured: run `{runs[name]['run_id']}`" in time, (name, time)
+            assert f"measured (run `{runs[name]['run_id']}`" in time, (name, time)
         else:
-            assert f"targets/{name}.yaml; no committed run" in time, (name, time)
+            assert "no committed run" in time, (name, time)
 
 
 def test_the_time_of_a_committed_run_is_its_wall_time(tmp_path):
@@ -40,7 +40,7 @@ def test_the_time_of_a_committed_run_is_its_wall_time(tmp_path):
         "run_id": "x1", "target": "recorded", "status": "ok", "started": "2026-01-01T00:00:00+00:00",
         "finished": "2026-01-01T00:03:00+00:00", "hardware": {"gpu_count": 0, "gpu_names": []}}))
     rows = {r[0].strip("`"): r for r in rerun.rows(tmp_path)}
-    assert rows["recorded"][2] == "3 min (measured: run `x1`, no GPU)"
+    assert rows["recorded"][2] == "3 min, measured (run `x1` on no GPU)"
     run.joinpath("manifest.json").write_text(run.joinpath("manifest.json").read_text().replace('"ok"', '"failed"'))
     assert "no committed run" in {r[0].strip("`"): r for r in rerun.rows(tmp_path)}["recorded"][2]
 
@@ -55,8 +55,11 @@ def test_estimates_and_hardware_are_read_from_the_description():
     assert rerun.stated_estimate("Sized to finish in about a minute on a 2-core machine.") == \
         "about a minute on a 2-core machine"
     assert rerun.stated_estimate("Fast.") is None
-    assert rerun.hardware("The default. A host with eight GPUs (four at the least); more.", {}) == \
+    assert rerun.hardware("The default. A host with eight GPUs (four at the least), such as; more.", {}) == \
         "A host with eight GPUs (four at the least)"
+    assert rerun.hardware("The default. Measure what this machine can.", {}) == "Any machine"
+    assert rerun.hardware("Needs a host with 8 GPUs, sglang.", {"packages": {"sglang": "x"}}) == \
+        "A host with 8 GPUs (required: `sglang`)"
 
 
 def test_a_page_without_markers_is_refused():

@@ -32,7 +32,7 @@ PAGE = Path("appendix") / "rerun.md"
 
 _SENTENCE = re.compile(r"(?<=[.;])\s+(?=[A-Z])")
 _ESTIMATE = re.compile(r"\b((?:[Aa]bout|[Ww]ithin|[Rr]oughly)\s[^.;()]*?\b(?:minutes?|hours?)\b[^.;()]*)")
-_HARDWARE = re.compile(r"\b(host|machine|GPUs?)\b")
+_HARDWARE = re.compile(r"\b(host|machine)\b")
 
 
 def _sentences(text: str) -> list[str]:
@@ -40,15 +40,15 @@ def _sentences(text: str) -> list[str]:
 
 
 def _top_level(sentence: str) -> str:
-    """The sentence up to its first colon or semicolon outside parentheses, without the parentheses that
-    hold a list (a colon or semicolon inside)."""
+    """The sentence up to its first colon, semicolon or comma outside parentheses, without the parentheses
+    that hold a list (a colon or semicolon inside)."""
     depth, out, group = 0, [], []
     for ch in sentence:
         if ch == "(":
             depth += 1
         if depth:
             group.append(ch)
-        elif ch in ":;":
+        elif ch in ":;,":
             break
         else:
             out.append(ch)
@@ -64,10 +64,13 @@ def _top_level(sentence: str) -> str:
 
 def hardware(description: str, requires: dict) -> str:
     """What a target needs, from its description: the sentence that starts with "Needs", else the first
-    that names a host, machine or GPUs, cut at its first colon or semicolon; then what `requires` names."""
+    that describes a host ("A host with ...", "A one-GPU host ..."), cut at its first colon, semicolon or
+    comma; "Any machine" where the description describes none; then what `requires` names."""
     ss = _sentences(description)
     pick = next((s for s in ss if s.startswith("Needs")), None) or next(
-        (s for s in ss if _HARDWARE.search(s)), ss[0] if ss else "")
+        (s for s in ss if re.match(r"An? ", s) and _HARDWARE.search(s)), None)
+    if pick is None:
+        pick = "Any machine"
     pick = _top_level(pick).rstrip(". ")
     if pick.startswith("Needs"):
         pick = pick[len("Needs"):].strip()
@@ -108,7 +111,7 @@ def run_time(m: dict) -> str:
     machine = f"{hw.get('gpu_count') or len(names)} x {names[0]}" if names and len(set(names)) == 1 else (
         ", ".join(names) or "no GPU")
     wall = (datetime.fromisoformat(m["finished"]) - datetime.fromisoformat(m["started"])).total_seconds()
-    return f"{_minutes(wall)} (measured: run `{m['run_id']}`, {machine})"
+    return f"{_minutes(wall)}, measured (run `{m['run_id']}` on {machine})"
 
 
 def _chapter_modes(target, root: Path) -> dict[str, str]:
@@ -128,6 +131,14 @@ def _chapter_modes(target, root: Path) -> dict[str, str]:
     return out
 
 
+def _span(nums: list[str]) -> str:
+    """["02", "03", "04"] -> "Chapters 02-04"; otherwise the list."""
+    ints = [int(n) for n in nums if n.isdigit()]
+    if len(ints) == len(nums) > 2 and ints == list(range(ints[0], ints[0] + len(ints))):
+        return f"Chapters {nums[0]}-{nums[-1]}"
+    return "Chapters " + ", ".join(nums)
+
+
 def _short(s: str) -> str:
     """06_vm_p2p -> 06, 07_decode_step -> 07 (decode step): a number that two chapters share keeps a word."""
     num, _, rest = s.partition("_")
@@ -138,16 +149,15 @@ def without_hardware(target, root: Path) -> str:
     """What the pages show when the target runs on a machine that lacks what it needs."""
     if target.requires:
         reqs = [k for group in target.requires.values() for k in (group or {})]
-        return f"Nothing: the runbook refuses before it starts, naming what is missing ({', '.join(reqs)})"
+        return f"Nothing: the runbook refuses before it starts, naming what is missing"
     modes = _chapter_modes(target, root)
     live = [_short(s) for s, m in modes.items() if m in ("auto", "live")]
     if not live:
-        return "The same pages on any machine: every chapter shows the recorded investigation"
+        return "The same pages: nothing is measured"
     rest = [_short(s) for s, m in modes.items() if m not in ("auto", "live")]
     if rest:
-        return (f"Chapters {', '.join(rest)} show the recorded investigation; the others measure what the "
-                f"machine has and say what they skipped and why")
-    return "Every chapter measures what the machine has and says what it skipped and why"
+        return f"{_span(rest)} show the recorded investigation; the others measure what is there and say what they skipped"
+    return "Each chapter measures what is there and says what it skipped"
 
 
 def rows(root: Path | None = None) -> list[tuple[str, str, str, str]]:
@@ -160,8 +170,8 @@ def rows(root: Path | None = None) -> list[tuple[str, str, str, str]]:
             time = run_time(runs[name])
         else:
             est = stated_estimate(t.description)
-            time = f"{est[:1].lower() + est[1:]} (stated in targets/{name}.yaml; no committed run)" if est else (
-                f"not stated in targets/{name}.yaml; no committed run")
+            time = f"{est[:1].lower() + est[1:]}, as targets/{name}.yaml states (no committed run)" if est else (
+                "not stated, and no committed run")
         out.append((f"`{name}`", hardware(t.description, t.requires), time, without_hardware(t, root)))
     return out
 
