@@ -8,20 +8,25 @@ import pytest
 from helpers.book import rerun
 from helpers.book.targets import known_targets
 
+import committed
+
 ROOT = Path(__file__).resolve().parents[1]
+RUNS, NO_GIT = committed.runs_or_reason(ROOT)  # the runs git tracks (tests/committed.py)
 
 
 def test_the_page_holds_the_table_as_generated():
+    assert not NO_GIT, NO_GIT
     page = (ROOT / rerun.PAGE).read_text()
-    assert rerun.table(ROOT) in page, ("appendix/rerun.md's target table is out of date (a target or a committed "
+    assert rerun.table(ROOT, RUNS) in page, ("appendix/rerun.md's target table is out of date (a target or a committed "
                                        "run changed): run `python -m helpers.book.rerun --write`")
     assert page.index(rerun.BEGIN) < page.index("## "), "the table is not the first thing on the page"
 
 
 def test_one_row_per_target_with_a_time_that_says_where_it_comes_from():
-    rows = {r[0].strip("`"): r for r in rerun.rows(ROOT)}
+    assert not NO_GIT, NO_GIT
+    rows = {r[0].strip("`"): r for r in rerun.rows(ROOT, RUNS)}
     assert set(rows) == set(known_targets(ROOT))
-    runs = rerun.committed_runs(ROOT)
+    runs = rerun.committed_runs(ROOT, RUNS)
     for name, (_, hw, time, without) in rows.items():
         assert hw and without, name
         if name in runs:
@@ -39,14 +44,15 @@ def test_the_time_of_a_committed_run_is_its_wall_time(tmp_path):
     run.joinpath("manifest.json").write_text(json.dumps({
         "run_id": "x1", "target": "recorded", "status": "ok", "started": "2026-01-01T00:00:00+00:00",
         "finished": "2026-01-01T00:03:00+00:00", "hardware": {"gpu_count": 0, "gpu_names": []}}))
-    rows = {r[0].strip("`"): r for r in rerun.rows(tmp_path)}
-    assert rows["recorded"][2] == "3 min, measured (run `x1` on no GPU)"
+    rows = lambda ids: {r[0].strip("`"): r for r in rerun.rows(tmp_path, ids)}  # noqa: E731
+    assert "no committed run" in rows([])["recorded"][2], "a run that is not committed does not count"
+    assert rows(["x1"])["recorded"][2] == "3 min, measured (run `x1` on no GPU)"
     run.joinpath("manifest.json").write_text(run.joinpath("manifest.json").read_text().replace('"ok"', '"failed"'))
-    assert "no committed run" in {r[0].strip("`"): r for r in rerun.rows(tmp_path)}["recorded"][2]
+    assert "no committed run" in rows(["x1"])["recorded"][2]
 
 
 def test_a_target_that_requires_something_says_the_run_is_refused():
-    rows = {r[0].strip("`"): r for r in rerun.rows(ROOT)}
+    rows = {r[0].strip("`"): r for r in rerun.rows(ROOT, [])}
     assert rows["sglang-8gpu"][3].startswith("Nothing: the runbook refuses")
     assert "required: `model_path`" in rows["sglang-8gpu"][1]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -89,10 +90,25 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
-def committed_runs(root: Path) -> dict[str, dict]:
-    """The newest committed run of each target whose status is ok: target -> manifest."""
+def _tracked_manifests(root: Path) -> list[Path]:
+    """runs/<id>/manifest.json of the runs git tracks: a reader's own runs (`make book`, runs/latest) are
+    not committed and change nothing here. Without git, an error says so."""
+    cmd = ["git", "-c", f"safe.directory={Path(root).resolve()}", "-C", str(root), "ls-files", "-z", "--", "runs/"]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise RuntimeError("the re-running table lists committed runs with `git ls-files runs/`; git is not installed")
+    if p.returncode != 0:
+        raise RuntimeError(f"`git ls-files runs/` failed in {root}: {p.stderr.strip()}; run this in a git checkout")
+    return [root / f for f in sorted(p.stdout.split("\0")) if re.fullmatch(r"runs/[^/]+/manifest\.json", f)]
+
+
+def committed_runs(root: Path, run_ids: list[str] | None = None) -> dict[str, dict]:
+    """The newest committed run of each target whose status is ok: target -> manifest. The committed runs
+    are those git tracks, or `run_ids` where the caller has listed them."""
     out: dict[str, dict] = {}
-    for p in sorted((root / "runs").glob("*/manifest.json")):
+    paths = _tracked_manifests(root) if run_ids is None else [root / "runs" / i / "manifest.json" for i in run_ids]
+    for p in paths:
         try:
             m = json.loads(p.read_text())
         except (OSError, ValueError):
@@ -160,9 +176,9 @@ def without_hardware(target, root: Path) -> str:
     return "Each chapter measures what is there and says what it skipped"
 
 
-def rows(root: Path | None = None) -> list[tuple[str, str, str, str]]:
+def rows(root: Path | None = None, run_ids: list[str] | None = None) -> list[tuple[str, str, str, str]]:
     root = root or repo_root()
-    runs = committed_runs(root)
+    runs = committed_runs(root, run_ids)
     out = []
     for name in known_targets(root):
         t = load_target(name, root)
@@ -176,12 +192,12 @@ def rows(root: Path | None = None) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def table(root: Path | None = None) -> str:
+def table(root: Path | None = None, run_ids: list[str] | None = None) -> str:
     """The Markdown table, between its markers."""
     def row(cells):
         return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
     lines = [BEGIN, "", row(("target", "hardware it needs", "time it takes", "without that hardware")),
-             row(("---",) * 4)] + [row(r) for r in rows(root)] + ["", END]
+             row(("---",) * 4)] + [row(r) for r in rows(root, run_ids)] + ["", END]
     return "\n".join(lines)
 
 
