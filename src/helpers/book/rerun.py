@@ -186,8 +186,8 @@ def rows(root: Path | None = None, run_ids: list[str] | None = None) -> list[tup
             time = run_time(runs[name])
         else:
             est = stated_estimate(t.description)
-            time = f"{est[:1].lower() + est[1:]}, as targets/{name}.yaml states (no committed run)" if est else (
-                "not stated, and no committed run")
+            time = f"{est[:1].lower() + est[1:]} (stated in targets/{name}.yaml)" if est else (
+                "not stated, no committed run")
         out.append((f"`{name}`", hardware(t.description, t.requires), time, without_hardware(t, root)))
     return out
 
