@@ -63,3 +63,26 @@ def test_no_typographic_dash_inside_a_flag_and_flags_only_in_code():
 def test_the_run_line_says_it_names_the_machine_that_ran_this_run():
     line = INTRO[INTRO.index("book-run-line"):]
     assert "{{ site_machine }}" in line[:400] and "not the original" in line[:400]
+
+
+def test_the_host_check_figures_are_the_rows_they_cite():
+    """Independently of the picks: the raw rows of data/reference/ the page-1 figures come from."""
+    import pandas as pd
+    c = provenance.host_checks(provenance.all_tables())
+    ref = pd.read_csv(recorded.data_dir() / "reference" / "baremetal.csv")
+    ar = pd.read_csv(recorded.data_dir() / "reference" / "host_allreduce.csv")
+    p2p = ref[(ref.metric == "p2p_latency") & ref.system.str.contains("with P2P")].iloc[0]
+    assert (c.chk_p2p_lo, c.chk_p2p_hi) == (p2p.value_low, p2p.value_high)
+    assert c.chk_nop2p == ref[(ref.metric == "p2p_latency") & ref.system.str.contains("without")].value.iloc[0]
+    at12 = ar[(ar.message_bytes == 12288) & (ar.gpus == 2)]
+    assert c.chk_h200_nvl == at12[at12.variant == "default"].time_us.iloc[0]
+    assert c.chk_h200_nop2p == at12[at12.variant == "P2P_DISABLE=1"].time_us.iloc[0]
+    assert c.chk_ar_kib == 12 and c.chk_pcie8 == ref[ref.metric == "allreduce_time"].value.iloc[0]
+
+
+def test_a_missing_rename_of_a_nan_fix_flag_fails_naming_it():
+    import pytest
+    t = provenance.all_tables()
+    t["reference/sglang_flags.csv"] = t["reference/sglang_flags.csv"].iloc[1:]
+    with pytest.raises(recorded.DataError, match="--nsa-prefill-backend"):
+        provenance.host_checks(t)
