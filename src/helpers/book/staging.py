@@ -469,8 +469,23 @@ def _problem_page(title: str, rec: dict, manifest: dict) -> str:
     return "\n".join(body) + "\n"
 
 
+def _status_value(v) -> str:
+    """A manifest value as a reader reads it: a list as its items, a mapping as key: value pairs."""
+    if isinstance(v, list):
+        return ", ".join(str(x) for x in v) or "none"
+    if isinstance(v, dict):
+        return "; ".join(f"{k}: {x}" for k, x in v.items()) or "none"
+    return str(v)
+
+
+def _fold(title: str, lines: list[str]) -> list[str]:
+    """Markdown lines inside a closed dropdown whose visible line is `title`."""
+    return ["", f":::{{dropdown}} {title}", *lines, ":::", ""]
+
+
 def status_page(manifest: dict, titles: dict[str, str]) -> str:
-    """The appendix status page, generated from a run's manifest."""
+    """The appendix status page, generated from a run's manifest: what ran where and how it ended first,
+    the chapters, then the run's details, hardware, software, environment and parameters folded."""
     def row(*cells):
         return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
 
@@ -479,41 +494,62 @@ def status_page(manifest: dict, titles: dict[str, str]) -> str:
     total = sum(c.get("duration_s") or 0.0 for c in m["chapters"])
     said = ", ".join(f"{counts[s]} {s}" for s in ("ok", "failed", "skipped")) + "".join(
         f", {counts[s]} {s}" for s in ("partial", "interrupted", "running", "pending") if counts[s])
+    hw = m.get("hardware") or {}
+    names = hw.get("gpu_names") or []
+    machine = (f"{hw.get('gpu_count') or len(names)} x {names[0]}" if names and len(set(names)) == 1
+               else ", ".join(names) or "no GPU")
+    if hw.get("virtualization") and hw["virtualization"] not in ("none", "bare metal"):
+        machine += f", {hw['virtualization']}"
+    made_from = commit_provenance(m)[0]
     lines = [
         "# Run status", "",
+        ":::{admonition} This run",
+        ":class: tip book-answer",
+        f"Run `{m['run_id']}` of target `{m['target']}` executed on {machine}; {made_from}. Chapters: "
+        f"{said}, {total:.1f} s of execution, started "
+        f"{str(m['started'])[:16].replace('T', ' ') + ' UTC' if m.get('started') else 'at an unrecorded time'}.",
+        ":::", "",
         "What executed where: this page is generated from the run's `manifest.json` each time the site "
         "is built, so it always describes the run being shown.", "",
-        "## The run", "",
-        row("field", "value"), row("---", "---"),
-        row("run id", f"`{m['run_id']}`"),
-        row("target", f"`{m['target']}`: {m.get('target_description', '')}"),
-        row("started (UTC)", m.get("started")), row("finished (UTC)", m.get("finished") or "not finished"),
-        row("overall status", m.get("status")),
-        row("made from", commit_provenance(m)[0]),
-        row("chapters", said),
-        row("sessions", f"{len(m.get('sessions') or [])} (a run continued with --resume has more than one)"
-            if m.get("sessions") else "not recorded"),
-        row("execution time, all chapters (s)", f"{total:.1f}"),
-        "", "## Chapters", "",
+        "## Chapters", "",
         row("#", "chapter", "status", "time (s)", "error"), row("---", "---", "---", "---:", "---"),
     ]
     for i, c in enumerate(m["chapters"], 1):
         err = c.get("error") or {}
         e = f"{err.get('ename', '')}: {str(err.get('evalue', '')).splitlines()[0][:200] if err.get('evalue') else ''}" if err else ""
         lines.append(row(i, titles.get(c["stem"], c["stem"]), f"**{c['status']}**", f"{c.get('duration_s') or 0.0:.1f}", e))
-    lines += ["", "## Hardware", "", row("item", "value"), row("---", "---")]
-    for k, v in (m.get("hardware") or {}).items():
+    lines += ["", "## The run"]
+    lines += _fold("Run id, target, times, commit and sessions", [
+        row("field", "value"), row("---", "---"),
+        row("run id", f"`{m['run_id']}`"),
+        row("target", f"`{m['target']}`: {m.get('target_description', '')}"),
+        row("started (UTC)", m.get("started")), row("finished (UTC)", m.get("finished") or "not finished"),
+        row("overall status", m.get("status")),
+        row("made from", made_from),
+        row("chapters", said),
+        row("sessions", f"{len(m.get('sessions') or [])} (a run continued with `--resume` has more than one)"
+            if m.get("sessions") else "not recorded"),
+        row("execution time, all chapters (s)", f"{total:.1f}")])
+    hw_rows = [row("item", "value"), row("---", "---")]
+    for k, v in hw.items():
         if k == "hostname":  # the machine's name tells a reader nothing and is not for publishing
             continue
-        lines.append(row(k, v if not isinstance(v, (list, dict)) else json.dumps(v)))
-    lines += ["", "## Software versions", "", row("package", "version"), row("---", "---")]
+        hw_rows.append(row(k, _status_value(v)))
+    lines += ["## Hardware and software"]
+    lines += _fold(f"Hardware: {machine}", hw_rows)
+    sw_rows = [row("package", "version"), row("---", "---")]
     for k, v in (m.get("versions") or {}).items():
-        lines.append(row(k, v))
-    lines += environment.lines(m)
-    lines += ["", "## Parameters per chapter", "", row("chapter", "parameters"), row("---", "---")]
+        sw_rows.append(row(k, v))
+    lines += _fold("Software versions", sw_rows)
+    p_rows = [row("chapter", "parameters"), row("---", "---")]
     for c in m["chapters"]:
         p = {k: v for k, v in (c.get("parameters") or {}).items() if k != "run_dir"}
-        lines.append(row(c["stem"], "`" + json.dumps(p) + "`" if p else "defaults"))
+        p_rows.append(row(c["stem"], "`" + json.dumps(p) + "`" if p else "defaults"))
+    lines += _fold("Parameters per chapter", p_rows)
+    env = environment.lines(m)
+    lines += ["## Environment"]
+    lines += _fold(f"Which Python executed the run, and why: {(m.get('environment') or {}).get('kind') or 'not recorded'}",
+                   [ln for ln in env if ln.strip() != "## Environment"])
     return "\n".join(lines) + "\n"
 
 

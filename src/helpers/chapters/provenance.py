@@ -59,11 +59,56 @@ def all_tables() -> dict[str, pd.DataFrame]:
     return {name: recorded.load(name) for name in recorded.tables()}
 
 
+def reference_problems(srcs: dict | None = None) -> list[str]:
+    """What each public reference of data/sources.yaml (kind: reference) lacks: the keys data/schema.yaml's
+    `_references` lists (a link, a date; `url: null` only with a `url_note` saying why there is none).
+    One line per problem, naming the entry."""
+    spec = recorded.schema()["_references"]
+    out = []
+    for k, v in (recorded.sources() if srcs is None else srcs).items():
+        if v.get("kind") != "reference":
+            continue
+        missing = [key for key in spec["keys"] if key not in v or (v[key] in (None, "") and key != "url")]
+        if "url" in v and not v["url"] and not v.get("url_note"):
+            missing.append("url (null without a url_note saying why)")
+        elif v.get("url") and not str(v["url"]).startswith(("https://", "http://")):
+            out.append(f"data/sources.yaml: reference {k!r} has url {v['url']!r}, which is not an http(s) link")
+        if missing:
+            out.append(f"data/sources.yaml: reference {k!r} lacks {', '.join(missing)}; every reference needs "
+                       f"{spec['keys']} (data/schema.yaml _references)")
+    return out
+
+
+def check_references() -> None:
+    """Raise a DataError listing every reference that lacks its link or date."""
+    problems = reference_problems()
+    if problems:
+        raise recorded.DataError("; ".join(problems))
+
+
+def _cited(tables: dict[str, pd.DataFrame]) -> pd.Series:
+    return pd.concat([t["source"] for t in tables.values()]).value_counts()
+
+
 def sources_table(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """Every source with how many rows of data/ cite it."""
-    cited = pd.concat([t["source"] for t in tables.values()]).value_counts()
-    return pd.DataFrame([{"source id": k, "kind": v["kind"], "file": v["file"], "what it is": v["title"],
+    """Every source with its kind, what it is and how many rows of data/ cite it (`source` holds the id,
+    which the table helper links to the source's url)."""
+    cited = _cited(tables)
+    return pd.DataFrame([{"source": k, "kind": v["kind"], "what it is": v["title"],
                           "rows citing it": int(cited.get(k, 0))} for k, v in recorded.sources().items()])
+
+
+def references_table() -> pd.DataFrame:
+    """The public references: id (linked to its url by the table helper), when it was published or read,
+    the software version where one applies, and the link itself where the reference gives one."""
+    check_references()
+    rows = []
+    for k, v in recorded.sources().items():
+        if v.get("kind") != "reference":
+            continue
+        rows.append({"source": k, "what it is": v["title"], "date": v["date"], "version": v.get("version") or "",
+                     "link": v["url"] or f"none: {v['url_note']}"})
+    return pd.DataFrame(rows)
 
 
 def tables_summary(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -154,7 +199,59 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
     )
 
 
-def headline_table(h: Headline) -> pd.DataFrame:
-    """The headline figures as a table: key and value (as text)."""
-    names = [f.name for f in fields(h)]
-    return pd.DataFrame({"key": names, "value": [str(getattr(h, k)) for k in names]})
+@dataclass(frozen=True)
+class HostChecks:
+    """The reference figures of page 1's host checks (intro.md, "On your host"), each from data/: a
+    16-byte GPU-to-GPU copy with and without peer-to-peer (p2pBandwidthLatencyTest on RTX PRO 6000 pairs),
+    an all-reduce at one token's size on 2 H200s with NVLink and with P2P off (measured by this project),
+    and on 8 GPUs behind PCIe switches (community)."""
+    chk_p2p_lo: float
+    chk_p2p_hi: float
+    chk_nop2p: float
+    chk_ar_kib: float
+    chk_h200_nvl: float
+    chk_h200_nop2p: float
+    chk_pcie8: float
+    chk_nan_then: str
+    chk_nan_now: str
+    chk_sglang_now: str
+
+
+#: the all-reduce rows page 1 quotes (data/reference/host_allreduce.csv and baremetal.csv)
+H200_NVLINK = "2x NVIDIA H200 (lent nvidia-h200-x2), NCCL default (NVLink P2P)"
+H200_NO_P2P = "2x NVIDIA H200 (lent nvidia-h200-x2), NCCL P2P_DISABLE=1"
+PCIE8 = "8 GPUs behind PCIe switches"
+
+
+def host_checks(tables: dict[str, pd.DataFrame]) -> HostChecks:
+    """Page 1's reference figures for the checks a reader runs on their host, each picked from data/."""
+    ref, ar = tables["reference/baremetal.csv"], tables["reference/host_allreduce.csv"]
+    launch = tables["recorded/launch_config.csv"]
+    one_token = int(ma.allreduce_bytes(ma.load_model("glm5"), 1))  # one token of hidden size in bf16
+    fix = launch[(launch.kind == "flag") & (launch.note == "the NaN fix")]
+    if fix.empty:
+        raise recorded.DataError("data/recorded/launch_config.csv has no flag noted 'the NaN fix'")
+    renamed = tables["reference/sglang_flags.csv"].set_index("flag_then")
+    missing = sorted(set(fix.name) - set(renamed.index))
+    if missing:
+        raise recorded.DataError(f"data/reference/sglang_flags.csv has no later name for the NaN fix's {missing}")
+    now = renamed.loc[list(fix.name)]
+    return HostChecks(
+        chk_p2p_lo=value(ref, "value_low", system="RTX PRO 6000 pair with P2P", metric="p2p_latency"),
+        chk_p2p_hi=value(ref, "value_high", system="RTX PRO 6000 pair with P2P", metric="p2p_latency"),
+        chk_nop2p=value(ref, system="RTX PRO 6000 pair without P2P", metric="p2p_latency"),
+        chk_ar_kib=one_token / 1024,
+        chk_h200_nvl=value(ar, "time_us", system=H200_NVLINK, message_bytes=one_token),
+        chk_h200_nop2p=value(ar, "time_us", system=H200_NO_P2P, message_bytes=one_token),
+        chk_pcie8=value(ref, system=PCIE8, metric="allreduce_time", message_bytes=32768),
+        chk_nan_then=" ".join(f"{n} {v}" for n, v in zip(fix.name, fix.value)),
+        chk_nan_now=" ".join(f"{n} {v}" for n, v in zip(now.flag_now, fix.value)),
+        chk_sglang_now=_and(sorted(set(now.version_now))),
+    )
+
+
+def headline_table(*facts) -> pd.DataFrame:
+    """The figures page 1 quotes (a Headline, HostChecks, ...) as one table: key and value (as text)."""
+    rows = [(f.name, getattr(h, f.name)) for h in facts for f in fields(h)]
+    return pd.DataFrame({"key": [k for k, _ in rows], "value": [f"{v:g}" if isinstance(v, float) else str(v)
+                                                               for _, v in rows]})

@@ -1,0 +1,88 @@
+"""Page 1's host checks (intro.md, issue 24 item 5): commands and flags in code blocks, held to data/."""
+import re
+from pathlib import Path
+
+from helpers.chapters import provenance
+from helpers.core import recorded
+from helpers.model import arith as ma
+
+ROOT = Path(__file__).resolve().parents[1]
+INTRO = (ROOT / "intro.md").read_text()
+BLOCKS = re.findall(r"```bash\n(.*?)```", INTRO, re.S)
+
+
+def _lines():
+    return [ln.split("#")[0].strip() for b in BLOCKS for ln in b.splitlines() if ln.split("#")[0].strip()]
+
+
+def test_the_host_checks_are_commands_in_a_code_block():
+    cmds = _lines()
+    for cmd in ("systemd-detect-virt", "nvidia-smi topo -p2p r"):
+        assert cmd in cmds, f"intro.md: no code line `{cmd}`"
+    assert any(c.startswith("all_reduce_perf ") for c in cmds)
+    assert any(c.startswith("make run TARGET=") for c in cmds)
+
+
+def test_the_book_command_names_a_target_that_sweeps_copies_and_all_reduces_on_every_gpu():
+    from helpers.book.targets import load_target
+    cmd = next(c for c in _lines() if c.startswith("make run TARGET="))
+    t = load_target(cmd.split("TARGET=")[1].split()[0], ROOT)
+    vm = t.chapters.get("06_vm_p2p") or {}
+    assert t.parameters.get("mode") == "auto" and vm.get("world_size") == 0 and vm.get("sweep") == "full"
+
+
+def test_all_reduce_perf_runs_at_the_decode_sizes_of_1_and_64_tokens():
+    cmd = next(c for c in _lines() if c.startswith("all_reduce_perf "))
+    kib = lambda flag: int(re.search(rf"{flag} (\d+)K\b", cmd).group(1))  # noqa: E731  nccl-tests: K = 1024
+    m = ma.load_model("glm5")
+    assert kib("-b") * 1024 == int(ma.allreduce_bytes(m, 1))
+    assert kib("-e") * 1024 == int(ma.allreduce_bytes(m, 64))
+    assert re.search(r"-f (\d+)", cmd) and 64 % int(re.search(r"-f (\d+)", cmd).group(1)) == 0
+
+
+def test_the_nan_fix_flags_are_the_data_s_then_and_now():
+    checks = provenance.host_checks(provenance.all_tables())
+    code = "\n".join(BLOCKS)
+    assert checks.chk_nan_then in code, f"intro.md's code has not the investigation's NaN fix {checks.chk_nan_then!r}"
+    assert checks.chk_nan_now in code, f"intro.md's code has not today's NaN-fix flags {checks.chk_nan_now!r}"
+    lines = code.splitlines()
+    i = next(i for i, ln in enumerate(lines) if checks.chk_nan_now in ln)
+    assert f"SGLang {checks.chk_sglang_now}" in lines[i - 1], lines[i - 1]
+    # the data the flags come from: the investigation's launch line and the renamed flags
+    fix = recorded.load("recorded/launch_config.csv").query("note == 'the NaN fix'")
+    assert set(fix.name) <= set(recorded.load("reference/sglang_flags.csv").flag_then)
+
+
+def test_no_typographic_dash_inside_a_flag_and_flags_only_in_code():
+    assert not re.search(r"[\u2013\u2014]-?[a-z]", "\n".join(BLOCKS))
+    prose = re.sub(r"```.*?```", "", INTRO, flags=re.S)
+    prose = re.sub(r"`[^`]*`", "", prose)
+    assert not re.search(r"(?<![\w-])--[a-z]", prose), "a flag in intro.md's prose outside code"
+
+
+def test_the_run_line_says_it_names_the_machine_that_ran_this_run():
+    line = INTRO[INTRO.index("book-run-line"):]
+    assert "{{ site_machine }}" in line[:400] and "not the original" in line[:400]
+
+
+def test_the_host_check_figures_are_the_rows_they_cite():
+    """Independently of the picks: the raw rows of data/reference/ the page-1 figures come from."""
+    import pandas as pd
+    c = provenance.host_checks(provenance.all_tables())
+    ref = pd.read_csv(recorded.data_dir() / "reference" / "baremetal.csv")
+    ar = pd.read_csv(recorded.data_dir() / "reference" / "host_allreduce.csv")
+    p2p = ref[(ref.metric == "p2p_latency") & ref.system.str.contains("with P2P")].iloc[0]
+    assert (c.chk_p2p_lo, c.chk_p2p_hi) == (p2p.value_low, p2p.value_high)
+    assert c.chk_nop2p == ref[(ref.metric == "p2p_latency") & ref.system.str.contains("without")].value.iloc[0]
+    at12 = ar[(ar.message_bytes == 12288) & (ar.gpus == 2)]
+    assert c.chk_h200_nvl == at12[at12.variant == "default"].time_us.iloc[0]
+    assert c.chk_h200_nop2p == at12[at12.variant == "P2P_DISABLE=1"].time_us.iloc[0]
+    assert c.chk_ar_kib == 12 and c.chk_pcie8 == ref[ref.metric == "allreduce_time"].value.iloc[0]
+
+
+def test_a_missing_rename_of_a_nan_fix_flag_fails_naming_it():
+    import pytest
+    t = provenance.all_tables()
+    t["reference/sglang_flags.csv"] = t["reference/sglang_flags.csv"].iloc[1:]
+    with pytest.raises(recorded.DataError, match="--nsa-prefill-backend"):
+        provenance.host_checks(t)
