@@ -289,3 +289,29 @@ class RemedyValues:
     top_tok_hi: float
     bm_over_vm_1: float
     unpriced_remedies: str
+
+
+@dataclass(frozen=True)
+class AnswerValues:
+    """The answer box: per point, the predicted step (ms), the observed one and the share explained (answer)."""
+
+    ans_bm_pred_1: float
+    ans_bm_lo_1: float
+    ans_bm_hi_1: float
+    ans_bm_obs_1: float
+    ans_bm_expl_1: float
+    ans_vm_lo_1: float
+    ans_vm_hi_1: float
+    ans_vm_obs_1: float
+    ans_vm_expl_lo_1: float
+    ans_vm_expl_hi_1: float
+    ans_bm_pred_64: float
+    ans_bm_lo_64: float
+    ans_bm_hi_64: float
+    ans_bm_obs_64: float
+    ans_bm_expl_64: float
+    ans_vm_lo_64: float
+    ans_vm_hi_64: float
+    ans_vm_obs_64: float
+    ans_vm_expl_lo_64: float
+    ans_vm_expl_hi_64: float
