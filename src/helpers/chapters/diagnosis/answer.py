@@ -112,3 +112,29 @@ def human(df: pd.DataFrame, name: str) -> pd.DataFrame:
     if len(spec) > 7:
         raise ValueError(f"the diagnosis table '{name}' would show {len(spec)} columns; at most 7")
     return out.rename(columns=spec).reset_index(drop=True)
+
+
+class Folded:
+    """Several of a section's tables behind one toggle (what only a sceptic opens): each a
+    helpers.core.tables.Table with its own one-line title, the toggle's visible line `summary`.
+    `tables.show(Folded(...))` displays it; its text form is the tables' text one after the other."""
+
+    def __init__(self, summary: str, parts: list[tuple[str, "object"]]):
+        if not parts:
+            raise ValueError(f"a fold '{summary}' with no tables")
+        self.summary, self.parts = summary, parts
+
+    def _repr_html_(self) -> str:
+        import html
+
+        inner = "".join(f'<p class="book-table-summary">{html.escape(title)}</p>{t.html}' for title, t in self.parts)
+        return (f'<div class="book-table-wrap"><details class="book-table-fold"><summary>{html.escape(self.summary)} '
+                f'<span class="book-table-count">(show {len(self.parts)} tables)</span></summary>{inner}</details></div>')
+
+    def __repr__(self) -> str:
+        return "\n\n".join([self.summary] + [f"{title}\n{t.text}" for title, t in self.parts])
+
+
+def folded(summary: str, parts: list[tuple[str, "object"]]) -> Folded:
+    """One toggle over several tables: `parts` are (title, helpers.core.tables.Table) pairs, in order."""
+    return Folded(summary, parts)
