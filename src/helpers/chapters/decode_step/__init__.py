@@ -25,7 +25,7 @@ from helpers.chapters.decode_step.precision import (FP8_VERDICTS, PRECISION_KEYS
                                                     overlap_steps, precision_bytes, precision_configs,
                                                     precision_source, precision_split, precision_steps,
                                                     precision_values, time_precisions)
-from helpers.chapters.decode_step.shown import (BYTES_SHOWN, CHECK_SUMMARY_FAILED, CHECK_SUMMARY_NOT_RUN, CHECK_SUMMARY_PASSED,
+from helpers.chapters.decode_step.shown import (BYTES_SHOWN, CHECK_SUMMARY_FAILED, HEADERS, headers, CHECK_SUMMARY_NOT_RUN, CHECK_SUMMARY_PASSED,
                                                 FIDELITY_SHOWN, SPLIT_SHOWN_HUMAN, STEPS_SHOWN, TUNING_SHOWN,
                                                 answer_values, check_summary, human)
 from helpers.chapters.decode_step.values import (AnswerValues, ByteValues, EngineValues, FidelityValues, Fp8AccuracyValues,
@@ -65,7 +65,7 @@ def plan_time(v: dict) -> params.Estimate | None:
 #: the least time the CPU sweep these values plan takes in its cell (the runbook refuses a plan over the limit)
 PLAN_TIME = plan_time
 
-__all__ = ["AnswerValues", "BYTES_SHOWN", "CHECK_SUMMARY_FAILED", "CHECK_SUMMARY_NOT_RUN", "CHECK_SUMMARY_PASSED",
+__all__ = ["AnswerValues", "BYTES_SHOWN", "HEADERS", "headers", "CHECK_SUMMARY_FAILED", "CHECK_SUMMARY_NOT_RUN", "CHECK_SUMMARY_PASSED",
            "FIDELITY_SHOWN", "SPLIT_SHOWN_HUMAN", "STEPS_SHOWN", "TUNING_SHOWN", "answer_values", "check_summary",
            "human", "BYTES_BATCHES", "CHAPTER", "CHECK_NOT_RUN", "CHECK_RAN", "CPU_TEXT", "EAGER_TEXT", "EAGER_TEXT_NONE",
            "FP8_VERDICTS", "FUSION_COLUMNS", "KERNEL_COLUMNS", "PARAMS", "PLAN_TIME", "PRECISION_KEYS",

@@ -75,3 +75,19 @@ def answer_values(measurement: dict, byte_values: dict) -> dict:
 #: the bytes table's headers (helpers.chapters.decode_step.measurement.bytes_table's columns)
 BYTES_SHOWN = {f"bytes_{k} GiB @{n}": f"{label}, {n} {'sequence' if n == 1 else 'sequences'} (GiB)"
                for k, label in (("emulated", "bf16"), ("checkpoint", "checkpoint")) for n in (1, 64)}
+
+
+#: header text for the FP8 and overlap tables' columns that carry no unit of their own (a unit suffix such as
+#: `_ms` still adds its unit: `bf16_ms` -> `bf16 (ms)`)
+HEADERS = {"bf16_ms": "bf16", "fp8_ms": "FP8", "bf16_GiB": "bf16", "fp8_GiB": "FP8", "bf16_MiB": "bf16",
+           "fp8_MiB": "FP8", "bf16_us": "bf16", "fp8_us": "FP8", "bf16_GBps": "bf16", "fp8_GBps": "FP8",
+           "fp8_speedup": "FP8 speed-up (x)", "fp8_vs_bf16": "FP8 / bf16 (x)", "held_in": "held in",
+           "per_rank_shape": "per-rank shape", "rel_l2": "relative L2 error", "routing_flips": "routing flips",
+           "token_agreement": "same greedy token", "one_stream_ms": "one stream", "two_streams_ms": "two streams",
+           "saved_ms": "saved", "saved_share": "saved (share)", "shared_dense_alone_ms": "shared/dense MLP alone"}
+
+
+def headers(df: pd.DataFrame) -> dict[str, str]:
+    """HEADERS for the columns `df` has (helpers.core.tables.show's `rename`, which refuses a column the table
+    lacks)."""
+    return {c: h for c, h in HEADERS.items() if c in df.columns}

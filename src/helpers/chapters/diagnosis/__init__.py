@@ -21,7 +21,7 @@ is the chapter's parameter spec (the runbook checks a run's values against it be
 """
 from __future__ import annotations
 
-from helpers.chapters.diagnosis.answer import SHOWN, Folded, answer, folded, human
+from helpers.chapters.diagnosis.answer import HEADERS, SHOWN, Folded, answer, folded, headers, human
 from helpers.chapters.diagnosis.budget_sections import (BASELINE_COLUMNS, BUDGET_COLUMNS, BUDGET_KEYS, COLL_TEXT_NONE,
                                                         COLL_TEXT_ONE_OP, COLL_TEXT_RATIO, COMPARISON_COLUMNS,
                                                         GOAL_TEXT, MAPPING_TOKENS, OBSERVATION_COLUMNS,
@@ -51,7 +51,7 @@ PARAMS = {"mode": params.choice("recorded", "auto"), "run_dir": params.string(),
           "model": ma.model_param(), "tolerance": params.number(0.01, 1.0),
           "vm_allreduce_12k_us": params.number(0.0, 1e6), "vm_allreduce_768k_us": params.number(0.0, 1e6)}
 
-__all__ = ["AnswerValues", "Folded", "SHOWN", "answer", "folded", "human", "AttributionValues", "BAND_COLUMNS", "BAND_TEXT", "BARE", "BASELINE_COLUMNS", "BUDGET_COLUMNS",
+__all__ = ["AnswerValues", "Folded", "HEADERS", "SHOWN", "answer", "folded", "headers", "human", "AttributionValues", "BAND_COLUMNS", "BAND_TEXT", "BARE", "BASELINE_COLUMNS", "BUDGET_COLUMNS",
            "BUDGET_KEYS", "BareMetalBandValues", "BaselineValues", "CEILING_TAKEAWAY", "CHAPTER", "COLL_TEXT_NONE",
            "COLL_TEXT_ONE_OP", "COLL_TEXT_RATIO", "COMPARISON_COLUMNS", "CeilingValues", "CheckValues",
            "CollectivesValues", "DecisionValues", "Diagnosis", "DiagnosisError", "ENDS", "FALLBACK_STEP_TEXT",

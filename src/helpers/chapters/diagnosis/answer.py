@@ -109,6 +109,8 @@ def human(df: pd.DataFrame, name: str) -> pd.DataFrame:
     for c in _PERCENT:
         if c in out.columns:
             out[c] = 100 * pd.to_numeric(out[c], errors="coerce")
+    if "unit" in out.columns:   # the data's "us" is written µs on the page
+        out["unit"] = out["unit"].replace({"us": "µs"})
     if len(spec) > 7:
         raise ValueError(f"the diagnosis table '{name}' would show {len(spec)} columns; at most 7")
     return out.rename(columns=spec).reset_index(drop=True)
@@ -138,3 +140,16 @@ class Folded:
 def folded(summary: str, parts: list[tuple[str, "object"]]) -> Folded:
     """One toggle over several tables: `parts` are (title, helpers.core.tables.Table) pairs, in order."""
     return Folded(summary, parts)
+
+
+#: header text for the tables the page shows without a SHOWN view (helpers.core.tables.show's `rename`; a unit in
+#: the name, as `memory_us` or `VM ring (us)`, is still added by the table)
+HEADERS = {"VM one_shot (us)": "VM one-shot", "message_KiB": "message", "all_reduce": "all-reduce (µs)",
+           "all_to_all": "all-to-all (µs)", "world_size": "GPUs", "size_bytes": "message",
+           "tok_s_per_stream": "tokens/s per stream", "tok_s_aggregate": "tokens/s", "memory_us": "memory",
+           "launch_us": "launches", "comm_us": "collectives", "total_ms": "step", "scenario": "host-path model"}
+
+
+def headers(df: pd.DataFrame) -> dict[str, str]:
+    """HEADERS for the columns `df` has (helpers.core.tables.show's `rename` refuses a column the table lacks)."""
+    return {c: h for c, h in HEADERS.items() if c in df.columns}
