@@ -190,4 +190,32 @@ def test_a_gpu_runs_sentences_come_back_from_its_tables(run, harness, meas):
     new = dg.run_link(dg_run).values["run_text"]
     assert f"method={harness}" in new
     unlabelled = lambda s: re.sub(r"(harness|method)=[^,]+", "", s)  # noqa: E731
-    assert unlabelled(new) == unlabelled(old["run_text"])
+    # the old text wrote the latency's unit "us"; the page now writes µs, as everywhere else
+    assert unlabelled(new) == unlabelled(old["run_text"]).replace(" us, beta", " µs, beta")
+
+
+def test_the_answer_is_predicted_against_observed_step_time_per_point(rec):
+    """The answer box's ms come from the same rows as the bands' tokens/s: step = concurrency / tokens/s."""
+    a = dg.answer(rec).values
+    dg.AnswerValues(**a)
+    bm, vm = rec.verdict.bare_metal(), rec.verdict.vm()
+    for c in (1, 64):
+        b = bm[bm.concurrency == c].iloc[0]
+        assert math.isclose(a[f"ans_bm_pred_{c}"], c * 1e3 / b.predicted_tok_s)
+        assert math.isclose(a[f"ans_bm_obs_{c}"], c * 1e3 / b.observed_tok_s)
+        assert a[f"ans_bm_lo_{c}"] <= a[f"ans_bm_pred_{c}"] <= a[f"ans_bm_hi_{c}"]
+        assert math.isclose(a[f"ans_bm_expl_{c}"], 100 * a[f"ans_bm_pred_{c}"] / a[f"ans_bm_obs_{c}"])
+        g = vm[vm.observation == f"vm_{c}"]
+        assert math.isclose(a[f"ans_vm_lo_{c}"], c * 1e3 / g.predicted_tok_s.max())
+        assert math.isclose(a[f"ans_vm_hi_{c}"], c * 1e3 / g.predicted_tok_s.min())
+        assert a[f"ans_vm_expl_lo_{c}"] <= a[f"ans_vm_expl_hi_{c}"] < 100   # the VM's loss is not all explained
+
+
+def test_every_table_the_page_shows_has_at_most_seven_human_columns(rec):
+    assert all(len(spec) <= 7 for spec in dg.SHOWN.values())
+    cmp = dg.check(rec).tables["comparison"]
+    shown = dg.human(cmp, "comparison")
+    assert list(shown.columns) == list(dg.SHOWN["comparison"].values())
+    assert math.isclose(shown["error (%)"].iloc[0], 100 * cmp["rel_err"].iloc[0])
+    with pytest.raises(FindingError, match="rel_err"):
+        dg.human(cmp.drop(columns=["rel_err"]), "comparison")

@@ -273,3 +273,35 @@ def test_the_fp8_verdict_follows_the_two_ratios(x1, xm, says):
 def test_without_an_fp8_study_every_takeaway_figure_is_nan():
     v = sr.precision_values(None, 384)
     assert set(v) == set(sr.PRECISION_KEYS) and all(math.isnan(x) for x in v.values())
+
+
+def test_the_summary_claims_the_two_rank_check_only_where_it_ran_and_passed():
+    assert sr.check_summary(None) == sr.CHECK_SUMMARY_NOT_RUN and "did not execute" in sr.check_summary(None)
+    check = pd.DataFrame([{"variant": "right", "rel_err": 2.1e-6, "tolerance": 1e-4, "tokens_agree": True, "ok": True},
+                          {"variant": "naive gate_up", "rel_err": 1.45, "tolerance": 1e-4, "tokens_agree": False,
+                           "ok": False}])
+    assert sr.check_summary(check).startswith("The sharded step over two real processes reproduced")
+    failed = sr.check_summary(check.assign(ok=[False, True]))
+    assert "FAILED" in failed and "NOT caught" in failed and "reproduced" not in failed
+    with pytest.raises(FindingError, match="variant='naive gate_up'"):
+        sr.check_summary(check.iloc[:1])
+
+
+def test_the_pages_tables_have_human_headers_and_percent(meas):
+    split = sr.split_table(meas, (1, 64), 384)
+    shown = sr.human(split, sr.SPLIT_SHOWN_HUMAN)
+    assert list(shown.columns) == list(sr.SPLIT_SHOWN_HUMAN.values()) and len(shown.columns) <= 7
+    assert (shown["of datasheet (%)"] == 100 * split["share_of_peak"].to_numpy()).all()
+    steps = sr.human(sr.steps(meas), sr.STEPS_SHOWN)
+    assert "tokens/s" in steps.columns and not any("tok (s)" in c or "_" in c for c in steps.columns)
+    with pytest.raises(KeyError, match="share_of_peak"):
+        sr.human(split.drop(columns=["share_of_peak"]), sr.SPLIT_SHOWN_HUMAN)
+
+
+def test_the_answer_ratios_are_the_step_over_its_bytes_time(meas):
+    mv = sr.measurement_values(meas, 64, 384, 8192)
+    bv = sr.bytes_values(meas, 384)
+    a = sr.answer_values(mv, bv)
+    assert math.isclose(a["floor_x_1"], mv["step_1"] / bv["bound_ms_1"]) and a["floor_x_1"] > 1
+    assert math.isclose(a["floor_x_64"], mv["step_64"] / bv["bound_ms_64"])
+    sr.AnswerValues(**a)

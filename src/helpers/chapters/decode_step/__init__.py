@@ -5,7 +5,8 @@ starts; the notebook's validation cell validates against it). The chapter's tabl
 values live in submodules, every public name re-exported here (`from helpers.chapters import decode_step
 as ch`): `measurement` (the bytes, the step, its split, fidelity, tuning bounds), `precision` (bf16 against
 FP8, the shared expert's overlap), `fusion` (what fusion bought, kernels against SGLang's op list, the
-engine composite) and `values` (one frozen dataclass per group of glue keys).
+engine composite), `shown` (the page's tables with human headers, the answer's ratios, the Summary's
+sentence on the two-rank check) and `values` (one frozen dataclass per group of glue keys).
 """
 from __future__ import annotations
 
@@ -24,7 +25,10 @@ from helpers.chapters.decode_step.precision import (FP8_VERDICTS, PRECISION_KEYS
                                                     overlap_steps, precision_bytes, precision_configs,
                                                     precision_source, precision_split, precision_steps,
                                                     precision_values, time_precisions)
-from helpers.chapters.decode_step.values import (ByteValues, EngineValues, FidelityValues, Fp8AccuracyValues,
+from helpers.chapters.decode_step.shown import (BYTES_SHOWN, CHECK_SUMMARY_FAILED, HEADERS, headers, CHECK_SUMMARY_NOT_RUN, CHECK_SUMMARY_PASSED,
+                                                FIDELITY_SHOWN, SPLIT_SHOWN_HUMAN, STEPS_SHOWN, TUNING_SHOWN,
+                                                answer_values, check_summary, human)
+from helpers.chapters.decode_step.values import (AnswerValues, ByteValues, EngineValues, FidelityValues, Fp8AccuracyValues,
                                                  FusionValues, KernelValues, MeasurementValues, PrecisionByteValues,
                                                  PrecisionValues, Shapes, SplitValues, TuningValues)
 from helpers.core import params
@@ -61,7 +65,9 @@ def plan_time(v: dict) -> params.Estimate | None:
 #: the least time the CPU sweep these values plan takes in its cell (the runbook refuses a plan over the limit)
 PLAN_TIME = plan_time
 
-__all__ = ["BYTES_BATCHES", "CHAPTER", "CHECK_NOT_RUN", "CHECK_RAN", "CPU_TEXT", "EAGER_TEXT", "EAGER_TEXT_NONE",
+__all__ = ["AnswerValues", "BYTES_SHOWN", "HEADERS", "headers", "CHECK_SUMMARY_FAILED", "CHECK_SUMMARY_NOT_RUN", "CHECK_SUMMARY_PASSED",
+           "FIDELITY_SHOWN", "SPLIT_SHOWN_HUMAN", "STEPS_SHOWN", "TUNING_SHOWN", "answer_values", "check_summary",
+           "human", "BYTES_BATCHES", "CHAPTER", "CHECK_NOT_RUN", "CHECK_RAN", "CPU_TEXT", "EAGER_TEXT", "EAGER_TEXT_NONE",
            "FP8_VERDICTS", "FUSION_COLUMNS", "KERNEL_COLUMNS", "PARAMS", "PLAN_TIME", "PRECISION_KEYS",
            "SGLANG_COMPONENT",
            "SHARE_KEYS", "SPLIT", "SPLIT_SHOWN", "SPLIT_TAKEAWAY", "ByteValues", "EngineValues", "FidelityValues",

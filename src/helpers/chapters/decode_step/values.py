@@ -204,3 +204,11 @@ class TuningValues:
     graph_ms: float
     graph_gain: float
     n_kernels_engine: int
+
+
+@dataclass(frozen=True)
+class AnswerValues:
+    """The answer box: the measured step over its bytes' time at the datasheet bandwidth (answer_values)."""
+
+    floor_x_1: float
+    floor_x_64: float

@@ -12,14 +12,16 @@ helpers.model.measured.pick_budget), so a removed row or a renamed label raises 
 instead of dropping a number. Sentences whose wording depends on the mode or the run (`run_text`,
 `coll_text`, `goal_text`, `step_source_text`) are whole variants chosen here.
 
-The code is split by section: `build` (the Diagnosis, Part, save, the page-wide values),
-`budget_sections` (sections 1 to 5, this run's link and collectives), `verdict_sections` (sections 6 to
-11, from helpers.model.verdict) and `values` (one frozen dataclass per section: its fields are the glue
+The code is split by section: `answer` (the page's opening, predicted against observed per point, and
+the page's views of the tables: at most seven columns, human headers), `build` (the Diagnosis, Part, save, the page-wide values),
+`budget_sections` (the page's sections 1 and 2: the first budget and the budget on measured compute; section
+8: this run's link and collectives), `verdict_sections` (sections 3 to 7 and 9, from helpers.model.verdict) and `values` (one frozen dataclass per section: its fields are the glue
 keys). Every public name is re-exported here: `from helpers.chapters import diagnosis as ch`. `PARAMS`
 is the chapter's parameter spec (the runbook checks a run's values against it before the run starts).
 """
 from __future__ import annotations
 
+from helpers.chapters.diagnosis.answer import HEADERS, SHOWN, Folded, answer, folded, headers, human
 from helpers.chapters.diagnosis.budget_sections import (BASELINE_COLUMNS, BUDGET_COLUMNS, BUDGET_KEYS, COLL_TEXT_NONE,
                                                         COLL_TEXT_ONE_OP, COLL_TEXT_RATIO, COMPARISON_COLUMNS,
                                                         GOAL_TEXT, MAPPING_TOKENS, OBSERVATION_COLUMNS,
@@ -33,7 +35,7 @@ from helpers.chapters.diagnosis.budget_sections import (BASELINE_COLUMNS, BUDGET
 from helpers.chapters.diagnosis.build import (BARE, CHAPTER, ENDS, FALLBACK_STEP_TEXT, POINTS, RECORDED_STEP_TEXT,
                                               RUN_STEP_TEXT, VM, Diagnosis, DiagnosisError, Part, overview, save,
                                               step_source_text)
-from helpers.chapters.diagnosis.values import (AttributionValues, BareMetalBandValues, BaselineValues, CeilingValues,
+from helpers.chapters.diagnosis.values import (AnswerValues, AttributionValues, BareMetalBandValues, BaselineValues, CeilingValues,
                                                CheckValues, CollectivesValues, DecisionValues, InputsValues,
                                                MappingValues, MeasuredComputeValues, OverviewValues,
                                                ProjectionCheckValues, RemedyValues, RunLinkValues, VmPredictedValues)
@@ -49,7 +51,7 @@ PARAMS = {"mode": params.choice("recorded", "auto"), "run_dir": params.string(),
           "model": ma.model_param(), "tolerance": params.number(0.01, 1.0),
           "vm_allreduce_12k_us": params.number(0.0, 1e6), "vm_allreduce_768k_us": params.number(0.0, 1e6)}
 
-__all__ = ["AttributionValues", "BAND_COLUMNS", "BAND_TEXT", "BARE", "BASELINE_COLUMNS", "BUDGET_COLUMNS",
+__all__ = ["AnswerValues", "Folded", "HEADERS", "SHOWN", "answer", "folded", "headers", "human", "AttributionValues", "BAND_COLUMNS", "BAND_TEXT", "BARE", "BASELINE_COLUMNS", "BUDGET_COLUMNS",
            "BUDGET_KEYS", "BareMetalBandValues", "BaselineValues", "CEILING_TAKEAWAY", "CHAPTER", "COLL_TEXT_NONE",
            "COLL_TEXT_ONE_OP", "COLL_TEXT_RATIO", "COMPARISON_COLUMNS", "CeilingValues", "CheckValues",
            "CollectivesValues", "DecisionValues", "Diagnosis", "DiagnosisError", "ENDS", "FALLBACK_STEP_TEXT",

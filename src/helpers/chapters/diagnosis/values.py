@@ -16,7 +16,7 @@ class OverviewValues:
 
 @dataclass(frozen=True)
 class InputsValues:
-    """Section 1: the budget's inputs (inputs)."""
+    """Section 1 (the first budget): its inputs (inputs)."""
 
     bw: float
     kfloor_graph: float
@@ -30,7 +30,7 @@ class InputsValues:
 
 @dataclass(frozen=True)
 class MappingValues:
-    """Section 2: the VM copy mapped to an 8-GPU all-reduce at one token (mapping)."""
+    """Section 1 (the first budget): the VM copy mapped to an 8-GPU all-reduce at one token (mapping)."""
 
     ring_1: float
     tree_1: float
@@ -40,7 +40,7 @@ class MappingValues:
 
 @dataclass(frozen=True)
 class BaselineValues:
-    """Section 3: the VM baseline budget, its verdict and shares (baseline)."""
+    """Section 1 (the first budget): the VM baseline budget, its verdict and shares (baseline)."""
 
     verdict: str
     pred_vm_1: float
@@ -51,7 +51,7 @@ class BaselineValues:
 
 @dataclass(frozen=True)
 class CheckValues:
-    """Section 4: the old budget against every observation (check)."""
+    """Section 1 (the first budget): the old budget against every observation (check)."""
 
     sat_lo: float
     sat_hi: float
@@ -84,7 +84,7 @@ class CheckValues:
 
 @dataclass(frozen=True)
 class MeasuredComputeValues:
-    """Section 5: the budget on measured kernels and on the projection, and the goal (measured_compute)."""
+    """Section 2: the budget on measured kernels and on the projection, and the goal (measured_compute)."""
 
     bm_mk_1: float
     bm_mk_err_1: float
@@ -138,7 +138,7 @@ class MeasuredComputeValues:
 
 @dataclass(frozen=True)
 class ProjectionCheckValues:
-    """Section 5: the projection op by op against the recorded GPU's kernels (projection_check)."""
+    """Section 2: the projection op by op against the recorded GPU's kernels (projection_check)."""
 
     pj_ratio_med: float
     pj_ratio_lo: float
@@ -152,7 +152,7 @@ class ProjectionCheckValues:
 
 @dataclass(frozen=True)
 class BareMetalBandValues:
-    """Section 6: bare metal from measured inputs with its band, its split, and aiconfigurator's own estimate (bare_metal_band)."""
+    """Section 3: bare metal from measured inputs with its band, its split, and aiconfigurator's own estimate (bare_metal_band)."""
 
     bmb_pt_1: float
     bmb_lo_1: float
@@ -189,7 +189,7 @@ class BareMetalBandValues:
 
 @dataclass(frozen=True)
 class VmPredictedValues:
-    """Section 7: the VM predicted scenario by scenario (vm_predicted)."""
+    """Section 4: the VM predicted scenario by scenario (vm_predicted)."""
 
     n_scenarios: int
     n_vm_points: int
@@ -207,7 +207,7 @@ class VmPredictedValues:
 
 @dataclass(frozen=True)
 class AttributionValues:
-    """Section 8: the VM's loss per step and the share each scenario explains (attribution)."""
+    """Section 5: the VM's loss per step and the share each scenario explains (attribution)."""
 
     loss_1: float
     loss_lo_1: float
@@ -225,7 +225,7 @@ class AttributionValues:
 
 @dataclass(frozen=True)
 class DecisionValues:
-    """Section 9: the decision rule, its thresholds and its conclusion (decision); page 1 cites conclusion_case, conclusion_text and page1_status."""
+    """Section 6: the decision rule, its thresholds and its conclusion (decision); page 1 cites conclusion_case, conclusion_text and page1_status."""
 
     conclusion_case: str
     conclusion_text: str
@@ -249,7 +249,7 @@ class DecisionValues:
 
 @dataclass(frozen=True)
 class CeilingValues:
-    """Section 10: every point as a fraction of the weight-bytes floor (ceilings)."""
+    """Section 7: every point as a fraction of the weight-bytes floor (ceilings)."""
 
     ceiling_takeaway: str
     ceil_1: float
@@ -280,7 +280,7 @@ class CollectivesValues:
 
 @dataclass(frozen=True)
 class RemedyValues:
-    """Section 11: the remedies ranked (remedies)."""
+    """Section 9: the remedies ranked (remedies)."""
 
     top_remedy: str
     top_gain_lo: float
@@ -289,3 +289,29 @@ class RemedyValues:
     top_tok_hi: float
     bm_over_vm_1: float
     unpriced_remedies: str
+
+
+@dataclass(frozen=True)
+class AnswerValues:
+    """The answer box: per point, the predicted step (ms), the observed one and the share explained (answer)."""
+
+    ans_bm_pred_1: float
+    ans_bm_lo_1: float
+    ans_bm_hi_1: float
+    ans_bm_obs_1: float
+    ans_bm_expl_1: float
+    ans_vm_lo_1: float
+    ans_vm_hi_1: float
+    ans_vm_obs_1: float
+    ans_vm_expl_lo_1: float
+    ans_vm_expl_hi_1: float
+    ans_bm_pred_64: float
+    ans_bm_lo_64: float
+    ans_bm_hi_64: float
+    ans_bm_obs_64: float
+    ans_bm_expl_64: float
+    ans_vm_lo_64: float
+    ans_vm_hi_64: float
+    ans_vm_obs_64: float
+    ans_vm_expl_lo_64: float
+    ans_vm_expl_hi_64: float

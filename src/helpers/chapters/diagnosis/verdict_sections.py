@@ -1,4 +1,4 @@
-"""The diagnosis chapter's sections on the verdict (6 to 11): bare metal's band, the VM predicted scenario by
+"""The diagnosis chapter's sections on the verdict (3 to 7 and 9): bare metal's band, the VM predicted scenario by
 scenario, the attribution of its loss, the decision rule, the ceilings and the remedies
 (helpers.model.verdict computes them; these pick the rows and say them)."""
 from __future__ import annotations
