@@ -280,15 +280,25 @@ def split_values(table: pd.DataFrame, batch_max: int, step_1_ms: float) -> dict:
     return out
 
 
-def fidelity_values(fid: pd.DataFrame, batch_max: int) -> dict:
+#: how the measured step ran its routed experts (its sweep's meta `moe_impl`), in words for the page
+EXPERTS_IMPL = {
+    "triton": "this book's Triton fused-MoE kernel (helpers.model.moe_triton) after a separate permutation",
+    "grouped_mm": "torch's grouped GEMM (torch._grouped_mm) after a separate permutation",
+    "loop": "one torch product per expert",
+}
+
+
+def fidelity_values(fid: pd.DataFrame, batch_max: int, moe_impl: str | None = None) -> dict:
     """This step's GEMMs and experts against SGLang's kernels on the same GPU class (op_fidelity's
-    `op_kind` column: 'gemm', 'experts')."""
+    `op_kind` column: 'gemm', 'experts'); `moe_impl` is the measurement's meta entry (how its experts ran)."""
     gemms = rows(fid, "the op fidelity table", op_kind="gemm")
     ex = lambda b: float(one(fid, "the op fidelity table", op_kind="experts", batch=b)["ratio_here"])  # noqa: E731
     return {"gemm_ratio_lo": float(gemms["ratio_here"].min()), "gemm_ratio_hi": float(gemms["ratio_here"].max()),
             "gemm_ratio_hi_op": str(gemms.loc[gemms["ratio_here"].idxmax(), "op"]),
             "gemm_ratio_med": float(gemms["ratio_here"].median()), "experts_ratio_1": ex(1),
-            "experts_ratio_64": ex(batch_max)}
+            "experts_ratio_64": ex(batch_max),
+            "experts_impl": EXPERTS_IMPL.get(moe_impl, f"an implementation the measurement names {moe_impl!r}")
+            if moe_impl else "an implementation the measurement does not record"}
 
 
 def tuning(meas: mb.StepMeasurement, m: ma.ModelConfig, context: int) -> tuple[pd.DataFrame, dict]:

@@ -179,6 +179,7 @@ class FidelityValues:
     gemm_ratio_med: float
     experts_ratio_1: float
     experts_ratio_64: float
+    experts_impl: str
 
 
 @dataclass(frozen=True)
