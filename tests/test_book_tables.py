@@ -21,7 +21,7 @@ def test_a_range_index_is_dropped_and_a_meaningful_one_kept():
 def test_units_go_into_headers_from_the_argument_or_the_column_name():
     df = pd.DataFrame({"time": [1.0], "beta_GBps": [12.5], "lat_us": [3.0], "size (KiB)": [4]})
     t = tables.table(df, units={"time": "ms"})
-    assert t.columns == ["time (ms)", "beta (GB/s)", "lat (us)", "size (KiB)"]
+    assert t.columns == ["time (ms)", "beta (GB/s)", "lat (µs)", "size (KiB)"]  # us is written µs
 
 
 def test_byte_columns_are_written_with_binary_prefixes():
@@ -108,3 +108,51 @@ def test_tiny_values_are_not_rounded_to_zero():
 def test_show_passes_anything_else_through(capsys):
     tables.show({"not": "a table"})
     assert "not" in capsys.readouterr().out
+
+
+def test_headers_are_words_with_the_books_units():
+    df = pd.DataFrame({"tok_s_per_stream": [12.3], "ceiling_tok_s": [1.5], "memory_total_bytes": [150754820096],
+                       "time_us_p10": [7.137975], "n_gpus": [8], "unit": ["us"], "rate": ["38 tok/s"],
+                       "observed_tok_s": [3.0]})
+    t = tables.table(df, max_columns=10)
+    assert t.columns == ["tokens/s per stream", "ceiling (tokens/s)", "memory total", "time p10 (µs)",
+                         "number of GPUs", "unit", "rate", "observed (tokens/s)"]
+    assert t.rows[0][2:7] == ["140 GiB", "7.14", "8", "µs", "38 tokens/s"]
+    assert "tok (s)" not in t.text and "(us)" not in t.text
+    assert tables.table(df, rename={"n_gpus": "GPUs"}, max_columns=10).columns[4] == "GPUs"
+
+
+def test_shares_are_percentages_only_where_the_name_says_so():
+    df = pd.DataFrame({"share_of_peak": [9.2e-05, 0.5], "fraction_of_ceiling": [0.25, 1.2],
+                       "mem_fraction_static": [0.85, 0.9], "shared_experts": [0.5, 0.25], "ratio": [0.5, 0.1]})
+    t = tables.table(df)
+    assert t.rows[0] == ["0.0092 %", "25 %", "0.850", "0.500", "0.500"]
+    assert t.rows[1][:2] == ["50.0 %", "120 %"]
+    assert tables.table(pd.DataFrame({"share": [45.0, 60.0]})).rows[0] == ["45"]  # already percent: left alone
+
+
+def test_a_recorded_nan_is_NaN_booleans_are_words_and_text_is_never_cut():
+    reason = "the server never became healthy within 900 s because " + "x" * 300
+    df = pd.DataFrame({"outcome": ["nan", "NaN", None, "ok"], "ok": np.array([True, False, True, False]),
+                       "mixed": [2.302439, "x", 150754820096.0, None], "reason": [reason, "", "", ""]})
+    t = tables.table(df)
+    assert [r[0] for r in t.rows] == ["NaN", "NaN", "", "ok"]
+    assert [r[1] for r in t.rows] == ["yes", "no", "yes", "no"]
+    assert [r[2] for r in t.rows] == ["2.3", "x", "150754820096", ""]
+    assert t.rows[0][3] == reason and "…" not in t.html and reason in t.html
+
+
+def test_a_wide_table_is_stacked_repeating_its_key_column():
+    df = pd.DataFrame({"case": ["a", "b"], **{f"c{i}": [i, i + 1] for i in range(10)}})
+    t = tables.table(df)
+    assert t.parts == [[0, 1, 2, 3, 4, 5], [0, 6, 7, 8, 9, 10]]  # ten others: two balanced groups of five
+    assert t.html.count("<table") == 2 and t.html.count("</th>") == 12 and "(2 of 2)" in t.html
+    assert t.text.count("case") == 2
+    narrow = tables.table(df.iloc[:, :7])
+    assert narrow.parts == [list(range(7))] and narrow.html.count("<table") == 1
+    idx = df.set_index(["case", "c0"])
+    assert all(p[:2] == [0, 1] for p in tables.table(idx).parts)  # a meaningful index is the key
+    keyed = tables.table(df, keys=["c9"])
+    assert keyed.columns[0] == "c9" and all(p[0] == 0 for p in keyed.parts)
+    folded = tables.table(pd.concat([df] * 10), fold_after=5)
+    assert folded.html.count("<details") == 1 and folded.html.count("<table") == 2
