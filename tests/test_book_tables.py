@@ -156,3 +156,9 @@ def test_a_wide_table_is_stacked_repeating_its_key_column():
     assert keyed.columns[0] == "c9" and all(p[0] == 0 for p in keyed.parts)
     folded = tables.table(pd.concat([df] * 10), fold_after=5)
     assert folded.html.count("<details") == 1 and folded.html.count("<table") == 2
+
+
+def test_a_unit_given_for_a_column_named_with_it_is_written_once():
+    df = pd.DataFrame({"bf16_MiB": [1.5], "unfused_ms": [2.25], "time": [3.0]})
+    t = tables.table(df, units={"bf16_MiB": "MiB", "unfused_ms": "ms", "time": "us"})
+    assert t.columns == ["BF16 (MiB)", "unfused (ms)", "time (µs)"]

@@ -104,9 +104,9 @@ def unit_word(unit: str | None) -> str | None:
 
 def human_name(name: str) -> str:
     """A column name in words: `tok_s_per_stream` -> 'tokens/s per stream', `memory_total` -> 'memory
-    total', `n_gpus` -> 'number of GPUs'. A name with no underscore is kept as it is."""
+    total', `n_gpus` -> 'number of GPUs', `bf16` -> 'BF16'. Words with spaces are kept as they are."""
     if "_" not in name:
-        return name
+        return name if name.lower() in ("n", "num") or " " in name else HEADER_WORDS.get(name.lower(), name)
     parts = [p for p in name.split("_") if p != ""]
     out, i = [], 0
     while i < len(parts):
@@ -375,7 +375,9 @@ def table(df: pd.DataFrame, units: Mapping[str, str] | None = None,
         values = list(values)
         if drop_empty and values and all(_missing(v) or (isinstance(v, str) and not v.strip()) for v in values):
             continue
-        base, unit = (name, units[name]) if name in units else _split_unit(name)
+        base, unit = _split_unit(name)
+        if name in units:  # the caller's unit; a suffix saying the same unit is dropped from the words
+            base, unit = (base if unit and unit.lower() == units[name].lower() else name), units[name]
         base = rename[name] if name in rename else human_name(base)
         is_num = bool(values) and all(_is_number(v) or _missing(v) for v in values) and any(
             _is_number(v) and not _missing(v) for v in values)
