@@ -91,7 +91,9 @@ def test_show_displays_once_and_returns_nothing(capsys):
 
 def test_short_text_columns_do_not_wrap_long_ones_do():
     t = tables.table(pd.DataFrame({"setup": ["1x NVIDIA H200"], "note": ["x" * 80]}))
-    assert '<td class="nowrap">1x NVIDIA H200</td>' in t.html and f"<td>{'x' * 80}</td>" in t.html
+    assert '<td class="nowrap">1x NVIDIA H200</td>' in t.html and f'<td class="long">{"x" * 80}</td>' in t.html
+    mid = tables.table(pd.DataFrame({"note": ["y" * 40]}))
+    assert f"<td>{'y' * 40}</td>" in mid.html  # wraps, no reserved width
 
 
 def test_a_column_with_no_value_is_left_out():

@@ -257,6 +257,8 @@ class Table:
     #: a text column whose longest value is at most this long never wraps on a wide screen (on a phone
     #: it may: _static/custom.css)
     NOWRAP_CHARS = 24
+    #: a text column with a value longer than this (a reason, a note) keeps a readable width (class `long`)
+    LONG_CHARS = 60
 
     def _cell_text(self, i: int, text: str) -> str:
         links = self.links[i]
@@ -266,13 +268,16 @@ class Table:
                        else html.escape(t) for t in re.split(r"([,;\s]+)", text))
 
     def _part_html(self, cols: list[int], caption: str | None) -> str:
-        short = {i: max([len(r[i]) for r in self.rows] + [0]) <= self.NOWRAP_CHARS for i in cols}
+        longest = {i: max([len(r[i]) for r in self.rows] + [0]) for i in cols}
 
         def cell(tag, i, text):
-            num, keep = self.numeric[i], short[i]
-            classes = " ".join(c for c, on in (("num", num), ("nowrap", keep and not num)) if on)
+            num, keep, long = self.numeric[i], longest[i] <= self.NOWRAP_CHARS, longest[i] > self.LONG_CHARS
+            classes = " ".join(c for c, on in (("num", num), ("nowrap", keep and not num),
+                                               ("long", long and not num)) if on)
             cls = f' class="{classes}"' if classes else ""
-            inner = html.escape(text) if tag == "th" else self._cell_text(i, text)
+            # a header may break after a slash between words ("total/output"), never inside "tokens/s"
+            inner = (re.sub(r"(?<=\w{4})/(?=\w{4})", "/<wbr>", html.escape(text)) if tag == "th"
+                     else self._cell_text(i, text))
             return f"<{tag}{cls}>{inner}</{tag}>"
 
         head = "".join(cell("th", i, self.columns[i]) for i in cols)
