@@ -164,3 +164,7 @@ def test_a_unit_given_for_a_column_named_with_it_is_written_once():
     df = pd.DataFrame({"bf16_MiB": [1.5], "unfused_ms": [2.25], "time": [3.0]})
     t = tables.table(df, units={"bf16_MiB": "MiB", "unfused_ms": "ms", "time": "us"})
     assert t.columns == ["BF16 (MiB)", "unfused (ms)", "time (µs)"]
+
+
+def test_a_name_that_is_only_a_unit_is_its_unit():
+    assert tables.table(pd.DataFrame({"tok_s": [2.5], "us": [3.5]})).columns == ["tokens/s", "µs"]

@@ -403,12 +403,12 @@ def table(df: pd.DataFrame, units: Mapping[str, str] | None = None,
             d = 0 if whole else auto_digits(values) if d is None else d
             formatted = ["" if _missing(v) else _fmt_small(v) if auto and _too_small(v, d) else _fmt_number(v, d)
                          for v in values]
-            header = f"{base} ({unit_word(unit)})" if unit else base
+            header = _header(base, unit)
         else:
             formatted = ["" if _missing(v) else human_bytes(v) if unit == "bytes" and _is_number(v) else _text(v)
                          for v in values]
             written = unit == "bytes" and any(_is_number(v) and not _missing(v) for v in values)
-            header = base if written else f"{base} ({unit_word(unit)})" if unit else base
+            header = base if written else _header(base, unit)
         headers.append(header)
         cols.append(formatted)
         numeric.append(is_num)
@@ -419,6 +419,13 @@ def table(df: pd.DataFrame, units: Mapping[str, str] | None = None,
         sum(1 for n in names[:n_index] if n in kept) if show_index and n_index else 1)
     return Table(headers, rows, numeric, fold_after, summary, caption, keys=max(1, n_keys), links=links,
                  max_columns=max_columns)
+
+
+def _header(base: str, unit: str | None) -> str:
+    """`base (unit)` with the unit in the book's words; the unit alone where the name was only a unit."""
+    if not unit:
+        return base
+    return f"{base} ({unit_word(unit)})" if base.strip() else unit_word(unit)
 
 
 _NUM_US = re.compile(r"(?<=\d)\s*us\b")
