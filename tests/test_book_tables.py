@@ -168,3 +168,8 @@ def test_a_unit_given_for_a_column_named_with_it_is_written_once():
 
 def test_a_name_that_is_only_a_unit_is_its_unit():
     assert tables.table(pd.DataFrame({"tok_s": [2.5], "us": [3.5]})).columns == ["tokens/s", "µs"]
+
+
+def test_a_unit_before_a_number_or_qualifier_moves_to_the_end():
+    df = pd.DataFrame({"measured_kernels_ms_1": [1.5], "time_us_p90": [2.5], "rel_err": [0.1]})
+    assert tables.table(df).columns == ["measured kernels 1 (ms)", "time p90 (µs)", "relative error"]

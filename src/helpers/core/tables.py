@@ -54,7 +54,7 @@ SUFFIX_UNITS = {
 }
 #: units that may stand inside a name, before qualifiers (`time_us_p10` -> "time p10 (µs)")
 _INNER_UNITS = {"us", "ms", "ns", "gbps", "mbps", "bytes", "kib", "mib", "gib", "pct"}
-_QUALIFIER = re.compile(r"^(p\d+|min|max|mean|median|std|low|high|mid|lo|hi|iqr)$")
+_QUALIFIER = re.compile(r"^(p\d+|\d+|min|max|mean|median|std|low|high|mid|lo|hi|iqr)$")
 #: how many rows a table shows unfolded when the caller does not say
 FOLD_AFTER = 15
 #: the most columns one table shows: a wider DataFrame is stacked (see the module's docstring)
@@ -69,7 +69,7 @@ UNIT_WORDS = {"us": "µs", "tok/s": "tokens/s", "toks": "tokens/s", "GBps": "GB/
 HEADER_WORDS = {"toks": "tokens/s", "gbps": "GB/s", "mbps": "MB/s", "pct": "%", "us": "µs", "avg": "mean",
                 "num": "number of", "gpu": "GPU", "gpus": "GPUs", "tp": "TP", "ep": "EP", "kv": "KV", "moe": "MoE",
                 "cpu": "CPU", "vm": "VM", "p2p": "P2P", "nccl": "NCCL", "aic": "AIC", "fp8": "FP8",
-                "bf16": "BF16", "fp4": "FP4", "nvfp4": "NVFP4", "rel": "relative", "l2": "L2"}
+                "bf16": "BF16", "fp4": "FP4", "nvfp4": "NVFP4", "rel": "relative", "l2": "L2", "err": "error"}
 
 _UNIT_IN_NAME = re.compile(r"\(([^()]*)\)\s*$")
 _BINARY = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
