@@ -173,3 +173,10 @@ def test_a_name_that_is_only_a_unit_is_its_unit():
 def test_a_unit_before_a_number_or_qualifier_moves_to_the_end():
     df = pd.DataFrame({"measured_kernels_ms_1": [1.5], "time_us_p90": [2.5], "rel_err": [0.1]})
     assert tables.table(df).columns == ["measured kernels 1 (ms)", "time p90 (µs)", "relative error"]
+
+
+def test_the_leading_text_columns_are_the_keys_of_a_stacked_table():
+    df = pd.DataFrame({"op": ["all_reduce"], "backend": ["gloo"], "world_size": [2], "method": ["eager"],
+                       **{f"v{i}": [float(i)] for i in range(6)}})
+    t = tables.table(df)
+    assert all(p[:2] == [0, 1] for p in t.parts) and len(t.parts) == 2 and max(map(len, t.parts)) <= 7

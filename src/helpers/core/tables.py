@@ -24,8 +24,8 @@ What a reader gets, whatever the DataFrame looked like:
 - long tables folded: with more than `fold_after` rows the table sits in a `<details>` block whose
   always-visible line is `summary` (a sentence the chapter writes; a default names the rows and columns);
 - at most `MAX_COLUMNS` (7) columns in one table: a wider one is shown as stacked tables, each repeating
-  the key column(s) (the meaningful index, else the first column; `keys=` names others) beside at most
-  six others; long text breaks anywhere in its cell (the `book-table` CSS in `_static/custom.css`), so a
+  the key column(s) (the meaningful index, else the leading text columns, one to three of them;
+  `keys=` names others) beside the rest; long text breaks anywhere in its cell (the `book-table` CSS in `_static/custom.css`), so a
   table fits a 390 px phone where its content can.
 
 The HTML is plain (a `<details>`, a `<table>`) so that it works in the static site with no script; the
@@ -345,7 +345,7 @@ def table(df: pd.DataFrame, units: Mapping[str, str] | None = None,
     rename: column -> header text, applied before the unit is added (kept as written: not put into words).
     drop_empty: leave out a column with no value in any row (a blank column tells a reader nothing).
     keys: the column(s) every stacked part of a wide table repeats, moved to the front (default: the
-    shown index, else the first column).
+    shown index, else the leading text columns, one to three).
     max_columns: the most columns one stacked part shows (default MAX_COLUMNS, 7)."""
     if not isinstance(df, pd.DataFrame):
         if isinstance(df, pd.Series):
@@ -415,8 +415,13 @@ def table(df: pd.DataFrame, units: Mapping[str, str] | None = None,
         links.append(_source_links(values) if name.lower() in ("source", "sources") and not is_num else {})
         kept.append(name)
     rows = [list(r) for r in zip(*cols)] if cols else []
-    n_keys = sum(1 for k in keys if k in kept) if keys else (
-        sum(1 for n in names[:n_index] if n in kept) if show_index and n_index else 1)
+    if keys:
+        n_keys = sum(1 for k in keys if k in kept)
+    elif show_index and n_index:
+        n_keys = sum(1 for n in names[:n_index] if n in kept)
+    else:  # the leading text columns (what a row is about: op, backend, ...), one to three of them
+        n_keys = next((i for i, num in enumerate(numeric) if num), len(numeric))
+        n_keys = min(3, max(1, n_keys))
     return Table(headers, rows, numeric, fold_after, summary, caption, keys=max(1, n_keys), links=links,
                  max_columns=max_columns)
 
