@@ -180,3 +180,8 @@ def test_the_leading_text_columns_are_the_keys_of_a_stacked_table():
                        **{f"v{i}": [float(i)] for i in range(6)}})
     t = tables.table(df)
     assert all(p[:2] == [0, 1] for p in t.parts) and len(t.parts) == 2 and max(map(len, t.parts)) <= 7
+
+
+def test_a_renamed_header_is_written_with_the_books_units_too():
+    t = tables.table(pd.DataFrame({"a": [1.5], "b": [2.5]}), rename={"a": "time (us)", "b": "rate in tok/s"})
+    assert t.columns == ["time (µs)", "rate in tokens/s"]

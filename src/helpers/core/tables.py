@@ -409,7 +409,7 @@ def table(df: pd.DataFrame, units: Mapping[str, str] | None = None,
                          for v in values]
             written = unit == "bytes" and any(_is_number(v) and not _missing(v) for v in values)
             header = base if written else _header(base, unit)
-        headers.append(header)
+        headers.append(_TOK_S.sub("tokens/s", re.sub(r"(?<![\w/])us\b", "µs", header)))  # a caller's rename too
         cols.append(formatted)
         numeric.append(is_num)
         links.append(_source_links(values) if name.lower() in ("source", "sources") and not is_num else {})
