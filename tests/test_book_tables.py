@@ -185,3 +185,8 @@ def test_the_leading_text_columns_are_the_keys_of_a_stacked_table():
 def test_a_renamed_header_is_written_with_the_books_units_too():
     t = tables.table(pd.DataFrame({"a": [1.5], "b": [2.5]}), rename={"a": "time (us)", "b": "rate in tok/s"})
     assert t.columns == ["time (µs)", "rate in tokens/s"]
+
+
+def test_an_upper_case_B_suffix_is_billions_not_bytes():
+    t = tables.table(pd.DataFrame({"params_B": [744.0, 12.3], "size_b": [2048, 4]}))
+    assert t.columns == ["params (billions)", "size"] and t.rows[0] == ["744", "2 KiB"] and t.rows[1][0] == "12"

@@ -86,6 +86,8 @@ def _split_unit(name: str) -> tuple[str, str | None]:
     if "_tok_s_" in f"_{name}_":
         return name, None  # tokens/s inside the name (`tok_s_per_stream`): words, no unit suffix
     base, sep, suffix = name.rpartition("_")
+    if sep and base and suffix == "B":  # `params_B`: billions (of parameters), never bytes
+        return base, "billions"
     if sep and base and suffix.lower() in SUFFIX_UNITS:
         return base, SUFFIX_UNITS[suffix.lower()]
     parts = name.split("_")
