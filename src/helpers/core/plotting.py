@@ -344,6 +344,7 @@ def as_image(fig, dpi: int | None = None):
 
     from IPython.display import Image
 
+    plain_log_ticks(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi or plt.rcParams["savefig.dpi"], bbox_inches="tight")
     return Image(data=buf.getvalue(), format="png")
@@ -614,8 +615,7 @@ def figure_image(fig, alt: str | None = None, dpi: int | None = None):
     from IPython.display import Image
 
     keep_legends_off_data(fig)
-    plain_log_ticks(fig)
-    img = as_image(fig, dpi=dpi)
+    img = as_image(fig, dpi=dpi)  # plain log ticks too
     text = alt or describe(fig)
     if no_data(fig) and "no data" not in text.lower():
         text = f"no data: {text}"
