@@ -78,3 +78,86 @@ def test_a_legend_that_fills_the_axes_moves_out_even_over_empty_space():
     leg = ax.get_legend()
     fig.canvas.draw()
     assert leg.get_window_extent().y1 < ax.get_window_extent().y0  # below the axes now
+
+
+def _tick_labels(fig, axis="y"):
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    a = getattr(ax, f"{axis}axis")
+    return [t.get_text() for t in a.get_majorticklabels() + a.get_minorticklabels() if t.get_text()]
+
+
+def test_log_axes_carry_plain_tick_labels():
+    fig, ax = plotting.figure()
+    ax.plot([1, 2, 3], [3, 4, 6], marker="o", label="measured: x")
+    ax.set_yscale("log")  # less than a decade: matplotlib labels minor ticks 3x10^0, 4x10^0, 6x10^0
+    assert plotting.plain_log_ticks(fig) == 2
+    labels = _tick_labels(fig)
+    assert labels and all("10^" not in t and "times" not in t and "$" not in t for t in labels), labels
+    assert {"3", "4", "6"} <= set(labels), labels
+    fig2, ax2 = plotting.figure()
+    ax2.plot([1, 1e3], [20, 400])
+    ax2.set_xscale("log")
+    ax2.set_yscale("log")
+    plotting.plain_log_ticks(fig2)
+    assert "1000" in _tick_labels(fig2, "x") and "100" in _tick_labels(fig2, "y")
+    assert [plotting.plain_number(v) for v in (3, 0.5, 400, 2e7, 1e-5)] == ["3", "0.5", "400", "2e7", "1e-5"]
+    fig3, ax3 = plotting.figure()  # an axis with its own formatter keeps it
+    plotting.size_sweep(ax3, [1024, 4096], [1, 2], "measured: x")
+    plotting.plain_log_ticks(fig3)
+    assert any("KiB" in t for t in _tick_labels(fig3, "x"))
+
+
+def test_one_colour_per_meaning():
+    kinds = ["recorded", "measured", "reference", "model"]
+    assert len({plotting.kind_color(k) for k in kinds}) == 4
+    assert plotting.kind_color("derived") == plotting.kind_color("model") == plotting.kind_color("fit")
+    assert plotting.kind_color("recorded: original VM") == plotting.PALETTE["recorded"]
+    others = {plotting.PALETTE[k] for k in ("recorded", "reference", "model")}
+    assert not others & set(plotting.CYCLE) and not set(plotting.PALETTE.values()) & set(plotting.PART_COLORS)
+    import pandas as pd
+    bars = pd.DataFrame({"weights": [1.0, 2.0], "launch floor": [0.5, 0.5]}, index=[1, 64])
+    fig = plotting.stacked_step_figure(bars, pd.Series({1: 3.0, 64: 4.0}), "observed step (recorded)")
+    ax = fig.axes[0]
+    from matplotlib.colors import to_hex
+    bar_colours = {to_hex(p.get_facecolor()) for p in ax.patches}
+    assert plotting.PALETTE["recorded"] not in bar_colours  # red marks only the observed step
+
+
+def test_legends_hold_few_entries_outside_the_data_with_human_names():
+    import pandas as pd
+    rec = pd.DataFrame({"metric": "output_throughput", "workload": ["256/256", "256/256", "unstated", "unstated", "128/512"],
+                        "experiment": ["sweep_256_256", "first_baseline", "summary_311", "moe_runner_cutedsl", "sweep_128_512"],
+                        "concurrency": [1, 64, 64, 64, 8], "value": [40.0, 500.0, 480.0, 470.0, 200.0],
+                        "value_low": [None] * 5, "value_high": [None] * 5})
+    live = pd.DataFrame({"variant": [f"v{i}" for i in range(6) for _ in (1, 2)], "workload": "256/256",
+                         "concurrency": [1, 8] * 6, "output_throughput": [30.0, 200.0] * 6})
+    fig = plotting.serving_sweeps(rec, live, {"value": 300.0, "concurrency": 64}, per_stream=False)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert len(labels) <= plotting.MAX_ENTRIES, labels
+    assert not any("summary 311" in lab or "moe runner" in lab or "_" in lab for lab in labels), labels
+    assert "recorded: 256 in / 256 out tokens" in labels
+    assert not plotting.legend_overlaps_data(fig.axes[0])
+    assert "tokens/s" in fig.axes[0].get_ylabel()
+    fig2, ax2 = plotting.figure()
+    for k in range(9):
+        ax2.plot(range(10), [k] * 10, label=f"series {k}")
+    plotting._legend_beside(ax2, 6)
+    fig2.canvas.draw()
+    leg = ax2.get_legend()
+    assert leg.get_texts()[0].get_fontsize() >= 7.5
+    assert leg.get_window_extent().y1 < ax2.get_window_extent().y0  # more than six: below the axes
+
+
+def test_a_figure_without_data_says_so_in_its_alt_text():
+    fig = plotting.variants_figure(None, [12288], "the NCCL variants were not run: one GPU")
+    assert plotting.no_data(fig) == "the NCCL variants were not run: one GPU"
+    _, md = format_display_data(plotting.figure_image(fig))
+    assert md["image/png"]["alt"].startswith("no data")
+    _, md2 = format_display_data(plotting.figure_image(fig, alt="NCCL variants"))
+    assert "no data" in md2["image/png"]["alt"]
+    blank, _ = plotting.figure()
+    assert plotting.no_data(blank)
+    drawn, ax = _crowded()
+    assert plotting.no_data(drawn) is None and "no data" not in plotting.describe(drawn)
+    assert plotting.no_data(None) == "no figure"

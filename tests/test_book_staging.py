@@ -164,3 +164,17 @@ def test_a_hosts_own_python_is_not_named_by_where_the_machine_keeps_it():
 
     t = staging.public_text("made from (PY) `/opt/torch/.venv/bin/python3` (3.12)", staging.RunContext())
     assert t == "made from (PY) `…/.venv/bin/python3` (3.12)" and not browser.ABS_PATH.search(t)
+
+
+def test_the_parameters_box_closes_the_page_folded():
+    md = {"cell_type": "markdown", "id": "m", "metadata": {}, "source": "# Title\n\nThe answer."}
+    body = _code("x = 1", tags=())
+    nb = staging.clean_notebook(_nb([md, PARAMS, json.loads(json.dumps(INJECTED)), body]), CTX)
+    assert [c.get("id") for c in nb["cells"]][-1] == "parameters-of-this-run"
+    assert [c["cell_type"] for c in nb["cells"]] == ["markdown", "code", "code", "markdown"]
+    box = nb["cells"][-1]["source"]
+    assert box.startswith(":::{dropdown} Parameters of this run\n:class-container: book-params\n")
+    assert ":open:" not in box and box.rstrip().endswith(":::")
+    assert '| `sweep` | `"full"` (set by the run) |' in box  # the run's values, though the cell moved
+    defaults = staging.clean_notebook(_nb([md, PARAMS, body]), CTX)
+    assert defaults["cells"][-1]["id"] == "parameters-of-this-run"

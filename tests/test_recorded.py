@@ -104,3 +104,37 @@ def test_an_unregistered_study_or_an_incomplete_entry_is_refused(tmp_path, monke
     assert [s.id for s in recorded.measured_studies("fidelity")] == ["study-x"]
     with pytest.raises(recorded.DataError, match="exactly one measured study of role 'allreduce-gap-idle'"):
         recorded.study("allreduce-gap-idle")
+
+
+def test_a_recorded_nan_outcome_stays_the_word_nan():
+    """backend_matrix.csv records two backends whose outcome is "nan" (the NaN crash): a text column keeps
+    it as text, never a missing value, so tables.show writes NaN and the counts see it."""
+    assert recorded.schema()["recorded/backend_matrix.csv"]["columns"]["outcome"] == "str"
+    m = recorded.load("recorded/backend_matrix.csv")
+    nan = m[m["outcome"] == "nan"]
+    assert len(nan) == 2 and m["outcome"].notna().all()
+    from helpers.core import tables
+    t = tables.table(m[["backend", "outcome"]])
+    assert [r[1] for r in t.rows if r[0].startswith("flashmla")] == ["NaN", "NaN"]
+
+
+def test_source_url_reads_the_url_field_of_a_temporary_sources_file(tmp_path, monkeypatch):
+    (tmp_path / "sources.yaml").write_text(
+        "seed-000: {kind: seed, file: a.txt, title: t}\n"
+        "ref-a: {kind: reference, file: x, title: t, url: 'https://example.org/a', date: 2026-01-01}\n"
+        "ref-b: {kind: reference, file: y, title: t, url: 'file:///etc/passwd'}\n")
+    monkeypatch.setattr(recorded, "data_dir", lambda: tmp_path)
+    recorded.sources.cache_clear()
+    try:
+        assert recorded.source_url("ref-a") == "https://example.org/a"
+        assert recorded.source_url("seed-000") is None  # an entry without a url (yet)
+        assert recorded.source_url("ref-b") is None  # not a web address
+        assert recorded.source_url("nope") is None
+        from helpers.core import tables
+        t = tables.table(pd.DataFrame({"figure": [1.5, 2.0], "source": ["ref-a", "seed-000, ref-a"]}))
+        assert t.rows[1][1] == "seed-000, ref-a"  # the text form keeps the ids
+        assert t.html.count('<a href="https://example.org/a">ref-a</a>') == 2 and "seed-000" in t.html
+        assert "<a" not in tables.table(pd.DataFrame({"note": ["ref-a"]})).html  # only a source column links
+    finally:
+        recorded.sources.cache_clear()
+    assert recorded.source_url("ref-a", {"ref-a": {"url": " https://x.org "}}) == "https://x.org"

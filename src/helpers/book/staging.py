@@ -2,8 +2,9 @@
 executed or built it reaches the page.
 
 - papermill's injected-parameters cell (raw code ending in `run_dir = "/abs/path/runs/ID"`) becomes a
-  "Parameters of this run" box: each parameter's value in this run, its default and what it allows
-  (read from the chapter's own `parameters` cell, whose code folds away behind a toggle);
+  "Parameters of this run" box at the end of the page, folded (a dropdown, closed): each parameter's
+  value in this run, its default and what it allows (read from the chapter's own `parameters` cell,
+  whose code folds away behind a toggle);
 - stderr outputs are dropped (warnings naming site-packages paths, tqdm bars: the run's notebooks keep
   them), progress-bar lines are dropped from stdout, and an output that is only a `PosixPath(...)` goes;
 - absolute paths of the run's machine and of this one become paths relative to the repository
@@ -198,14 +199,15 @@ def _md_cell(text: str) -> str:
 
 
 def parameters_box(defaults_src: str, injected_src: str | None, ctx: RunContext) -> str:
-    """The MyST text of the "Parameters of this run" box."""
+    """The MyST text of the "Parameters of this run" box: a dropdown, closed until a reader opens it
+    (`clean_notebook` puts it at the end of the chapter, after everything the chapter says)."""
     defaults = _assignments(defaults_src)
     given = _assignments(injected_src) if injected_src else {}
     names = list(defaults) + [n for n in given if n not in defaults]
     run = f"Run `{ctx.run_id}`" + (f" (target `{ctx.target}`)" if ctx.target else "") if ctx.run_id else "This run"
-    lines = [":::{admonition} Parameters of this run", ":class: note book-params", "",
-             f"{run} executed this chapter with these values. The chapter's parameters cell (folded "
-             "above) declares them, with their defaults.", "",
+    lines = [":::{dropdown} Parameters of this run", ":class-container: book-params", "",
+             f"{run} executed this chapter with these values. The chapter's parameters cell (folded, "
+             "near the top) declares them, with their defaults.", "",
              "| parameter | this run | default; allowed |", "| --- | --- | --- |"]
     for n in names:
         d_val, _, comment = defaults.get(n, (None, "", ""))
@@ -281,23 +283,19 @@ def clean_notebook(nb: dict, ctx: RunContext) -> dict:
             cell["source"] = add_figure_alts(_as_text(cell["source"]), alts)
     defaults_src = next((_as_text(c["source"]) for c in cells if c["cell_type"] == "code"
                          and "parameters" in c.get("metadata", {}).get("tags", [])), None)
-    new_cells, boxed = [], False
+    new_cells, injected = [], None
     for cell in cells:
         tags = cell.get("metadata", {}).get("tags", [])
         if cell["cell_type"] == "code" and "injected-parameters" in tags and defaults_src is not None:
-            new_cells.append({"cell_type": "markdown", "id": "parameters-of-this-run",
-                              "metadata": {"tags": ["parameters-box"]},
-                              "source": parameters_box(defaults_src, _as_text(cell["source"]), ctx)})
-            boxed = True
+            injected = _as_text(cell["source"])  # the values the run gave: shown in the box at the end
             continue
         if cell["cell_type"] == "code":
             cell["outputs"] = [o for o in (_clean_output(o, ctx) for o in cell.get("outputs", [])) if o]
         new_cells.append(cell)
-    if defaults_src is not None and not boxed:  # no injected cell: the chapter ran on its defaults
-        i = next(i for i, c in enumerate(new_cells) if "parameters" in c.get("metadata", {}).get("tags", []))
-        new_cells.insert(i + 1, {"cell_type": "markdown", "id": "parameters-of-this-run",
-                                 "metadata": {"tags": ["parameters-box"]},
-                                 "source": parameters_box(defaults_src, None, ctx)})
+    if defaults_src is not None:  # the box closes the page, folded (no injected cell: the defaults ran)
+        new_cells.append({"cell_type": "markdown", "id": "parameters-of-this-run",
+                          "metadata": {"tags": ["parameters-box"]},
+                          "source": parameters_box(defaults_src, injected, ctx)})
     nb["cells"] = new_cells
     return nb
 

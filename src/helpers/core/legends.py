@@ -7,6 +7,12 @@ These work on the figures and axes they are given; `helpers.core.plotting` re-ex
 """
 from __future__ import annotations
 
+#: the most entries a legend should hold: a figure function with more series groups them (one entry per
+#: workload, one for several lines named at their ends) or says so in the caption
+MAX_ENTRIES = 6
+#: the smallest legend type that stays legible on a phone
+MIN_FONTSIZE = 7.5
+
 
 def legend_outside(ax, where: str = "right", ncols: int | None = None, **kw):
     """The axes' legend beside the data, never over it: `where` is "right" (beside the axes, top
@@ -15,10 +21,12 @@ def legend_outside(ax, where: str = "right", ncols: int | None = None, **kw):
     handles, labels = ax.get_legend_handles_labels()
     if not handles:
         return None
+    if isinstance(kw.get("fontsize"), (int, float)):
+        kw["fontsize"] = max(MIN_FONTSIZE, kw["fontsize"])
     if where == "right":
         place = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "borderaxespad": 0.0}
     elif where == "below":
-        place = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.18), "ncols": ncols or min(4, len(handles))}
+        place = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.18), "ncols": min(ncols or 4, len(handles))}
     else:
         raise ValueError(f"legend_outside: where={where!r}; expected 'right' or 'below'")
     return ax.legend(handles, labels, **{**place, **kw})
@@ -82,10 +90,17 @@ def legend_overlaps_data(ax) -> bool:
     return bool(inside.any())
 
 
+def legend_entries(fig) -> int:
+    """The most entries any one legend of `fig` holds (axes legends and figure legends)."""
+    legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None] + list(fig.legends)
+    return max((len(leg.get_texts()) for leg in legends), default=0)
+
+
 def keep_legends_off_data(fig, max_share: float = 0.2) -> int:
-    """Move every axes legend of `fig` that covers a plotted point, or more than `max_share` of its
-    axes, out of the axes (same font size): beside them (right) for a few entries, below them in two
-    columns for more than four. Returns how many moved. `figure_image` (so every glued Figure) does this."""
+    """Move every axes legend of `fig` that covers a plotted point, covers more than `max_share` of its
+    axes, or holds more than MAX_ENTRIES entries while inside the axes, out of the axes: beside them
+    (right) for a few entries, below them in two columns for more than four; type no smaller than
+    MIN_FONTSIZE. Returns how many moved. `figure_image` (so every glued Figure) does this."""
     moved = 0
     for ax in fig.axes:
         leg = ax.get_legend()
@@ -95,11 +110,12 @@ def keep_legends_off_data(fig, max_share: float = 0.2) -> int:
         lb, ab = leg.get_window_extent(), ax.get_window_extent()
         inside = ab.x0 <= lb.x0 and lb.x1 <= ab.x1 and ab.y0 <= lb.y0 and lb.y1 <= ab.y1
         big = inside and (lb.width * lb.height) > max_share * (ab.width * ab.height)
-        if not big and not legend_overlaps_data(ax):
+        n = len(leg.get_texts())
+        crowded = inside and n > MAX_ENTRIES
+        if not big and not crowded and not legend_overlaps_data(ax):
             continue
         size = leg.get_texts()[0].get_fontsize() if leg.get_texts() else None
-        n = len(leg.get_texts())
-        kw = {"fontsize": size} if size else {}
+        kw = {"fontsize": max(MIN_FONTSIZE, size)} if size else {}
         if n > 4:
             legend_outside(ax, "below", ncols=2, **kw)
         else:

@@ -3,9 +3,26 @@ for size sweeps, no titles (captions come from myst-nb figure metadata).
 
 Series labels say whose numbers they are ("recorded: original VM", "measured: this machine") so
 that the two are never confused.
+
+The palette: one colour per meaning across the book (`kind_color`), saturated, and never used for
+anything else:
+
+- recorded (the original investigation's numbers, and an observed step drawn over a breakdown): red #b2182b
+- measured (by this run's code): blue #2166ac
+- reference (public figures from other machines): green #4d9221
+- model / derived / fit / prediction (including a kernel-launch floor): purple #7b3294
+- anything else: grey #666666
+
+Several series of one kind take `CYCLE`, which holds none of the other kinds' colours (measured blue
+first, then orange, teal, brown, pink, grey, ...); the parts of a stacked breakdown take `PART_COLORS`,
+light tints that no kind uses. Axes in log scale carry plain tick labels (3, 4, 6, 10, 20, 400: never
+"3x10^0"); legends hold at most `legends.MAX_ENTRIES` (6) entries where the figure function groups its
+series, and always stand outside the data (helpers.core.legends). A figure with nothing to draw says so
+(`no_data`), and its alt text then starts "no data", which the site's browser check reports.
 """
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 import matplotlib
@@ -13,14 +30,14 @@ import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogFormatter  # noqa: E402
 
 # the legend conventions live in helpers.core.legends; plotting.<name> keeps working for each
-from helpers.core.legends import (figure_legend, keep_legends_off_data, legend_outside,  # noqa: E402,F401
-                                  legend_overlaps_data)
+from helpers.core.legends import (MAX_ENTRIES, figure_legend, keep_legends_off_data,  # noqa: E402,F401
+                                  legend_outside, legend_overlaps_data)
 
 #: colours by whose number it is: recorded (the original investigation), measured (this run),
-#: reference (public figures from other machines), model (a prediction)
+#: reference (public figures from other machines), model (a prediction, a fit, a derived figure)
 PALETTE = {
     "recorded": "#b2182b",
     "measured": "#2166ac",
@@ -28,7 +45,69 @@ PALETTE = {
     "model": "#7b3294",
     "other": "#666666",
 }
-CYCLE = ["#2166ac", "#b2182b", "#4d9221", "#7b3294", "#e08214", "#35978f", "#878787", "#c51b7d"]
+#: other words for the kinds (a table's `kind` column says "derived", a caption "fit")
+KIND_ALIASES = {"derived": "model", "fit": "model", "prediction": "model", "predicted": "model",
+                "assumed": "model", "published": "reference", "observed": "recorded"}
+#: several series of one kind: no colour of another kind (no red, green or purple)
+CYCLE = ["#2166ac", "#e08214", "#35978f", "#8c510a", "#de77ae", "#878787", "#92c5de", "#bf812d"]
+#: the parts of a stacked breakdown: light tints no kind uses, so an observed (red) or model (purple)
+#: line drawn over them reads as what it is
+PART_COLORS = ["#92c5de", "#fdb863", "#80cdc1", "#dfc27d", "#f1b6da", "#bababa", "#c7eae5", "#fee0b6"]
+#: readable names for internal series ids (experiments, runners, backends); chapters may add their own
+#: (`plotting.SERIES_NAMES.update({...})`) before drawing; `series_name` falls back to words
+SERIES_NAMES = {
+    "first_baseline": "first baseline", "single_stream_test": "single-stream test",
+    "sweep_256_256": "sweep, 256 in / 256 out tokens", "sweep_128_512": "sweep, 128 in / 512 out tokens",
+    "summary_311": "status-report summary", "moe_runner_cutedsl": "CuteDSL runner test",
+    "moe_runner_cutlass": "CUTLASS runner test", "server_log_decode_batch": "server-log decode batch",
+    "flashinfer_cutlass": "FlashInfer CUTLASS", "flashinfer_cutedsl": "FlashInfer CuteDSL",
+    "flashinfer_trtllm": "FlashInfer TRT-LLM", "triton": "Triton", "cutlass": "CUTLASS",
+    "flashmla_kv": "FlashMLA KV", "flashmla_sparse": "FlashMLA sparse", "trtllm": "TRT-LLM",
+    "256/256": "256 in / 256 out tokens", "128/512": "128 in / 512 out tokens", "unstated": "lengths not stated",
+}
+
+
+def series_name(key) -> str:
+    """A series id as a reader reads it: SERIES_NAMES, else its words ('moe_runner_x' -> 'moe runner x')."""
+    k = str(key)
+    return SERIES_NAMES.get(k, k.replace("_", " "))
+
+
+def plain_number(x: float) -> str:
+    """A tick value as a plain number: 3, 0.5, 400, 20000; 1e6 and beyond (or below 1e-4) as 1e6."""
+    if x == 0 or not math.isfinite(x):
+        return "0" if x == 0 else str(x)
+    if 1e-4 <= abs(x) < 1e6:
+        return f"{x:.6g}"
+    m, e = f"{x:.0e}".split("e")
+    return f"{m}e{int(e)}"
+
+
+class PlainLogFormatter(LogFormatter):
+    """matplotlib's log formatter (which ticks get a label) writing each label as a plain number."""
+
+    def _num_to_string(self, x, vmin, vmax):
+        return plain_number(x)
+
+
+def plain_log_ticks(fig) -> int:
+    """Give every log axis of `fig` still on matplotlib's default (scientific, '3x10^0') labels plain
+    numbers; an axis with its own formatter (sizes in KiB, a FuncFormatter) keeps it. Returns how many
+    axes changed. `figure_image` (so every glued figure) does this."""
+    changed = 0
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_scale() != "log":
+                continue
+            for get, put in ((axis.get_major_formatter, axis.set_major_formatter),
+                             (axis.get_minor_formatter, axis.set_minor_formatter)):
+                f = get()
+                if isinstance(f, LogFormatter) and not isinstance(f, PlainLogFormatter):
+                    put(PlainLogFormatter(base=f._base, labelOnlyBase=f.labelOnlyBase,
+                                          minor_thresholds=f.minor_thresholds,
+                                          linthresh=getattr(f, "_linthresh", None)))
+                    changed += 1
+    return changed
 
 
 def style() -> None:
@@ -93,7 +172,11 @@ def concurrency_axis(ax) -> None:
 
 
 def kind_color(kind: str) -> str:
-    return PALETTE.get(kind, PALETTE["other"])
+    """The colour of a kind of number (the module's palette): 'recorded', 'measured', 'reference',
+    'model', and their other words ('derived', 'fit', ...; 'recorded: original VM' reads as 'recorded')."""
+    k = str(kind).split(":", 1)[0].strip().lower()
+    k = KIND_ALIASES.get(k, k)
+    return PALETTE.get(k, PALETTE["other"])
 
 
 # ---- serving and machine figures
@@ -166,13 +249,17 @@ def serving_sweeps(rec, live, log_point: dict | None, per_stream: bool, live_lab
 
     fig, ax = figure()
     outp = rec[rec.metric == "output_throughput"]
+    # one legend entry per workload (the marker), not per experiment: the recorded table names each point
+    labelled: set[str] = set()
     for (wl, exp), g in outp.groupby(["workload", "experiment"], sort=False):
         g = g[g.value.notna()].drop_duplicates(["concurrency", "value"])
         if g.empty:
             continue
         y = g.value.astype(float) / (g.concurrency.astype(float) if per_stream else 1.0)
+        label = f"recorded: {series_name(wl)}"
         ax.plot(g.concurrency.astype(float), y, marker=SWEEP_MARKERS.get(wl, "D"), ls="none",
-                color=kind_color("recorded"), alpha=0.85, ms=5, label=f"recorded: {exp.replace('_', ' ')} ({wl})")
+                color=kind_color("recorded"), alpha=0.85, ms=5, label=None if label in labelled else label)
+        labelled.add(label)
     ranges = outp[outp.value.isna() & outp.value_low.notna()]
     for r in ranges.itertuples():
         div = float(r.concurrency) if per_stream else 1.0
@@ -185,15 +272,25 @@ def serving_sweeps(rec, live, log_point: dict | None, per_stream: bool, live_lab
         ax.plot([log_point["concurrency"]], [y], marker="*", ms=11, ls="none", color=kind_color("recorded"),
                 label="recorded: one server-log decode batch")
     if live is not None and len(live):
-        for i, ((var, wl), g) in enumerate(live.groupby(["variant", "workload"], sort=False)):
+        groups = list(live.groupby(["variant", "workload"], sort=False))
+        room = MAX_ENTRIES - len(ax.get_legend_handles_labels()[1])
+        for i, ((var, wl), g) in enumerate(groups):
             g = g.sort_values("concurrency")
             y = pd.to_numeric(g.output_throughput) / (g.concurrency.astype(float) if per_stream else 1.0)
-            ax.plot(g.concurrency.astype(float), y, marker=SWEEP_MARKERS.get(wl, "^"), ls="--", ms=4,
-                    color=CYCLE[i % len(CYCLE)] if i else kind_color("measured"), label=f"{live_label}: {var} ({wl})")
+            name = f"{series_name(var)} ({series_name(wl)})"
+            if len(groups) <= room:
+                label = f"{live_label}: {name}"
+            else:  # too many for the legend: one entry for all, each line named at its end
+                label = f"{live_label} (dashed; named at the line's end)" if i == 0 else None
+            line, = ax.plot(g.concurrency.astype(float), y, marker=SWEEP_MARKERS.get(wl, "^"), ls="--", ms=4,
+                            color=CYCLE[i % len(CYCLE)], label=label)
+            if len(groups) > room and len(g):
+                ax.annotate(name, (float(g.concurrency.iloc[-1]), float(y.iloc[-1])), xytext=(3, 0),
+                            textcoords="offset points", fontsize=7, color=line.get_color(), va="center")
     concurrency_axis(ax)
     ax.set_yscale("log")
-    ax.set_ylabel("per-stream output (tok/s per request)" if per_stream else "output throughput (tok/s)")
-    ax.legend(fontsize=7, loc="best")
+    ax.set_ylabel("per-stream output (tokens/s per request)" if per_stream else "output throughput (tokens/s)")
+    legend_outside(ax, "below" if len(ax.get_legend_handles_labels()[1]) > 3 else "right", ncols=2, fontsize=8)
     return fig
 
 
@@ -209,20 +306,20 @@ def runner_spread(rec_runners, spread, by: str = "runner"):
             ax.plot([c], [float(r.value)], "o", color=kind_color("recorded"), ms=5)
         else:
             ax.vlines(c, float(r.value_low), float(r.value_high), color=kind_color("recorded"), lw=3, alpha=0.5)
-        ax.annotate(f"recorded: {r.moe_runner}", (c, float(r.value) if pd.notna(r.value) else float(r.value_high)),
+        ax.annotate(f"recorded: {series_name(r.moe_runner)}", (c, float(r.value) if pd.notna(r.value) else float(r.value_high)),
                     fontsize=6, xytext=(3, 3), textcoords="offset points")
     if spread is not None and len(spread):
         for i, (name, g) in enumerate(spread.groupby(by, sort=False)):
             g = g.sort_values("concurrency")
             x = g.concurrency.astype(float) * (1 + 0.04 * i)
             line, = ax.plot(x, g["mean"], marker="o", ms=4, ls="--", color=CYCLE[i % len(CYCLE)],
-                            label=f"measured: {name} (mean, min-max of repeats)")
+                            label=f"measured: {series_name(name)} (mean, min-max of repeats)")
             ax.vlines(x, g["min"], g["max"], color=line.get_color(), lw=2, alpha=0.6)
     concurrency_axis(ax)
     ax.set_yscale("log")
-    ax.set_ylabel("output throughput (tok/s)")
+    ax.set_ylabel("output throughput (tokens/s)")
     if ax.get_legend_handles_labels()[0]:  # recorded runners are annotated, not in the legend
-        ax.legend(fontsize=7)
+        legend_outside(ax, "below", ncols=1, fontsize=8)
     return fig
 
 
@@ -235,8 +332,8 @@ def ep_tp_volume(wide, tp_col: str, ep_col: str):
     concurrency_axis(ax)
     ax.set_xlabel("tokens in the decode batch")
     size_axis(ax, "y")
-    ax.set_ylabel("bytes sent per gpu per moe layer")
-    ax.legend()
+    ax.set_ylabel("bytes sent per GPU per MoE layer")
+    legend_outside(ax, "below", ncols=1, fontsize=8)
     return fig
 
 
@@ -247,6 +344,7 @@ def as_image(fig, dpi: int | None = None):
 
     from IPython.display import Image
 
+    plain_log_ticks(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi or plt.rcParams["savefig.dpi"], bbox_inches="tight")
     return Image(data=buf.getvalue(), format="png")
@@ -290,15 +388,37 @@ def harness_figure(copy_sweep, recorded):
         ax.bar(x + (i - (len(bars) - 1) / 2) * w, vals, w, label=lab, color=c)
     ax.set_xticks(x, [f"{int(t)} tok\n{s / 1024:g} KiB" for t, s in zip(recorded["tokens"], recorded["size_bytes"])])
     ax.set_yscale("log")
-    ax.set_ylabel("time per copy (us)")
+    ax.set_ylabel("time per copy (µs)")
     ax.set_xlabel("message size (tokens x hidden x 2 B)")
-    ax.legend(fontsize=7, loc="upper left")
+    legend_outside(ax, "below", ncols=2, fontsize=8)
     return fig
 
 
 def _no_data(ax, statement: str) -> None:
+    """Write `statement` in place of a plot and mark the figure as having no data (`no_data`)."""
     ax.text(0.5, 0.5, statement, ha="center", va="center", transform=ax.transAxes, wrap=True, fontsize=9)
     ax.set_axis_off()
+    ax.book_no_data = statement
+    ax.figure.book_no_data = statement
+
+
+def no_data(fig) -> str | None:
+    """Why `fig` shows no data (the statement a figure function wrote in place of a plot), or None when it
+    draws something. A chapter that gets a statement shows it as a sentence instead of the figure; a
+    figure drawn anyway gets alt text starting "no data" (`figure_image`), which the browser check reports.
+    A figure whose panels hold no line, point, bar or image at all counts as having no data too."""
+    if fig is None:
+        return "no figure"
+    said = getattr(fig, "book_no_data", None)
+    if said:
+        return said
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_label() != "<colorbar>"]
+    drawn = any(any(len(line.get_xdata()) for line in ax.get_lines()) or ax.images or ax.patches
+                or any(len(c.get_offsets()) or len(c.get_paths()) for c in ax.collections) for ax in panels)
+    if drawn:
+        return None
+    words = " ".join(t.get_text() for ax in panels for t in ax.texts).strip()
+    return words or "nothing drawn"
 
 
 def _sweep_lines(ax, sweep, keys, label_of, decode_sizes) -> None:
@@ -313,8 +433,9 @@ def _sweep_lines(ax, sweep, keys, label_of, decode_sizes) -> None:
         ax.axvline(s, color="#999999", lw=0.6, ls=":")
     ax.set_yscale("log")
     ax.set_xlabel("message size per rank (dotted: decode sizes)")
-    ax.set_ylabel("time per collective (us)")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.set_ylabel("time per collective (µs)")
+    legend_outside(ax, "right" if len(ax.get_legend_handles_labels()[1]) <= MAX_ENTRIES else "below",
+                   ncols=2, fontsize=8)
 
 
 def collectives_figure(sweep, decode_sizes, method: str, statement: str = ""):
@@ -356,8 +477,11 @@ def p2p_figure(recorded_codes, here_codes, here_label: str):
 # The decode-step chapter's and the diagnosis's figures, drawn from the tables helpers.chapters.decode_step and
 # helpers.chapters.diagnosis make. Their legends stand beside the axes, never over the data.
 
-def _legend_beside(ax, fontsize: float = 7) -> None:
-    ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+def _legend_beside(ax, fontsize: float = 8) -> None:
+    """The axes' legend beside the data (at most MAX_ENTRIES entries), or below it in two columns when
+    the figure has more series than that; never over the data, never in type smaller than 7.5 pt."""
+    n = len([lab for lab in ax.get_legend_handles_labels()[1] if lab and not lab.startswith("_")])
+    legend_outside(ax, "right" if n <= MAX_ENTRIES else "below", ncols=2, fontsize=max(7.5, fontsize))
 
 
 def _batch_axis(ax) -> None:
@@ -366,8 +490,9 @@ def _batch_axis(ax) -> None:
     ax.set_xlabel("sequences decoding together (batch)")
 
 
-#: stacked parts take the cycle without the recorded colour, which marks an observation drawn over them
-_PART_COLORS = [c for c in CYCLE if c != PALETTE["recorded"]]
+#: stacked parts take light tints, never a kind's colour: an observation (recorded red) or a model line
+#: (purple) drawn over them stays what it is
+_PART_COLORS = PART_COLORS
 
 
 def step_time_figure(steps):
@@ -425,7 +550,7 @@ def mapping_figure(points, curves, points_label: str):
             ax.plot(g.size_bytes, g.time_us, color=kind_color("model" if kind == "fit" else "reference"), label=name)
     ax.set_yscale("log")
     ax.set_xlabel("message size")
-    ax.set_ylabel("time (us)")
+    ax.set_ylabel("time (µs)")
     _legend_beside(ax)
     return fig
 
@@ -446,7 +571,7 @@ def whatif_figure(lines, observed):
     ax.set_yscale("log")
     ax.set_xlabel("aggregate output tokens/s")
     ax.set_ylabel("tokens/s per stream")
-    _legend_beside(ax, 6.5)
+    _legend_beside(ax)
     return fig
 
 
@@ -475,6 +600,9 @@ def describe(fig, limit: int = 600) -> str:
     if legends and not all(f"series: {lab}" in " ".join(parts) or lab in " ".join(parts) for lab in legends):
         parts.append("series: " + ", ".join(legends[:8]))
     text = ("Figure with %d panels. " % len(panels) if len(panels) > 1 else "Figure: ") + "; ".join(parts)
+    empty = no_data(fig)
+    if empty:  # the browser check reports an image whose alt says "no data"
+        text = f"no data: {empty}"
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
@@ -487,8 +615,11 @@ def figure_image(fig, alt: str | None = None, dpi: int | None = None):
     from IPython.display import Image
 
     keep_legends_off_data(fig)
-    img = as_image(fig, dpi=dpi)
-    return Image(data=img.data, format="png", alt=alt or describe(fig))  # metadata {"image/png": {"alt"}}
+    img = as_image(fig, dpi=dpi)  # plain log ticks too
+    text = alt or describe(fig)
+    if no_data(fig) and "no data" not in text.lower():
+        text = f"no data: {text}"
+    return Image(data=img.data, format="png", alt=text)  # metadata {"image/png": {"alt"}}
 
 
 def band_figure(rows):

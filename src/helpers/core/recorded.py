@@ -39,8 +39,22 @@ def sources() -> dict:
     return yaml.safe_load((data_dir() / "sources.yaml").read_text())
 
 
+def source_url(source_id: str, entries: dict | None = None) -> str | None:
+    """The web address of a source in data/sources.yaml (its `url` field), or None: an unknown id, an
+    entry without a url (a seed document, an entry not yet given one) or a url that is not http(s).
+    `entries` stands for the sources file's contents (tests)."""
+    src = sources() if entries is None else entries
+    entry = src.get(str(source_id)) if isinstance(src, dict) else None
+    url = entry.get("url") if isinstance(entry, dict) else None
+    if not isinstance(url, str) or not url.strip().startswith(("https://", "http://")):
+        return None
+    return url.strip()
+
+
 def _convert(name: str, col: str, kind: str, raw: pd.Series) -> pd.Series:
     if kind == "str":
+        # text stays text: a recorded outcome "nan" (a NaN crash) is the string "nan", never a missing
+        # value (`load` reads every cell as a string with keep_default_na=False)
         return raw.astype("string").str.strip().replace("", pd.NA)
     out = []
     for i, v in raw.items():
