@@ -20,7 +20,7 @@ from helpers.model import arith
 from helpers.serving import classify
 
 ROOT = repo_root()
-GLUE_REF = re.compile(r"\{glue(?::text|:figure|:)?\}`([^`:]+)")
+GLUE_REF = re.compile(r"\{glue(?::text|:md|:figure|:)?\}`([^`:]+)")
 GLUE_FIGURE = re.compile(r"```\{glue:figure\}\s+(\S+)")
 
 

@@ -56,7 +56,7 @@ def test_the_chapter_glues_exactly_these_keys():
 
     nb = json.loads((repo_root() / "notebooks" / "06_vm_p2p.ipynb").read_text())
     md = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
-    used = {k.split(":")[0] for k in re.findall(r"\{glue:(?:text)?\}`([^`]+)`", md)}
+    used = {k.split(":")[0] for k in re.findall(r"\{glue:(?:text|md)?\}`([^`]+)`", md)}
     fid, gaps = studies.fidelity_tables(), (studies.gap("allreduce-gap-stream"), studies.gap("allreduce-gap-idle"))
     keys = {f.name for f in fields(ch.fidelity_findings(fid, *gaps))}
     assert keys - used == set()
@@ -297,7 +297,7 @@ def test_chapter_06_cites_exactly_the_host_path_keys_it_glues():
 
     nb = json.loads((repo_root() / "notebooks" / "06_vm_p2p.ipynb").read_text())
     md = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
-    used = {k.split(":")[0] for k in re.findall(r"\{glue:(?:text)?\}`([^`]+)`", md) if k.startswith("hp_")}
+    used = {k.split(":")[0] for k in re.findall(r"\{glue:(?:text|md)?\}`([^`]+)`", md) if k.startswith("hp_")}
     assert used == {f.name for f in fields(ch.hostpath_findings(hp.StudyConfig()))} | {"hp_text", "hp_summary"}
     assert asdict(ch.hostpath_findings(hp.StudyConfig())) == {"hp_link": "PCIe Gen5 x16", "hp_min": "4 B",
                                                              "hp_max": "256 MiB", "hp_tuning_max": "32 MiB"}
