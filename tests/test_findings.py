@@ -388,3 +388,13 @@ def test_the_pages_sentences_without_nan():
         "(6.1 us here for one token issued from Python, 1.07 us in a CUDA graph).")
     assert ch.largest_copy_text(ch.largest_copy(cs)[0]) == ("The largest copy measured here, 256 MiB, reached "
                                                             "2101.2 GB/s on the same device path (measured).")
+
+
+def test_the_variant_figure_draws_the_default_and_the_winners_only():
+    coll = _run("h200x2-20261129f")[1]
+    dec = copies.decode_message_sizes().size_bytes.tolist()
+    v = ch.variants(coll, dec, True, 2, "2x NVIDIA H200")
+    shown = set(ch.variant_figure_rows(v).variant)
+    assert v.rows.variant.nunique() > 5 >= len(shown)
+    assert {"default", "default, second launch"} <= shown and set(v.best.best_variant) <= shown
+    assert ch.variant_figure_rows(ch.variants(None, dec, True, 1)) is None

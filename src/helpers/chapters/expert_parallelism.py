@@ -154,9 +154,10 @@ def answer_facts(m: ma.ModelConfig, copies: pd.DataFrame, claims: pd.DataFrame) 
                        moe_over_pct=100 * (claim - routed) / routed)
 
 
-FIT_COLUMNS = {"system": "system", "layout": "layout", "weights_per_gpu_GiB": "weights per GPU (GiB)",
-               "budget_GiB": "budget (GiB)", "fits": "fits", "kv_tokens_per_gpu": "KV cache per GPU (tokens)",
-               "sequences_at_context": "sequences of {ctx} tokens"}
+#: the memory-fit table as shown, the verdict first (a phone sees the first columns)
+FIT_COLUMNS = {"system": "system", "layout": "layout", "fits": "fits", "weights_per_gpu_GiB": "weights per GPU (GiB)",
+               "kv_tokens_per_gpu": "KV cache per GPU (tokens)", "sequences_at_context": "sequences of {ctx} tokens",
+               "budget_GiB": "budget (GiB)"}
 
 
 def fit_table(fit: pd.DataFrame) -> pd.DataFrame:

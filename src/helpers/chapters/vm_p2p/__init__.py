@@ -37,7 +37,7 @@ from helpers.chapters.vm_p2p.link import (  # noqa: F401
     p2p_panel, recorded_link, where_measured)
 from helpers.chapters.vm_p2p.words import md  # noqa: F401
 from helpers.chapters.vm_p2p.sweeps import (  # noqa: F401
-    Variants, collective_text, decode_collectives, fit_text, fits_table, plan_text, variants)
+    Variants, collective_text, decode_collectives, fit_text, fits_table, plan_text, variant_figure_rows, variants)
 
 #: the chapter's parameter specs: the notebook validates with them, the runbook checks a run's values against them
 PARAMS = {"mode": params.choice("recorded", "auto"), "run_dir": params.string(),
