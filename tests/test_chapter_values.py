@@ -20,7 +20,7 @@ from helpers.model import arith
 from helpers.serving import classify
 
 ROOT = repo_root()
-GLUE_REF = re.compile(r"\{glue(?::text|:figure|:)?\}`([^`:]+)")
+GLUE_REF = re.compile(r"\{glue(?::text|:md|:figure|:)?\}`([^`:]+)")
 GLUE_FIGURE = re.compile(r"```\{glue:figure\}\s+(\S+)")
 
 
@@ -184,3 +184,25 @@ def test_value_picks_one_figure_and_names_disagreements():
 def test_outcome_words_are_the_recorded_matrix_words():
     schema = recorded.schema()["recorded/backend_matrix.csv"]["choices"]["outcome"]
     assert set(classify.OUTCOMES) == set(schema)
+
+
+def test_ep_chapters_answer_and_memory_table():
+    """Chapter 05's answer box (158 collectives x the recorded one-token copy), its range wording (never
+    '0 % above') and the memory-fit table as shown: seven columns, with fits and the KV cache visible."""
+    m = arith.load_model("glm5")
+    claims, copy = recorded.load("recorded/model_claims.csv"), recorded.load("recorded/copy_sweep.csv")
+    a = expert_parallelism.answer_facts(m, copy, claims)
+    one = float(copy[copy.tokens == 1].latency_us.iloc[0])
+    assert (a.ans_msg_kib, a.ans_copy_us) == (12.0, one)
+    assert a.ans_coll_ms == pytest.approx(arith.collectives_per_step(m) * one / 1000)
+    assert a.moe_over_pct == pytest.approx(11.1, abs=0.05)       # 453 GB recorded against 408 GB derived
+    with pytest.raises(DataError, match="one-token rows"):
+        expert_parallelism.answer_facts(m, copy[copy.tokens != 1], claims)
+    assert expert_parallelism._rel_to_range(441.8, 410, 440) == "0.4 % above"
+    assert expert_parallelism._rel_to_range(400, 410, 440) == "2 % below"
+    assert expert_parallelism._rel_to_range(420, 410, 440) == "inside"
+    fit = arith.memory_fit(m, [{"system": "s", "count": 8, "memory_bytes": 96 * 2**30}], context_tokens=4096)
+    shown = expert_parallelism.fit_table(fit)
+    assert len(shown.columns) <= 7 and {"fits", "KV cache per GPU (tokens)", "sequences of 4096 tokens"} <= set(shown)
+    with pytest.raises(DataError, match="no column"):
+        expert_parallelism.fit_table(fit.drop(columns="fits"))

@@ -23,7 +23,7 @@ ROOT = repo_root()
 #: the notebooks whose chapter module exists (the others still hold their specs and values inline)
 STEMS = [stem for stem, name in chapters.MODULES.items()
          if importlib.util.find_spec(f"helpers.chapters.{name}") is not None]
-GLUE_REF = re.compile(r"\{glue(?::text|:figure|:)?\}`([^`]+)`")
+GLUE_REF = re.compile(r"\{glue(?::text|:md|:figure|:)?\}`([^`]+)`")
 GLUE_FIGURE = re.compile(r"```\{glue:figure\}\s+(\S+)")
 OTHER_PAGE = re.compile(r"notebooks/(\w+)\.ipynb::(\w+)")
 

@@ -56,7 +56,7 @@ def test_the_chapter_glues_exactly_these_keys():
 
     nb = json.loads((repo_root() / "notebooks" / "06_vm_p2p.ipynb").read_text())
     md = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
-    used = {k.split(":")[0] for k in re.findall(r"\{glue:(?:text)?\}`([^`]+)`", md)}
+    used = {k.split(":")[0] for k in re.findall(r"\{glue:(?:text|md)?\}`([^`]+)`", md)}
     fid, gaps = studies.fidelity_tables(), (studies.gap("allreduce-gap-stream"), studies.gap("allreduce-gap-idle"))
     keys = {f.name for f in fields(ch.fidelity_findings(fid, *gaps))}
     assert keys - used == set()
@@ -297,7 +297,7 @@ def test_chapter_06_cites_exactly_the_host_path_keys_it_glues():
 
     nb = json.loads((repo_root() / "notebooks" / "06_vm_p2p.ipynb").read_text())
     md = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
-    used = {k.split(":")[0] for k in re.findall(r"\{glue:(?:text)?\}`([^`]+)`", md) if k.startswith("hp_")}
+    used = {k.split(":")[0] for k in re.findall(r"\{glue:(?:text|md)?\}`([^`]+)`", md) if k.startswith("hp_")}
     assert used == {f.name for f in fields(ch.hostpath_findings(hp.StudyConfig()))} | {"hp_text", "hp_summary"}
     assert asdict(ch.hostpath_findings(hp.StudyConfig())) == {"hp_link": "PCIe Gen5 x16", "hp_min": "4 B",
                                                              "hp_max": "256 MiB", "hp_tuning_max": "32 MiB"}
@@ -339,3 +339,62 @@ def test_the_suites_tables_are_saved_as_the_chapters_declared_results(tmp_path):
         assert len(layout.load(RUNS / "h200-20261201b", "06_vm_p2p", name).columns)
     for name in ("copy_sweep", "copy_skipped"):  # and the copy tables on the older one too
         assert len(layout.load(RUNS / "h200x2-20261129f", "06_vm_p2p", name).columns)
+
+
+# ------------------------------------------------------------------ the answer box and the page's sentences (issue 24)
+def test_the_answer_cites_nccl_tests_with_and_without_p2p(fid):
+    a = ch.answer_values(fid)
+    assert (a.ans_ar_setup, a.ans_ar_size) == ("2x NVIDIA H200", "16 KiB")
+    assert (a.ans_ar_p2p_us, a.ans_ar_host_us) == (7.43, 11.63) and a.ans_ar_host_us > a.ans_ar_p2p_us
+    no_host = fid[~fid.tool_setting.str.contains("P2P_DISABLE=1", regex=False)]
+    with pytest.raises(PickError, match="P2P_DISABLE=1"):
+        ch.answer_values(no_host)
+
+
+def test_the_answers_p2p_sentence_counts_pairs():
+    rec = [["X", "NS", "NS"], ["NS", "X", "NS"], ["NS", "NS", "X"]]
+    lead = "P2P: the original VM allowed it on 0 of its 6 GPU pairs (recorded, `nvidia-smi topo -p2p r`)"
+    assert ch.p2p_answer(rec, ch.p2p_panel(None, False, 0)) == lead + "; recorded mode, nothing measured here."
+    two = ch.p2p_panel({"p2p_read": [["X", "OK"], ["NS", "X"]]}, True, 2)
+    assert ch.p2p_answer(rec, two) == lead + "; this machine allows it on 1 of 2 (environment probe)."
+    one = ch.p2p_panel({"p2p_read": None}, True, 1, pd.DataFrame([["self"]]))
+    assert ch.p2p_answer(rec, one).endswith("this machine has one GPU, so no pair to test.")
+    with pytest.raises(PickError, match="no GPU pair"):
+        ch.p2p_answer([["X"]], two)
+
+
+def test_a_glued_sentence_is_markdown_in_body_weight_with_units_and_flags_as_code():
+    from IPython.core.formatters import format_display_data
+
+    from helpers.core.glue import plain
+
+    s = ch.md("one launch with --standalone. took 6.1 us; `--nnodes 2` and `x us` stay as written")
+    assert str(s) == ("one launch with `--standalone`. took 6.1 µs; `--nnodes 2` and `x us` stay as written")
+    data, _ = format_display_data(plain(s))      # glue keeps it Markdown: {glue:md} renders it, not in bold
+    assert data["text/markdown"] == data["text/plain"] == str(s)
+    assert ch.md("--rdzv-endpoint=node0:29500, then") == "`--rdzv-endpoint=node0:29500`, then"
+
+
+def test_the_pages_sentences_without_nan():
+    dec = copies.decode_message_sizes()
+    assert ch.decode_sizes_text(dec) == ("12 KiB for 1 token, 48 KiB for 4 tokens, 192 KiB for 16 tokens and "
+                                         "768 KiB for 64 tokens")
+    rec_small = suite.recorded_copy_sweep().sort_values("size_bytes").iloc[0]
+    none = ch.harness_floor(None, rec_small)
+    assert "nan" not in ch.harness_rule(none).lower() and "a GPU run gives the floor" in ch.harness_rule(none)
+    assert "nan" not in ch.largest_copy_text(ch.largest_copy(None)[0]).lower()
+    cs = _run("h200-20261201f")[0]
+    assert ch.harness_rule(ch.harness_floor(cs, rec_small, "1x")).endswith(
+        "(6.1 us here for one token issued from Python, 1.07 us in a CUDA graph).")
+    assert ch.largest_copy_text(ch.largest_copy(cs)[0]) == ("The largest copy measured here, 256 MiB, reached "
+                                                            "2101.2 GB/s on the same device path (measured).")
+
+
+def test_the_variant_figure_draws_the_default_and_the_winners_only():
+    coll = _run("h200x2-20261129f")[1]
+    dec = copies.decode_message_sizes().size_bytes.tolist()
+    v = ch.variants(coll, dec, True, 2, "2x NVIDIA H200")
+    shown = set(ch.variant_figure_rows(v).variant)
+    assert v.rows.variant.nunique() > 5 >= len(shown)
+    assert {"default", "default, second launch"} <= shown and set(v.best.best_variant) <= shown
+    assert ch.variant_figure_rows(ch.variants(None, dec, True, 1)) is None

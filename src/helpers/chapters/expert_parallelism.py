@@ -117,10 +117,56 @@ def size_facts(m: ma.ModelConfig, footprint: pd.DataFrame, claims: pd.DataFrame)
         active_diff_pct=100 * value(check, "rel_diff", quantity="active parameters"),
         ckpt_GB=ckpt, ckpt_ref_lo=lo, ckpt_ref_hi=hi,
         routed_GB=float(value(pt, "bytes", group="routed experts")) / ma.GB,
-        ckpt_rel="inside" if lo <= ckpt <= hi else (f"within {100 * (ckpt - hi) / hi:.0f} % above"
-                                                    if ckpt > hi else f"{100 * (lo - ckpt) / lo:.0f} % below"),
+        ckpt_rel=_rel_to_range(ckpt, lo, hi),
         claim_moe_GB=float(value(claims, quantity="moe_expert_weights")),
         claim_moe_src=recorded.sources()[moe_src]["file"])
+
+
+def _rel_to_range(x: float, lo: float, hi: float) -> str:
+    """'inside' or 'N % above' / 'N % below' the range [lo, hi], with a decimal below 1 % (never '0 %')."""
+    if lo <= x <= hi:
+        return "inside"
+    pct = 100 * ((x - hi) / hi if x > hi else (lo - x) / lo)
+    return f"{pct:.1f} % {'above' if x > hi else 'below'}" if pct < 1 else f"{pct:.0f} % {'above' if x > hi else 'below'}"
+
+
+@dataclass(frozen=True)
+class AnswerFacts:
+    """The answer box's rule: the collectives of one decode step times a one-token message's cost, with the
+    original VM's one-token copy (recorded) as a floor for that cost."""
+    ans_msg_kib: float      # one token's hidden state in bf16 (derived)
+    ans_copy_us: float      # the original VM's one-token GPU-to-GPU copy (recorded)
+    ans_coll_ms: float      # n_coll x that copy: a floor on the collectives' time per decode step (derived)
+    moe_over_pct: float     # how far the status report's expert figure is above the configuration's (derived)
+
+
+def answer_facts(m: ma.ModelConfig, copies: pd.DataFrame, claims: pd.DataFrame) -> AnswerFacts:
+    """The collective floor per decode step: collectives_per_step x the recorded one-token copy (`copies`:
+    data/recorded/copy_sweep.csv); and the status report's expert weights against the configuration's."""
+    one = copies[copies.tokens == 1]
+    if len(one) != 1:
+        raise DataError(f"data/recorded/copy_sweep.csv has {len(one)} one-token rows; expected one")
+    us = float(one.latency_us.iloc[0])
+    routed = float(value(ma.parameter_table(m).assign(GB=lambda d: d.bytes / ma.GB), "GB", group="routed experts"))
+    claim = float(value(claims, quantity="moe_expert_weights"))
+    return AnswerFacts(ans_msg_kib=m.hidden * 2 / 1024, ans_copy_us=us,
+                       ans_coll_ms=ma.collectives_per_step(m) * us / 1000,
+                       moe_over_pct=100 * (claim - routed) / routed)
+
+
+#: the memory-fit table as shown, the verdict first (a phone sees the first columns)
+FIT_COLUMNS = {"system": "system", "layout": "layout", "fits": "fits", "weights_per_gpu_GiB": "weights per GPU (GiB)",
+               "kv_tokens_per_gpu": "KV cache per GPU (tokens)", "sequences_at_context": "sequences of {ctx} tokens",
+               "budget_GiB": "budget (GiB)"}
+
+
+def fit_table(fit: pd.DataFrame) -> pd.DataFrame:
+    """The memory-fit table as the page shows it: seven columns (the system's label carries its kind and
+    GPU count), human headers with units."""
+    missing = sorted(set(FIT_COLUMNS) - set(fit.columns))
+    if missing:
+        raise DataError(f"the memory-fit table has no column {missing}; its columns: {list(fit.columns)}")
+    return fit[list(FIT_COLUMNS)].rename(columns={k: v.format(ctx=CONTEXT_TOKENS) for k, v in FIT_COLUMNS.items()})
 
 
 def claims_with_files(claims: pd.DataFrame, *quantities: str) -> pd.DataFrame:

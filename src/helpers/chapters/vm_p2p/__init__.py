@@ -26,16 +26,18 @@ from helpers.core import params
 from helpers.interconnect import nodes as multinode, suite as ic
 
 from helpers.chapters.vm_p2p.fidelity import (  # noqa: F401 - the chapter's names, reached as ch.<name>
-    COPY_VERDICTS, FidelityValues, allreduce_ratio_table, copy_table, fidelity_findings, gap_table, largest_setup,
+    COPY_VERDICTS, AnswerValues, FidelityValues, answer_values, allreduce_ratio_table, copy_table, fidelity_findings, gap_table, largest_setup,
     verdict_table, verdicts)
 from helpers.chapters.vm_p2p.figures import copy_figure, fidelity_ratio_figure  # noqa: F401
 from helpers.chapters.vm_p2p.hostpath import (  # noqa: F401
     HOSTPATH_NEEDS, HostpathExpectation, hostpath_decode_table, hostpath_findings, hostpath_summary, hostpath_text)
 from helpers.chapters.vm_p2p.link import (  # noqa: F401
-    HarnessFloor, LargestCopy, P2PPanel, RecordedLink, decode_copy_table, harness_floor, largest_copy, p2p_panel,
-    recorded_link, where_measured)
+    HarnessFloor, LargestCopy, decode_sizes_text, P2PPanel, RecordedLink, decode_copy_table, harness_floor, harness_rule, largest_copy,
+    largest_copy_text, p2p_answer,
+    p2p_panel, recorded_link, where_measured)
+from helpers.chapters.vm_p2p.words import md  # noqa: F401
 from helpers.chapters.vm_p2p.sweeps import (  # noqa: F401
-    Variants, collective_text, decode_collectives, fit_text, fits_table, plan_text, variants)
+    Variants, collective_text, decode_collectives, fit_text, fits_table, plan_text, variant_figure_rows, variants)
 
 #: the chapter's parameter specs: the notebook validates with them, the runbook checks a run's values against them
 PARAMS = {"mode": params.choice("recorded", "auto"), "run_dir": params.string(),

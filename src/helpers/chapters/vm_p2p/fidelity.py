@@ -26,6 +26,33 @@ EAGER_TORCH_HOST = {"api": "torch", "harness": "eager", "timer": "host", "start"
 ALIGNED_TORCH = {**GRAPH_TORCH, "start": "aligned"}
 
 
+@dataclass(frozen=True)
+class AnswerValues:
+    """The answer box's all-reduce rule: nccl-tests' own time for one small all-reduce captured in a CUDA
+    graph, one process per GPU, with P2P and with NCCL_P2P_DISABLE=1 (measured, the committed study)."""
+    ans_ar_setup: str       # the machine the study ran on
+    ans_ar_size: str        # the size, the study's nearest to one token's 12 KiB
+    ans_ar_p2p_us: float    # with P2P (NVLink between the H200s)
+    ans_ar_host_us: float   # with NCCL_P2P_DISABLE=1: through host memory
+
+
+ANSWER_SHAPE, ANSWER_BYTES = "-np 2 -g 1 -G 1", 16384
+
+
+def answer_values(fid: pd.DataFrame) -> AnswerValues:
+    """nccl-tests' in-place all-reduce time at 16 KiB (`-np 2 -g 1 -G 1`) on the largest setup, with its
+    defaults and with P2P disabled; PickError names a missing row."""
+    setup = largest_setup(fid)
+    base = dict(quantity="all_reduce time per call", setup=setup, size_bytes=ANSWER_BYTES)
+
+    def tool(setting: str) -> float:
+        got = rows(fid, f"the answer's nccl-tests time ({setting})", tool_setting=setting, **base)
+        return float(got.tool_value.median())
+
+    return AnswerValues(setup, f"{ANSWER_BYTES // 1024} KiB", tool(f"{ANSWER_SHAPE}, in-place"),
+                        tool(f"{ANSWER_SHAPE}, P2P_DISABLE=1, in-place"))
+
+
 def largest_setup(fid: pd.DataFrame) -> str:
     """The comparison the all-reduce prose is about: the setup with the most GPUs."""
     setups = sorted(fid.setup.unique(), key=lambda s: int(str(s).split("x")[0]) if str(s)[0].isdigit() else 0)

@@ -42,7 +42,8 @@ def copy_figure(copy_sweep, recorded, fit=None, what: str = "time_us", harnesses
 def fidelity_ratio_figure(table, tolerance: float):
     """Ours / tool against message size for the all-reduce rows timed by nccl-tests' method, one panel
     per nccl-tests mode (eager, -G 1), the tolerance band shaded and, where the tool ran more than once,
-    each of its runs against their median in grey (the tool's own noise). `table` is one setup's
+    each of its runs against their median in grey (the tool's own noise); NCCL's default settings only (the
+    variants' ratios are in allreduce_ratio_table). `table` is one setup's
     comparison with its method columns (helpers.interconnect.studies)."""
     import matplotlib.ticker
 
@@ -59,14 +60,11 @@ def fidelity_ratio_figure(table, tolerance: float):
             ax.plot(g.size_bytes, g.ratio, color="0.6", lw=0.8, zorder=1)
         if len(noise):
             ax.plot([], [], color="0.6", lw=0.8, label="nccl-tests run / median of its runs")
-        mine = sub[sub.method.notna()]
-        for (ts, _m), g in mine.groupby(["tool_setting", "method"], sort=False):
+        mine = sub[sub.method.notna() & (sub.tool_setting.str.count(", ") == 1)]   # NCCL's defaults only: the
+        for (ts, _m), g in mine.groupby(["tool_setting", "method"], sort=False):      # variants are in the tables
             g = g.sort_values("size_bytes")
             shape = ts.split(", ")[0].replace(" -G 1", "")
-            rest = ts.split(", ")[1:-1]
-            short = Method.from_row(g.iloc[0]).short
-            label = f"{short} vs {shape}" + (f" ({', '.join(rest)})" if rest else "")
-            size_sweep(ax, g.size_bytes, g.ratio, label, ls="--" if rest else "-")
+            size_sweep(ax, g.size_bytes, g.ratio, f"{Method.from_row(g.iloc[0]).short} vs {shape}")
         ax.axhspan(1 - tolerance, 1 + tolerance, color="0.85", zorder=0)
         ax.set_yscale("log")
         lo, hi = ax.get_ylim()
@@ -78,5 +76,5 @@ def fidelity_ratio_figure(table, tolerance: float):
         ax.text(0.02, 0.95, "nccl-tests -G 1 (one CUDA graph)" if graph else "nccl-tests eager",
                 transform=ax.transAxes, va="top")
         if ax.get_legend_handles_labels()[0]:   # below the panel: the curves fill the plot area
-            ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
     return fig

@@ -165,3 +165,54 @@ def _peer_clause(cs, one_token: int) -> str:
             f"fences the two GPUs' streams around every such copy, and {pq:.2f} us queued with "
             "cudaMemcpyPeerAsync as p2pBandwidthLatencyTest issues it: on this link the fences and the "
             "launch cost far more than the copy.")
+
+
+def _pairs(codes) -> tuple[int, int]:
+    """(ordered GPU pairs, those marked OK) of an N x N matrix of `nvidia-smi topo -p2p r` codes."""
+    cells = [c for i, r in enumerate(codes or []) for j, c in enumerate(r) if i != j]
+    return len(cells), sum(c == "OK" for c in cells)
+
+
+def p2p_answer(recorded_codes, panel: P2PPanel) -> str:
+    """The answer box's P2P sentence: the original VM's pairs (recorded) and this machine's (the panel's
+    source), counted; where this machine has no matrix, why."""
+    n_rec, ok_rec = _pairs(recorded_codes)
+    if not n_rec:
+        raise PickError("P2P answer: the recorded P2P matrix has no GPU pair (data/recorded hardware, p2p_read)")
+    rec = (f"P2P: the original VM allowed it on {ok_rec} of its {n_rec} GPU pairs "
+           f"(recorded, `nvidia-smi topo -p2p r`)")
+    if panel.codes is None:
+        return rec + f"; {panel.label.removeprefix('this machine: ')} here."
+    n, ok = _pairs(panel.codes)
+    if not n:
+        return rec + "; this machine has one GPU, so no pair to test."
+    return rec + f"; this machine allows it on {ok} of {n} ({panel.label.removeprefix('measured: this machine, ')})."
+
+
+def largest_copy_text(big: LargestCopy) -> str:
+    """Section 3's sentence on the largest copy: its bandwidth where the run measured copies, else why
+    there is none (no NaN on the page)."""
+    if not np.isfinite(big.big_bw):
+        return "This run measured no copy, so the figure above shows the original VM's copies only."
+    return (f"The largest copy measured here, {big.big_mib:g} MiB, reached {big.big_bw:.1f} GB/s on the "
+            f"{big.big_path} path (measured).")
+
+
+def harness_rule(h: HarnessFloor) -> str:
+    """Section 4's takeaway: the harness floor as a rule, with this run's numbers where it measured them."""
+    rule = ("a Python-timed copy cannot read below its own launch cost; only the time above the same-size "
+            "copy within one GPU, timed the same way, belongs to the link")
+    if not np.isfinite(h.floor_eager_us):
+        return rule[0].upper() + rule[1:] + " (this run measured no copy: a GPU run gives the floor)."
+    graph = f", {h.floor_graph_us:.2f} us in a CUDA graph" if np.isfinite(h.floor_graph_us) else ""
+    return (rule[0].upper() + rule[1:] + f" ({h.floor_eager_us:.1f} us here for one token issued from Python"
+            f"{graph}).")
+
+
+def decode_sizes_text(decode: pd.DataFrame) -> str:
+    """Section 1's message sizes in words: '12 KiB for 1 token, 48 KiB for 4, ...' (derived)."""
+    if decode.empty:
+        raise PickError("decode sizes: the table of decode message sizes is empty")
+    parts = [f"{r.size_bytes / 1024:g} KiB for {r.tokens} token{'s' if r.tokens != 1 else ''}"
+             for r in decode.itertuples()]
+    return ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else parts[0]

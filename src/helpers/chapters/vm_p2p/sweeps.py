@@ -131,3 +131,15 @@ def fit_text(fits: pd.DataFrame, recorded_fit: pd.Series) -> str:
             f"and beta = {hb.beta_GBps.iloc[0]:.1f} GB/s (measured, fitted), against alpha = "
             f"{recorded_fit.alpha_us:.1f} us and beta = {recorded_fit.beta_GBps:.1f} GB/s for the original VM's "
             "GPU-to-GPU copies (recorded, fitted).")
+
+
+def variant_figure_rows(v: Variants, most: int = 5) -> pd.DataFrame | None:
+    """The rows section 6's figure draws: the default's launches and the variants that were fastest at a
+    decode size, at most `most` series in all (the fastest first), so the legend stays short; None where no
+    variant ran."""
+    if v.rows is None or not len(v.rows) or v.best is None:
+        return None
+    defaults = [x for x in dict.fromkeys(v.rows.variant) if str(x).startswith("default")]
+    winners = [x for x in v.best.best_variant.value_counts().index if x not in defaults]
+    keep = (defaults + winners)[:max(most, len(defaults))]
+    return v.rows[v.rows.variant.isin(keep)]
