@@ -51,14 +51,14 @@ def test_recorded_mode_reads_nothing_from_the_run_and_says_so(rec, meas):
     assert dg.run_link(rec).values == {"run_text": dg.RUN_TEXT_RECORDED}
     assert dg.collectives(rec).values == {"coll_text": dg.COLL_TEXT_NONE}
     text = dg.step_source_text(rec)
-    assert text.startswith("In recorded mode") and "`fits=None`" in text and meas.where in text
+    assert text.startswith("In recorded mode") and "no fits of this run" in text and meas.where in text and "`" not in text
     with pytest.raises(dg.DiagnosisError, match="recorded mode reads nothing"):
         dg.Diagnosis.build("glm5", 0.25, meas, live=False, fits=pd.DataFrame([_fit()]))
 
 
 def test_the_step_source_says_which_measurement_the_compute_comes_from(rec, meas):
     live = replace(rec, live=True)
-    assert "committed study `data/measured/" in dg.step_source_text(live)
+    assert "committed study data/measured/" in dg.step_source_text(live)
     here = replace(live, meas=replace(meas, where="this run"))
     assert dg.step_source_text(here).startswith("The decode-step measurement is this run's")
 

@@ -95,13 +95,13 @@ class Diagnosis:
 
 # ------------------------------------------------------------------------------------------ page-wide
 RECORDED_STEP_TEXT = ("In recorded mode the chapter reads nothing from the run: its prediction uses the recorded "
-                      "and reference links only (`fits=None`), and its compute the committed decode-step "
-                      "study, `{where}`, timed on {device}.")
+                      "and reference links only (no fits of this run), and its compute the committed "
+                      "decode-step study {where}, timed on {device}.")
 RUN_STEP_TEXT = ("The decode-step measurement is this run's: the decode-step chapter timed the model's real TP8 "
                  "shapes on {device}.")
 FALLBACK_STEP_TEXT = ("This run has no decode-step measurement of the model's real TP8 shapes on a GPU (the "
                       "decode-step chapter did not run, or ran on a CPU or in recorded mode), so the compute comes "
-                      "from the committed study `{where}`, timed on {device}.")
+                      "from the committed study {where}, timed on {device}.")
 
 
 def step_source_text(d: Diagnosis) -> str:
