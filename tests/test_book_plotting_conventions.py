@@ -2,7 +2,7 @@
 import pytest
 from IPython.core.formatters import format_display_data
 
-from helpers.core import glue, plotting
+from helpers.core import glue, plotting, stepfigures
 
 
 def _crowded():
@@ -117,7 +117,7 @@ def test_one_colour_per_meaning():
     assert not others & set(plotting.CYCLE) and not set(plotting.PALETTE.values()) & set(plotting.PART_COLORS)
     import pandas as pd
     bars = pd.DataFrame({"weights": [1.0, 2.0], "launch floor": [0.5, 0.5]}, index=[1, 64])
-    fig = plotting.stacked_step_figure(bars, pd.Series({1: 3.0, 64: 4.0}), "observed step (recorded)")
+    fig = stepfigures.stacked_step_figure(bars, pd.Series({1: 3.0, 64: 4.0}), "observed step (recorded)")
     ax = fig.axes[0]
     from matplotlib.colors import to_hex
     bar_colours = {to_hex(p.get_facecolor()) for p in ax.patches}

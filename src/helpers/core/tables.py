@@ -382,35 +382,7 @@ def table(df: pd.DataFrame, units: Mapping[str, str] | None = None,
         values = list(values)
         if drop_empty and values and all(_missing(v) or (isinstance(v, str) and not v.strip()) for v in values):
             continue
-        base, unit = _split_unit(name)
-        if name in units:  # the caller's unit; a suffix saying the same unit is dropped from the words
-            base, unit = (base if unit and unit.lower() == units[name].lower() else name), units[name]
-        base = rename[name] if name in rename else human_name(base)
-        is_num = bool(values) and all(_is_number(v) or _missing(v) for v in values) and any(
-            _is_number(v) and not _missing(v) for v in values)
-        d = digits.get(name) if isinstance(digits, Mapping) else digits
-        if unit is None and is_num and name not in units and _is_share(name, values):
-            values, unit = [v if _missing(v) else 100 * float(v) for v in values], "%"
-        if unit == "bytes" and is_num:
-            formatted = [human_bytes(v) for v in values]
-            header = base
-        elif unit == "%" and is_num:
-            d = auto_digits(values) if d is None else d
-            formatted = ["" if _missing(v) else f"{_fmt_small(v) if _too_small(v, d) else _fmt_number(v, d)} %"
-                         for v in values]
-            header = base
-        elif is_num:
-            whole = all(isinstance(v, numbers.Integral) for v in values if not _missing(v))
-            auto = d is None and not whole
-            d = 0 if whole else auto_digits(values) if d is None else d
-            formatted = ["" if _missing(v) else _fmt_small(v) if auto and _too_small(v, d) else _fmt_number(v, d)
-                         for v in values]
-            header = _header(base, unit)
-        else:
-            formatted = ["" if _missing(v) else human_bytes(v) if unit == "bytes" and _is_number(v) else _text(v)
-                         for v in values]
-            written = unit == "bytes" and any(_is_number(v) and not _missing(v) for v in values)
-            header = base if written else _header(base, unit)
+        header, formatted, is_num = _format_column(name, values, units, rename, digits)
         headers.append(_TOK_S.sub("tokens/s", re.sub(r"(?<![\w/])us\b", "µs", header)))  # a caller's rename too
         cols.append(formatted)
         numeric.append(is_num)
@@ -426,6 +398,40 @@ def table(df: pd.DataFrame, units: Mapping[str, str] | None = None,
         n_keys = min(3, max(1, n_keys))
     return Table(headers, rows, numeric, fold_after, summary, caption, keys=max(1, n_keys), links=links,
                  max_columns=max_columns)
+
+
+def _format_column(name: str, values: list, units: dict, rename: dict, digits) -> tuple[str, list[str], bool]:
+    """One column as a reader sees it: (header with its unit, formatted cells, whether it is numeric)."""
+    base, unit = _split_unit(name)
+    if name in units:  # the caller's unit; a suffix saying the same unit is dropped from the words
+        base, unit = (base if unit and unit.lower() == units[name].lower() else name), units[name]
+    base = rename[name] if name in rename else human_name(base)
+    is_num = bool(values) and all(_is_number(v) or _missing(v) for v in values) and any(
+        _is_number(v) and not _missing(v) for v in values)
+    d = digits.get(name) if isinstance(digits, Mapping) else digits
+    if unit is None and is_num and name not in units and _is_share(name, values):
+        values, unit = [v if _missing(v) else 100 * float(v) for v in values], "%"
+    if unit == "bytes" and is_num:
+        formatted = [human_bytes(v) for v in values]
+        header = base
+    elif unit == "%" and is_num:
+        d = auto_digits(values) if d is None else d
+        formatted = ["" if _missing(v) else f"{_fmt_small(v) if _too_small(v, d) else _fmt_number(v, d)} %"
+                     for v in values]
+        header = base
+    elif is_num:
+        whole = all(isinstance(v, numbers.Integral) for v in values if not _missing(v))
+        auto = d is None and not whole
+        d = 0 if whole else auto_digits(values) if d is None else d
+        formatted = ["" if _missing(v) else _fmt_small(v) if auto and _too_small(v, d) else _fmt_number(v, d)
+                     for v in values]
+        header = _header(base, unit)
+    else:
+        formatted = ["" if _missing(v) else human_bytes(v) if unit == "bytes" and _is_number(v) else _text(v)
+                     for v in values]
+        written = unit == "bytes" and any(_is_number(v) and not _missing(v) for v in values)
+        header = base if written else _header(base, unit)
+    return header, formatted, is_num
 
 
 def _header(base: str, unit: str | None) -> str:
