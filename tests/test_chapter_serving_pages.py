@@ -35,14 +35,16 @@ def test_the_line_that_matters_of_each_failed_attempt():
     assert nan_crash.key_line("crash", crash, "exited") == "ValueError: bad header"
     assert nan_crash.key_line("startup-timeout", "GET /health 404", "no healthy answer within 6 s") == \
         "no healthy answer within 6 s"
-    live = pd.DataFrame([{"name": "a", "outcome": "ok", "log_excerpt": "", "detail": "fine"},
-                         {"name": "b", "outcome": "nan", "log_excerpt": tail, "detail": "HTTP 500"}])
+    live = pd.DataFrame([{"name": "a", "outcome": "ok", "log_excerpt": "", "detail": "fine", "stands_for": "x"},
+                         {"name": "b", "outcome": "nan", "log_excerpt": tail, "detail": "HTTP 500", "stands_for": "y"}])
     lines = nan_crash.failure_lines(live)
-    assert list(lines.attempt) == ["b"] and "Traceback" not in lines.to_string()
+    assert list(lines["the line that shows it"]) == ["fine", "torch.AcceleratorError: CUDA error: device-side assert triggered"]
+    assert "Traceback" not in lines.to_string() and len(lines.columns) == 4
 
 
 def test_a_garbled_reply_loses_its_unreadable_bytes():
     assert nan_crash.plain_text("-> 'or\ufffd\ufffd\ufffdroute0 t'") == "-> 'or route0 t'"
+    assert nan_crash.plain_text("'<|assistant|> 73 88co 91\\x1ad51'") == "'<|assistant|> 73 88co 91 d51'"
 
 
 def test_the_attention_rows_leave_the_moe_runners_to_chapter_04():

@@ -111,7 +111,7 @@ def matrix_live_facts(live: pd.DataFrame | None, where: str) -> LiveMatrix | Non
                       live_wall_s=float(live.wall_s.sum()))
 
 
-_GARBLE = re.compile(r"[^\x20-\x7e\u00a0-\u024f]+")
+_GARBLE = re.compile(r"(?:[^\x20-\x7e\u00a0-\u024f]|\\x[0-9a-fA-F]{2}|\\u[0-9a-fA-F]{4})+")
 _ERROR_LINE = re.compile(r"^\s*[\w.]*(Error|Exception)\b.*:")
 
 
@@ -132,13 +132,14 @@ def key_line(outcome: str, log_excerpt: str | None, detail: str) -> str:
 
 
 def failure_lines(live: pd.DataFrame | None) -> pd.DataFrame | None:
-    """Per failed attempt the line of its log that matters (measured); the whole logs stay in the run folder."""
+    """Per attempt what it stands for and the one line that shows how it ended (measured): for a failed
+    attempt the line of its log that matters, for a served one its reply; the whole logs stay in the run
+    folder."""
     if live is None:
         return None
-    bad = live[live.outcome != "ok"]
-    return pd.DataFrame({"attempt": bad.name, "outcome": bad.outcome,
+    return pd.DataFrame({"attempt": live.name, "outcome": live.outcome, "stands for": live.stands_for,
                          "the line that shows it": [key_line(r.outcome, r.log_excerpt, r.detail)
-                                                    for r in bad.itertuples()]})
+                                                    for r in live.itertuples()]})
 
 
 def live_table(live: pd.DataFrame) -> pd.DataFrame:
