@@ -162,3 +162,12 @@ def renamed_flags(cfg: "sg.SGLangConfig") -> int:
     def flags(fs):
         return {a for a in sg.build_argv(cfg, fs) if a.startswith("--")}
     return len(flags("early-2026") - flags("0.5.23"))
+
+
+def backend_lines(live: pd.DataFrame | None, lines: int = 6) -> str:
+    """Markdown: the first lines in which the live servers named the backends they chose (a code block), or
+    "" where none did."""
+    if live is None or "backend_lines" not in live:
+        return ""
+    found = [ln for bl in live.backend_lines for ln in (bl or [])]
+    return "```text\n" + "\n".join(found[:lines]) + "\n```" if found else ""
