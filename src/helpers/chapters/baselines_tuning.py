@@ -31,6 +31,10 @@ PARAMS = {**MODE, "server_url": params.string(), "served_model": params.string()
 PLAN_TIME = baseline_time
 
 
+#: the concurrency of the recorded saturated figures (the sweeps' top point)
+SAT_C = 64
+
+
 @dataclass(frozen=True)
 class RecordedSweep:
     """The recorded sweep figures the prose cites (recorded, and derived from them)."""
@@ -42,6 +46,7 @@ class RecordedSweep:
     rec_scaling_256: float      # rec_sat_256 / rec_single (derived)
     rec_per_stream_64: float    # rec_sat_256 / 64 (derived)
     rec_step_growth: float      # rec_single / rec_per_stream_64 (derived)
+    rec_sat_c: int              # the concurrency of the saturated figures (requests in flight)
 
 
 @dataclass(frozen=True)
@@ -164,12 +169,13 @@ def sweep_facts(df: pd.DataFrame) -> RecordedSweep:
     """The recorded sweep figures the prose cites: single stream, 64 in flight, the first baseline's
     achieved concurrency, the server-log batch, and the scaling derived from them."""
     out = lambda c: float(value(df, experiment="sweep_256_256", metric="output_throughput", concurrency=c))  # noqa: E731
-    single, sat = out(1), out(64)
+    single, sat = out(1), out(SAT_C)
     log = server_log_point(df)
     return RecordedSweep(
         rec_achieved_conc=float(value(df, experiment="first_baseline", metric="achieved_concurrency")),
         rec_single=single, rec_sat_256=sat, rec_log_conc=log["concurrency"], rec_log_tok_s=log["value"],
-        rec_scaling_256=sat / single, rec_per_stream_64=sat / 64, rec_step_growth=single / (sat / 64))
+        rec_scaling_256=sat / single, rec_per_stream_64=sat / SAT_C, rec_step_growth=single / (sat / SAT_C),
+        rec_sat_c=SAT_C)
 
 
 def total_disagreement(df: pd.DataFrame | None = None) -> pd.DataFrame:

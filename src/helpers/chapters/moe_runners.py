@@ -39,6 +39,7 @@ class RecordedRunners:
     rec_cutedsl: float          # flashinfer_cutedsl's figure, output tok/s
     rec_inside: str             # "inside" or "outside" that range
     rec_spread_pct: float       # the range's width over its low end, % (derived)
+    rec_c: int                  # the concurrency the runners were recorded at (requests in flight)
 
 
 @dataclass(frozen=True)
@@ -61,12 +62,12 @@ def runner_facts(df: pd.DataFrame) -> RecordedRunners:
     """The two runners recorded at 64 in flight: flashinfer_cutlass's stated range, flashinfer_cutedsl's
     figure, and whether the figure lies inside the range."""
     at64 = {"metric": "output_throughput", "concurrency": 64}
-    lo = float(value(df, "value_low", experiment="moe_runner_cutlass", **at64))
+    lo = float(value(df, "value_low", experiment="moe_runner_cutlass", **at64))  # noqa: E501
     hi = float(value(df, "value_high", experiment="moe_runner_cutlass", **at64))
     dsl = float(value(df, experiment="moe_runner_cutedsl", **at64))
     return RecordedRunners(rec_cutlass_lo=lo, rec_cutlass_hi=hi, rec_cutedsl=dsl,
                            rec_inside="inside" if lo <= dsl <= hi else "outside",
-                           rec_spread_pct=100 * (hi - lo) / lo)
+                           rec_spread_pct=100 * (hi - lo) / lo, rec_c=at64["concurrency"])
 
 
 def repeat_spread(df: pd.DataFrame, by: str = "runner") -> pd.DataFrame:
