@@ -143,10 +143,11 @@ def failure_lines(live: pd.DataFrame | None) -> pd.DataFrame | None:
 
 
 def live_table(live: pd.DataFrame) -> pd.DataFrame:
-    """The live matrix for a reader: six columns, replies without unreadable bytes."""
-    out = live[["name", "outcome", "stands_for", "startup_s", "wall_s", "detail"]].copy()
+    """The live attempts' times and replies for the folded table (what `failure_lines` shows is not repeated):
+    replies without unreadable bytes."""
+    out = live[["name", "startup_s", "wall_s", "detail"]].copy()
     out["detail"] = [plain_text(d) for d in out.detail]
-    return out.rename(columns={"name": "attempt", "stands_for": "stands for", "startup_s": "start-up_s"})
+    return out.rename(columns={"name": "attempt", "startup_s": "start-up_s"})
 
 
 def classes_text(live: pd.DataFrame | None) -> str:
