@@ -49,6 +49,8 @@ def test_verdict_table():
     assert list(t.columns) == ["check", "verdict", "reason"] and list(t["check"]) == list(verdicts.CHECKS)
     assert t.set_index("check").loc["p2p_read", "verdict"] == "problem"
     assert ch.verdict_table(None) is None
+    v = ch.verdict_view(t).set_index("check (verdict)")
+    assert v.loc["p2p_read (problem)", "reason"] == t.set_index("check").loc["p2p_read", "reason"]
     t2 = ch.verdict_table(probe.probe())
     assert t2["verdict"].isin(verdicts.VERDICTS).all() and (t2["reason"].str.len() > 0).all()
 

@@ -272,3 +272,10 @@ def verdict_table(res: dict | None) -> pd.DataFrame | None:
     got = {v["check"]: v for v in res["verdicts"]}
     return pd.DataFrame([{"check": c, "verdict": got.get(c, {}).get("verdict", "n/a"),
                           "reason": got.get(c, {}).get("reason", "not judged")} for c in CHECKS])
+
+
+def verdict_view(t: pd.DataFrame) -> pd.DataFrame:
+    """A verdict table as a reader reads it on a phone too: two columns, the check with its verdict, and the
+    whole reason beside it."""
+    return pd.DataFrame({"check (verdict)": [f"{c} ({v})" for c, v in zip(t.check, t.verdict)],
+                         "reason": t.reason.values})
