@@ -45,12 +45,24 @@ def test_side_by_side_recorded_only_and_with_a_probe():
 @pytest.mark.integration
 def test_verdict_table():
     rec = recorded_machine.from_recorded(recorded.hardware())
-    t = ch.verdict_table(rec, None)
-    assert list(t["check"]) == list(verdicts.CHECKS)
-    assert (t[f"{ch.MEASURED_COL}: verdict"] == "not probed").all()
-    assert t.set_index("check").loc["p2p_read", f"{ch.RECORDED_COL}: verdict"] == "problem"
-    t2 = ch.verdict_table(rec, probe.probe())
-    assert t2[f"{ch.MEASURED_COL}: verdict"].isin(verdicts.VERDICTS).all()
+    t = ch.verdict_table(rec)
+    assert list(t.columns) == ["check", "verdict", "reason"] and list(t["check"]) == list(verdicts.CHECKS)
+    assert t.set_index("check").loc["p2p_read", "verdict"] == "problem"
+    assert ch.verdict_table(None) is None
+    v = ch.verdict_view(t).set_index("check (verdict)")
+    assert v.loc["p2p_read (problem)", "reason"] == t.set_index("check").loc["p2p_read", "reason"]
+    t2 = ch.verdict_table(probe.probe())
+    assert t2["verdict"].isin(verdicts.VERDICTS).all() and (t2["reason"].str.len() > 0).all()
+
+
+def test_probe_tables_show_no_reprs_and_no_blanks():
+    h200 = json.loads((FIX / "h200_firecracker_probe.json").read_text())
+    for name, t in ch.probe_tables(h200).items():
+        assert len(t.columns) <= 7, name
+        for v in t.astype(str).values.ravel():
+            assert v.strip() and "[" not in v and v not in ("None", "nan", "True", "False"), (name, v)
+    soft = ch.probe_tables(h200)["software"].set_index("package")[ch.MEASURED_COL]
+    assert soft["sglang"] == "not installed"
 
 
 def test_recorded_facts_the_chapter_cites():
@@ -77,6 +89,8 @@ def test_here_phrases_probed_and_not():
     h = ch.here_phrases(h200)
     assert "GPUs seen: 1 (NVIDIA H200)" in h.here_probe and h.here_verdicts.endswith("the worst is warn")
     assert ch.p2p_panel_label(h200).endswith("(one GPU, so no GPU pair)")
+    assert h.here_p2p == "no GPU pair (1 GPU, measured)" and h.here_virt == "container in vm (measured)"
+    assert ch.recorded_facts(recorded.hardware()).rec_p2p_not_ok == ch.recorded_facts(recorded.hardware()).rec_pairs
     assert "not probed" in ch.p2p_panel_label(None)
     tables = ch.probe_tables(h200)
     assert {"fingerprint", "gpus", "numa", "virtualization", "software"} <= set(tables)

@@ -73,27 +73,29 @@ def test_matrix_phrases_live_and_not():
     from helpers.core import recorded
 
     m = recorded.load("recorded/backend_matrix.csv")
-    assert nc.matrix_status(None, "", "no GPU") == "no live matrix (no GPU)"
+    assert nc.matrix_status(None, "", "no GPU (details)") == "no live matrix: no GPU"
     live = _live_matrix()
     assert nc.matrix_status(live, "here", "") == ("2 configurations were launched live (here), ending in 2 "
                                                        "different outcomes in 12 s")
     assert nc.matrix_live_facts(None, "") is None and nc.matrix_live_facts(live, "here").live_n == 2
     rows = nc.matrix_rows(m, live)
     assert len(rows) == len(m) + 2 and rows[-1] == ("nan-weights", "nan", "measured")
-    logs = nc.failure_logs(live)
-    assert "**nan-weights** (nan)" in logs and "healthy" not in logs and "attention backend: sdpa" in logs
+    lines = nc.failure_lines(live.assign(detail=["fine", "HTTP 500"], stands_for=["x", "y"])).set_index("attempt")
+    assert lines.loc["nan-weights", "the line that shows it"] == "probability tensor contains either inf, nan"
+    assert lines.loc["healthy", "the line that shows it"] == "fine"
+    assert "attention backend: sdpa" in nc.backend_lines(live) and nc.backend_lines(None) == ""
 
 
 def test_sweep_and_profile_phrases():
     live = pd.DataFrame({"variant": ["v", "v"], "workload": ["8/8", "8/8"], "concurrency": [1, 4],
                          "output_throughput": [10.0, 30.0], "failed": [0, 1], "duration_s": [2.0, 3.0]})
-    assert bt.sweep_status(None, "", "why") == "no live sweep (why)"
+    assert bt.sweep_status(None, "", "why (details)") == "no live sweep: why"
     assert bt.sweep_status(live, "here", "") == "2 points were swept live on here, with 1 failed requests in 5 s of benchmarking"
     head = bt.headline_table(bt.recorded_points(), live, "here")
     assert bt.live_headline(head).live_scaling == pytest.approx(3.0)
     assert "scaled 3.0x" in bt.scaling_phrase(head, "") and "concurrency 4" in bt.scaling_phrase(head, "")
     recorded_only = bt.headline_table(bt.recorded_points(), None, "here")
-    assert bt.live_headline(recorded_only) is None and bt.scaling_phrase(recorded_only, "x") == "no live sweep (x)"
+    assert bt.live_headline(recorded_only) is None and bt.scaling_phrase(recorded_only, "x") == "no live sweep"
     assert bt.profile_phrase(None, "no NVML") == "none was sampled (no NVML)"
     prof = pd.DataFrame({"concurrency": [1, 16], "util_gpu_pct": [40.0, 97.0], "util_mem_pct": [10.0, 30.0],
                          "power_pct_of_limit": [30.0, 55.0], "n_samples": [5, 9]})
@@ -108,7 +110,7 @@ def test_runner_phrase():
     assert dataclasses.asdict(mr.runner_live_facts(sp, v)) == {"live_max_noise_pct": pytest.approx(100 * 10 / 105),
                                               "live_n_real": 1, "live_n_pairs": 1}
     assert "1 of 1 runner pairs differ" in mr.runner_phrase(sp, v, 2, "")
-    assert mr.runner_phrase(None, None, 2, "no engine") == "no live comparison (no engine)"
+    assert mr.runner_phrase(None, None, 2, "no engine (details)") == "no live comparison: no engine"
     refused = pd.DataFrame({"runner": ["a"], "outcome": ["unsupported"], "detail": [""]})
     assert mr.runner_phrase(None, None, 2, "", refused) == "no runner served, so none was swept (a: unsupported)"
 

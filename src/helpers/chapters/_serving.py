@@ -101,6 +101,11 @@ SWEEP = {"concurrencies": params.depends(params.number_list(1, 4096, integer=Tru
 ENGINE = {"engine": params.choice(*live.ENGINES), "device": params.choice("cpu", "cuda")}
 
 
+def short_why(why: str) -> str:
+    """Why a live run did not happen, in its first clause (the details are the rerun appendix's)."""
+    return str(why).split(" (", 1)[0].strip()
+
+
 def recorded_serving() -> pd.DataFrame:
     """The recorded serving figures (data/recorded/serving.csv), which chapters 03 and 04 cite."""
     return recorded.load("recorded/serving.csv")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from helpers.chapters._serving import ENGINE, MODE, SGLANG, SWEEP, TINY, baseline_time, recorded_serving
+from helpers.chapters._serving import ENGINE, MODE, SGLANG, SWEEP, TINY, baseline_time, recorded_serving, short_why
 from helpers.core import params, recorded
 from helpers.core.recorded import value
 from helpers.serving import live as serving_live
@@ -31,6 +31,10 @@ PARAMS = {**MODE, "server_url": params.string(), "served_model": params.string()
 PLAN_TIME = baseline_time
 
 
+#: the concurrency of the recorded saturated figures (the sweeps' top point)
+SAT_C = 64
+
+
 @dataclass(frozen=True)
 class RecordedSweep:
     """The recorded sweep figures the prose cites (recorded, and derived from them)."""
@@ -42,6 +46,7 @@ class RecordedSweep:
     rec_scaling_256: float      # rec_sat_256 / rec_single (derived)
     rec_per_stream_64: float    # rec_sat_256 / 64 (derived)
     rec_step_growth: float      # rec_single / rec_per_stream_64 (derived)
+    rec_sat_c: int              # the concurrency of the saturated figures (requests in flight)
 
 
 @dataclass(frozen=True)
@@ -106,9 +111,50 @@ def recorded_points(df: pd.DataFrame | None = None) -> pd.DataFrame:
 
 
 def recorded_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Every recorded serving figure but the user's targets, for the folded table."""
-    return df[df.experiment != "target"][["experiment", "input_len", "output_len", "concurrency", "metric", "value",
-                                          "value_low", "value_high", "approx", "unit", "source"]]
+    """Every recorded serving figure but the user's targets, for the folded table: seven columns, a stated
+    range written low-high in the value column."""
+    d = df[df.experiment != "target"]
+    wl = [f"{int(a)}/{int(b)}" if pd.notna(a) and pd.notna(b) else "" for a, b in zip(d.input_len, d.output_len)]
+    val = [f"{v:g}" if pd.notna(v) else f"{lo:g}-{hi:g}" if pd.notna(lo) else ""
+           for v, lo, hi in zip(d.value, d.value_low, d.value_high)]
+    return pd.DataFrame({"experiment": d.experiment.values, "workload (in/out tokens)": wl,
+                         "concurrency": d.concurrency.values, "metric": d.metric.values, "value": val,
+                         "unit": d.unit.fillna("").str.replace("tok/s", "tokens/s").values,
+                         "source": d.source.values})
+
+
+#: the headline table's columns as a reader reads them
+HEADLINE_NAMES = {"who": "whose", "single_stream_tok_s": "one stream (tokens/s)",
+                  "max_concurrency": "best at concurrency", "saturated_tok_s": "at best (tokens/s)",
+                  "scaling (derived)": "scaling (×, derived)"}
+
+
+def headline_view(head: pd.DataFrame) -> pd.DataFrame:
+    """The headline table with human headers (seven columns)."""
+    return head.rename(columns=HEADLINE_NAMES)
+
+
+def sweep_view(live: pd.DataFrame) -> pd.DataFrame:
+    """This run's sweep in seven columns (the whole table is the run's sweep.csv)."""
+    return live[["variant", "workload", "concurrency", "output_throughput", "median_ttft_ms", "median_tpot_ms",
+                 "failed"]].rename(columns={"output_throughput": "output (tokens/s)", "median_ttft_ms": "median TTFT_ms",
+                                            "median_tpot_ms": "median TPOT_ms", "failed": "failed requests"})
+
+
+def profile_table(gpu_profile: pd.DataFrame) -> pd.DataFrame:
+    """The original VM's GPU profile (recorded) in five columns, a range written low-high."""
+    val = [f"{v:g}" if isinstance(v, float) and pd.notna(v) else str(v) if pd.notna(v) else f"{lo:g}-{hi:g}"
+           for v, lo, hi in zip(gpu_profile.value, gpu_profile.value_low, gpu_profile.value_high)]
+    return pd.DataFrame({"metric": gpu_profile.metric.values, "value": val, "unit": gpu_profile.unit.fillna("").values,
+                         "note": gpu_profile.note.fillna("").values, "source": gpu_profile.source.values})
+
+
+def profile_view(prof: pd.DataFrame) -> pd.DataFrame:
+    """This machine's GPU medians per point (measured) in seven columns."""
+    cols = [c for c in ("variant", "workload", "concurrency", "util_gpu_pct", "util_mem_pct", "power_pct_of_limit",
+                        "n_samples") if c in prof.columns]
+    return prof[cols].rename(columns={"util_gpu_pct": "GPU busy_pct", "util_mem_pct": "memory busy_pct",
+                                      "power_pct_of_limit": "power of limit_pct", "n_samples": "samples"})
 
 
 def server_log_point(df: pd.DataFrame | None = None) -> dict:
@@ -123,12 +169,13 @@ def sweep_facts(df: pd.DataFrame) -> RecordedSweep:
     """The recorded sweep figures the prose cites: single stream, 64 in flight, the first baseline's
     achieved concurrency, the server-log batch, and the scaling derived from them."""
     out = lambda c: float(value(df, experiment="sweep_256_256", metric="output_throughput", concurrency=c))  # noqa: E731
-    single, sat = out(1), out(64)
+    single, sat = out(1), out(SAT_C)
     log = server_log_point(df)
     return RecordedSweep(
         rec_achieved_conc=float(value(df, experiment="first_baseline", metric="achieved_concurrency")),
         rec_single=single, rec_sat_256=sat, rec_log_conc=log["concurrency"], rec_log_tok_s=log["value"],
-        rec_scaling_256=sat / single, rec_per_stream_64=sat / 64, rec_step_growth=single / (sat / 64))
+        rec_scaling_256=sat / single, rec_per_stream_64=sat / SAT_C, rec_step_growth=single / (sat / SAT_C),
+        rec_sat_c=SAT_C)
 
 
 def total_disagreement(df: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -220,7 +267,7 @@ def profile_phrase(prof: pd.DataFrame | None, why_none: str) -> str:
 def sweep_status(live: pd.DataFrame | None, where: str, why: str) -> str:
     """This run's live sweep in a phrase: how many points where, or why none ran."""
     if live is None:
-        return f"no live sweep ({why})"
+        return f"no live sweep: {short_why(why)}"
     return (f"{len(live)} points were swept live on {where}, with {int(live.failed.sum())} failed requests "
             f"in {live.duration_s.sum():.0f} s of benchmarking")
 
@@ -276,6 +323,27 @@ def scaling_phrase(head: pd.DataFrame, why_none: str) -> str:
     """How this run's first live variant scaled from one stream to its best point, or why there is none."""
     f = live_headline(head)
     if f is None:
-        return f"no live sweep ({why_none})"
+        return "no live sweep"
     return (f"variant {f.live_variant} scaled {f.live_scaling:.1f}x from one stream to its best point, "
             f"at concurrency {f.live_sat_c} (measured; derived from the table above)")
+
+
+def run_line(live: pd.DataFrame | None, status: str, scaling: str, profile: str) -> str:
+    """This run's sweep in one line: why there was none, or its size, its scaling and its GPU profile."""
+    if live is None:
+        return status
+    return f"{status}; {scaling}; GPU profile: {profile}"
+
+
+#: the two disagreement tables' columns as a reader reads them
+DISAGREEMENT_NAMES = {"total_tok_s (recorded)": "total (tokens/s, recorded)",
+                      "output_tok_s (recorded)": "output (tokens/s, recorded)",
+                      "total/output (derived)": "total / output (derived)", "approx": "about"}
+
+
+def disagreement_view(df: pd.DataFrame) -> pd.DataFrame:
+    """A disagreement table with human headers and 'about' as yes/no."""
+    out = df.rename(columns=DISAGREEMENT_NAMES)
+    if "about" in out:
+        out["about"] = ["yes" if str(a).lower() in ("true", "1") else "no" for a in out["about"]]
+    return out

@@ -45,6 +45,7 @@ class RecordedFacts:
     rec_gpu_affinity: str
     rec_pairs: int
     rec_numa_nodes: int
+    rec_p2p_not_ok: int         # ordered pairs whose recorded P2P status is not OK (derived from the record)
     rec_n_problem: int
     rec_n_warn: int
     rec_flagged: str
@@ -58,6 +59,8 @@ class HerePhrases:
     here_probe: str
     here_verdicts: str
     here_summary: str
+    here_p2p: str               # this machine's P2P matrix in a phrase (measured), or why there is none
+    here_virt: str              # this machine's kind (measured: VM, container, bare metal), or not probed
 
 
 def recorded_item(hw: dict, item: str):
@@ -88,6 +91,7 @@ def recorded_facts(hw: dict) -> RecordedFacts:
     return RecordedFacts(rec_gpu_count=n, **{k: str(recorded_item(hw, item)) for k, item in PROSE_ITEMS.items()},
                          rec_pairs=len(ordered_pairs(rec["p2p_read"])),
                          rec_numa_nodes=int(recorded_item(hw, "numa_nodes")),
+                         rec_p2p_not_ok=sum(c != "OK" for c in ordered_pairs(rec["p2p_read"])),
                          rec_n_problem=len(with_verdict(rec["verdicts"], "problem")),
                          rec_n_warn=len(with_verdict(rec["verdicts"], "warn")),
                          rec_flagged="; ".join(f"{v['check']} ({v['verdict']})" for v in flagged),
@@ -99,7 +103,7 @@ def here_phrases(res: dict | None) -> HerePhrases:
     summary; `res` None means not probed (mode recorded)."""
     if res is None:
         return HerePhrases(here_probe=NOT_PROBED, here_verdicts=f"{NOT_PROBED}, so it has no verdicts",
-                           here_summary=NOT_PROBED)
+                           here_summary=NOT_PROBED, here_p2p=NOT_PROBED, here_virt=NOT_PROBED)
     statement, kind = res["nvml"]["statement"], res["virtualization"]["kind"]
     names = sorted({g.get("name") or "unknown" for g in res["gpus"]})
     seen = f"{len(res['gpus'])} ({', '.join(names)})" if names else "0"
@@ -107,7 +111,10 @@ def here_phrases(res: dict | None) -> HerePhrases:
         here_probe=f"{statement}; kind of machine: {kind}; GPUs seen: {seen}; the probe took "
                    f"{1e3 * res['duration_s']:.0f} ms, and {len(res['errors'])} of its steps failed",
         here_verdicts=f"{counts_text(res['verdicts'])} (measured); the worst is {worst(res['verdicts'])}",
-        here_summary=f"{statement}; {kind}; verdicts {counts_text(res['verdicts'])} (measured)")
+        here_summary=f"{statement}; {kind}; verdicts {counts_text(res['verdicts'])} (measured)",
+        here_p2p=f"{p2p_summary(res.get('p2p_read'))} ({len(res['gpus'])} GPU{'s' if len(res['gpus']) != 1 else ''}, "
+                 "measured)",
+        here_virt=f"{kind} (measured)")
 
 
 def p2p_panel_label(res: dict | None) -> str:
@@ -122,22 +129,45 @@ def p2p_panel_label(res: dict | None) -> str:
 #: the probe's virtualization evidence, in the order the chapter shows it
 VIRT_EVIDENCE = ("systemd_detect_virt", "vm", "container", "cpuinfo_hypervisor_flag", "dmi_product_name",
                  "dmi_sys_vendor", "container_hints", "kernel_hints", "hypervisor", "kind")
-GPU_COLUMNS = ("index", "name", "architecture", "memory_total_bytes", "pcie_gen_current", "pcie_gen_max",
-               "pcie_width_current", "pcie_width_max", "power_limit_w", "numa_node", "iommu_group")
+
+
+def plain(v, none: str = "none") -> str:
+    """A probe value as a reader reads it: a list joined with commas, a boolean as yes/no, None or an empty
+    value as `none` (never a repr such as ['NVIDIA H200'] or a blank cell)."""
+    if v is None or v == "" or v == []:
+        return none
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(plain(x, none) for x in v)
+    return str(v)
+
+
+def _gpu_row(g: dict) -> dict:
+    return {"GPU": g.get("index"), "name": plain(g.get("name"), "unknown"),
+            "architecture": plain(g.get("architecture"), "unknown"), "memory_bytes": g.get("memory_total_bytes"),
+            "PCIe link now (max)": f"Gen{g.get('pcie_gen_current')} x{g.get('pcie_width_current')} "
+                                   f"(Gen{g.get('pcie_gen_max')} x{g.get('pcie_width_max')})",
+            "power limit (W)": g.get("power_limit_w"), "NUMA node": plain(g.get("numa_node"), "unknown")}
 
 
 def probe_tables(res: dict) -> dict[str, pd.DataFrame]:
-    """This machine's probe as tables: fingerprint, GPUs (where there are any), NUMA nodes, virtualization
-    evidence, software and failed steps (where any failed)."""
-    out = {"fingerprint": pd.DataFrame([fingerprint(res)]).T.rename(columns={0: MEASURED_COL})}
+    """This machine's probe as tables (measured): fingerprint, GPUs (where there are any), NUMA nodes,
+    virtualization evidence, software and failed steps (where any failed). Every value is plain text or a
+    number: lists joined, booleans as yes/no, absent values as "none" or "not installed"."""
+    fp = {k: plain(v) for k, v in fingerprint(res).items()}
+    out = {"fingerprint": pd.DataFrame({"item": list(fp), MEASURED_COL: list(fp.values())})}
     if res["gpus"]:
-        out["gpus"] = pd.DataFrame(res["gpus"])[list(GPU_COLUMNS)].assign(kind="measured")
-    out["numa"] = pd.DataFrame(res["numa"]["nodes"]).assign(kind="measured")
-    out["virtualization"] = pd.DataFrame([{"evidence": k, "value": res["virtualization"].get(k)}
+        out["gpus"] = pd.DataFrame([_gpu_row(g) for g in res["gpus"]])
+    out["numa"] = pd.DataFrame([{"NUMA node": n.get("id"), "CPUs": plain(n.get("cpulist")),
+                                 "CPU count": n.get("cpu_count"), "memory_bytes": n.get("memory_total_bytes"),
+                                 "distances": plain(n.get("distances"))} for n in res["numa"]["nodes"]])
+    out["virtualization"] = pd.DataFrame([{"evidence": k, "value": plain(res["virtualization"].get(k))}
                                           for k in VIRT_EVIDENCE])
-    out["software"] = pd.DataFrame([res["software"]]).T.rename(columns={0: MEASURED_COL})
+    out["software"] = pd.DataFrame([{"package": k, MEASURED_COL: plain(v, "not installed")}
+                                    for k, v in res["software"].items()])
     if res["errors"]:
-        out["failed steps"] = pd.DataFrame({"failed probe step": res["errors"]})
+        out["failed steps"] = pd.DataFrame({"failed probe step": [plain(e) for e in res["errors"]]})
     return out
 
 
@@ -234,16 +264,18 @@ def side_by_side(hw: dict, res: dict | None):
     return pd.DataFrame(rows)
 
 
-def verdict_table(recorded_res: dict, measured_res: dict | None):
-    """A DataFrame of every check: what it asks, and the verdict and reason for each machine."""
-    rec = {v["check"]: v for v in recorded_res["verdicts"]}
-    mea = {v["check"]: v for v in measured_res["verdicts"]} if measured_res else {}
-    rows = []
-    for check, (question, why) in CHECKS.items():
-        r, m = rec.get(check, {}), mea.get(check, {})
-        rows.append({"check": check, "asks": question, "matters because": why,
-                     f"{RECORDED_COL}: verdict": r.get("verdict", "n/a"),
-                     f"{RECORDED_COL}: reason": r.get("reason", ""),
-                     f"{MEASURED_COL}: verdict": m.get("verdict", "not probed") if measured_res else "not probed",
-                     f"{MEASURED_COL}: reason": m.get("reason", "") if measured_res else NOT_PROBED})
-    return pd.DataFrame(rows)
+def verdict_table(res: dict | None) -> pd.DataFrame | None:
+    """One machine's verdicts: check, verdict, reason (the reason whole, never cut); None for a machine
+    that was not probed."""
+    if res is None:
+        return None
+    got = {v["check"]: v for v in res["verdicts"]}
+    return pd.DataFrame([{"check": c, "verdict": got.get(c, {}).get("verdict", "n/a"),
+                          "reason": got.get(c, {}).get("reason", "not judged")} for c in CHECKS])
+
+
+def verdict_view(t: pd.DataFrame) -> pd.DataFrame:
+    """A verdict table as a reader reads it on a phone too: two columns, the check with its verdict, and the
+    whole reason beside it."""
+    return pd.DataFrame({"check (verdict)": [f"{c} ({v})" for c, v in zip(t.check, t.verdict)],
+                         "reason": t.reason.values})

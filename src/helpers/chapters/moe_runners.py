@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from helpers.chapters import _serving
-from helpers.chapters._serving import ENGINE, MODE, SGLANG, SWEEP, TINY
+from helpers.chapters._serving import ENGINE, MODE, SGLANG, SWEEP, TINY, short_why
 from helpers.core import params, recorded
 from helpers.core.recorded import value
 from helpers.serving import live
@@ -39,6 +39,7 @@ class RecordedRunners:
     rec_cutedsl: float          # flashinfer_cutedsl's figure, output tok/s
     rec_inside: str             # "inside" or "outside" that range
     rec_spread_pct: float       # the range's width over its low end, % (derived)
+    rec_c: int                  # the concurrency the runners were recorded at (requests in flight)
 
 
 @dataclass(frozen=True)
@@ -61,12 +62,12 @@ def runner_facts(df: pd.DataFrame) -> RecordedRunners:
     """The two runners recorded at 64 in flight: flashinfer_cutlass's stated range, flashinfer_cutedsl's
     figure, and whether the figure lies inside the range."""
     at64 = {"metric": "output_throughput", "concurrency": 64}
-    lo = float(value(df, "value_low", experiment="moe_runner_cutlass", **at64))
+    lo = float(value(df, "value_low", experiment="moe_runner_cutlass", **at64))  # noqa: E501
     hi = float(value(df, "value_high", experiment="moe_runner_cutlass", **at64))
     dsl = float(value(df, experiment="moe_runner_cutedsl", **at64))
     return RecordedRunners(rec_cutlass_lo=lo, rec_cutlass_hi=hi, rec_cutedsl=dsl,
                            rec_inside="inside" if lo <= dsl <= hi else "outside",
-                           rec_spread_pct=100 * (hi - lo) / lo)
+                           rec_spread_pct=100 * (hi - lo) / lo, rec_c=at64["concurrency"])
 
 
 def repeat_spread(df: pd.DataFrame, by: str = "runner") -> pd.DataFrame:
@@ -110,7 +111,32 @@ def runner_phrase(spread: pd.DataFrame | None, verdicts: pd.DataFrame | None, re
     if f is None and status is not None:
         return f"no runner served, so none was swept ({', '.join(f'{r.runner}: {r.outcome}' for r in status.itertuples())})"
     if f is None:
-        return f"no live comparison ({why_none})"
+        return f"no live comparison: {short_why(why_none)}"
     return (f"across {repeats} repeats one runner's output throughput varied by up to {f.live_max_noise_pct:.1f} % "
             f"(max-min over mean), and {f.live_n_real} of {f.live_n_pairs} runner pairs differ by more than "
             "their repeat ranges (measured)")
+
+
+def recorded_view(rr: pd.DataFrame) -> pd.DataFrame:
+    """The recorded runner figures in six columns, a stated range written low-high."""
+    val = [f"{v:g}" if pd.notna(v) else f"{lo:g}-{hi:g}" for v, lo, hi in zip(rr.value, rr.value_low, rr.value_high)]
+    return pd.DataFrame({"MoE runner": rr.moe_runner.values, "concurrency": rr.concurrency.values,
+                         "metric": rr.metric.values, "value": val,
+                         "unit": rr.unit.fillna("").str.replace("tok/s", "tokens/s").values,
+                         "about": ["yes" if str(a).lower() in ("true", "1") else "no" for a in rr.approx],
+                         "source": rr.source.values})
+
+
+def verdict_view(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """The runner-pair verdicts with human headers (seven columns, overlap as yes/no)."""
+    out = verdicts.rename(columns={"a": "runner a", "b": "runner b", "diff_pct (derived)": "a over b_pct",
+                                   "ranges_overlap": "ranges overlap"})
+    out["ranges overlap"] = ["yes" if o else "no" for o in out["ranges overlap"]]
+    return out
+
+
+def spread_view(spread: pd.DataFrame) -> pd.DataFrame:
+    """Each runner's mean, min, max and range across repeats with human headers (seven columns)."""
+    return spread.rename(columns={"mean": "mean (tokens/s)", "min": "min (tokens/s)", "max": "max (tokens/s)",
+                                  "count": "repeats", "range_pct": "range_pct"})[
+        ["runner", "concurrency", "mean (tokens/s)", "min (tokens/s)", "max (tokens/s)", "range_pct", "repeats"]]
