@@ -125,7 +125,7 @@ def recorded_table(df: pd.DataFrame) -> pd.DataFrame:
 
 #: the headline table's columns as a reader reads them
 HEADLINE_NAMES = {"who": "whose", "single_stream_tok_s": "one stream (tokens/s)",
-                  "max_concurrency": "best at concurrency", "saturated_tok_s": "at best (tokens/s)",
+                  "max_concurrency": "peak at (requests)", "saturated_tok_s": "peak (tokens/s)",
                   "scaling (derived)": "scaling (×, derived)"}
 
 

@@ -118,11 +118,12 @@ def runner_phrase(spread: pd.DataFrame | None, verdicts: pd.DataFrame | None, re
 
 
 def recorded_view(rr: pd.DataFrame) -> pd.DataFrame:
-    """The recorded runner figures in six columns, a stated range written low-high."""
+    """The recorded runner figures in six columns: a stated range written low-high, with its unit."""
     val = [f"{v:g}" if pd.notna(v) else f"{lo:g}-{hi:g}" for v, lo, hi in zip(rr.value, rr.value_low, rr.value_high)]
+    unit = rr.unit.fillna("").str.replace("tok/s", "tokens/s")
     return pd.DataFrame({"MoE runner": rr.moe_runner.values, "concurrency": rr.concurrency.values,
-                         "metric": rr.metric.values, "value": val,
-                         "unit": rr.unit.fillna("").str.replace("tok/s", "tokens/s").values,
+                         "metric": rr.metric.str.replace("_", " ").values,
+                         "figure": [f"{v} {u}".strip() for v, u in zip(val, unit)],
                          "about": ["yes" if str(a).lower() in ("true", "1") else "no" for a in rr.approx],
                          "source": rr.source.values})
 

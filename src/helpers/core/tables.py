@@ -265,7 +265,7 @@ class Table:
     def _cell_text(self, i: int, text: str) -> str:
         links = self.links[i]
         if not links or not text:
-            return html.escape(text)
+            return _code_spans(html.escape(text))
         return "".join(f'<a href="{html.escape(links[t], quote=True)}">{html.escape(t)}</a>' if t in links
                        else html.escape(t) for t in re.split(r"([,;\s]+)", text))
 
@@ -432,6 +432,14 @@ def _format_column(name: str, values: list, units: dict, rename: dict, digits) -
         written = unit == "bytes" and any(_is_number(v) and not _missing(v) for v in values)
         header = base if written else _header(base, unit)
     return header, formatted, is_num
+
+
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def _code_spans(escaped: str) -> str:
+    """Text in backticks inside a cell (a command, a flag) as code, the way MyST shows it in prose."""
+    return _CODE_SPAN.sub(r"<code>\1</code>", escaped)
 
 
 def _header(base: str, unit: str | None) -> str:
