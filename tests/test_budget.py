@@ -192,3 +192,22 @@ def test_a_next_step_no_keyword_matches_fails_naming_it(tmp_path, monkeypatch):
     monkeypatch.setattr(recorded, "load", lambda name: steps if name == "recorded/next_steps.csv" else real(name))
     with pytest.raises(bd.BudgetError, match="step 7 \\('Try two pipeline stages'\\) contains none of the keywords"):
         bd.rank_next_steps(bd.predict_all(ma.load_model("glm5")))
+
+
+def test_a_one_gpu_all_reduce_or_a_copy_within_one_gpu_is_no_link(tmp_path):
+    """Reader review, defect 4: a one-GPU run once predicted GLM-5 from a one-rank NCCL "all-reduce" (which
+    moves nothing between GPUs). Such a fit, a gloo all-reduce between CPU processes and a copy within one GPU
+    are not links; the copy through host memory is taken, and with nothing else there is no run link."""
+    head = FITS.splitlines()[0] + "\n"
+    one_gpu = head + (
+        "collective,all_reduce,graph,default,nccl,1,1x GPU,16.0,19000.0,0.05,0.1,8,64,4194304,measured,graph\n"
+        "collective,all_reduce,eager,default,gloo,2,2 CPU processes,200.0,2.4,0.05,0.1,8,64,4194304,measured,eager\n"
+        "copy,same_device,graph,default,cuda,1,1x GPU,1.0,2600.0,0.05,0.1,8,64,4194304,measured,graph\n")
+    d = tmp_path / "run" / "results" / "06_vm_p2p"
+    d.mkdir(parents=True)
+    (d / "fits.csv").write_text(one_gpu)
+    assert bd.select_run_link(bd.read_fits(tmp_path / "run")) is None
+    (d / "fits.csv").write_text(one_gpu + "copy,host_bounce,graph,default,cuda,1,1x GPU,8.1,26.4,0.05,0.1,8,64,"
+                                "4194304,measured,graph\n")
+    link = bd.select_run_link(bd.read_fits(tmp_path / "run"))
+    assert link.name == "this run: host_bounce (copy)" and not link.collective and link.alpha_us == 8.1
