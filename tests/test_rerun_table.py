@@ -1,4 +1,4 @@
-"""The re-running appendix opens with a table computed from targets/ and the committed runs (issue 24, item 8)."""
+"""The re-running appendix opens with a list of targets computed from targets/ and the committed runs (issue 24, item 8)."""
 import json
 import shutil
 from pathlib import Path
@@ -17,9 +17,9 @@ RUNS, NO_GIT = committed.runs_or_reason(ROOT)  # the runs git tracks (tests/comm
 def test_the_page_holds_the_table_as_generated():
     assert not NO_GIT, NO_GIT
     page = (ROOT / rerun.PAGE).read_text()
-    assert rerun.table(ROOT, RUNS) in page, ("appendix/rerun.md's target table is out of date (a target or a committed "
+    assert rerun.table(ROOT, RUNS) in page, ("appendix/rerun.md's list of targets is out of date (a target or a committed "
                                        "run changed): run `python -m helpers.book.rerun --write`")
-    assert page.index(rerun.BEGIN) < page.index("## "), "the table is not the first thing on the page"
+    assert page.index(rerun.BEGIN) < page.index("## "), "the list of targets is not the first thing on the page"
 
 
 def test_one_row_per_target_with_a_time_that_says_where_it_comes_from():

@@ -1,12 +1,12 @@
-"""The table that opens the re-running appendix (appendix/rerun.md): per target, the hardware it needs,
+"""The list of targets that opens the re-running appendix (appendix/rerun.md): per target, the hardware it needs,
 the time it takes and what the pages show on a machine without that hardware, computed from the target
 files (targets/*.yaml) and the committed runs' manifests (runs/*/manifest.json), never typed.
 
-The table sits in appendix/rerun.md between the two marker comments below, so that the page builds the
+The list sits in appendix/rerun.md between the two marker comments below, so that the page builds the
 same with the runbook and with a plain `jupyter-book build`; tests/test_rerun_table.py fails when it is
 out of date, and this rewrites it:
 
-    python -m helpers.book.rerun --write      # rewrite the table in appendix/rerun.md
+    python -m helpers.book.rerun --write      # rewrite the list in appendix/rerun.md
     python -m helpers.book.rerun              # print it
 
 Time: a target a committed run covers gets that run's wall time (started to finished, from the newest
@@ -193,11 +193,15 @@ def rows(root: Path | None = None, run_ids: list[str] | None = None) -> list[tup
 
 
 def table(root: Path | None = None, run_ids: list[str] | None = None) -> str:
-    """The Markdown table, between its markers."""
-    def row(cells):
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-    lines = [BEGIN, "", row(("target", "hardware it needs", "time it takes", "without that hardware")),
-             row(("---",) * 4)] + [row(r) for r in rows(root, run_ids)] + ["", END]
+    """The targets as a stacked list between its markers (a four-column table was 16 screens tall on a
+    phone): per target its name, the hardware it needs, the time it takes and what the pages show on a
+    machine without that hardware."""
+    def item(name, hw, time, without):
+        lower = lambda t: t[:1].lower() + t[1:]  # noqa: E731
+        then = f"{without}." if hw == "Any machine" else f"Without that hardware: {lower(without)}."
+        then = then.replace("Without that hardware: nothing: ", "Without that hardware nothing runs: ")
+        return f"- {name}: {lower(hw)}; {time}. {then}"
+    lines = [BEGIN, ""] + [item(*r) for r in rows(root, run_ids)] + ["", END]
     return "\n".join(lines)
 
 
@@ -211,7 +215,7 @@ def replace_table(page: str, new: str) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--write", action="store_true", help=f"rewrite the table in {PAGE}")
+    ap.add_argument("--write", action="store_true", help=f"rewrite the list of targets in {PAGE}")
     a = ap.parse_args(argv)
     root = repo_root()
     text = table(root)

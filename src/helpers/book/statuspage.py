@@ -82,16 +82,19 @@ def status_page(manifest: dict, titles: dict[str, str]) -> str:
         f"{said}, {total:.1f} s of execution, started "
         f"{str(m['started'])[:16].replace('T', ' ') + ' UTC' if m.get('started') else 'at an unrecorded time'}.",
         ":::", "",
-        "What executed where: this page is generated from the run's `manifest.json` each time the site "
-        "is built, so it always describes the run being shown.", "",
+        "This page is generated from the run's `manifest.json` each time the site is built, so it always "
+        "describes the run being shown.", "",
         "## Chapters", "",
-        row("#", "chapter", "status", "time (s)", "error"), row("---", "---", "---", "---:", "---"),
     ]
+    errors = any(c.get("error") for c in m["chapters"])  # no empty error column on a run without errors
+    lines += [row("#", "chapter", "status", "time (s)", *(["error"] if errors else [])),
+              row("---", "---", "---", "---:", *(["---"] if errors else []))]
     for i, c in enumerate(m["chapters"], 1):
         err = c.get("error") or {}
         e = f"{err.get('ename', '')}: {str(err.get('evalue', '')).splitlines()[0][:200] if err.get('evalue') else ''}" if err else ""
-        lines.append(row(i, titles.get(c["stem"], c["stem"]), f"**{c['status']}**", f"{c.get('duration_s') or 0.0:.1f}", e))
-    lines += ["", "## The run"]
+        lines.append(row(i, titles.get(c["stem"], c["stem"]), f"**{c['status']}**", f"{c.get('duration_s') or 0.0:.1f}",
+                         *([e] if errors else [])))
+    lines += ["", "## The run, its hardware and software"]
     lines += _fold("Run id, target, times, commit and sessions", [
         row("field", "value"), row("---", "---"),
         row("run id", f"`{m['run_id']}`"),
@@ -108,7 +111,6 @@ def status_page(manifest: dict, titles: dict[str, str]) -> str:
         if k == "hostname":  # the machine's name tells a reader nothing and is not for publishing
             continue
         hw_rows.append(row(k, _status_value(v)))
-    lines += ["## Hardware and software"]
     lines += _fold(f"Hardware: {machine}", hw_rows)
     sw_rows = [row("package", "version"), row("---", "---")]
     for k, v in (m.get("versions") or {}).items():
