@@ -24,7 +24,7 @@ def copy_figure(copy_sweep, recorded, fit=None, what: str = "time_us", harnesses
     is room; a fit left out of the legend is named at its line's start, and the caption names the styles."""
     import numpy as np
 
-    fig, ax = figure(width=7.2, height=3.8)
+    fig, ax = figure(width=7.2, height=3.0)
     entries = []   # (priority, handle-making call); paths and the recorded sweep always, the rest if room
     if copy_sweep is not None and len(copy_sweep):
         copy_sweep = copy_sweep[copy_sweep.harness.isin(harnesses)]
@@ -67,8 +67,9 @@ def copy_figure(copy_sweep, recorded, fit=None, what: str = "time_us", harnesses
     ax.set_xlabel("message size")
     ax.set_ylabel("time per copy (µs)" if what == "time_us" else "bandwidth (GB/s)")
     n = len(ax.get_legend_handles_labels()[1])
-    if n > 3:
+    if n > 3:   # a legend below the axes takes its height from the figure's
         legend_outside(ax, "below", ncols=2, fontsize=MIN_FONTSIZE)
+        fig.set_size_inches(7.2, 4.2)
     else:
         ax.legend(fontsize=MIN_FONTSIZE, loc="upper left")
     return fig
