@@ -24,7 +24,7 @@ def copy_figure(copy_sweep, recorded, fit=None, what: str = "time_us", harnesses
     is room; a fit left out of the legend is named at its line's start, and the caption names the styles."""
     import numpy as np
 
-    fig, ax = figure(width=7.2, height=3.0)
+    fig, ax = figure(width=7.2, height=2.8)
     entries = []   # (priority, handle-making call); paths and the recorded sweep always, the rest if room
     if copy_sweep is not None and len(copy_sweep):
         copy_sweep = copy_sweep[copy_sweep.harness.isin(harnesses)]
