@@ -241,10 +241,10 @@ def ep_facts(m: ma.ModelConfig, vol: pd.DataFrame, wide: pd.DataFrame, fit: pd.D
                    budget_GiB=float(dpep.budget_GiB))
 
 
-def ep_tp_figure(wide: pd.DataFrame, tp_col: str, ep_col: str, height: float = 3.0):
+def ep_tp_figure(wide: pd.DataFrame, tp_col: str, ep_col: str, height: float = 3.4):
     """Section 3's figure: helpers.core.plotting.ep_tp_volume (`wide`, `tp_col`, `ep_col`:
-    placement.ep_tp_volumes) on a shorter panel, `height` inches: two lines need no more, and the page is
-    read on a phone."""
+    placement.ep_tp_volumes) on a shorter panel, `height` inches: two lines need no more, the page is read
+    on a phone, and at 3.4 inches the y label still fits beside the axis."""
     from helpers.core import plotting
 
     fig = plotting.ep_tp_volume(wide, tp_col, ep_col)
