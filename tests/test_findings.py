@@ -223,6 +223,10 @@ def test_the_chapters_figures_draw_from_a_gpu_runs_tables():
                 plotting.collectives_figure(coll, dec, suite.EAGER_METHOD.label),
                 plotting.variants_figure(ch.variants(coll, dec, True, 2, "2x").rows, dec)):
         assert fig.axes[0].get_legend_handles_labels()[1]
+    for what in ("time_us", "bandwidth_GBps"):   # five paths, three harnesses: grouped, human names
+        labels = ch.copy_figure(cs, rec, fit, what).axes[0].get_legend_handles_labels()[1]
+        assert len(labels) <= plotting.MAX_ENTRIES and not any("_" in lab for lab in labels), labels
+        assert "GPU to GPU via host (measured)" in labels and "original VM, GPU 0 to GPU 1 (recorded)" in labels
     p2p = plotting.p2p_figure([["X", "NS"], ["NS", "X"]], None, "this machine: no GPU")
     assert len(p2p.axes) == 2 and not p2p.axes[1].axison
     empty = plotting.collectives_figure(None, dec, "eager", "nothing here")

@@ -239,3 +239,14 @@ def ep_facts(m: ma.ModelConfig, vol: pd.DataFrame, wide: pd.DataFrame, fit: pd.D
                    top_k=m.top_k, ep_tp_ratio=float(wide["EP / TP"].iloc[-1]), tp_rounds=int(tp1.rounds.iloc[0]),
                    dpep_GiB=float(dpep.weights_per_gpu_GiB), dpep_kv=float(dpep.kv_tokens_per_gpu),
                    budget_GiB=float(dpep.budget_GiB))
+
+
+def ep_tp_figure(wide: pd.DataFrame, tp_col: str, ep_col: str, height: float = 3.4):
+    """Section 3's figure: helpers.core.plotting.ep_tp_volume (`wide`, `tp_col`, `ep_col`:
+    placement.ep_tp_volumes) on a shorter panel, `height` inches: two lines need no more, the page is read
+    on a phone, and at 3.4 inches the y label still fits beside the axis."""
+    from helpers.core import plotting
+
+    fig = plotting.ep_tp_volume(wide, tp_col, ep_col)
+    fig.set_size_inches(fig.get_size_inches()[0], height)
+    return fig

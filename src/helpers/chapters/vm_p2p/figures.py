@@ -3,39 +3,75 @@ draw with helpers.core.plotting's conventions; the path order and the method lab
 helpers.interconnect, so the base layer need not import it."""
 from __future__ import annotations
 
+from helpers.core.legends import MAX_ENTRIES, MIN_FONTSIZE, legend_outside
 from helpers.core.plotting import _COPY_HARNESS_STYLE, CYCLE, PALETTE, figure, size_sweep
 from helpers.interconnect.copies import PATHS
 from helpers.interconnect.method import Method
 
 
+#: the copy paths as a reader names them (legend entries)
+PATH_NAMES = {"same_device": "within one GPU", "peer": "GPU to GPU, peer", "host_bounce": "GPU to GPU via host",
+              "h2d": "host to GPU", "d2h": "GPU to host", "cpu_memcpy": "CPU memory copy"}
+#: the copy harnesses as a reader names them, with their line style
+HARNESS_NAMES = {"eager": "eager (from Python)", "graph": "graph (one CUDA graph)", "queued": "queued"}
+
+
 def copy_figure(copy_sweep, recorded, fit=None, what: str = "time_us", harnesses=("eager", "graph")):
     """Copy time (or bandwidth) against size per path and harness, the original VM beside it: `recorded`
     is its copy sweep (helpers.interconnect.suite.recorded_copy_sweep) and `fit` its alpha-beta fit (a row
-    with alpha_us and beta_GBps), drawn on the time panel."""
+    with alpha_us and beta_GBps), drawn on the time panel. The legend holds at most MAX_ENTRIES entries:
+    one per path (its colour), the original VM, then the fit and the harnesses' line styles where there
+    is room; a fit left out of the legend is named at its line's start, and the caption names the styles."""
     import numpy as np
 
-    fig, ax = figure(width=7.2, height=4.2)
+    fig, ax = figure(width=7.2, height=2.8)
+    entries = []   # (priority, handle-making call); paths and the recorded sweep always, the rest if room
     if copy_sweep is not None and len(copy_sweep):
         copy_sweep = copy_sweep[copy_sweep.harness.isin(harnesses)]
         for (path, harness), g in copy_sweep.groupby(["path", "harness"], sort=False):
             g = g.sort_values("size_bytes")
             lo = g[what.replace("time_us", "time_us_p10")] if what == "time_us" else None
             hi = g[what.replace("time_us", "time_us_p90")] if what == "time_us" else None
-            lab = "cpu memcpy" if path == "cpu_memcpy" else path.replace("_", " ")
-            size_sweep(ax, g["size_bytes"], g[what], f"{lab}, {harness} (measured)", lower=lo, upper=hi,
-                       color=CYCLE[list(PATHS).index(path) % len(CYCLE)], ls=_COPY_HARNESS_STYLE.get(harness, "-"))
+            color = CYCLE[list(PATHS).index(path) % len(CYCLE)]
+            size_sweep(ax, g["size_bytes"], g[what], "_nolegend_", lower=lo, upper=hi, color=color,
+                       ls=_COPY_HARNESS_STYLE.get(harness, "-"))
+            name = f"{PATH_NAMES.get(path, path.replace('_', ' '))} (measured)"
+            if name not in [n for n, _ in entries]:
+                entries.append((name, {"color": color, "ls": "-", "marker": "o", "ms": 3.5}))
+        styles = [(HARNESS_NAMES.get(h, h), {"color": "0.35", "ls": _COPY_HARNESS_STYLE.get(h, "-")})
+                  for h in copy_sweep.harness.drop_duplicates()]
+    else:
+        styles = []
     if recorded is not None:
         col = "time_us" if what == "time_us" else "bandwidth_GBps"
-        size_sweep(ax, recorded["size_bytes"], recorded[col], "GPU0 to GPU1, eager (recorded: original VM)",
+        size_sweep(ax, recorded["size_bytes"], recorded[col], "original VM, GPU 0 to GPU 1 (recorded)",
                    color=PALETTE["recorded"], marker="s", lw=2.2)
-        if what == "time_us" and fit is not None:
-            xs = np.geomspace(recorded["size_bytes"].min(), recorded["size_bytes"].max(), 30)
-            ax.plot(xs, fit.alpha_us + xs / (fit.beta_GBps * 1e3), color=PALETTE["model"], lw=1,
-                    ls=(0, (1, 1)), label="alpha-beta fit to the recorded sweep (derived)")
+    for name, kw in entries:
+        ax.plot([], [], label=name, **kw)
+    room = MAX_ENTRIES - len(ax.get_legend_handles_labels()[1])
+    if what == "time_us" and fit is not None and recorded is not None:
+        xs = np.geomspace(recorded["size_bytes"].min(), recorded["size_bytes"].max(), 30)
+        fit_label = "alpha-beta fit to the original VM (derived)"
+        ax.plot(xs, fit.alpha_us + xs / (fit.beta_GBps * 1e3), color=PALETTE["model"], lw=1, ls=(0, (1, 1)),
+                label=fit_label if room > 0 else "_nolegend_")
+        if room > 0:
+            room -= 1
+        else:   # no room in the legend: named where the line starts
+            ax.annotate("alpha-beta fit (derived)", (xs[0], fit.alpha_us + xs[0] / (fit.beta_GBps * 1e3)),
+                        xytext=(-6, 0), textcoords="offset points", fontsize=MIN_FONTSIZE, color=PALETTE["model"],
+                        ha="right", va="center")
+    if len(styles) > 1 and room >= len(styles):
+        for name, kw in styles:
+            ax.plot([], [], label=name, **kw)
     ax.set_yscale("log")
     ax.set_xlabel("message size")
-    ax.set_ylabel("time per copy (us)" if what == "time_us" else "bandwidth (GB/s)")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.set_ylabel("time per copy (µs)" if what == "time_us" else "bandwidth (GB/s)")
+    n = len(ax.get_legend_handles_labels()[1])
+    if n > 3:   # a legend below the axes takes its height from the figure's
+        legend_outside(ax, "below", ncols=2, fontsize=MIN_FONTSIZE)
+        fig.set_size_inches(7.2, 4.2)
+    else:
+        ax.legend(fontsize=MIN_FONTSIZE, loc="upper left")
     return fig
 
 

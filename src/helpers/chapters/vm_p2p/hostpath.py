@@ -96,8 +96,7 @@ def hostpath_text(res: hp.StudyResult | None, live: bool, gpus: int, selected, d
     figure derived where eight were not measured, the fastest tuning arm at the decode sizes and the
     launches that failed), or plainly why it did not run. `res` is hostpath.run_study's result or None."""
     if not live:
-        return ("Recorded mode measures nothing: no all-reduce was ever timed on the original VM, and this study "
-                f"needs {HOSTPATH_NEEDS}.")
+        return f"Recorded mode measures nothing; the study needs {HOSTPATH_NEEDS}."
     if not selected:
         return (f"The host-path study was not selected in this run (`hostpath_arms = \"none\"`); it needs "
                 f"{HOSTPATH_NEEDS}.")
