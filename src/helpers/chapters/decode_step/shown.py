@@ -39,7 +39,7 @@ def human(df: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
 
 
 CHECK_SUMMARY_NOT_RUN = ("This run did not execute the two-rank check of section 1 (a CPU run in mode auto and the "
-                         "test suite do); the sharding is checked there, not on this page.")
+                         "test suite do).")
 CHECK_SUMMARY_PASSED = ("The sharded step over two real processes reproduced the unsharded logits to "
                         "{rel:.1e} of the largest (tolerance {tol:.0e}); the wrong split was off by {wrong:.2f} "
                         "and was caught.")
