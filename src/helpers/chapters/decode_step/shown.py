@@ -38,13 +38,13 @@ def human(df: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
     return out.rename(columns=columns).reset_index(drop=True)
 
 
-CHECK_SUMMARY_NOT_RUN = ("This run did not execute the two-rank check of section 2 (a CPU run in mode auto and the "
-                         "test suite do); the sharding is checked there, not on this page.")
+CHECK_SUMMARY_NOT_RUN = ("This run did not execute the two-rank check of section 1 (a CPU run in mode auto and the "
+                         "test suite do).")
 CHECK_SUMMARY_PASSED = ("The sharded step over two real processes reproduced the unsharded logits to "
                         "{rel:.1e} of the largest (tolerance {tol:.0e}); the wrong split was off by {wrong:.2f} "
                         "and was caught.")
 CHECK_SUMMARY_FAILED = ("The two-rank check FAILED in this run: the sharded step was off by {rel:.1e} (tolerance "
-                        "{tol:.0e}), the wrong split by {wrong:.2f}{caught}; section 2 has the table.")
+                        "{tol:.0e}), the wrong split by {wrong:.2f}{caught}; section 1 has the table.")
 
 
 def check_summary(check: pd.DataFrame | None) -> str:

@@ -14,8 +14,8 @@ instead of dropping a number. Sentences whose wording depends on the mode or the
 
 The code is split by section: `answer` (the page's opening, predicted against observed per point, and
 the page's views of the tables: at most seven columns, human headers), `build` (the Diagnosis, Part, save, the page-wide values),
-`budget_sections` (the page's sections 1 and 2: the first budget and the budget on measured compute; section
-8: this run's link and collectives), `verdict_sections` (sections 3 to 7 and 9, from helpers.model.verdict) and `values` (one frozen dataclass per section: its fields are the glue
+`budget_sections` (the page's sections 1 and 2: the first budget and the budget on measured compute; in
+section 5: this run's link and collectives), `verdict_sections` (sections 3 to 6, from helpers.model.verdict) and `values` (one frozen dataclass per section: its fields are the glue
 keys). Every public name is re-exported here: `from helpers.chapters import diagnosis as ch`. `PARAMS`
 is the chapter's parameter spec (the runbook checks a run's values against it before the run starts).
 """

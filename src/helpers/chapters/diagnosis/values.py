@@ -207,7 +207,7 @@ class VmPredictedValues:
 
 @dataclass(frozen=True)
 class AttributionValues:
-    """Section 5: the VM's loss per step and the share each scenario explains (attribution)."""
+    """Section 4 (second part): the VM's loss per step and the share each scenario explains (attribution)."""
 
     loss_1: float
     loss_lo_1: float
@@ -225,7 +225,7 @@ class AttributionValues:
 
 @dataclass(frozen=True)
 class DecisionValues:
-    """Section 6: the decision rule, its thresholds and its conclusion (decision); page 1 cites conclusion_case, conclusion_text and page1_status."""
+    """Section 5: the decision rule, its thresholds and its conclusion (decision); page 1 cites conclusion_case, conclusion_text and page1_status."""
 
     conclusion_case: str
     conclusion_text: str
@@ -249,7 +249,7 @@ class DecisionValues:
 
 @dataclass(frozen=True)
 class CeilingValues:
-    """Section 7: every point as a fraction of the weight-bytes floor (ceilings)."""
+    """Section 3 (a dropdown): every point as a fraction of the weight-bytes floor (ceilings)."""
 
     ceiling_takeaway: str
     ceil_1: float
@@ -280,7 +280,7 @@ class CollectivesValues:
 
 @dataclass(frozen=True)
 class RemedyValues:
-    """Section 9: the remedies ranked (remedies)."""
+    """Section 6: the remedies ranked (remedies)."""
 
     top_remedy: str
     top_gain_lo: float
