@@ -178,3 +178,16 @@ def test_the_parameters_box_closes_the_page_folded():
     assert '| `sweep` | `"full"` (set by the run) |' in box  # the run's values, though the cell moved
     defaults = staging.clean_notebook(_nb([md, PARAMS, body]), CTX)
     assert defaults["cells"][-1]["id"] == "parameters-of-this-run"
+
+
+def test_a_glued_sentences_code_spans_show_as_plain_text():
+    """{glue:text} shows a glued value as it is, so a sentence holding Markdown code spans would put
+    backticks in front of the reader (the published 07_decode_step did: "the chapter's `eager` parameter");
+    the staged copy shows their text, and a glued Markdown value (glue:md) keeps its code."""
+    md = "application/papermill.record/text/markdown"
+    glued = {"output_type": "display_data", "metadata": {"scrapbook": {"name": "t", "mime_prefix": ""}},
+             "data": {staging.GLUED_PLAIN: "'no eager step (the chapter\\'s `eager` parameter was off)'",
+                      md: "the `--tp-size` flag"}}
+    out = staging.clean_notebook(_nb([_code("x", [glued])]), CTX)["cells"][0]["outputs"][0]["data"]
+    assert "`" not in out[staging.GLUED_PLAIN] and "eager parameter" in out[staging.GLUED_PLAIN]
+    assert out[md] == "the `--tp-size` flag"

@@ -139,7 +139,8 @@ def _glued_text(value) -> str:
 
 @pytest.mark.parametrize("run,label,gpus", [("h200x2-20261129f", "2x NVIDIA H200", 2),
                                             ("h200-20261201b", "1x NVIDIA H200", 1),
-                                            ("h200-20261201f", "1x NVIDIA H200", 1)])
+                                            ("h200-20261201f", "1x NVIDIA H200", 1),
+                                            ("h200-20261202a", "1x NVIDIA H200", 1)])
 def test_a_gpu_runs_sentences_come_back_word_for_word_from_its_tables(run, label, gpus):
     """The committed GPU runs were rendered by the chapter's old code; the findings give the same text
     from the same result files (GPU code paths cannot run here; this is their check)."""

@@ -300,6 +300,17 @@ def clean_notebook(nb: dict, ctx: RunContext) -> dict:
     return nb
 
 
+#: the mime type of a value glued as plain text ({glue:text} shows it as it is: no Markdown)
+GLUED_PLAIN = "application/papermill.record/text/plain"
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def plain_code_spans(text: str) -> str:
+    """A glued sentence's Markdown code spans as their plain text: {glue:text} cannot show code, and a
+    reader would otherwise see the backticks (the browser check fails on them)."""
+    return _CODE_SPAN.sub(r"\1", text)
+
+
 def _clean_output(o: dict, ctx: RunContext) -> dict | None:
     kind = o.get("output_type")
     if kind == "stream":
@@ -320,6 +331,8 @@ def _clean_output(o: dict, ctx: RunContext) -> dict | None:
                 text = public_text(_as_text(data[mime]), ctx)
                 if "html" in mime:
                     text = _withhold_hosts(clean_dataframe_html(text), ctx)
+                if mime == GLUED_PLAIN:
+                    text = plain_code_spans(text)
                 data[mime] = text
         return o
     if kind == "error":

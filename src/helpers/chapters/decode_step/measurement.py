@@ -212,7 +212,7 @@ def cpu_text(sweep: "steptime.SweepResult | None", rank_timing: list[dict] | Non
 
 
 EAGER_TEXT = "eagerly, one sequence takes {ms:.0f} ms"
-EAGER_TEXT_NONE = "this measurement timed no eager step (the chapter's `eager` parameter was off)"
+EAGER_TEXT_NONE = "this measurement timed no eager step (the chapter's eager parameter was off)"
 
 
 def measurement_values(meas: mb.StepMeasurement, batch_max: int, context: int, long_context: int) -> dict:
