@@ -68,3 +68,20 @@ def test_every_page_in_a_real_browser(built):
     assert report["math"] > 0 and report["images"] > 0 and report["links_checked"] > 50
     shots = built.parent / "screenshots"
     assert len(list(shots.glob("*.png"))) == report["pages"] and (shots / "report.json").exists()
+
+
+def test_a_glued_sentence_is_not_a_wall_of_bold():
+    """myst-nb sets every glued value in bold; a glued sentence gets the class that sets it in the text's
+    weight, a glued figure keeps its bold (reader review, defect 9)."""
+    from docutils import nodes
+
+    tree = nodes.paragraph()
+    short = nodes.inline("50.1", "50.1", classes=["pasted-text"])
+    long = nodes.inline("x" * (site.SENTENCE_CHARS + 1), "x" * (site.SENTENCE_CHARS + 1), classes=["pasted-text"])
+    other = nodes.inline("y" * 80, "y" * 80, classes=["something"])
+    tree += [short, long, other]
+    site._unbold_sentences(None, tree, "page")
+    assert "pasted-sentence" in long["classes"] and "pasted-sentence" not in short["classes"]
+    assert "pasted-sentence" not in other["classes"]
+    css = (repo_root() / "_static" / "custom.css").read_text()
+    assert re.search(r"span\.pasted-text\.pasted-sentence\s*\{\s*font-weight:\s*inherit", css)

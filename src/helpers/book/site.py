@@ -7,7 +7,8 @@ PyPI package `django-static-mathjax` (the MathJax release's static files, no Dja
 into `_static/mathjax/` when the build finishes. Nothing is downloaded, at build or at view time. The
 theme's own fonts and icons (FontAwesome) are bundled by pydata-sphinx-theme already.
 
-It also keeps the pages free of console errors a reader's browser would log: sphinx-thebe's inline
+A glued sentence is set in the text's weight, not in myst-nb's bold (`SENTENCE_CHARS`). It also keeps the
+pages free of console errors a reader's browser would log: sphinx-thebe's inline
 configuration is added twice to every page (`Identifier 'THEBE_JS_URL' has already been declared`) and
 names a CDN, so with the book's launch buttons off (`launch_buttons: thebe: false`) its scripts are
 left out; and the theme's colour mode defaults to `auto` (unset, pydata-sphinx-theme logs "invalid theme
@@ -104,7 +105,22 @@ def _build_finished(app, exc) -> None:
         copy_mathjax(Path(app.outdir) / "_static")
 
 
+#: a glued value longer than this is a sentence, not a figure: myst-nb sets every glued value in bold
+#: (`span.pasted-text`), which turns a glued sentence into a wall of bold text (reader review, defect 9);
+#: such spans get the class `pasted-sentence`, which _static/custom.css sets in the text's own weight
+SENTENCE_CHARS = 40
+
+
+def _unbold_sentences(app, doctree, docname) -> None:
+    from docutils import nodes
+
+    for node in doctree.findall(nodes.inline):
+        if "pasted-text" in node.get("classes", []) and len(node.astext()) > SENTENCE_CHARS:
+            node["classes"].append("pasted-sentence")
+
+
 def setup(app):
+    app.connect("doctree-resolved", _unbold_sentences)
     app.connect("config-inited", _config_inited, priority=900)
     app.connect("html-page-context", _page_context, priority=900)
     app.connect("build-finished", _build_finished)
