@@ -37,6 +37,7 @@ from helpers.book.manifest import read_manifest
 from helpers.book.planning import stem, toc_entries
 from helpers.book.statuspage import _problem_page, status_page  # noqa: F401 (status_page: runbook imports it here)
 from helpers.book.targets import TARGETS_DIR
+from helpers.core import tables
 
 #: tqdm's bar: "desc:  17%|█▋        | 1/6 [00:18<01:30, 18.13s/it]"
 PROGRESS = re.compile(r"\d{1,3}%\|[^|\n]*\||\[\d+:\d+<[\d:?]+,\s*[\d.?]+\s*(?:it/s|s/it)\]")
@@ -302,13 +303,10 @@ def clean_notebook(nb: dict, ctx: RunContext) -> dict:
 
 #: the mime type of a value glued as plain text ({glue:text} shows it as it is: no Markdown)
 GLUED_PLAIN = "application/papermill.record/text/plain"
-_CODE_SPAN = re.compile(r"`([^`\n]+)`")
-
-
 def plain_code_spans(text: str) -> str:
     """A glued sentence's Markdown code spans as their plain text: {glue:text} cannot show code, and a
     reader would otherwise see the backticks (the browser check fails on them)."""
-    return _CODE_SPAN.sub(r"\1", text)
+    return tables.CODE_SPAN.sub(r"\1", text)
 
 
 def _clean_output(o: dict, ctx: RunContext) -> dict | None:

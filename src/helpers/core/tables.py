@@ -42,6 +42,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from helpers.core.pick import PickError
+
 #: column-name suffixes that carry a unit, and the unit they mean (lowercase match on the last `_part`)
 SUFFIX_UNITS = {
     "us": "us", "ms": "ms", "s": "s", "ns": "ns",
@@ -434,12 +436,34 @@ def _format_column(name: str, values: list, units: dict, rename: dict, digits) -
     return header, formatted, is_num
 
 
-_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+#: a Markdown code span (`a command`, `--a-flag`): a cell shows it as code, a plain-text glue as its text
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
 
 
 def _code_spans(escaped: str) -> str:
     """Text in backticks inside a cell (a command, a flag) as code, the way MyST shows it in prose."""
-    return _CODE_SPAN.sub(r"<code>\1</code>", escaped)
+    return CODE_SPAN.sub(r"<code>\1</code>", escaped)
+
+
+class ColumnError(PickError, KeyError):
+    """A table lacks a column a page view names (`view`); the message names it and the columns there are."""
+
+    def __str__(self) -> str:   # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+def view(df: pd.DataFrame, columns: Mapping[str, str], percent=(), what: str = "table") -> pd.DataFrame:
+    """The page's view of `df`: `columns`' keys in that order under their values as headers, the columns
+    named in `percent` (fractions) as percent. A column `df` lacks raises ColumnError naming `what`, the
+    column and the columns there are."""
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ColumnError(f"{what}: no column(s) {missing}; it has {list(df.columns)}")
+    out = df[list(columns)].copy()
+    for c in percent:
+        if c in out.columns:
+            out[c] = 100 * pd.to_numeric(out[c], errors="coerce")
+    return out.rename(columns=dict(columns)).reset_index(drop=True)
 
 
 def _header(base: str, unit: str | None) -> str:

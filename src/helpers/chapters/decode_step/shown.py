@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 
+from helpers.core import tables
 from helpers.core.pick import one
 
 #: the whole-step table the page shows: column -> header (a unit in parentheses)
@@ -27,15 +28,8 @@ _PERCENT = ("share", "share_of_peak", "share_of_observed_step")
 
 def human(df: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
     """`df`'s `columns` (in that order) under their human headers; fractions named in _PERCENT become percent.
-    A column the table lacks raises KeyError naming it and the columns there are."""
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise KeyError(f"decode-step table: no column(s) {missing}; it has {list(df.columns)}")
-    out = df[list(columns)].copy()
-    for c in _PERCENT:
-        if c in out.columns:
-            out[c] = 100 * out[c].astype(float)
-    return out.rename(columns=columns).reset_index(drop=True)
+    A column the table lacks raises tables.ColumnError (a KeyError) naming it and the columns there are."""
+    return tables.view(df, columns, _PERCENT, "decode-step table")
 
 
 CHECK_SUMMARY_NOT_RUN = ("This run did not execute the two-rank check of section 1 (a CPU run in mode auto and the "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from helpers.chapters.diagnosis.build import ENDS, Diagnosis, Part
+from helpers.core import tables
 from helpers.core.pick import PickError, one, rows
 
 
@@ -102,18 +103,12 @@ def human(df: pd.DataFrame, name: str) -> pd.DataFrame:
     """The page's view of a section's table: SHOWN[name]'s columns in order, under their headers, fractions as
     percent. A column the table lacks raises PickError naming it and the columns there are."""
     spec = SHOWN[name]
-    missing = [c for c in spec if c not in df.columns]
-    if missing:
-        raise PickError(f"the diagnosis table '{name}' has no column(s) {missing}; it has {list(df.columns)}")
-    out = df[list(spec)].copy()
-    for c in _PERCENT:
-        if c in out.columns:
-            out[c] = 100 * pd.to_numeric(out[c], errors="coerce")
-    if "unit" in out.columns:   # the data's "us" is written µs on the page
-        out["unit"] = out["unit"].replace({"us": "µs"})
     if len(spec) > 7:
         raise ValueError(f"the diagnosis table '{name}' would show {len(spec)} columns; at most 7")
-    return out.rename(columns=spec).reset_index(drop=True)
+    out = tables.view(df, spec, _PERCENT, f"the diagnosis table '{name}'")
+    if "unit" in spec:   # the data's "us" is written µs on the page
+        out[spec["unit"]] = out[spec["unit"]].replace({"us": "µs"})
+    return out
 
 
 class Folded:
