@@ -114,6 +114,17 @@ def test_one_compiled_function_equals_its_plain_self():
     assert any(r["function"] == "add_rmsnorm" for r in fz.COMPILE_LOG)
 
 
+def test_index_scores_add_the_split_products_partial_sums():
+    """fused.indexer_scores takes the weights_proj product either whole (B, H) or as float32 partial sums
+    over split K (S, B, H), which it adds; compiled, the sum sits in the scores' own kernel."""
+    g = torch.Generator().manual_seed(1)
+    iq, keys = torch.randn(2, 4, 16, generator=g).bfloat16(), torch.randn(2, 10, 16, generator=g).bfloat16()
+    parts = torch.randn(4, 2, 4, generator=g)
+    want = fz.indexer_scores(iq, keys, parts.sum(0).bfloat16())
+    assert torch.equal(fz.indexer_scores(iq, keys, parts), want)
+    assert not torch.equal(fz.indexer_scores(iq, keys, parts[:3]), want)     # every partial sum counts
+
+
 @pytest.mark.gpu
 def test_gpu_fused_step_compiles_and_matches_and_the_router_kernel_is_right():
     if not torch.cuda.is_available():
@@ -171,6 +182,13 @@ def test_gpu_triton_moe_kernels_match_torchs_grouped_products(batch):
     assert rel(moe_triton.linear_fp8(xq[:batch], xs[:batch], d), dref) < 1e-2
     dpart = moe_triton.linear_fp8(xq[:batch], xs[:batch], d, split=True)
     assert rel(dpart.sum(0) if dpart.dim() == 3 else dpart, dref) < 1e-2
+    # the dense bf16 product of few rows (the FP8 step's weights_proj: K 6144, 32 columns), split over K
+    wp = (torch.randn(6144, 32, device="cuda", generator=g) * 0.05).bfloat16()
+    xp = torch.randn(batch, 6144, device="cuda", generator=g).bfloat16()
+    pref = xp.float() @ wp.float()
+    assert rel(moe_triton.linear(xp, wp), pref) < 1e-2
+    ppart = moe_triton.linear(xp, wp, split=True)
+    assert ppart.dim() == 3 and ppart.shape[0] > 1 and rel(ppart.sum(0), pref) < 1e-2
     if batch == 5:
         # the whole FP8 step with the kernels against the fp32 step on the CPU from the same weights and
         # routing, at the FP8 step's tolerance (as tests/test_fp8.py checks torch's FP8 products); the

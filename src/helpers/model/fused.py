@@ -176,7 +176,11 @@ def indexer_qk(iq: torch.Tensor, ik: torch.Tensor, nw: torch.Tensor, nb: torch.T
 
 
 def indexer_scores(iq: torch.Tensor, keys: torch.Tensor, iw: torch.Tensor) -> torch.Tensor:
-    """Index scores sum_h relu(q_h . k) w_h over the cached keys."""
+    """Index scores sum_h relu(q_h . k) w_h over the cached keys. `iw` may be the float32 partial sums of a
+    split-K product (S, B, H: helpers.model.moe_triton.linear), added here (Inductor unrolls a sum over at
+    most 8 into the scores' own kernel)."""
+    if iw.dim() == 3:
+        iw = iw.sum(0).to(iq.dtype)
     sc = torch.relu(torch.bmm(iq, keys.transpose(1, 2)))
     return (sc * iw[..., None]).sum(1)
 

@@ -5,6 +5,7 @@ column tile, each reading only its own expert's weight tile and multiplying it b
     y = moe_gemm(x, w, offs)             # bf16: x (T, K) rows grouped by expert, w (E, K, N)
     y = moe_gemm_fp8(xq, xs, w, offs)    # FP8 W8A8: xq (T, K) E4M3, row scales xs (T, 1),
                                          #   w an fp8.QWeight (E, K, N), column scales (E, N)
+    y = linear(x, w) / linear_fp8(xq, xs, w)   # a dense product of a few rows: one group holding them all
 
 `offs` are the cumulative row counts per expert (int32, as `torch._grouped_mm` takes them): expert e owns
 rows offs[e-1]:offs[e]. The grid is fixed by the shapes alone (experts x column tiles), so the kernel is
@@ -161,6 +162,13 @@ def moe_gemm_fp8(xq: torch.Tensor, xs: torch.Tensor, w, offs: torch.Tensor,
     (an fp8.QWeight of logical shape (E, K, N), column scales (E, N)): (T, N) in `out_dtype`; the same
     product as fp8.grouped_mm (torch._scaled_grouped_mm). `split` as for moe_gemm."""
     return _launch(xq, w.q, offs, xs.reshape(-1), w.scale, True, out_dtype, split)
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, split: bool = False) -> torch.Tensor:
+    """A dense bf16 product (one 'expert' holding every row): x (M, K) times w (K, N), one kernel. For the
+    FP8 step's one bf16 product of decode's few rows, the indexer's weights_proj (32 columns: cuBLAS runs it
+    as two kernels). `split` as for moe_gemm (the consumer adds the partial sums: fused.indexer_scores)."""
+    return _launch(x, w.unsqueeze(0), _one_group(x.shape[0], x.device), None, None, False, x.dtype, split)
 
 
 def linear_fp8(xq: torch.Tensor, xs: torch.Tensor, w, out_dtype: torch.dtype = torch.bfloat16,

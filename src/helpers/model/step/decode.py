@@ -119,6 +119,15 @@ class DecodeStep(UnfusedProgram, FusedProgram):
             return fp8.linear(xq, s, w, self.dt)
         return getattr(self.S, src) @ w
 
+    def _mm_bf16(self, src: str, w: torch.Tensor) -> torch.Tensor:
+        """S.<src> @ w for a bf16 weight in the FP8 step (the indexer's weights_proj): a few rows take the
+        Triton kernel, one launch, returning float32 partial sums over split K that the consumer adds
+        (fused.indexer_scores). torch ran it as two kernels a layer (data/measured/step-fused-h200-20261202)."""
+        x = getattr(self.S, src)
+        if self.moe_impl == "triton" and x.shape[0] <= moe_triton.DENSE_FP8_ROWS:
+            return moe_triton.linear(x, w, split=True)
+        return x @ w
+
     def _quantize(self, add, src: str, component: str, *weights, stream: str = "main") -> None:
         """The op quantizing S.<src> per row, where one of `weights` (its consumers) is held in FP8."""
         if any(isinstance(w, fp8.QWeight) for w in weights):

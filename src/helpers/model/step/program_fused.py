@@ -139,7 +139,8 @@ class FusedProgram:
         add("indexer wq_b", "indexer", lambda: setattr(S, "iq", self._mm("qc", W["idx_wq_b"])))
         parts = _x_projection(W)[1]       # wk (and weights_proj) come out of the fused q_a + kv_a product
         if len(parts) < 3:
-            add("indexer weights_proj", "indexer", lambda: setattr(S, "iw", S.x @ W["idx_weights_proj"]))
+            wp = W["idx_weights_proj"]       # bf16 in the FP8 step, as DeepSeek's FP8 checkpoints hold it
+            add("indexer weights_proj", "indexer", lambda: setattr(S, "iw", self._mm_bf16("x", wp)))
 
         def rope():
             S.iq3, S.ik2 = qk(S.iq, S.ik, W["idx_k_norm_w"], W["idx_k_norm_b"], self.cos, self.sin, r, nh)
