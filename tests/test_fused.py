@@ -114,6 +114,22 @@ def test_one_compiled_function_equals_its_plain_self():
     assert any(r["function"] == "add_rmsnorm" for r in fz.COMPILE_LOG)
 
 
+def test_the_kernel_tiles_follow_the_h200_sweep():
+    """moe_triton.config at GLM-5's TP8 per-rank shapes takes what benchmarks/tune_moe.py measured fastest on
+    the H200: two pipeline stages for the experts' down product (K 256: one or two trips of the K loop), four
+    for the long K of gate/up, K split where batch 1's few experts leave SMs idle, and no FP8 dense product
+    narrower than 32 columns. (Pure arithmetic: no GPU.)"""
+    from helpers.model import moe_triton as mt
+    for fp8_ in (False, True):
+        for rows in (8, 512):                               # batch 1 and 64, top-8
+            n, _, split, _, stages = mt.config(rows, 256, 6144, 256, fp8_)
+            assert stages == 2 and split == 1, (fp8_, rows)
+        n, _, split, _, stages = mt.config(8, 256, 512, 6144, fp8_)
+        assert stages == 4 and split == 2 and n == 32
+    for k, n_out in ((6144, 2752), (8192, 6144), (256, 6144), (2048, 2048)):
+        assert mt.config(1, 1, n_out, k, True)[0] >= 32
+
+
 def test_index_scores_add_the_split_products_partial_sums():
     """fused.indexer_scores takes the weights_proj product either whole (B, H) or as float32 partial sums
     over split K (S, B, H), which it adds; compiled, the sum sits in the scores' own kernel."""

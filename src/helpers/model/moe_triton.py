@@ -58,9 +58,9 @@ def config(rows: int, experts: int, n: int, k: int, fp8: bool) -> tuple[int, int
     active = max(1, min(experts, rows))
     block_k = 128 if not fp8 else 256
     block_k = min(block_k, max(32, 1 << (max(k, 32) - 1).bit_length()))
-    # FP8 weights are held K-contiguous, so a 16-column tile still reads whole 256-byte rows: a dense product
-    # (one "expert") may go that narrow; bf16 weights are N-contiguous and keep 32 columns (64-byte rows)
-    narrowest = 16 if (fp8 and experts == 1) else 32
+    # 32 columns at the narrowest: measured on the H200 (benchmarks/tune_moe.py), FP8 dense products of 16
+    # columns ran 5 to 25 % slower than of 32 (o_proj, the fused q_a + kv_a, the shared expert's down)
+    narrowest = 32
     block_n = 128
     while block_n > narrowest and active * -(-n // block_n) < TARGET_PROGRAMS:
         block_n //= 2
@@ -68,7 +68,11 @@ def config(rows: int, experts: int, n: int, k: int, fp8: bool) -> tuple[int, int
     while (split < 8 and active * -(-n // block_n) * split * 2 <= TARGET_PROGRAMS
            and k // (split * 2) >= 2 * block_k):
         split *= 2
-    return block_n, block_k, split, 4, 4
+    # a program whose K loop runs once or twice gains nothing from a deep pipeline, and four stages of shared
+    # memory leave one program per SM: measured on the H200 (benchmarks/tune_moe.py), the experts' down
+    # product (K 256 per rank) ran 1.3x to 1.6x faster with two stages (FP8 at batch 64: 147 -> 104 µs)
+    stages = 2 if -(-k // split) <= 2 * block_k else 4
+    return block_n, block_k, split, 4, stages
 
 
 _KERNEL = None
