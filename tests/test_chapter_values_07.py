@@ -11,6 +11,7 @@ from helpers import repo_root
 from helpers.core import recorded
 from helpers.core.glue import read_glued
 from helpers.model import arith
+from helpers.model import measured as mb
 
 ROOT = repo_root()
 
@@ -79,11 +80,25 @@ def test_the_decode_step_chapter_states_the_fp8_bytes_and_accuracy(recorded_run)
     steps = t[(t.what == "step") & (t.context == 384)]
     overlapped = "overlap" in steps.columns and steps.overlap.astype(bool).all()
     assert g["overlap_main"] == ("on" if overlapped else "off") and g["fp8_trial"].startswith("not tried")
+    # FP8 against bf16 from the fused step's study where one holds both (what an engine's FP8 costs), the
+    # second stream's saving from the unfused FP8 study (the fused study times no step on one stream)
     fp8_studies = recorded.measured_studies("decode-step-fp8")
-    if fp8_studies:
+    fused = [s for s in recorded.measured_studies("decode-step-fused")
+             if {"bf16", "fp8"} <= set(recorded.load(f"measured/{s.id}/timings.csv").query("fusion == 'fused'").dtype)]
+    fs = mb.fusion_study()
+    if fused and fs is not None and fs.id in {s.id for s in fused}:
+        assert g["prec_source"].startswith(f"data/measured/{fs.id} (")
+        ft = recorded.load(f"measured/{fs.id}/timings.csv")
+        sel = ft[(ft.fusion == "fused") & (ft.what == "step") & (ft.context == 384) & (ft["mode"] == "graph")
+                 & (ft.attention == "dense")].set_index(["dtype", "batch"]).median_us
+        assert abs(float(g["fp8_step_x_1"]) - sel["fp8", 1] / sel["bf16", 1]) < 1e-9
+        assert "moe_triton" in g["prec_experts_impl"]
+    elif fp8_studies:
         assert g["prec_source"].startswith(f"data/measured/{fp8_studies[0].id} (")
     else:
         assert g["prec_source"] == "none"
+    if fp8_studies:
+        assert g["overlap_source"].startswith(f"data/measured/{fp8_studies[0].id} (")
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ from helpers.chapters.decode_step.measurement import (BYTES_BATCHES, CHAPTER, CH
 from helpers.chapters.decode_step.precision import (FP8_VERDICTS, PRECISION_KEYS, fp8_accuracy_values,
                                                     fp8_verdict, fp8_weight_table, has_overlap_pair, overlap_label,
                                                     overlap_steps, precision_bytes, precision_configs,
-                                                    precision_source, precision_split, precision_steps,
+                                                    precision_experts_impl, precision_source, precision_split, precision_steps,
                                                     precision_values, time_precisions)
 from helpers.chapters.decode_step.shown import (BYTES_SHOWN, CHECK_SUMMARY_FAILED, HEADERS, headers, CHECK_SUMMARY_NOT_RUN, CHECK_SUMMARY_PASSED,
                                                 FIDELITY_SHOWN, SPLIT_SHOWN_HUMAN, STEPS_SHOWN, TUNING_SHOWN,
@@ -76,6 +76,6 @@ __all__ = ["AnswerValues", "BYTES_SHOWN", "HEADERS", "headers", "CHECK_SUMMARY_F
            "cpu_text", "dense_bytes", "engine_table", "engine_values", "fidelity_values", "fp8_accuracy_values",
            "fp8_verdict", "fp8_weight_table", "fusion_table", "fusion_values", "graphs_vs_eager", "has_overlap_pair",
            "kernel_compare", "kernel_values", "measurement_values", "overlap_label", "overlap_steps",
-           "precision_bytes", "precision_configs", "precision_source", "precision_split", "precision_steps",
+           "precision_bytes", "precision_configs", "precision_experts_impl", "precision_source", "precision_split", "precision_steps",
            "precision_values", "shape_values", "sglang_kernels", "split", "split_by_batch", "split_table",
            "split_values", "step_ms", "steps", "sweep_config", "time_precisions", "tuning", "tuning_bounds"]

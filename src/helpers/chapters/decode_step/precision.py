@@ -8,7 +8,7 @@ from typing import Mapping
 
 import pandas as pd
 
-from helpers.chapters.decode_step.measurement import BYTES_BATCHES, SPLIT, dense_bytes, sweep_config
+from helpers.chapters.decode_step.measurement import BYTES_BATCHES, EXPERTS_IMPL, SPLIT, dense_bytes, sweep_config
 from helpers.core.pick import one
 from helpers.model import arith as ma
 from helpers.model import measured as mb
@@ -65,6 +65,16 @@ def time_precisions(p: Mapping, bf16_dir, out_root, device: str = "cuda",
 def precision_source(ps: mb.PrecisionStudy | None) -> str:
     """Where the chapter's bf16-against-FP8 timings come from: this run, a data/ folder, or none."""
     return "none" if ps is None else f"{ps.where} ({ps.device})"
+
+
+def precision_experts_impl(ps: mb.PrecisionStudy | None) -> str:
+    """How the experts ran in the sweeps whose rows `ps` holds (each sweep's meta `moe_impl`), in words."""
+    if ps is None:
+        return "no implementation: no FP8 measurement exists"
+    fusions = set(ps.timings["fusion"].astype(str)) if "fusion" in ps.timings.columns else {"unfused"}
+    impls = sorted({str(m["moe_impl"]) for m in ps.meta.get("sweeps", {}).values()
+                    if m.get("moe_impl") and m.get("config", {}).get("fusion", "unfused") in fusions})
+    return " and ".join(EXPERTS_IMPL.get(i, repr(i)) for i in impls) or "an implementation the measurement does not record"
 
 
 def fp8_weight_table(m: ma.ModelConfig, tp: int) -> pd.DataFrame:
@@ -185,12 +195,14 @@ PRECISION_KEYS = ("fp8_step_x_1", "fp8_step_x_max", "fp8_moe_x_max", "fp8_moe_GB
                   "fp8_att_x_1", "overlap_saved_1", "overlap_saved_max", "overlap_share_max", "prec_bmax")
 
 
-def precision_values(ps: mb.PrecisionStudy | None, context: int) -> dict[str, float]:
+def precision_values(ps: mb.PrecisionStudy | None, context: int,
+                     overlap: mb.PrecisionStudy | None = None) -> dict[str, float]:
     """The figures 07_decode_step's FP8 takeaway cites: FP8's whole step and its experts as a multiple of
     bf16's time (above 1: slower) at one sequence and at the study's largest batch, the experts' achieved
     GB/s in each precision there, the attention block's multiple at one sequence, and what the second
-    stream saved in bf16 (ms and share of the one-stream step). NaN for each where `ps` is None or lacks
-    the rows (no FP8 measurement exists), so the page's sentence stays and says nan."""
+    stream saved in bf16 (ms and share of the one-stream step: from `overlap` where given, else `ps`). NaN
+    for each where the study is None or lacks the rows (no FP8 measurement exists), so the page's sentence
+    stays and says nan."""
     vals = {k: float("nan") for k in PRECISION_KEYS}
     if ps is None:
         return vals
@@ -206,8 +218,9 @@ def precision_values(ps: mb.PrecisionStudy | None, context: int) -> dict[str, fl
     sm = precision_split(ps, bmax, context).set_index("component")
     vals["fp8_moe_x_max"] = float(sm.loc["moe", "fp8_vs_bf16"])
     vals["fp8_moe_GBps_max"], vals["bf16_moe_GBps_max"] = float(sm.loc["moe", "fp8_GBps"]), float(sm.loc["moe", "bf16_GBps"])
-    if has_overlap_pair(ps):
-        ov = overlap_steps(ps, context)
+    ovs = overlap if overlap is not None else ps
+    if has_overlap_pair(ovs):
+        ov = overlap_steps(ovs, context)
         ov = ov[ov["precision"] == "bf16"].set_index("batch")
         if 1 in ov.index:
             vals["overlap_saved_1"] = float(ov.loc[1, "saved_ms"])

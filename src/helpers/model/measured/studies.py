@@ -222,6 +222,18 @@ def pick_fusion_study(studies: list[FusionStudy]) -> FusionStudy | None:
     return (full or studies)[-1] if studies else None
 
 
+def fused_precisions(fs: "FusionStudy | None") -> "PrecisionStudy | None":
+    """The fused step's bf16 and FP8 rows of a fusion study as a PrecisionStudy (what an engine's FP8 step
+    costs against its bf16 one), or None where `fs` lacks either precision's fused rows. It holds no step
+    on one stream (the shared expert overlapped only): the second stream's saving comes from precision_study."""
+    if fs is None:
+        return None
+    t = fs.timings[fs.timings["fusion"] == "fused"]
+    if not {"bf16", "fp8"} <= set(t["dtype"].astype(str)):
+        return None
+    return PrecisionStudy(t.reset_index(drop=True), fs.bytes, fs.meta, fs.where, fs.device)
+
+
 @dataclass(frozen=True)
 class PrecisionStudy:
     """The step timed in bf16 and in FP8, with the shared expert overlapped and not (steptime.merge_sweeps'
