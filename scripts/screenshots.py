@@ -1,7 +1,7 @@
 """The screenshots of issue 24's acceptance: the pages of the reader review's twelve defects, at 1280 and at
 390 px, as docs/screenshots/README.md lists them.
 
-    python scripts/screenshots.py _build/html docs/screenshots/before   # made from runs/h200-20261201f
+    python scripts/screenshots.py _build/html docs/screenshots/before   # made from runs/h200-20261201f, since retired
     python scripts/screenshots.py _build/html docs/screenshots/after    # the same, after the new run
 
 Per page of PAGES, its first two screens (<page>_1280.png, <page>_390.png); per (page, text) of FINDS, one

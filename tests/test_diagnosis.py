@@ -169,12 +169,18 @@ def test_save_writes_declared_tables_and_refuses_others(rec, tmp_path):
         dg.save(tmp_path, dg.Part({}, {"scratch": pd.DataFrame({"a": [1]})}))
 
 
-@pytest.mark.parametrize("run,harness", [("h200x2-20261129f", "graph"), ("h200-20261201b", "eager")])
-def test_a_gpu_runs_sentences_come_back_from_its_tables(run, harness, meas):
-    """The committed GPU runs were rendered by the chapter's old code (GPU paths cannot run here; this is
-    their check): from the run's points, with the fit table today's VM/P2P chapter writes, the diagnosis
-    gives the same sentences word for word, but that the link is now named by its method label where the
-    old text printed the harness column (which then held the label)."""
+@pytest.mark.parametrize("run,harness,gpus", [("h200x2-20261129f", "graph", 2), ("h200-20261202a", "graph", 1)])
+def test_a_gpu_runs_sentences_come_back_from_its_tables(run, harness, gpus, meas):
+    """The committed GPU runs' pages (GPU paths cannot run here; this is their check): from the run's points,
+    with the fit table today's VM/P2P chapter writes, the diagnosis gives the sentences the run glued.
+
+    The two-GPU run was rendered by the chapter's old code: the same sentences word for word, but that the
+    link is now named by its method label where the old text printed the harness column (which then held
+    the label). The one-GPU run's points hold a one-rank NCCL all-reduce (eager), which moves nothing
+    between GPUs; older books took its fit as the link, "used as the all-reduce itself" (reader review,
+    defect 4; runs/h200-20261201b glued that sentence until it was retired after commit 5ee6479). Such a fit
+    is no link now: the run's copy through host memory is, mapped by a ring, and the one-GPU run, rendered
+    by today's chapter, glued that sentence: it comes back word for word."""
     import re
 
     from helpers import repo_root
@@ -188,13 +194,16 @@ def test_a_gpu_runs_sentences_come_back_from_its_tables(run, harness, meas):
     dg_run = dg.Diagnosis.build("glm5", 0.25, meas, live=True, fits=fits, sweep=coll)
     assert dg.collectives(dg_run).values["coll_text"] == old["coll_text"]
     new = dg.run_link(dg_run).values["run_text"]
-    if "world_size=1" in old["run_text"]:
-        # the one-GPU run's old link was a one-rank NCCL "all-reduce", which moves nothing between GPUs
-        # (reader review, defect 4): such a fit is no link now, and the run's copy through host memory is
-        assert "all_reduce" in old["run_text"] and "used as the all-reduce itself" in old["run_text"]
-        assert "this run: host_bounce (copy)" in new and "mapped by a ring" in new and "world_size=1" in new
-        return
     assert f"method={harness}" in new
+    if gpus == 1:
+        # the fits the diagnosis was given hold the one-rank NCCL all-reduce that older books took as the link
+        one_rank = fits[(fits.scope == "collective") & (fits.path == "all_reduce") & (fits.world_size == 1)]
+        assert one_rank[["backend", "method", "kind"]].values.tolist() == [["nccl", "eager", "measured"]]
+        # such a fit is no link now, and the run's copy through host memory is
+        assert "this run: host_bounce (copy)" in new and "mapped by a ring" in new and "world_size=1" in new
+        assert "used as the all-reduce itself" not in new and "path=all_reduce" not in new
+        assert new == old["run_text"]
+        return
     unlabelled = lambda s: re.sub(r"(harness|method)=[^,]+", "", s)  # noqa: E731
     # the old text wrote the latency's unit "us"; the page now writes µs, as everywhere else
     assert unlabelled(new) == unlabelled(old["run_text"]).replace(" us, beta", " µs, beta")
