@@ -89,7 +89,9 @@ def main() -> int:
                     cfg = (bn, base[1], base[2] if sp is None else sp, wa, st)
                     if cfg == base:
                         continue
-                moe_triton.config = lambda *args, cfg=cfg, **kw: cfg
+                # a product whose consumer takes it whole is never split (config's split_ok)
+                moe_triton.config = lambda *args, cfg=cfg, **kw: (cfg if kw.get("split_ok", True)
+                                                                  else (cfg[0], cfg[1], 1, cfg[3], cfg[4]))
                 try:
                     ms = timed_graph(lambda: [fn(l) for l in range(a.layers)]) / a.layers
                 except Exception as e:  # noqa: BLE001 - a tile that does not compile is reported, not fatal

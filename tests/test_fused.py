@@ -128,6 +128,11 @@ def test_the_kernel_tiles_follow_the_h200_sweep():
         assert stages == 4 and split == 2 and n == 32
     for k, n_out in ((6144, 2752), (8192, 6144), (256, 6144), (2048, 2048)):
         assert mt.config(1, 1, n_out, k, True)[0] >= 32
+    # a product its consumer takes whole (q_b: K 2048, FP8) is not split, and its K loop of 8 trips keeps
+    # four stages (in study c the stages followed a split of 4 that was not taken: q_b ran 1.6x bf16's time)
+    n, bk, split, _, stages = mt.config(1, 1, 2048, 2048, True, split_ok=False)
+    assert split == 1 and stages == 4 and 2048 // bk > 2
+    assert mt.config(1, 1, 2048, 2048, True)[2] > 1              # where the consumer adds partial sums
 
 
 def test_index_scores_add_the_split_products_partial_sums():

@@ -49,12 +49,14 @@ def available(device: str) -> bool:
     return True
 
 
-def config(rows: int, experts: int, n: int, k: int, fp8: bool) -> tuple[int, int, int, int, int]:
+def config(rows: int, experts: int, n: int, k: int, fp8: bool,
+           split_ok: bool = True) -> tuple[int, int, int, int, int]:
     """(BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages) for `rows` grouped rows over `experts` experts of
     an (K, N) weight. The column tile is the widest power of two (32 to 128) that gives the experts that can
     have rows about TARGET_PROGRAMS programs; where even 32 columns give too few (batch 1's gate/up product:
     8 experts x 512 columns), K is split over up to 8 programs whose float32 partial sums the consumer adds
-    (`moe_gemm` returns them stacked)."""
+    (`moe_gemm` returns them stacked); without `split_ok` (a consumer that takes the product whole) K is not
+    split, and the pipeline depth follows the K loop the program then runs."""
     active = max(1, min(experts, rows))
     block_k = 128 if not fp8 else 256
     block_k = min(block_k, max(32, 1 << (max(k, 32) - 1).bit_length()))
@@ -65,7 +67,7 @@ def config(rows: int, experts: int, n: int, k: int, fp8: bool) -> tuple[int, int
     while block_n > narrowest and active * -(-n // block_n) < TARGET_PROGRAMS:
         block_n //= 2
     split = 1
-    while (split < 8 and active * -(-n // block_n) * split * 2 <= TARGET_PROGRAMS
+    while (split_ok and split < 8 and active * -(-n // block_n) * split * 2 <= TARGET_PROGRAMS
            and k // (split * 2) >= 2 * block_k):
         split *= 2
     # a program whose K loop runs once or twice gains nothing from a deep pipeline, and four stages of shared
@@ -130,8 +132,7 @@ def _launch(x, w, offs, xs, ws, fp8: bool, out_dtype: torch.dtype, allow_split: 
     if x.shape[1] != k or offs.numel() != e:
         raise ValueError(f"moe_gemm: rows {tuple(x.shape)} against weights {tuple(w.shape)} with {offs.numel()} "
                          f"row offsets: expected (T, {k}) rows and {e} offsets")
-    block_n, block_k, split, warps, stages = config(rows, e, n, k, fp8)
-    split = split if allow_split else 1
+    block_n, block_k, split, warps, stages = config(rows, e, n, k, fp8, split_ok=allow_split)
     k_per = -(-k // split)
     k_per = -(-k_per // block_k) * block_k
     split = -(-k // k_per)
