@@ -132,6 +132,12 @@ RESULTS: dict[tuple[str, str], Result] = {
         Result("06_vm_p2p", "collective_points", "collective_points",
                "the collective launches' folder (helpers.interconnect.collectives.resume_collectives): finished "
                "points per launch, from which a launch resumes"),
+        Result("06_vm_p2p", "statements", "statements.json",
+               "what the collective suite's plan could not run on the measured machine, and why (SuiteResult.statements)"),
+        Result("06_vm_p2p", "machine", "machine.json",
+               "the measured machine as the collective suite saw it: GPUs, GPU name, CPU cores, peer pairs"),
+        Result("06_vm_p2p", "cuda_p2p", "cuda_p2p.csv",
+               "CUDA's peer-access answer per GPU pair, where the probe gave no P2P matrix (copies.p2p_matrix)"),
         Result("06_vm_p2p", "hostpath", "hostpath",
                "the host-path study's folder (helpers.interconnect.hostpath): finished points per launch, "
                "named by their settings, and the generated VM topology files"),
@@ -261,6 +267,32 @@ NEEDS: dict[str, tuple[Need, ...]] = {
 }
 #: Chapters whose needs are waived in a mode that uses recorded inputs only.
 RECORDED_MODES = ("recorded",)
+
+#: The mode in which a chapter that measures in `auto` presents what its `auto` execution saved in the run,
+#: measuring nothing (helpers.book.replay); a chapter offers it where its PARAMS' `mode` allows it.
+REPLAY_MODE = "replay"
+
+#: What a chapter's replay reads of its own saved results: the run is refused before any work where one is
+#: missing (helpers.book.replay). Results not listed here are read where present.
+REPLAY_INPUTS: dict[str, tuple[str, ...]] = {
+    "01_environment": ("probe",),
+    "05_expert_parallelism": ("memory_fit",),
+    "06_vm_p2p": ("copy_sweep", "collective_sweep", "collective_runs", "fits"),
+}
+
+#: Derived presentation: results a chapter recomputes from data/ and other results on every execution, in
+#: any mode, so a replay rewrites them (the runbook's replay checks every other file of results/ is
+#: byte-identical before and after). Measurements are never listed here.
+PRESENTATION: dict[str, tuple[str, ...]] = {
+    "03_baselines_tuning": ("headline",),
+    "05_expert_parallelism": ("parameters", "hidden_size", "memory_fit", "collectives", "ep_vs_tp_volume"),
+    "07_diagnosis": tuple(n for (c, n) in RESULTS if c == "07_diagnosis"),
+}
+
+
+def presentation_files(chapter: str) -> set[str]:
+    """The files under results/<chapter>/ that are derived presentation (see PRESENTATION)."""
+    return {result(chapter, n).file for n in PRESENTATION.get(chapter, ())}
 
 
 def result(chapter: str, name: str) -> Result:
