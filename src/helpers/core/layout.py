@@ -342,8 +342,10 @@ def save(run_dir: str | Path, chapter: str, name: str, obj) -> None:
         results.save_json(folder, Path(r.file).stem, obj)
 
 
-def load(run_dir: str | Path, chapter: str, name: str):
-    """Read a declared result; MissingResult says which chapter writes it."""
+def load(run_dir: str | Path, chapter: str, name: str, adapt=None):
+    """Read a declared result; MissingResult says which chapter writes it. `adapt(table)`: how the reader
+    maps a table of an older layout to today's (e.g. helpers.interconnect.recorded_labels.from_tidy), applied
+    before the declared columns are checked; the file itself is never rewritten."""
     r = result(chapter, name)
     p = path(run_dir, chapter, name)
     if not p.exists():
@@ -351,14 +353,16 @@ def load(run_dir: str | Path, chapter: str, name: str):
                             f"run that chapter in this run first")
     if r.kind == "csv":
         df = pd.read_csv(p)
+        if adapt is not None:
+            df = adapt(df)
         _check_columns(r, df, str(p))
         return df
     return json.loads(p.read_text())
 
 
-def load_if_present(run_dir: str | Path, chapter: str, name: str):
+def load_if_present(run_dir: str | Path, chapter: str, name: str, adapt=None):
     """The result, or None where the run has none (for a chapter that can do without it)."""
-    return load(run_dir, chapter, name) if exists(run_dir, chapter, name) else None
+    return load(run_dir, chapter, name, adapt) if exists(run_dir, chapter, name) else None
 
 
 def check_needs(selected: list[str], run_dir: str | Path | None, modes: dict[str, str] | None = None) -> list[str]:
@@ -392,12 +396,12 @@ def need(chapter: str, producer: str, name: str) -> Need:
                       f"(it declares: {declared or 'none'}); declare it before reading it")
 
 
-def load_need(run_dir: str | Path, chapter: str, producer: str, name: str):
+def load_need(run_dir: str | Path, chapter: str, producer: str, name: str, adapt=None):
     """A result `chapter` reads from `producer`, through its declared need: a required one that is missing
     raises MissingResult (naming the chapter that writes it); an optional one that is missing is None (the
     chapter then uses the need's fallback)."""
     n = need(chapter, producer, name)
-    return load_if_present(run_dir, producer, name) if n.optional else load(run_dir, producer, name)
+    return load_if_present(run_dir, producer, name, adapt) if n.optional else load(run_dir, producer, name, adapt)
 
 
 class Run:
@@ -432,12 +436,12 @@ class Run:
     def save(self, name: str, obj) -> None:
         save(self.root, self.chapter, name, obj)
 
-    def load(self, name: str):
-        return load(self.root, self.chapter, name)
+    def load(self, name: str, adapt=None):
+        return load(self.root, self.chapter, name, adapt)
 
-    def load_if_present(self, name: str):
-        return load_if_present(self.root, self.chapter, name)
+    def load_if_present(self, name: str, adapt=None):
+        return load_if_present(self.root, self.chapter, name, adapt)
 
-    def need(self, producer: str, name: str):
-        """`producer`'s result `name`, through this chapter's declared need (see load_need)."""
-        return load_need(self.root, self.chapter, producer, name)
+    def need(self, producer: str, name: str, adapt=None):
+        """`producer`'s result `name`, through this chapter's declared need (see load_need; `adapt`: load)."""
+        return load_need(self.root, self.chapter, producer, name, adapt)

@@ -44,6 +44,7 @@ from helpers.chapters.diagnosis.verdict_sections import (BAND_COLUMNS, BAND_TEXT
                                                          bare_metal_band, ceilings, decision, peer_on_glm5_graph,
                                                          remedies, vm_predicted)
 from helpers.core import params
+from helpers.interconnect.recorded_labels import from_tidy as older_sweep  # noqa: F401 - an older run's sweep, mapped at load
 from helpers.model import arith as ma
 
 #: the chapter's parameters (name -> helpers.core.params spec)

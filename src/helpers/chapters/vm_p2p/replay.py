@@ -3,7 +3,7 @@ to be presented again by today's chapter, measuring nothing (no torch, no NVML, 
 
 `measure` is the `auto` side: it runs the suite and saves, besides the suite's tables, what the page also
 uses (the plan's statements, the machine and CUDA's peer-access answer), so that a later replay presents the
-run exactly. `saved_suite` is the replay side: the same tables, the machine named from what the run saved
+run exactly. `saved_suite` is the replay side: the same tables (an older run's method labels mapped by helpers.interconnect.recorded_labels), the machine named from what the run saved
 (older runs without machine.json: from the copy sweep's device label) and the statements where recorded
 (None where the run predates saving them: the page then says they were not recorded).
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from helpers.core.pick import PickError
-from helpers.interconnect import hostpath as hp, suite as ic
+from helpers.interconnect import hostpath as hp, recorded_labels, suite as ic
 
 
 @dataclass
@@ -74,11 +74,11 @@ def _machine_from_tables(cs: pd.DataFrame | None, coll: pd.DataFrame) -> ic.Mach
 
 def saved_suite(run) -> SavedSuite:
     """`replay`: the suite's tables as the run saved them (MissingResult names a missing one)."""
-    cs, coll = run.load("copy_sweep"), run.load("collective_sweep")
+    cs, coll = run.load("copy_sweep"), run.load("collective_sweep", adapt=recorded_labels.from_tidy)
     rec = run.load_if_present("machine")
     m = ic.Machine(**rec) if rec else _machine_from_tables(cs, coll)
     return SavedSuite(m, run.load_if_present("statements"), cs, run.load_if_present("copy_skipped"), coll,
-                      run.load("collective_runs"), run.load("fits"))
+                      run.load("collective_runs", adapt=recorded_labels.from_runs), run.load("fits", adapt=recorded_labels.from_fits))
 
 
 def saved_hostpath(run) -> hp.StudyResult | None:
