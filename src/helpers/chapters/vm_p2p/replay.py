@@ -74,11 +74,18 @@ def _machine_from_tables(cs: pd.DataFrame | None, coll: pd.DataFrame) -> ic.Mach
 
 def saved_suite(run) -> SavedSuite:
     """`replay`: the suite's tables as the run saved them (MissingResult names a missing one)."""
-    cs, coll = run.load("copy_sweep"), run.load("collective_sweep", adapt=recorded_labels.from_tidy)
+    lead_us = {}   # an older run's lead per harness label: its sweep has it, its run and fit tables do not
+
+    def tidy(df):
+        lead_us.update(recorded_labels.leads(df))
+        return recorded_labels.from_tidy(df)
+
+    cs, coll = run.load("copy_sweep"), run.load("collective_sweep", adapt=tidy)
+    runs = run.load("collective_runs", adapt=lambda df: recorded_labels.from_runs(df, lead_us=lead_us))
+    fits = run.load("fits", adapt=lambda df: recorded_labels.from_fits(df, lead_us=lead_us))
     rec = run.load_if_present("machine")
     m = ic.Machine(**rec) if rec else _machine_from_tables(cs, coll)
-    return SavedSuite(m, run.load_if_present("statements"), cs, run.load_if_present("copy_skipped"), coll,
-                      run.load("collective_runs", adapt=recorded_labels.from_runs), run.load("fits", adapt=recorded_labels.from_fits))
+    return SavedSuite(m, run.load_if_present("statements"), cs, run.load_if_present("copy_skipped"), coll, runs, fits)
 
 
 def saved_hostpath(run) -> hp.StudyResult | None:
