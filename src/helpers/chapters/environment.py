@@ -20,6 +20,10 @@ from helpers.machine.recorded_machine import from_recorded
 from helpers.machine.verdicts import CHECKS, NO_GPU_STATEMENT, counts_text, with_verdict, worst
 
 #: the notebook's parameters (the spec of record: the notebook validates against it, the runbook prechecks it)
+#: the glued keys whose text differs in mode replay (they say the page presents a run's saved results
+#: again); every other key a replay glues is the `auto` execution's, value for value (tests/test_replay.py)
+REPLAY_KEYS = ("probe_where",)
+
 PARAMS = {"mode": params.choice("recorded", "auto", "replay"), "run_dir": params.string()}
 
 NOT_PROBED = "not probed (mode recorded)"

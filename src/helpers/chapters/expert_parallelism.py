@@ -20,6 +20,10 @@ from helpers.model import arith as ma
 from helpers.model.placement import CONTEXT_TOKENS
 
 #: the notebook's parameters (the spec of record: the notebook validates against it, the runbook prechecks it)
+#: the glued keys whose text differs in mode replay (they say the page presents a run's saved results
+#: again); every other key a replay glues is the `auto` execution's, value for value (tests/test_replay.py)
+REPLAY_KEYS = ("here_note",)
+
 PARAMS = {"mode": params.choice("recorded", "auto", "replay"), "run_dir": params.string(),
           "model": ma.model_param()}
 

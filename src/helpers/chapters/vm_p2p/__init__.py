@@ -41,6 +41,10 @@ from helpers.chapters.vm_p2p.words import md  # noqa: F401
 from helpers.chapters.vm_p2p.sweeps import (  # noqa: F401
     Variants, collective_text, decode_collectives, fit_text, fits_table, plan_text, variant_figure_rows, variants)
 
+#: the glued keys whose text differs in mode replay (they say the page presents a run's saved results
+#: again); every other key a replay glues is the `auto` execution's, value for value (tests/test_replay.py)
+REPLAY_KEYS = ("where",)
+
 #: the chapter's parameter specs: the notebook validates with them, the runbook checks a run's values against them
 PARAMS = {"mode": params.choice("recorded", "auto", "replay"), "run_dir": params.string(),
           "sweep": params.choice(*ic.PRESETS),
