@@ -8,7 +8,10 @@ file of results/ is byte-identical afterwards except the derived presentation a 
 execution (helpers.core.layout.PRESENTATION); a replay that changed anything else is undone and refused.
 The executed notebooks replace notebooks/ only when every chapter ran; the manifest keeps every field of the
 measurement (hardware, versions, started and finished, the commit it was made from) and gains `replayed`:
-the book's commit (and whether it was clean), the date, the chapters and the modes they ran in.
+the book's commit (and whether it was clean), the date, the chapters and the modes they ran in. A chapter that
+measured in a mode without a replay (a live server, the decode step's GPU timing) is never re-executed: its
+executed notebook stays as the run made it, and `replayed.kept` says why (helpers.core.layout.PRESENTS_ONLY
+names the chapters whose `auto` reads only).
 
 Refused before any work, each with the input and the fix: a folder without manifest.json, a chapter whose
 saved results are missing, a chapter the book no longer has, and a tree with modified tracked files (the
@@ -47,8 +50,9 @@ def replay_mode(chapter: str, mode) -> str | None:
     return layout.REPLAY_MODE
 
 
-def plan(run_dir: Path, root: Path, allow_dirty: bool = False) -> tuple[dict, list[dict], dict]:
-    """(the run's manifest, the steps to execute, the book's versions) for replaying `run_dir`; every
+def plan(run_dir: Path, root: Path, allow_dirty: bool = False) -> tuple[dict, list[dict], dict, list[dict]]:
+    """(the run's manifest, the steps to execute, the book's versions, the chapters kept as measured) for
+    replaying `run_dir`; every
     problem refused at once, before any work, as one RunbookError naming the input and the fix."""
     manifest = read_manifest(run_dir)   # refuses a folder without manifest.json
     vers = versions(root)
@@ -59,7 +63,7 @@ def plan(run_dir: Path, root: Path, allow_dirty: bool = False) -> tuple[dict, li
                            "commit anyone can check out; commit first, or pass --allow-dirty to replay anyway (the "
                            "manifest then records the commit as +dirty, as a run made from such a tree)")
     docs = {stem(d): d for d in chapters(root)}
-    steps, problems = [], []
+    steps, problems, kept = [], [], []
     for rec in manifest.get("chapters") or []:
         if rec.get("status") != "ok":
             continue
@@ -74,18 +78,23 @@ def plan(run_dir: Path, root: Path, allow_dirty: bool = False) -> tuple[dict, li
         params = {k: v for k, v in recorded.items() if k in declared}
         if "mode" in params:
             params["mode"] = replay_mode(s, params["mode"])
+        if params.get("mode") not in (None, "recorded", layout.REPLAY_MODE) and s not in layout.PRESENTS_ONLY:
+            kept.append({"stem": s, "mode": params["mode"], "why": f"it ran in mode {params['mode']!r}, which measures "
+                         "the machine it runs on, and it has no replay mode: its executed notebook is kept as measured"})
+            continue
         problems += precheck.problems(s, nb, params, {k: "the run's manifest" for k in params}, ALWAYS)
         if params.get("mode") == layout.REPLAY_MODE:
             problems += _missing_inputs(run_dir, s)
         steps.append({"docname": docs[s], "stem": s, "notebook": nb, "parameters": params,
                       "declared": list(declared), "dropped": sorted(set(recorded) - set(params))})
     if not steps and not problems:
-        problems.append(f"{run_dir / 'manifest.json'} lists no chapter that ran ok: there is nothing to present")
+        problems.append(f"{run_dir / 'manifest.json'} lists no chapter that ran ok and can be replayed: there is "
+                        "nothing to present")
     problems += layout.check_needs([st["stem"] for st in steps], run_dir,
                                    {st["stem"]: st["parameters"].get("mode") for st in steps})
     if problems:
         raise RunbookError(f"--replay {run_dir.name} refused:\n  - " + "\n  - ".join(problems))
-    return manifest, steps, vers
+    return manifest, steps, vers, kept
 
 
 def _missing_inputs(run_dir: Path, chapter: str) -> list[str]:
@@ -117,7 +126,7 @@ def replay(run_dir: Path, root: Path, allow_dirty: bool = False, echo=print) -> 
     from helpers.book.execution import _stderr_to   # the runbook's own way of logging a chapter's stderr
 
     run_dir = Path(run_dir).resolve()
-    manifest, steps, vers = plan(run_dir, root, allow_dirty)
+    manifest, steps, vers, kept = plan(run_dir, root, allow_dirty)
     lock = RunLock(run_dir).acquire()
     try:
         before = digest(run_dir)
@@ -128,6 +137,8 @@ def replay(run_dir: Path, root: Path, allow_dirty: bool = False, echo=print) -> 
             out = Path(tmp) / "notebooks"
             out.mkdir()
             started, failed = _now(), []
+            for k in kept:
+                echo(f"        {k['stem']:<24} kept: {k['why']}")
             for i, st in enumerate(steps, 1):
                 err = _execute(st, out, run_dir, root, _stderr_to)
                 echo(f"[{i:>2}/{len(steps)}] {st['stem']:<24} {st['parameters'].get('mode', ''):<9} "
@@ -144,7 +155,7 @@ def replay(run_dir: Path, root: Path, allow_dirty: bool = False, echo=print) -> 
                                    "as it was (the chapters' logs are in logs/)")
             for st in steps:
                 shutil.copyfile(out / f"{st['stem']}.ipynb", run_dir / "notebooks" / f"{st['stem']}.ipynb")
-        manifest["replayed"] = _entry(manifest, steps, vers, started, before, digest(run_dir))
+        manifest["replayed"] = _entry(manifest, steps, vers, kept, started, before, digest(run_dir))
         write_manifest(run_dir, manifest)
         return manifest
     finally:
@@ -177,7 +188,8 @@ def _restore(run_dir: Path, saved: Path) -> None:
         shutil.copytree(saved, run_dir / "results", symlinks=True)
 
 
-def _entry(manifest: dict, steps: list[dict], vers: dict, started: str, before: dict, after: dict) -> dict:
+def _entry(manifest: dict, steps: list[dict], vers: dict, kept: list[dict], started: str, before: dict,
+           after: dict) -> dict:
     """The manifest's `replayed` entry: who presented the run again, when, and how (an earlier replay is
     kept under `previous`)."""
     commit = str(vers.get("book_commit") or "unrecorded")
@@ -186,6 +198,7 @@ def _entry(manifest: dict, steps: list[dict], vers: dict, started: str, before: 
              and "BOOK_COMMIT" not in commit, "started": started, "finished": _now(),
              "chapters": [st["stem"] for st in steps],
              "modes": {st["stem"]: st["parameters"].get("mode") for st in steps if "mode" in st["parameters"]},
+             "kept": {k["stem"]: k["why"] for k in kept},
              "parameters_dropped": {st["stem"]: st["dropped"] for st in steps if st["dropped"]},
              "presentation_rewritten": sorted(r for r in set(before) | set(after) if before.get(r) != after.get(r)),
              "versions": {k: v for k, v in vers.items() if k != "book_commit"}}

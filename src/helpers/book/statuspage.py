@@ -63,7 +63,8 @@ def _presented_by(rp: dict) -> str:
     modes = ", ".join(f"{s} ({mode})" for s, mode in (rp.get("modes") or {}).items())
     return (f"`{rp.get('book_commit')}` ({'clean' if rp.get('clean') else 'not clean'}), replayed "
             f"{str(rp.get('started'))[:16].replace('T', ' ')} UTC with `--replay`, measuring nothing; chapters: "
-            f"{', '.join(rp.get('chapters') or [])}; modes: {modes or 'as recorded'}")
+            f"{', '.join(rp.get('chapters') or [])}; modes: {modes or 'as recorded'}"
+            + (f"; kept as measured (no replay mode): {', '.join(rp['kept'])}" if rp.get("kept") else ""))
 
 
 def status_page(manifest: dict, titles: dict[str, str]) -> str:

@@ -280,6 +280,11 @@ REPLAY_INPUTS: dict[str, tuple[str, ...]] = {
     "06_vm_p2p": ("copy_sweep", "collective_sweep", "collective_runs", "fits"),
 }
 
+#: Chapters whose `auto` execution measures nothing: it reads the run's results and data/ only, so a replay runs
+#: them in `auto` as recorded. Any other chapter that ran in a measuring mode (`auto`, `live`) and offers no
+#: REPLAY_MODE is kept as the run executed it by a replay (its notebook untouched), never re-executed here.
+PRESENTS_ONLY = ("07_diagnosis", "90_provenance")
+
 #: Derived presentation: results a chapter recomputes from data/ and other results on every execution, in
 #: any mode, so a replay rewrites them (the runbook's replay checks every other file of results/ is
 #: byte-identical before and after). Measurements are never listed here.
