@@ -161,3 +161,24 @@ def test_a_figure_without_data_says_so_in_its_alt_text():
     drawn, ax = _crowded()
     assert plotting.no_data(drawn) is None and "no data" not in plotting.describe(drawn)
     assert plotting.no_data(None) == "no figure"
+
+
+def test_a_full_sweeps_size_labels_do_not_run_into_each_other():
+    """The two-GPU run's collective figure (4 B to 256 MiB, legend beside narrower axes) once labelled every
+    eighth power of two and printed "32 KiB256 KiB2 MiB"; its labels now stand apart."""
+    from helpers import repo_root
+    from helpers.chapters import vm_p2p as ch
+    from helpers.core import layout, plotting
+    from helpers.interconnect import copies, suite as ic
+
+    saved = ch.saved_suite(layout.Run(repo_root() / "runs" / "h200x2-20261129f", "06_vm_p2p"))
+    dec = copies.decode_message_sizes().size_bytes.tolist()
+    for fig in (plotting.collectives_figure(saved.collective_sweep, dec, ic.eager_method(1).label),
+                plotting.variants_figure(ic.variant_rows(saved.collective_sweep), dec)):
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        lo, hi = ax.get_xlim()
+        boxes = sorted((t.get_window_extent() for t in ax.get_xticklabels()
+                        if t.get_text() and lo <= t.get_position()[0] <= hi), key=lambda b: b.x0)
+        assert 3 <= len(boxes) <= plotting.SIZE_TICKS
+        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:]))

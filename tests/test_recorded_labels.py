@@ -77,3 +77,17 @@ def test_tidy_labels_that_say_rotate_need_the_studys_size_and_unknown_labels_are
     assert aligned.start_lead_us.iloc[0] == LEGACY_LEAD_US           # recorded before the lead was a column
     with pytest.raises(rl.RecordedLabelError, match="'graph\\+warp'"):
         rl.from_tidy(t.assign(harness="graph+warp"))
+
+
+def test_an_older_runs_tables_get_one_method_vocabulary_at_load():
+    """The two-GPU run saved its run and fit tables with harness labels and no lead; chapter 06's replay maps
+    them with the lead its own sweep recorded, so every collective method they name is one the sweep has."""
+    from helpers.chapters import vm_p2p as ch
+    from helpers.core import layout
+
+    saved = ch.saved_suite(layout.Run(repo_root() / "runs" / "h200x2-20261129f", "06_vm_p2p"))
+    assert saved.machine.label == "2x NVIDIA H200" and saved.statements is None
+    sweep = set(saved.collective_sweep.method)
+    assert set(saved.collective_runs.method) <= sweep
+    assert set(saved.fits[saved.fits.scope == "collective"].method) <= sweep
+    assert set(saved.fits[saved.fits.scope == "copy"].method) == {"eager", "graph"}

@@ -5,6 +5,7 @@
     python -m helpers.book.runbook --render runs/ID     # re-render an existing run, measuring nothing
 
     python -m helpers.book.runbook --resume runs/ID     # continue an interrupted run
+    python -m helpers.book.runbook --replay runs/ID     # present a run again with today's chapters, measuring nothing
 
 A run is a folder runs/<run-id>/ with the executed notebooks (notebooks/), the chapters' result
 tables (results/<chapter>/), each chapter's log of stderr (logs/) and manifest.json: per-chapter
@@ -45,7 +46,7 @@ from pathlib import Path
 
 from helpers import repo_root
 from helpers.core import procs
-from helpers.book import resume
+from helpers.book import replay, resume
 from helpers.book.execution import RunInterrupted, _signals_interrupt, execute
 from helpers.book.lock import LOCK_NAME, RunLock
 from helpers.book.manifest import (RESERVED_RUN_IDS, RUN_ID, STATUSES, _environment_record, _point_latest, _run_dir_arg,
@@ -103,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
                "  python -m helpers.book.runbook --target recorded --no-build\n"
                "  python -m helpers.book.runbook --render runs/latest\n"
                "  python -m helpers.book.runbook --resume runs/latest\n"
+               "  python -m helpers.book.runbook --replay runs/h200x2-20261129f\n"
                "  python -m helpers.book.runbook --target auto --chapters 01_environment,06_vm_p2p\n"
                "  python -m helpers.book.runbook --target cpu-demo -p 03_baselines_tuning.concurrencies=[1,4]",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -115,6 +117,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--render", metavar="RUN_DIR", help="build the site from an existing run; execute nothing")
     p.add_argument("--resume", metavar="RUN", help="continue an interrupted run (a folder, or a run id in "
                                                   "--runs-dir) with the plan it was started with")
+    p.add_argument("--replay", metavar="RUN", help="execute again, in place, every chapter of a run that ran ok "
+                                                  "with today's book, measuring nothing: chapters that measured "
+                                                  "present what the run saved (helpers.book.replay); results/ "
+                                                  "keeps its measurements byte for byte")
+    p.add_argument("--allow-dirty", action="store_true", help="with --replay: replay from a tree with modified "
+                                                             "tracked files (recorded as +dirty)")
     p.add_argument("--no-strict", action="store_true", help="build without -W -n (warnings not fatal)")
     p.add_argument("--out-dir", metavar="DIR", help="build the site into DIR/_build/html (default: the "
                                                    "repository root, so _build/html)")
@@ -146,6 +154,13 @@ def main(argv: list[str] | None = None) -> int:
             read_manifest(run_dir)
             build(run_dir, root, strict=not args.no_strict, out_dir=out_dir)
             return 0
+        if args.replay:
+            run_dir = _run_dir_arg(args.replay, runs_dir, "--replay")
+            replay.replay(run_dir, root, allow_dirty=args.allow_dirty)
+            print(f"replayed {run_dir.name}: results/ kept its measurements; notebooks/ and manifest.json rewritten")
+            if not args.no_build:
+                build(run_dir, root, strict=not args.no_strict, out_dir=out_dir)
+            return 0
         if args.resume:
             target, only, run_dir, manifest, lock = resume.prepare(args, runs_dir, root)
         else:
@@ -162,10 +177,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def _refuse_unused(args) -> None:
     """Options that would have no effect together, or given empty, are refused, never silently ignored."""
-    for opt, v in (("--resume", args.resume), ("--render", args.render), ("--out-dir", args.out_dir)):
+    for opt, v in (("--resume", args.resume), ("--render", args.render), ("--replay", args.replay),
+                   ("--out-dir", args.out_dir)):
         if v is not None and not str(v).strip():
             raise RunbookError(f"{opt} {v!r} is empty; give a run folder or a run id in --runs-dir"
                                if opt != "--out-dir" else "--out-dir '' is empty; give the folder to build the site into")
+    if args.allow_dirty and not args.replay:
+        raise RunbookError("--allow-dirty applies to --replay only; drop it (a new run records a modified tree itself)")
+    if args.replay:
+        given = [o for o, v in (("--resume", args.resume), ("--render", args.render), ("--target", args.target),
+                                ("--chapters", args.chapters), ("--run-id", args.run_id), ("-p", args.param)) if v]
+        if given:
+            raise RunbookError(f"--replay presents a run again with the parameters its manifest recorded; "
+                               f"{', '.join(given)} cannot change that: drop it")
     if args.render and args.resume:
         raise RunbookError("--render and --resume: give one (--resume executes what is left, then builds)")
     if args.render:

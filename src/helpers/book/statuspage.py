@@ -56,6 +56,17 @@ def _fold(title: str, lines: list[str]) -> list[str]:
     return ["", f":::{{dropdown}} {title}", *lines, ":::", ""]
 
 
+def _presented_by(rp: dict) -> str:
+    """The status page's line on who presented the run: the commit that measured it, or a later replay."""
+    if not rp:
+        return "the commit it was made from (executed and presented in one run)"
+    modes = ", ".join(f"{s} ({mode})" for s, mode in (rp.get("modes") or {}).items())
+    return (f"`{rp.get('book_commit')}` ({'clean' if rp.get('clean') else 'not clean'}), replayed "
+            f"{str(rp.get('started'))[:16].replace('T', ' ')} UTC with `--replay`, measuring nothing; chapters: "
+            f"{', '.join(rp.get('chapters') or [])}; modes: {modes or 'as recorded'}"
+            + (f"; kept as measured (no replay mode): {', '.join(rp['kept'])}" if rp.get("kept") else ""))
+
+
 def status_page(manifest: dict, titles: dict[str, str]) -> str:
     """The appendix status page, generated from a run's manifest: what ran where and how it ended first,
     the chapters, then the run's details, hardware, software, environment and parameters folded."""
@@ -74,13 +85,19 @@ def status_page(manifest: dict, titles: dict[str, str]) -> str:
     if hw.get("virtualization") and hw["virtualization"] not in ("none", "bare metal"):
         machine += f", {hw['virtualization']}"
     made_from = commit_provenance(m)[0]
+    rp = m.get("replayed") or {}
+    presented = (f" Measured on that machine and presented again by commit `{rp.get('book_commit')}`"
+                 f"{'' if rp.get('clean') else ' (not a clean commit)'} on {str(rp.get('started'))[:10]}, measuring "
+                 f"nothing: {len(rp.get('chapters') or [])} chapters re-executed from the run's saved results."
+                 if rp else "")
     lines = [
         "# Run status", "",
         ":::{admonition} This run",
         ":class: tip book-answer",
         f"Run `{m['run_id']}` of target `{m['target']}` executed on {machine}; {made_from}. Chapters: "
         f"{said}, {total:.1f} s of execution, started "
-        f"{str(m['started'])[:16].replace('T', ' ') + ' UTC' if m.get('started') else 'at an unrecorded time'}.",
+        f"{str(m['started'])[:16].replace('T', ' ') + ' UTC' if m.get('started') else 'at an unrecorded time'}."
+        + presented,
         ":::", "",
         "This page is generated from the run's `manifest.json` each time the site is built, so it always "
         "describes the run being shown.", "",
@@ -105,7 +122,8 @@ def status_page(manifest: dict, titles: dict[str, str]) -> str:
         row("chapters", said),
         row("sessions", f"{len(m.get('sessions') or [])} (a run continued with `--resume` has more than one)"
             if m.get("sessions") else "not recorded"),
-        row("execution time, all chapters (s)", f"{total:.1f}")])
+        row("execution time, all chapters (s)", f"{total:.1f}"),
+        row("presented by", _presented_by(rp))])
     hw_rows = [row("item", "value"), row("---", "---")]
     for k, v in hw.items():
         if k == "hostname":  # the machine's name tells a reader nothing and is not for publishing

@@ -20,7 +20,11 @@ from helpers.machine.recorded_machine import from_recorded
 from helpers.machine.verdicts import CHECKS, NO_GPU_STATEMENT, counts_text, with_verdict, worst
 
 #: the notebook's parameters (the spec of record: the notebook validates against it, the runbook prechecks it)
-PARAMS = {"mode": params.choice("recorded", "auto"), "run_dir": params.string()}
+#: the glued keys whose text differs in mode replay (they say the page presents a run's saved results
+#: again); every other key a replay glues is the `auto` execution's, value for value (tests/test_replay.py)
+REPLAY_KEYS = ("probe_where",)
+
+PARAMS = {"mode": params.choice("recorded", "auto", "replay"), "run_dir": params.string()}
 
 NOT_PROBED = "not probed (mode recorded)"
 RECORDED_COL = "recorded: original VM"
@@ -115,6 +119,35 @@ def here_phrases(res: dict | None) -> HerePhrases:
         here_p2p=f"{p2p_summary(res.get('p2p_read'))} ({len(res['gpus'])} GPU{'s' if len(res['gpus']) != 1 else ''}, "
                  "measured)",
         here_virt=f"{kind} (measured)")
+
+
+def here(mode: str, run) -> dict | None:
+    """This chapter's probe result: `auto` probes this machine and saves it in the run (`run`, a
+    helpers.core.layout.Run); `replay` loads what the run's `auto` execution saved, probing nothing;
+    `recorded` has none."""
+    if mode == "auto":
+        from helpers.machine.probe import probe
+
+        res = probe()
+        run.save("probe", res)
+        return res
+    if mode == "replay":
+        return run.load("probe")
+    return None
+
+
+def probe_where(mode: str, res: dict | None) -> str:
+    """Who the "this machine" of section 3 is: the machine probed now (auto, recorded), or, in a replay,
+    the machine the run probed, named from its saved probe, with the figures presented again by this book."""
+    if mode != "replay":
+        return "This machine"
+    gpus = res.get("gpus") or []
+    names = sorted({g.get("name") or "unknown" for g in gpus})
+    kit = f"{len(gpus)}x {', '.join(names)}" if gpus else "no GPU"
+    when = str(res.get("measured_at") or "at a time not recorded")[:10]
+    virt = (res.get("virtualization") or {}).get("kind") or "kind of machine not recorded"
+    return (f"The machine this run probed ({kit}, {virt}, on {when}; "
+            "its figures are presented again by this book from the run's saved probe, and nothing here was probed)")
 
 
 def p2p_panel_label(res: dict | None) -> str:

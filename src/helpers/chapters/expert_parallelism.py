@@ -20,7 +20,11 @@ from helpers.model import arith as ma
 from helpers.model.placement import CONTEXT_TOKENS
 
 #: the notebook's parameters (the spec of record: the notebook validates against it, the runbook prechecks it)
-PARAMS = {"mode": params.choice("recorded", "auto"), "run_dir": params.string(),
+#: the glued keys whose text differs in mode replay (they say the page presents a run's saved results
+#: again); every other key a replay glues is the `auto` execution's, value for value (tests/test_replay.py)
+REPLAY_KEYS = ("here_note",)
+
+PARAMS = {"mode": params.choice("recorded", "auto", "replay"), "run_dir": params.string(),
           "model": ma.model_param()}
 
 
@@ -209,8 +213,28 @@ def memory_facts(m: ma.ModelConfig, fit: pd.DataFrame, system: str, footprint: p
         ctx=CONTEXT_TOKENS, tp4_GiB=ma.weights_per_gpu(m, 4) / ma.GiB)
 
 
+def local_gpus(mode: str, run) -> list[dict]:
+    """The memory-fit rows of the machine's GPUs: `auto` reads this machine's with NVML
+    (helpers.model.arith.local_gpus); `replay` takes them from the measured rows of the memory-fit table this
+    run's `auto` execution saved (`run`, a helpers.core.layout.Run), reading nothing of this machine;
+    `recorded` has none."""
+    if mode == "auto":
+        return ma.local_gpus()
+    if mode != "replay":
+        return []
+    fit = run.load("memory_fit")
+    rows = fit[fit.system_kind == "measured"].drop_duplicates("system")
+    return [{"system": r.system, "count": int(r.gpus_used), "memory_bytes": float(r.gpu_memory_GiB) * ma.GiB,
+             "kind": "measured"} for r in rows.itertuples()]
+
+
 def here_note(local: list[dict], mode: str) -> str:
-    """Whether this machine's GPUs are in the memory-fit table, and why not."""
+    """Whether this machine's GPUs are in the memory-fit table, and why not (in a replay: the run's machine,
+    read when it ran)."""
+    if mode == "replay":
+        return (f"The GPUs of the machine this run measured ({local[0]['system'].removeprefix('this machine: ')}, "
+                "read with NVML when it ran and presented again by this book) are in the table too." if local
+                else "The machine this run measured had no NVIDIA GPU that NVML could see, so it adds no row.")
     if local:
         return f"This machine's GPUs ({local[0]['system']}, measured with NVML) are in the table too."
     if mode == "auto":

@@ -132,6 +132,12 @@ RESULTS: dict[tuple[str, str], Result] = {
         Result("06_vm_p2p", "collective_points", "collective_points",
                "the collective launches' folder (helpers.interconnect.collectives.resume_collectives): finished "
                "points per launch, from which a launch resumes"),
+        Result("06_vm_p2p", "statements", "statements.json",
+               "what the collective suite's plan could not run on the measured machine, and why (SuiteResult.statements)"),
+        Result("06_vm_p2p", "machine", "machine.json",
+               "the measured machine as the collective suite saw it: GPUs, GPU name, CPU cores, peer pairs"),
+        Result("06_vm_p2p", "cuda_p2p", "cuda_p2p.csv",
+               "CUDA's peer-access answer per GPU pair, where the probe gave no P2P matrix (copies.p2p_matrix)"),
         Result("06_vm_p2p", "hostpath", "hostpath",
                "the host-path study's folder (helpers.interconnect.hostpath): finished points per launch, "
                "named by their settings, and the generated VM topology files"),
@@ -262,6 +268,37 @@ NEEDS: dict[str, tuple[Need, ...]] = {
 #: Chapters whose needs are waived in a mode that uses recorded inputs only.
 RECORDED_MODES = ("recorded",)
 
+#: The mode in which a chapter that measures in `auto` presents what its `auto` execution saved in the run,
+#: measuring nothing (helpers.book.replay); a chapter offers it where its PARAMS' `mode` allows it.
+REPLAY_MODE = "replay"
+
+#: What a chapter's replay reads of its own saved results: the run is refused before any work where one is
+#: missing (helpers.book.replay). Results not listed here are read where present.
+REPLAY_INPUTS: dict[str, tuple[str, ...]] = {
+    "01_environment": ("probe",),
+    "05_expert_parallelism": ("memory_fit",),
+    "06_vm_p2p": ("copy_sweep", "collective_sweep", "collective_runs", "fits"),
+}
+
+#: Chapters whose `auto` execution measures nothing: it reads the run's results and data/ only, so a replay runs
+#: them in `auto` as recorded. Any other chapter that ran in a measuring mode (`auto`, `live`) and offers no
+#: REPLAY_MODE is kept as the run executed it by a replay (its notebook untouched), never re-executed here.
+PRESENTS_ONLY = ("07_diagnosis", "90_provenance")
+
+#: Derived presentation: results a chapter recomputes from data/ and other results on every execution, in
+#: any mode, so a replay rewrites them (the runbook's replay checks every other file of results/ is
+#: byte-identical before and after). Measurements are never listed here.
+PRESENTATION: dict[str, tuple[str, ...]] = {
+    "03_baselines_tuning": ("headline",),
+    "05_expert_parallelism": ("parameters", "hidden_size", "memory_fit", "collectives", "ep_vs_tp_volume"),
+    "07_diagnosis": tuple(n for (c, n) in RESULTS if c == "07_diagnosis"),
+}
+
+
+def presentation_files(chapter: str) -> set[str]:
+    """The files under results/<chapter>/ that are derived presentation (see PRESENTATION)."""
+    return {result(chapter, n).file for n in PRESENTATION.get(chapter, ())}
+
 
 def result(chapter: str, name: str) -> Result:
     try:
@@ -310,8 +347,10 @@ def save(run_dir: str | Path, chapter: str, name: str, obj) -> None:
         results.save_json(folder, Path(r.file).stem, obj)
 
 
-def load(run_dir: str | Path, chapter: str, name: str):
-    """Read a declared result; MissingResult says which chapter writes it."""
+def load(run_dir: str | Path, chapter: str, name: str, adapt=None):
+    """Read a declared result; MissingResult says which chapter writes it. `adapt(table)`: how the reader
+    maps a table of an older layout to today's (e.g. helpers.interconnect.recorded_labels.from_tidy), applied
+    before the declared columns are checked; the file itself is never rewritten."""
     r = result(chapter, name)
     p = path(run_dir, chapter, name)
     if not p.exists():
@@ -319,14 +358,16 @@ def load(run_dir: str | Path, chapter: str, name: str):
                             f"run that chapter in this run first")
     if r.kind == "csv":
         df = pd.read_csv(p)
+        if adapt is not None:
+            df = adapt(df)
         _check_columns(r, df, str(p))
         return df
     return json.loads(p.read_text())
 
 
-def load_if_present(run_dir: str | Path, chapter: str, name: str):
+def load_if_present(run_dir: str | Path, chapter: str, name: str, adapt=None):
     """The result, or None where the run has none (for a chapter that can do without it)."""
-    return load(run_dir, chapter, name) if exists(run_dir, chapter, name) else None
+    return load(run_dir, chapter, name, adapt) if exists(run_dir, chapter, name) else None
 
 
 def check_needs(selected: list[str], run_dir: str | Path | None, modes: dict[str, str] | None = None) -> list[str]:
@@ -360,12 +401,12 @@ def need(chapter: str, producer: str, name: str) -> Need:
                       f"(it declares: {declared or 'none'}); declare it before reading it")
 
 
-def load_need(run_dir: str | Path, chapter: str, producer: str, name: str):
+def load_need(run_dir: str | Path, chapter: str, producer: str, name: str, adapt=None):
     """A result `chapter` reads from `producer`, through its declared need: a required one that is missing
     raises MissingResult (naming the chapter that writes it); an optional one that is missing is None (the
     chapter then uses the need's fallback)."""
     n = need(chapter, producer, name)
-    return load_if_present(run_dir, producer, name) if n.optional else load(run_dir, producer, name)
+    return load_if_present(run_dir, producer, name, adapt) if n.optional else load(run_dir, producer, name, adapt)
 
 
 class Run:
@@ -400,12 +441,12 @@ class Run:
     def save(self, name: str, obj) -> None:
         save(self.root, self.chapter, name, obj)
 
-    def load(self, name: str):
-        return load(self.root, self.chapter, name)
+    def load(self, name: str, adapt=None):
+        return load(self.root, self.chapter, name, adapt)
 
-    def load_if_present(self, name: str):
-        return load_if_present(self.root, self.chapter, name)
+    def load_if_present(self, name: str, adapt=None):
+        return load_if_present(self.root, self.chapter, name, adapt)
 
-    def need(self, producer: str, name: str):
-        """`producer`'s result `name`, through this chapter's declared need (see load_need)."""
-        return load_need(self.root, self.chapter, producer, name)
+    def need(self, producer: str, name: str, adapt=None):
+        """`producer`'s result `name`, through this chapter's declared need (see load_need; `adapt`: load)."""
+        return load_need(self.root, self.chapter, producer, name, adapt)

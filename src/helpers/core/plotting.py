@@ -146,9 +146,18 @@ def _bytes_label(x: float, _pos=None) -> str:
     return f"{x:.0f} B"
 
 
+#: At most this many size labels on an axis: a full sweep (4 B to 256 MiB, 26 powers of two) labelled every
+#: eighth power still ran nine labels into each other ("32 KiB256 KiB2 MiB") on the collective and variant
+#: figures, whose legend stands beside narrower axes (the two-GPU run's page)
+SIZE_TICKS = 6
+
+
 def size_axis(ax, axis: str = "x") -> None:
-    """A log2 axis of message sizes labelled in B/KiB/MiB/GiB."""
+    """A log2 axis of message sizes labelled in B/KiB/MiB/GiB, at most SIZE_TICKS labels."""
+    from matplotlib.ticker import LogLocator
+
     getattr(ax, f"set_{axis}scale")("log", base=2)
+    getattr(ax, f"{axis}axis").set_major_locator(LogLocator(base=2, numticks=SIZE_TICKS))
     getattr(ax, f"{axis}axis").set_major_formatter(FuncFormatter(_bytes_label))
 
 

@@ -101,6 +101,57 @@ def from_tidy(df: pd.DataFrame, rotate_bytes: int = 0, stream: str = "side") -> 
     return out[[c for c in TIDY_COLUMNS if c in out.columns] + [c for c in out.columns if c not in TIDY_COLUMNS]]
 
 
+def leads(tidy: pd.DataFrame) -> dict:
+    """An older collective sweep's lead of an aligned start per harness label (its start_lead_us column), for
+    the run and fit tables of the same run, which do not record it; empty for a table of today's layout."""
+    if "method" in tidy.columns or "start_lead_us" not in tidy.columns:
+        return {}
+    return {k: float(v.dropna().iloc[0]) for k, v in tidy.groupby("harness").start_lead_us if v.notna().any()}
+
+
+def from_runs(df: pd.DataFrame, stream: str = "side", lead_us: dict | None = None) -> pd.DataFrame:
+    """The suite's run table of the time (collective_runs.csv with a `harness` label, no `method`) with
+    today's `method` column (the Method's label) in place of the label; a table that has it is returned as is.
+    `lead_us`: the lead per label, as the same run's sweep recorded it (`leads`; LEGACY_LEAD_US without)."""
+    if "method" in df.columns:
+        return df
+    methods = []
+    for r in df.to_dict("records"):
+        label = r.get("harness")
+        if label not in HARNESS_LABELS:
+            raise _unknown("harness label", label, HARNESS_LABELS)
+        methods.append(_method(HARNESS_LABELS[label], 0, stream if r.get("backend") == "nccl" else "side",
+                               (lead_us or {}).get(label), direct=r.get("backend") == "nccl-direct").label)
+    out = df.drop(columns=["harness"]).copy()
+    out.insert(min(3, len(out.columns)), "method", methods)
+    return out
+
+
+def from_fits(df: pd.DataFrame, stream: str = "side", lead_us: dict | None = None) -> pd.DataFrame:
+    """The suite's fit table of the time (fits.csv whose `harness` held a collective's label, no `method`)
+    with today's columns: `method` the Method's label (a copy's: its harness) and `harness` the Method's
+    harness; a table that has `method` is returned as is. `lead_us`: as from_runs."""
+    if "method" in df.columns:
+        return df
+    out = df.copy()
+    methods, harnesses = [], []
+    for r in df.to_dict("records"):
+        label = r.get("harness")
+        if r.get("scope") != "collective":
+            methods.append(label)
+            harnesses.append(label)
+            continue
+        if label not in HARNESS_LABELS:
+            raise _unknown("harness label", label, HARNESS_LABELS)
+        m = _method(HARNESS_LABELS[label], 0, stream if r.get("backend") == "nccl" else "side",
+                    (lead_us or {}).get(label), direct=r.get("backend") == "nccl-direct")
+        methods.append(m.label)
+        harnesses.append(m.harness)
+    out["harness"] = harnesses
+    out.insert(int(out.columns.get_loc("harness")) + 1, "method", methods)
+    return out
+
+
 # ------------------------------------------------------------------ fidelity.csv: ours_method descriptions
 _TD = {}                                        # torch.distributed, as benchmarks/fidelity.py described it
 _NC = {"api": "nccl"}

@@ -33,8 +33,8 @@ from helpers.chapters.diagnosis.budget_sections import (BASELINE_COLUMNS, BUDGET
                                                         inputs, mapping, measured_compute, projection_check,
                                                         projection_tables_text, run_link)
 from helpers.chapters.diagnosis.build import (BARE, CHAPTER, ENDS, FALLBACK_STEP_TEXT, POINTS, RECORDED_STEP_TEXT,
-                                              RUN_STEP_TEXT, VM, Diagnosis, DiagnosisError, Part, overview, save,
-                                              step_source_text)
+                                              RUN_STEP_TEXT, VM, Diagnosis, DiagnosisError, Part, overview,
+                                              run_measurements, save, step_source_text)
 from helpers.chapters.diagnosis.values import (AnswerValues, AttributionValues, BareMetalBandValues, BaselineValues, CeilingValues,
                                                CheckValues, CollectivesValues, DecisionValues, InputsValues,
                                                MappingValues, MeasuredComputeValues, OverviewValues,

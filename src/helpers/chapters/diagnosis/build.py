@@ -8,6 +8,7 @@ import pandas as pd
 
 from helpers.core import layout
 from helpers.core.pick import one, rows
+from helpers.interconnect import recorded_labels
 from helpers.model import arith as ma
 from helpers.model import budget as bd
 from helpers.model import measured as mb
@@ -18,6 +19,23 @@ BARE = "bare metal (reference)"
 #: the two ends the budget is checked at: glue suffix -> (system, concurrency)
 POINTS = {"vm_1": (VM, 1), "vm_64": (VM, 64), "bm_1": (BARE, 1), "bm_64": (BARE, 64)}
 ENDS = (1, 64)
+
+
+def run_measurements(run) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """This run's VM/P2P fits (required) and collective sweep (optional), through the diagnosis's declared
+    needs (`run`: its helpers.core.layout.Run). A run saved before results carried methods is mapped at load
+    (helpers.interconnect.recorded_labels, the aligned start's lead taken from the sweep): read as it was
+    written, its fit table names no method, and the link was picked from the eager all-reduce instead of the
+    graph-timed one the older book used."""
+    lead_us: dict = {}
+
+    def tidy(df):
+        lead_us.update(recorded_labels.leads(df))
+        return recorded_labels.from_tidy(df)
+
+    sweep = run.need("06_vm_p2p", "collective_sweep", adapt=tidy)
+    fits = run.need("06_vm_p2p", "fits", adapt=lambda df: recorded_labels.from_fits(df, lead_us=lead_us))
+    return fits, sweep
 
 
 class DiagnosisError(ValueError):

@@ -8,7 +8,8 @@ module per group of sections and are all reachable from here:
 - `sweeps`: sections 5 to 7 (collectives, NCCL variants, fits);
 - `fidelity`: section 8 (our timing against nccl-tests and p2pBandwidthLatencyTest);
 - `hostpath`: section 9 (the host-path study);
-- `figures`: the copy figure and the fidelity-ratio figure.
+- `figures`: the copy figure and the fidelity-ratio figure;
+- `replay`: what `auto` saves beside the suite's tables, and mode `replay`, which loads them back.
 
 Glued values are frozen dataclasses whose fields are the glue keys (`glue_all(ch.recorded_link(...))`);
 sentences that depend on the machine or the mode are whole variants chosen by a tested function, and
@@ -35,12 +36,17 @@ from helpers.chapters.vm_p2p.link import (  # noqa: F401
     HarnessFloor, LargestCopy, decode_sizes_text, P2PPanel, RecordedLink, decode_copy_table, harness_floor, harness_rule, largest_copy,
     largest_copy_text, p2p_answer,
     p2p_panel, recorded_link, where_measured)
+from helpers.chapters.vm_p2p.replay import SavedSuite, cuda_p2p, measure, saved_hostpath, saved_suite  # noqa: F401
 from helpers.chapters.vm_p2p.words import md  # noqa: F401
 from helpers.chapters.vm_p2p.sweeps import (  # noqa: F401
     Variants, collective_text, decode_collectives, fit_text, fits_table, plan_text, variant_figure_rows, variants)
 
+#: the glued keys whose text differs in mode replay (they say the page presents a run's saved results
+#: again); every other key a replay glues is the `auto` execution's, value for value (tests/test_replay.py)
+REPLAY_KEYS = ("where",)
+
 #: the chapter's parameter specs: the notebook validates with them, the runbook checks a run's values against them
-PARAMS = {"mode": params.choice("recorded", "auto"), "run_dir": params.string(),
+PARAMS = {"mode": params.choice("recorded", "auto", "replay"), "run_dir": params.string(),
           "sweep": params.choice(*ic.PRESETS),
           "world_size": params.depends(params.number(0, 1024, integer=True), "nnodes", multinode.world_size_rule),
           "nccl_variants": params.string(allow_empty=False), "worker_timeout_s": params.number(1, 3600),

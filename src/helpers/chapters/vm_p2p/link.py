@@ -44,7 +44,8 @@ class P2PPanel:
     note: str               # the sentence the chapter glues (p2p_note)
 
 
-def p2p_panel(probe: dict | None, live: bool, gpus: int, cuda_matrix: pd.DataFrame | None = None) -> P2PPanel:
+def p2p_panel(probe: dict | None, live: bool, gpus: int, cuda_matrix: pd.DataFrame | None = None,
+              replayed: bool = False) -> P2PPanel:
     """Where this machine's P2P matrix comes from: the environment probe of this run (`probe`, or None
     where it did not run), else CUDA's peer-access answer (`cuda_matrix`, copies.p2p_matrix) on a GPU
     machine, else none (no GPU, or recorded mode)."""
@@ -52,6 +53,10 @@ def p2p_panel(probe: dict | None, live: bool, gpus: int, cuda_matrix: pd.DataFra
         return P2PPanel(probe["p2p_read"], "measured: this machine, environment probe",
                         "The P2P matrix of this machine comes from the environment probe of this run.")
     if live and gpus:
+        if cuda_matrix is None and replayed:
+            return P2PPanel(None, "the run's machine: P2P matrix not recorded",
+                            "This run saved neither a probe P2P matrix nor CUDA's peer-access answer, so the P2P "
+                            "matrix of its machine is not shown (not recorded).")
         if cuda_matrix is None:
             raise PickError("P2P panel: a GPU machine without a probe matrix needs CUDA's peer-access answer "
                             "(pass cuda_matrix=helpers.interconnect.copies.p2p_matrix())")
@@ -68,7 +73,11 @@ def p2p_panel(probe: dict | None, live: bool, gpus: int, cuda_matrix: pd.DataFra
 
 
 # ------------------------------------------------------------------------------------------ 3. copy sweeps
-def where_measured(live: bool, machine_label: str = "", sweep: str = "") -> str:
+def where_measured(live: bool, machine_label: str = "", sweep: str = "", replayed: bool = False) -> str:
+    """Where the page's figures were measured; `replayed`: measured on the run's machine, presented again."""
+    if live and replayed:
+        return (f"measured on the machine of this run ({machine_label}) with the `{sweep}` sweep, and presented "
+                "again by this book from the results the run saved (nothing was measured where this page was made)")
     return (f"measured on this machine ({machine_label}) with the `{sweep}` sweep" if live
             else "recorded mode: nothing measured on this machine")
 

@@ -27,6 +27,9 @@ def plan_text(live: bool, statements) -> str:
     """What the suite could not run here and why (helpers.interconnect.suite.plan_collectives)."""
     if not live:
         return "Recorded mode launches nothing."
+    if statements is None:   # a replay of a run saved before the statements were
+        return ("What the plan could not run on the run's machine, and why, was not recorded in this run (it "
+                "predates saving it); the launches below are every one it made.")
     return " ".join(statements) if statements else "Every collective sweep this machine allows was launched."
 
 
