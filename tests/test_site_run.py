@@ -80,3 +80,35 @@ def test_a_page_shows_what_an_older_run_lacks_and_leaves_the_rest(tmp_path):
     assert missing == ["notebooks/c.ipynb::new", "_glued/c/gone.png"]
     assert text.count(staging.NOT_IN_RUN) == 1 and staging.FIGURE_NOT_IN_RUN in text and "gone.png" not in text
     assert staging.cite_only_what_the_run_has(text, tmp_path)[1] == []
+
+
+def _root_and_head():
+    import subprocess
+
+    first = subprocess.run(["git", "rev-list", "--max-parents=0", "HEAD"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.split()[0]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return first, head
+
+
+@pytest.mark.integration
+def test_a_replayed_run_is_judged_chapter_by_chapter(copy):
+    """A run presented again by runbook --replay: the chapters the replay executed are judged against the
+    replay's commit, the ones it kept as measured against the measuring commit, and a replay from a
+    modified tree is refused. (The measuring commit here is the repository's first, whose notebooks all
+    differ from HEAD's; the replay's is HEAD.)"""
+    first, head = _root_and_head()
+    stems = [c["stem"] for c in json.loads((copy / "manifest.json").read_text())["chapters"]]
+
+    def replayed(kept, clean=True):
+        def fn(m):
+            m["versions"].update(book_commit=first[:7])
+            m["replayed"] = {"book_commit": head[:7], "clean": clean, "chapters": stems, "kept": kept}
+        return fn
+    _edit(copy, replayed({}))
+    assert publish.problems(copy) == []
+    _edit(copy, replayed({"07_decode_step": "measured live: no replay mode"}))
+    found = publish.problems(copy)
+    assert len(found) == 1 and "notebooks/07_decode_step.ipynb" in found[0] and first[:7] in found[0]
+    _edit(copy, replayed({}, clean=False))
+    assert any("from a modified tree" in p for p in publish.problems(copy))

@@ -3,7 +3,10 @@
 The published site must show the current book: a run made from a clean commit (its status page says so),
 every chapter of _toc.yml executed and ok unless its target skips it on purpose, and the chapter sources
 (the notebooks and _toc.yml) unchanged since that commit, so that what the site shows is what the book's
-code executes today. `problems` lists what fails; `make site` and a test refuse a run with any.
+code executes today. A run presented again by `runbook --replay` (its manifest's `replayed`) holds
+notebooks of two commits: each chapter the replay executed must be unchanged since the replay's commit,
+which must be clean, and each it kept as measured since the measuring commit; _toc.yml since the replay.
+`problems` lists what fails; `make site` and a test refuse a run with any.
 """
 from __future__ import annotations
 
@@ -12,10 +15,6 @@ from pathlib import Path
 
 from helpers import repo_root
 from helpers.book import runbook
-
-#: the files whose change since a run's commit makes its executed chapters stale
-CHAPTER_SOURCES = ("notebooks", "_toc.yml")
-
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
@@ -47,19 +46,44 @@ def problems(run_dir: Path, root: Path | None = None, check_sources: bool = True
         elif rec.get("status") != "ok":
             out.append(f"{run_dir.name}: chapter {s} is {rec.get('status')} in the run (target {m['target']} "
                        f"runs it)")
-    if clean and check_sources:
-        commit = str(m["versions"]["book_commit"])
+    rep = m.get("replayed")
+    if rep and not rep.get("clean"):
+        out.append(f"{run_dir.name}: it was presented again (runbook --replay) from a modified tree at "
+                   f"{rep.get('book_commit')}; replay it from a clean commit")
+    elif clean and check_sources:
+        out += _stale(run_dir.name, root, _sources_by_commit(m, recs))
+    return out
+
+
+def _sources_by_commit(m: dict, recs: dict) -> dict[str, list[str]]:
+    """commit -> the chapter sources the notebooks executed at that commit must still match: each chapter's
+    notebook under the commit that executed it (a replay's, for the chapters it executed), _toc.yml under
+    the last presentation's."""
+    measured = str(m["versions"]["book_commit"])
+    rep = m.get("replayed")
+    executed = set(rep.get("chapters", ())) - set(rep.get("kept", {})) if rep else set()
+    by: dict[str, list[str]] = {}
+    for s in recs:
+        by.setdefault(str(rep["book_commit"]) if s in executed else measured, []).append(f"notebooks/{s}.ipynb")
+    by.setdefault(str(rep["book_commit"]) if rep else measured, []).append("_toc.yml")
+    return by
+
+
+def _stale(name: str, root: Path, by: dict[str, list[str]]) -> list[str]:
+    out = []
+    for commit, paths in by.items():
         known = _git(root, "cat-file", "-e", f"{commit}^{{commit}}")
         if known.returncode != 0:
-            out.append(f"{run_dir.name}: its commit {commit} is not in this repository's history (a shallow "
+            out.append(f"{name}: its commit {commit} is not in this repository's history (a shallow "
                        f"clone?): cannot tell whether its chapters are today's")
-        else:
-            diff = _git(root, "diff", "--name-only", commit, "HEAD", "--", *CHAPTER_SOURCES)
-            changed = [x for x in diff.stdout.split() if x]
-            if changed:
-                out.append(f"{run_dir.name}: the chapter sources changed since its commit {commit} "
-                           f"({', '.join(changed[:4])}{' ...' if len(changed) > 4 else ''}); the site would show "
-                           f"stale chapters: make a new run from HEAD")
+            continue
+        diff = _git(root, "diff", "--name-only", commit, "HEAD", "--", *paths)
+        changed = [x for x in diff.stdout.split() if x]
+        if changed:
+            out.append(f"{name}: the chapter sources changed since its commit {commit} "
+                       f"({', '.join(changed[:4])}{' ...' if len(changed) > 4 else ''}); the site would show "
+                       f"stale chapters: make a new run from HEAD, or present the run again "
+                       f"(python -m helpers.book.runbook --replay runs/{name}) where its chapters can")
     return out
 
 
