@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+import committed
 from helpers import repo_root
 from helpers.book import browser, runbook, site
 
@@ -68,6 +69,27 @@ def test_every_page_in_a_real_browser(built):
     assert report["math"] > 0 and report["images"] > 0 and report["links_checked"] > 50
     shots = built.parent / "screenshots"
     assert len(list(shots.glob("*.png"))) == report["pages"] and (shots / "report.json").exists()
+
+
+OTHER_RUNS, NO_GIT = committed.runs_or_reason(ROOT)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run_id", [r for r in OTHER_RUNS if r != SITE_RUN])
+def test_every_other_committed_run_passes_the_browser_check(run_id, tmp_path):
+    """Issue 24: the browser check passes on every committed run, not only the published one (which
+    test_every_page_in_a_real_browser checks): a run made by an older book is presented again by
+    `runbook --replay` or retired from the tree (runs/README.md)."""
+    if NO_GIT:
+        pytest.fail(NO_GIT)
+    if not browser.find_chromium():
+        pytest.skip(browser.INSTALL_HINT)
+    html = runbook.build(ROOT / "runs" / run_id, ROOT, strict=True, echo=lambda *a: None, out_dir=tmp_path).parent
+    report = browser.check_site(html, echo=lambda *a: None)
+    problems = [f"{p['page']}: {e}" for p in report["per_page"] for e in p["errors"]]
+    problems += [f"site: {report['length']['error']}"] if report["length"]["error"] else []
+    print(run_id, browser.summary_line(report))
+    assert not problems, "\n".join(problems[:40])
 
 
 def test_a_glued_sentence_is_not_a_wall_of_bold():
