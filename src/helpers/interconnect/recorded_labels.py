@@ -78,6 +78,16 @@ def _unknown(kind: str, value, known) -> RecordedLabelError:
                               "(then it carries the method columns and needs no mapping)")
 
 
+def _row_method(r: dict, rotate_bytes: int, stream: str, lead_us=None, placement: str = "in-place") -> Method:
+    """The Method a recorded row's `harness` label and `backend` stand for (RecordedLabelError on a label
+    this module does not map); nccl rows take `stream`, others 'side'; 'nccl-direct' rows are Method.direct."""
+    label = r.get("harness")
+    if label not in HARNESS_LABELS:
+        raise _unknown("harness label", label, HARNESS_LABELS)
+    return _method(HARNESS_LABELS[label], rotate_bytes, stream if r.get("backend") == "nccl" else "side", lead_us,
+                   placement, r.get("backend") == "nccl-direct")
+
+
 def from_tidy(df: pd.DataFrame, rotate_bytes: int = 0, stream: str = "side") -> pd.DataFrame:
     """A collectives.tidy table of the time (a `harness` label column, no method columns) with the method
     columns of today: the label and every field. `rotate_bytes` and `stream` are the study's (the labels
@@ -85,15 +95,8 @@ def from_tidy(df: pd.DataFrame, rotate_bytes: int = 0, stream: str = "side") -> 
     has none; backend 'nccl-direct' rows are Method.direct. gloo rows keep stream 'side' (no GPU work)."""
     if "method" in df.columns:
         return df
-    methods = []
-    for r in df.to_dict("records"):
-        label = r.get("harness")
-        if label not in HARNESS_LABELS:
-            raise _unknown("harness label", label, HARNESS_LABELS)
-        placement = r.get("placement") or "in-place"
-        direct = r.get("backend") == "nccl-direct"
-        methods.append(_method(HARNESS_LABELS[label], rotate_bytes, stream if r.get("backend") == "nccl" else "side",
-                               r.get("start_lead_us"), placement, direct))
+    methods = [_row_method(r, rotate_bytes, stream, r.get("start_lead_us"), r.get("placement") or "in-place")
+               for r in df.to_dict("records")]
     out = _with_methods(df, methods, drop=["harness", "placement", "start_lead_us"])
     # today's column order: the point, its method, then the measurements
     from helpers.interconnect.collectives import TIDY_COLUMNS
@@ -115,13 +118,8 @@ def from_runs(df: pd.DataFrame, stream: str = "side", lead_us: dict | None = Non
     `lead_us`: the lead per label, as the same run's sweep recorded it (`leads`; LEGACY_LEAD_US without)."""
     if "method" in df.columns:
         return df
-    methods = []
-    for r in df.to_dict("records"):
-        label = r.get("harness")
-        if label not in HARNESS_LABELS:
-            raise _unknown("harness label", label, HARNESS_LABELS)
-        methods.append(_method(HARNESS_LABELS[label], 0, stream if r.get("backend") == "nccl" else "side",
-                               (lead_us or {}).get(label), direct=r.get("backend") == "nccl-direct").label)
+    methods = [_row_method(r, 0, stream, (lead_us or {}).get(r.get("harness"))).label
+               for r in df.to_dict("records")]
     out = df.drop(columns=["harness"]).copy()
     out.insert(min(3, len(out.columns)), "method", methods)
     return out
@@ -141,10 +139,7 @@ def from_fits(df: pd.DataFrame, stream: str = "side", lead_us: dict | None = Non
             methods.append(label)
             harnesses.append(label)
             continue
-        if label not in HARNESS_LABELS:
-            raise _unknown("harness label", label, HARNESS_LABELS)
-        m = _method(HARNESS_LABELS[label], 0, stream if r.get("backend") == "nccl" else "side",
-                    (lead_us or {}).get(label), direct=r.get("backend") == "nccl-direct")
+        m = _row_method(r, 0, stream, (lead_us or {}).get(label))
         methods.append(m.label)
         harnesses.append(m.harness)
     out["harness"] = harnesses
