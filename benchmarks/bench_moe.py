@@ -50,6 +50,28 @@ def _added(g: torch.Tensor) -> torch.Tensor:
     return g.sum(0).bfloat16() if g.dim() == 3 else g
 
 
+def expert_weights(E: int, H: int, I: int, L: int, dev: str):
+    """`L` layers' routed-expert weights at these shapes, bf16 (w13 gate/up, w2 down) and as FP8 QWeights,
+    distinct per layer so that no layer's weights sit in L2."""
+    w13 = [torch.randn(E, H, 2 * I, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(L)]
+    w2 = [torch.randn(E, I, H, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(L)]
+    return w13, w2, [fp8.quantize(w, "w13") for w in w13], [fp8.quantize(w, "w2") for w in w2]
+
+
+def decode_rows(E: int, H: int, I: int, k: int, b: int, dev: str) -> dict:
+    """One decode step's rows into a MoE layer at batch b, routed to k random experts each and grouped by
+    expert (fused.permute): xs and its FP8 form (xq, xsc) for gate/up, h1 and its FP8 form (hq, hsc) for down,
+    the row offsets `offs` and how many experts got rows (`active`)."""
+    ids = torch.stack([torch.randperm(E, device=dev)[:k] for _ in range(b)])
+    rw = torch.rand(b, k, device=dev, dtype=torch.bfloat16)
+    x = torch.randn(b, H, device=dev, dtype=torch.bfloat16)
+    xs, _, _, offs, _ = fz.permute(ids, rw, x, E)
+    h1 = torch.randn(xs.shape[0], I, device=dev, dtype=torch.bfloat16)
+    (xq, xsc), (hq, hsc) = fp8.quantize_rows(xs), fp8.quantize_rows(h1)
+    return dict(xs=xs, offs=offs, active=int((torch.diff(offs, prepend=offs.new_zeros(1)) > 0).sum()), h1=h1,
+                xq=xq, xsc=xsc, hq=hq, hsc=hsc)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", default="1,8,64")
@@ -63,20 +85,11 @@ def main() -> int:
     dev = "cuda"
     torch.manual_seed(0)
     E, H, I, k, L = a.experts, a.hidden, a.inter, a.top_k, a.layers
-    w13 = [torch.randn(E, H, 2 * I, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(L)]
-    w2 = [torch.randn(E, I, H, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(L)]
-    q13 = [fp8.quantize(w, "w13") for w in w13]
-    q2 = [fp8.quantize(w, "w2") for w in w2]
+    w13, w2, q13, q2 = expert_weights(E, H, I, L, dev)
     rows = []
     for b in [int(x) for x in a.batches.split(",")]:
-        ids = torch.stack([torch.randperm(E, device=dev)[:k] for _ in range(b)])
-        rw = torch.rand(b, k, device=dev, dtype=torch.bfloat16)
-        x = torch.randn(b, H, device=dev, dtype=torch.bfloat16)
-        xs, pw, inv, offs, tok = fz.permute(ids, rw, x, E)
-        active = int((torch.diff(offs, prepend=offs.new_zeros(1)) > 0).sum())
-        h1 = torch.randn(xs.shape[0], I, device=dev, dtype=torch.bfloat16)
-        xq, xsc = fp8.quantize_rows(xs)
-        hq, hsc = fp8.quantize_rows(h1)
+        r = decode_rows(E, H, I, k, b, dev)
+        xs, offs, active, h1, xq, xsc, hq, hsc = (r[n] for n in ("xs", "offs", "active", "h1", "xq", "xsc", "hq", "hsc"))
         bytes_bf16 = active * (H * 2 * I + I * H) * 2
         bytes_fp8 = active * (H * 2 * I + I * H) + active * (2 * I + H) * 4
         impls = {

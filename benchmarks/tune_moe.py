@@ -20,26 +20,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_moe import timed_graph  # noqa: E402
+from bench_moe import decode_rows, expert_weights, timed_graph  # noqa: E402
 from helpers.model import fp8, moe_triton  # noqa: E402
-from helpers.model import fused as fz  # noqa: E402
 
 
 def _products(E: int, H: int, I: int, k: int, b: int, L: int, dev: str):
     """(name, precision, weight bytes read, fn(layer)) for each product of one decode step's MoE layer and
     the dense few-row products, at batch b."""
-    ids = torch.stack([torch.randperm(E, device=dev)[:k] for _ in range(b)])
-    rw = torch.rand(b, k, device=dev, dtype=torch.bfloat16)
-    x = torch.randn(b, H, device=dev, dtype=torch.bfloat16)
-    xs, _, _, offs, _ = fz.permute(ids, rw, x, E)
-    active = int((torch.diff(offs, prepend=offs.new_zeros(1)) > 0).sum())
-    h1 = torch.randn(xs.shape[0], I, device=dev, dtype=torch.bfloat16)
-    xq, xsc = fp8.quantize_rows(xs)
-    hq, hsc = fp8.quantize_rows(h1)
-    w13 = [torch.randn(E, H, 2 * I, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(L)]
-    w2 = [torch.randn(E, I, H, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(L)]
-    q13 = [fp8.quantize(w, "w13") for w in w13]
-    q2 = [fp8.quantize(w, "w2") for w in w2]
+    r = decode_rows(E, H, I, k, b, dev)
+    xs, offs, active, h1, xq, xsc, hq, hsc = (r[n] for n in ("xs", "offs", "active", "h1", "xq", "xsc", "hq", "hsc"))
+    w13, w2, q13, q2 = expert_weights(E, H, I, L, dev)
     out = [("experts gate_up", "bf16", active * H * 2 * I * 2, lambda l: moe_triton.moe_gemm(xs, w13[l], offs, split=True)),
            ("experts down", "bf16", active * I * H * 2, lambda l: moe_triton.moe_gemm(h1, w2[l], offs)),
            ("experts gate_up", "fp8", active * H * 2 * I, lambda l: moe_triton.moe_gemm_fp8(xq, xsc, q13[l], offs, split=True)),
