@@ -203,16 +203,6 @@ def test_gpu_triton_moe_kernels_match_torchs_grouped_products(batch):
     assert rel(moe_triton.linear_fp8(xq[:batch], xs[:batch], d), dref) < 1e-2
     dpart = moe_triton.linear_fp8(xq[:batch], xs[:batch], d, split=True)
     assert rel(dpart.sum(0) if dpart.dim() == 3 else dpart, dref) < 1e-2
-    # bf16 rows quantized inside the kernel: the E4M3 values and scales quantize_rows writes, so the product
-    # of the separately quantized rows (to float rounding of the scale), whole and split
-    one = moe_triton.moe_gemm_fp8(xq, xs, qw, offs, torch.float32)
-    assert rel(moe_triton.moe_gemm_fp8_quant(x, qw, offs, torch.float32), one) < 1e-3
-    inq = moe_triton.moe_gemm_fp8_quant(x, qw, offs, split=True)
-    assert rel(inq.sum(0) if inq.dim() == 3 else inq, ref8) < 1e-2
-    done = moe_triton.linear_fp8(xq[:batch], xs[:batch], d, torch.float32)
-    assert rel(moe_triton.linear_fp8_quant(x[:batch], d, torch.float32), done) < 1e-3
-    dq = moe_triton.linear_fp8_quant(x[:batch], d, split=True)
-    assert rel(dq.sum(0) if dq.dim() == 3 else dq, dref) < 1e-2
     # the dense bf16 product of few rows (the FP8 step's weights_proj: K 6144, 32 columns), split over K
     wp = (torch.randn(6144, 32, device="cuda", generator=g) * 0.05).bfloat16()
     xp = torch.randn(batch, 6144, device="cuda", generator=g).bfloat16()
@@ -231,11 +221,6 @@ def test_gpu_triton_moe_kernels_match_torchs_grouped_products(batch):
         for fusion in ("fused", "unfused"):
             st = step.DecodeStep(full, 4, 64, fusion=fusion, shared_overlap="off")
             assert st.moe_impl == ("triton" if fusion == "fused" else "grouped_mm")
-            # the attention output and the activations reach their FP8 products in bf16, quantized inside
-            if fusion == "fused":
-                assert {"o", "ga"} <= st._inside <= {"o", "sa", "ga", "da"}
-            else:
-                assert not st._inside
             st.forced_routing = [r.cuda() for r in routing]
             st.run()
             chk = step.compare_logits(ref, st.logits().float().cpu(), step.FP8_TOLERANCE, metric="l2")

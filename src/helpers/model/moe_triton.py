@@ -28,8 +28,6 @@ import functools
 
 import torch
 
-from . import fp8 as fp8_mod
-
 #: rows a program multiplies at a time (tl.dot's smallest M)
 BLOCK_M = 16
 #: dense FP8 products of at most this many rows take `linear_fp8` in the fused step (decode's few rows;
@@ -90,9 +88,8 @@ def _kernel():
 
         @triton.jit
         def kernel(x, w, out, offs, xs, ws, N, K, K_PER,
-                   sxm, sxk, swe, swk, swn, sos, som, son, swse, swsn, EPS, INV_MAX,
-                   FP8: tl.constexpr, QUANT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_K: tl.constexpr):
+                   sxm, sxk, swe, swk, swn, sos, som, son, swse, swsn,
+                   FP8: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
             e = tl.program_id(0)
             pn = tl.program_id(1)
             pk = tl.program_id(2)
@@ -111,30 +108,17 @@ def _kernel():
                 for m0 in range(start, end, BLOCK_M):
                     rm = m0 + tl.arange(0, BLOCK_M)
                     m_ok = rm < end
-                    if QUANT:
-                        # the rows' per-row FP8 scale from their whole K (fused._quant: max |x| / FP8_MAX),
-                        # then each loaded tile divided by it and cast to E4M3 before its product
-                        amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
-                        for k0 in range(0, K, BLOCK_K):
-                            kk = k0 + rk
-                            a = tl.load(x + rm[:, None].to(tl.int64) * sxm + kk[None, :] * sxk,
-                                        mask=m_ok[:, None] & (kk < K)[None, :], other=0.0)
-                            amax = tl.maximum(amax, tl.max(tl.abs(a.to(tl.float32)), 1))
-                        row_scale = tl.maximum(amax, EPS) * INV_MAX
                     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
                     for k0 in range(k_lo, k_hi, BLOCK_K):
                         kk = k0 + rk
                         k_ok = kk < k_hi
                         a = tl.load(x + rm[:, None].to(tl.int64) * sxm + kk[None, :] * sxk,
                                     mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-                        if QUANT:
-                            a = (a.to(tl.float32) / row_scale[:, None]).to(tl.float8e4nv)
                         b = tl.load(wbase + kk[:, None].to(tl.int64) * swk + rn[None, :] * swn,
                                     mask=k_ok[:, None] & n_ok[None, :], other=0.0)
                         acc = tl.dot(a, b, acc)
                     if FP8:
-                        if not QUANT:
-                            row_scale = tl.load(xs + rm, mask=m_ok, other=0.0)
+                        row_scale = tl.load(xs + rm, mask=m_ok, other=0.0)
                         acc = acc * row_scale[:, None] * col_scale[None, :]
                     tl.store(obase + rm[:, None].to(tl.int64) * som + rn[None, :] * son,
                              acc.to(out.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
@@ -142,8 +126,7 @@ def _kernel():
     return _KERNEL
 
 
-def _launch(x, w, offs, xs, ws, fp8: bool, out_dtype: torch.dtype, allow_split: bool,
-            quant: bool = False) -> torch.Tensor:
+def _launch(x, w, offs, xs, ws, fp8: bool, out_dtype: torch.dtype, allow_split: bool) -> torch.Tensor:
     e, k, n = w.shape
     rows = x.shape[0]
     if x.shape[1] != k or offs.numel() != e:
@@ -158,12 +141,14 @@ def _launch(x, w, offs, xs, ws, fp8: bool, out_dtype: torch.dtype, allow_split: 
     else:
         out = torch.empty(1, rows, n, dtype=out_dtype, device=x.device)
     grid = (e, -(-n // block_n), split)
-    xs_t = x if xs is None else xs
-    ws_t, swse, swsn = (x, 0, 0) if ws is None else (ws, ws.stride(0), ws.stride(1))
+    if xs is None:
+        xs_t, ws_t, swse, swsn = x, x, 0, 0
+    else:
+        xs_t, ws_t, swse, swsn = xs, ws, ws.stride(0), ws.stride(1)
     _kernel()[grid](x, w, out, offs, xs_t, ws_t, n, k, k_per,
                     x.stride(0), x.stride(1), w.stride(0), w.stride(1), w.stride(2),
-                    out.stride(0), out.stride(1), out.stride(2), swse, swsn, fp8_mod._EPS, 1.0 / fp8_mod.FP8_MAX,
-                    FP8=fp8, QUANT=quant, BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k,
+                    out.stride(0), out.stride(1), out.stride(2), swse, swsn,
+                    FP8=fp8, BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k,
                     num_warps=warps, num_stages=stages)
     return out if split > 1 else out[0]
 
@@ -184,16 +169,6 @@ def moe_gemm_fp8(xq: torch.Tensor, xs: torch.Tensor, w, offs: torch.Tensor,
     return _launch(xq, w.q, offs, xs.reshape(-1), w.scale, True, out_dtype, split)
 
 
-def moe_gemm_fp8_quant(x: torch.Tensor, w, offs: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16,
-                       split: bool = False) -> torch.Tensor:
-    """moe_gemm_fp8 of bf16 rows x (T, K) quantized per row inside the kernel: each program takes its rows'
-    max |x| over the whole K, divides each loaded tile by the row scale and casts it to E4M3 before its
-    product, as the separate quantization (fused._quant, fp8.quantize_rows) would have written them. One
-    kernel where the separate quantization made the producer of x a kernel longer (SGLang's fused MoE takes
-    its activation's quantization into the expert kernel the same way)."""
-    return _launch(x, w.q, offs, None, w.scale, True, out_dtype, split, quant=True)
-
-
 def linear(x: torch.Tensor, w: torch.Tensor, split: bool = False) -> torch.Tensor:
     """A dense bf16 product (one 'expert' holding every row): x (M, K) times w (K, N), one kernel. For the
     FP8 step's one bf16 product of decode's few rows, the indexer's weights_proj (32 columns: cuBLAS runs it
@@ -208,14 +183,6 @@ def linear_fp8(xq: torch.Tensor, xs: torch.Tensor, w, out_dtype: torch.dtype = t
     moe_gemm (the shared expert's gate/up product: 512 columns per rank are too few programs unsplit)."""
     return _launch(xq, w.q.unsqueeze(0), _one_group(xq.shape[0], xq.device), xs.reshape(-1), w.scale.unsqueeze(0),
                    True, out_dtype, split)
-
-
-def linear_fp8_quant(x: torch.Tensor, w, out_dtype: torch.dtype = torch.bfloat16,
-                     split: bool = False) -> torch.Tensor:
-    """linear_fp8 of bf16 rows x (M, K) quantized per row inside the kernel (as moe_gemm_fp8_quant): the
-    attention output into o_proj, the shared and dense activations into their down products."""
-    return _launch(x, w.q.unsqueeze(0), _one_group(x.shape[0], x.device), None, w.scale.unsqueeze(0),
-                   True, out_dtype, split, quant=True)
 
 
 #: (device, rows) -> the row offsets of one group holding every row, made once (the first, eager step

@@ -86,9 +86,6 @@ class DecodeStep(UnfusedProgram, FusedProgram):
         #: which near-tied experts their rounding picked
         self.forced_routing: list[torch.Tensor] | None = None
         self._moe_positions = 0
-        #: activations whose FP8 consumer quantizes them inside its Triton kernel (the fused program's
-        #: `_producer_quant` fills it): their producer writes bf16 and no S.<src>_q is made
-        self._inside: set[str] = set()
         self.ops = self._program()
 
     # ---- collectives
@@ -116,8 +113,6 @@ class DecodeStep(UnfusedProgram, FusedProgram):
         """S.<src> @ w: through the quantized S.<src>_q (values, row scales) where w is an FP8 weight. With
         `split`, a few-row FP8 product may return float32 partial sums that the consumer adds (gated_act)."""
         if isinstance(w, fp8.QWeight):
-            if src in self._inside:
-                return moe_triton.linear_fp8_quant(getattr(self.S, src), w, self.dt, split=split)
             xq, s = getattr(self.S, src + "_q")
             if self.moe_impl == "triton" and xq.shape[0] <= moe_triton.DENSE_FP8_ROWS:
                 return moe_triton.linear_fp8(xq, s, w, self.dt, split=split)
@@ -133,18 +128,6 @@ class DecodeStep(UnfusedProgram, FusedProgram):
             return moe_triton.linear(x, w, split=True)
         return x @ w
 
-    def _producer_quant(self, src: str, w, grouped: bool = False) -> bool:
-        """Whether the op producing S.<src> must also quantize it for its consumer's weight `w`: yes where `w`
-        is FP8, unless the consumer is the Triton kernel (the routed experts', or a dense product of decode's
-        few rows), which then quantizes the bf16 rows inside itself (moe_triton.*_quant) and `src` is noted
-        in self._inside."""
-        if not isinstance(w, fp8.QWeight):
-            return False
-        if self.moe_impl == "triton" and (grouped or self.b <= moe_triton.DENSE_FP8_ROWS):
-            self._inside.add(src)
-            return False
-        return True
-
     def _quantize(self, add, src: str, component: str, *weights, stream: str = "main") -> None:
         """The op quantizing S.<src> per row, where one of `weights` (its consumers) is held in FP8."""
         if any(isinstance(w, fp8.QWeight) for w in weights):
@@ -157,8 +140,6 @@ class DecodeStep(UnfusedProgram, FusedProgram):
         partial sums over split K (helpers.model.moe_triton), which the consumer adds (fused.gated_act)."""
         S, offs = self.S, self.S.offs
         if isinstance(w, fp8.QWeight):
-            if src in self._inside:
-                return moe_triton.moe_gemm_fp8_quant(getattr(S, src), w, offs, torch.bfloat16, split=split)
             xq, s = getattr(S, src + "_q")
             if self.moe_impl == "triton":
                 return moe_triton.moe_gemm_fp8(xq, s, w, offs, torch.bfloat16, split=split)

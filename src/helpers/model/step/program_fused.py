@@ -20,15 +20,13 @@ class FusedProgram:
     def _program_fused(self) -> list[Op]:
         """The same step as _program, with the small ops fused as a serving engine fuses them: each residual
         add folded into the RMSNorm after it (the MLP's into the next layer's input norm), FP8 activation
-        quantization inside the op that produces the activation (or, where its consumer is the Triton kernel,
-        inside that product: moe_triton.*_quant), rotary embedding of all heads in one op,
+        quantization inside the op that produces the activation, rotary embedding of all heads in one op,
         the indexer's scoring with its top-k, the router's sigmoid/top-k/normalise in one op, the routing
         weights applied in the experts' activation and the combine a gather-sum with the shared expert's
         output added. Op names of the products are _program's; see helpers.model.fused."""
         rm, m, S = self.rm, self.rm.m, self.S
         sh = rm.shard
         ops: list[Op] = []
-        self._inside = set()
 
         def add(name, comp, fn, stream="main", kind="op"):
             if fn is not None:
@@ -118,7 +116,7 @@ class FusedProgram:
             fn = lambda: setattr(S, "olat", att(S.qfull, C["kv"][:b, :c], self.scale, kl))  # noqa: E731
         add("attention", "attention", fn)
         av = self._fz(fz.absorb_v)
-        oq = self._producer_quant("o", W["o_proj"])
+        oq = self._fp8_any(W["o_proj"])
 
         def absorb_v():
             o, q = av(S.olat, W["w_vc"], oq)
@@ -161,7 +159,7 @@ class FusedProgram:
     def _dense_fused(self, add, W):
         S, i = self.S, self.rm.shard.dense_inter
         act = self._fz(fz.gated_act)
-        q = self._producer_quant("da", W["d_w2"])
+        q = self._fp8_any(W["d_w2"])
         add("dense gate_up", "shared/dense MLP",
             lambda: setattr(S, "d13", self._mm("x2", W["d_w13"], split=True)))
 
@@ -194,7 +192,7 @@ class FusedProgram:
             add("fork (routed experts to the second stream)", "moe", lambda: alt.wait_stream(cur()), kind="fork")
         if shared:
             si = sh.shared_inter
-            sq = self._producer_quant("sa", W["s_w2"])
+            sq = self._fp8_any(W["s_w2"])
             add("shared gate_up", "shared/dense MLP",
                 lambda: setattr(S, "s13", self._mm("x2", W["s_w13"], split=True)))
 
@@ -225,10 +223,8 @@ class FusedProgram:
         add("grouped gemm 1", "moe", lambda: setattr(S, "g1", self._gmm("xs", W["w13"], split=True)),
             routed)
 
-        gq = self._producer_quant("ga", W["w2"], grouped=True)
-
         def e_act():
-            a, aq = act(S.g1, i, S.pw, gq)
+            a, aq = act(S.g1, i, S.pw, fp8_experts)
             self._set_q("ga", a, aq)
         add("expert activation", "moe", e_act, routed)
         add("grouped gemm 2", "moe", lambda: setattr(S, "g2", self._gmm("ga", W["w2"])), routed)
