@@ -175,12 +175,21 @@ def indexer_qk(iq: torch.Tensor, ik: torch.Tensor, nw: torch.Tensor, nb: torch.T
     return iq, ik
 
 
+def _add_parts(p: torch.Tensor) -> torch.Tensor:
+    """The float32 partial sums of a split-K product (S, ...) added, written as S - 1 additions of slices
+    so that the compiler makes them part of the consumer's own kernel (a `sum(0)` stays a kernel of its own
+    where the consumer reads the sum at more than one place, as gated_act's gate and up halves do)."""
+    out = p[0]
+    for i in range(1, p.shape[0]):
+        out = out + p[i]
+    return out
+
+
 def indexer_scores(iq: torch.Tensor, keys: torch.Tensor, iw: torch.Tensor) -> torch.Tensor:
     """Index scores sum_h relu(q_h . k) w_h over the cached keys. `iw` may be the float32 partial sums of a
-    split-K product (S, B, H: helpers.model.moe_triton.linear), added here (Inductor unrolls a sum over at
-    most 8 into the scores' own kernel)."""
+    split-K product (S, B, H: helpers.model.moe_triton.linear), added here (`_add_parts`)."""
     if iw.dim() == 3:
-        iw = iw.sum(0).to(iq.dtype)
+        iw = _add_parts(iw).to(iq.dtype)
     sc = torch.relu(torch.bmm(iq, keys.transpose(1, 2)))
     return (sc * iw[..., None]).sum(1)
 
@@ -285,7 +294,7 @@ def gated_act(g: torch.Tensor, i: int, w: torch.Tensor | None, quant: bool):
     """SiLU(gate) x up (times each row's routing weight `w`), and its FP8 quantization with `quant`. `g` may
     be the float32 partial sums of a split-K product (S, T, 2i: helpers.model.moe_triton), added here."""
     if g.dim() == 3:
-        g = g.sum(0).to(w.dtype if w is not None else torch.bfloat16)
+        g = _add_parts(g).to(w.dtype if w is not None else torch.bfloat16)
     a = F.silu(g[:, :i]) * g[:, i:]
     if w is not None:
         a = a * w[:, None].to(a.dtype)

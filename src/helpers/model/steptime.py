@@ -9,15 +9,13 @@ that component, over every layer, captured in a graph of their own); on a CPU wi
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -323,6 +321,12 @@ def _resume(out: Path | None, cfg: SweepConfig) -> tuple[list[dict], set]:
             rows = old.to_dict("records")
             done = {(int(r["batch"]), int(r["context"]), r["mode"], r["attention"]) for r in rows}
     return rows, done
+
+
+def one_rank(cfg: SweepConfig, progress: Callable[[str], None] = print) -> tuple:
+    """(rank model, meta) of rank 0 for `cfg`, checked and built as a sweep builds it (for a tool that runs
+    steps of its own: benchmarks/step_kernels.py)."""
+    return _build(cfg, _check_config(cfg), 0, progress)
 
 
 def _build(cfg: SweepConfig, m: ma.ModelConfig, rank: int, progress) -> tuple:
