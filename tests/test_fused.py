@@ -114,26 +114,6 @@ def test_one_compiled_function_equals_its_plain_self():
     assert any(r["function"] == "add_rmsnorm" for r in fz.COMPILE_LOG)
 
 
-@pytest.mark.integration
-def test_a_split_products_consumers_compile_with_the_parts_options_and_give_the_plain_values():
-    """gated_act and indexer_scores take a split-K product's 8 float32 partial sums; compiled (with
-    fused.PARTS_OPTIONS, so that Inductor keeps the sum in the consumer's kernel) they give the plain
-    functions' values."""
-    g = torch.Generator().manual_seed(3)
-    parts = torch.randn(8, 2, 64, generator=g)
-    w = torch.rand(2, generator=g).bfloat16()
-    got, ref = fz.compiled(fz.gated_act, True)(parts, 32, w, True), fz.gated_act(parts, 32, w, True)
-    assert torch.allclose(got[0].float(), ref[0].float(), rtol=2e-2, atol=1e-2)
-    assert torch.allclose(got[1][1], ref[1][1], rtol=2e-2)
-    assert torch.allclose(ref[0].float(), (torch.nn.functional.silu(parts.sum(0)[:, :32]) * parts.sum(0)[:, 32:]
-                                           * w[:, None].float()), rtol=2e-2, atol=1e-2)
-    iq, keys, iw = (torch.randn(2, 8, 16, generator=g).bfloat16(), torch.randn(2, 24, 16, generator=g).bfloat16(),
-                    torch.randn(8, 2, 8, generator=g))
-    got, ref = fz.compiled(fz.indexer_scores, True)(iq, keys, iw), fz.indexer_scores(iq, keys, iw)
-    assert float((got.float() - ref.float()).norm() / ref.float().norm()) < 1e-2
-    assert {"gated_act", "indexer_scores"} <= {r["function"] for r in fz.COMPILE_LOG}
-
-
 def test_the_kernel_tiles_follow_the_h200_sweep():
     """moe_triton.config at GLM-5's TP8 per-rank shapes takes what benchmarks/tune_moe.py measured fastest on
     the H200: two pipeline stages for the experts' down product (K 256: one or two trips of the K loop), four

@@ -30,8 +30,7 @@ unfused step's, and one compiled function with its plain self.
 Compilation: `torch.compile(fn, mode="default", dynamic=None, fullgraph=True)`: every layer shares the
 shapes, so each function compiles once for a batch size and is reused over all layers; a second batch size
 makes the batch dimension symbolic (dynamo's automatic dynamic shapes), and later batches reuse that
-graph; the three functions that add a split product's partial sums take PARTS_OPTIONS instead of the
-mode, so that the sum stays inside their kernel. `mode="max-autotune"` is not used: on the H200 it took 73 s to 188 s for the norms and rotary alone.
+graph. `mode="max-autotune"` is not used: on the H200 it took 73 s to 188 s for the norms and rotary alone.
 """
 from __future__ import annotations
 
@@ -45,12 +44,6 @@ from . import fp8
 
 #: torch.compile's mode for the fused functions on CUDA
 COMPILE_MODE = "default"
-#: Inductor options for the functions that add a split-K product's partial sums (`_add_parts`): Inductor
-#: gives a sum of more than 4 reads (realize_reads_threshold, default 4) a kernel of its own, and the split
-#: reaches 8 (helpers.model.moe_triton.config); measured on the H200 (benchmarks/step_kernels.py, FP8 at
-#: batch 1) the shared activation and the index scores each ran a kernel a layer only to add 8 parts
-PARTS_OPTIONS = {"realize_reads_threshold": 16}
-_PARTS_CONSUMERS = ("gated_act", "indexer_scores", "indexer_topk")
 #: what "compile" settings DecodeStep accepts: "auto" compiles on CUDA only, "on" everywhere, "off" never
 COMPILE = ("auto", "on", "off")
 
@@ -75,10 +68,7 @@ def compiled(fn, on: bool):
         import torch._dynamo
 
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-        if fn.__name__ in _PARTS_CONSUMERS:     # mode "default" is no options: the two cannot be given together
-            c = torch.compile(fn, options=PARTS_OPTIONS, dynamic=None, fullgraph=True)
-        else:
-            c = torch.compile(fn, mode=COMPILE_MODE, dynamic=None, fullgraph=True)
+        c = torch.compile(fn, mode=COMPILE_MODE, dynamic=None, fullgraph=True)
         _COMPILED[fn] = _Timed(c, fn.__name__)
     return _COMPILED[fn]
 
