@@ -41,6 +41,9 @@ of) and the KV cache. `build_rank` refuses fp8 where a trial product fails on th
 Shared-expert overlap (`shared_overlap`): as SGLang's DeepseekV2MoE does on CUDA for up to
 DUAL_STREAM_TOKEN_THRESHOLD tokens, the shared expert runs on the current stream while the router, top-k
 and routed experts run on a second stream, forked and joined with events (capturable in a CUDA graph).
+In the fused FP8 step the indexer's weights_proj, a bf16 product of its own there, runs on that stream too,
+beside the attention's products (SGLang's indexer runs its key and weights products on its alternate
+stream at decode).
 A component timed alone runs alone, so the components' sum exceeds the overlapped step by about the time
 the overlap hides.
 

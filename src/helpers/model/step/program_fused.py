@@ -82,6 +82,8 @@ class FusedProgram:
         add("input norm", "norms and small ops", ln1)
         fused_w, parts = _x_projection(W)
         n1 = parts[0]
+        if m.has_indexer and len(parts) < 3:
+            self._weights_proj_fused(add, W)
 
         def proj():
             y = self._mm("x", fused_w)
@@ -137,10 +139,9 @@ class FusedProgram:
         nh, d, r = m.index_n_heads, m.index_head_dim, m.qk_rope_head_dim
         qk, top = self._fz(fz.indexer_qk), self._fz(fz.indexer_topk)
         add("indexer wq_b", "indexer", lambda: setattr(S, "iq", self._mm("qc", W["idx_wq_b"])))
-        parts = _x_projection(W)[1]       # wk (and weights_proj) come out of the fused q_a + kv_a product
-        if len(parts) < 3:
-            wp = W["idx_weights_proj"]       # bf16 in the FP8 step, as DeepSeek's FP8 checkpoints hold it
-            add("indexer weights_proj", "indexer", lambda: setattr(S, "iw", self._mm_bf16("x", wp)))
+        if len(_x_projection(W)[1]) < 3 and self.overlap:    # weights_proj ran on the second stream
+            alt, cur = self.alt, torch.cuda.current_stream
+            add("join (indexer weights back)", "indexer", lambda: cur().wait_stream(alt), kind="join")
 
         def rope():
             S.iq3, S.ik2 = qk(S.iq, S.ik, W["idx_k_norm_w"], W["idx_k_norm_b"], self.cos, self.sin, r, nh)
@@ -155,6 +156,21 @@ class FusedProgram:
             sc = self._fz(fz.indexer_scores)
             S.topi = torch.arange(c, device=self.rm.device).expand(b, c)
             add("index scores + top-k", "indexer", lambda: setattr(S, "isc", sc(S.iq3, C["ik"][:b, :c], S.iw)))
+
+    def _weights_proj_fused(self, add, W):
+        """The indexer's weights_proj where it is a product of its own (the FP8 step: its weight stays bf16,
+        as DeepSeek's FP8 checkpoints hold it, so it is not part of the fused q_a + kv_a product). It needs
+        only the input norm's rows; with the overlap (up to DUAL_STREAM_TOKEN_THRESHOLD tokens on CUDA) it
+        runs on the second stream beside the attention's products, joined before the index scores, as
+        SGLang's indexer runs its key and weights products on its alternate stream at decode under CUDA
+        graphs (python/sglang/srt/layers/attention/nsa/nsa_indexer.py, Indexer._get_q_k_bf16)."""
+        S, wp = self.S, W["idx_weights_proj"]
+        stream = "alt" if self.overlap else "main"
+        if stream == "alt":
+            alt, cur = self.alt, torch.cuda.current_stream
+            add("fork (indexer weights to the second stream)", "indexer", lambda: alt.wait_stream(cur()),
+                kind="fork")
+        add("indexer weights_proj", "indexer", lambda: setattr(S, "iw", self._mm_bf16("x", wp)), stream)
 
     def _dense_fused(self, add, W):
         S, i = self.S, self.rm.shard.dense_inter
