@@ -169,6 +169,7 @@ def test_cpu_sweep_times_every_point_and_resumes(tmp_path):
     assert any("done before, skipped" in s for s in lines)
     assert len(again.timings) == len(t)
     assert (tmp_path / "meta.json").exists() and (tmp_path / "bytes.csv").exists()
+    assert "kernels_tuned_at_batch" not in res.meta      # uncompiled on the CPU: no kernel to tune
 
 
 @pytest.mark.integration
@@ -190,6 +191,8 @@ def test_gpu_graph_and_eager_agree_and_components_are_timed():
     assert set(t["mode"]) == {"graph", "eager"}
     g = t[(t.what == "step") & (t["mode"] == "graph")]
     assert (g.kernels.fillna(1) > 0).all()
+    # compiled on CUDA: the symbolic-batch kernels were tuned at the largest batch, before the sweep met 2
+    assert res.meta["kernels_tuned_at_batch"] == 4 and "4x64 dense (kernels tuned)" in res.meta["first_step_s"]
 
 
 @pytest.mark.integration

@@ -368,6 +368,8 @@ def _first_step(cfg: SweepConfig, rm, group, meta: dict, progress) -> tuple:
             raise
         meta["grouped_mm_error"] = f"{moe_impl}: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
         moe_impl = "grouped_mm" if moe_impl == "triton" else "loop"   # the Triton kernel failed: torch's next
+    if first.compiled and max(cfg.batches) > first.b and moe_impl == first.moe_impl:
+        _tune_at_largest_batch(cfg, rm, group, moe_impl, meta, first_runs)
     if moe_impl == "loop" and "graph" in modes:
         modes = tuple(mo for mo in modes if mo != "graph")
         why = meta.get("grouped_mm_error") or (rm.fp8_support or {}).get("grouped_error")
@@ -375,6 +377,24 @@ def _first_step(cfg: SweepConfig, rm, group, meta: dict, progress) -> tuple:
     del first
     meta["moe_impl"] = moe_impl
     return modes, moe_impl, first_runs
+
+
+def _tune_at_largest_batch(cfg: SweepConfig, rm, group, moe_impl: str, meta: dict, first_runs: dict) -> None:
+    """One untimed step at the largest batch, right after the first step. The compiled functions' second
+    batch size makes their batch dimension symbolic, and Inductor picks each generated kernel's launch
+    configuration by timing the candidates at the first size that graph meets. Met at batch 2, where every
+    candidate takes a few microseconds, the pick can be many times slower at 64: measured on an H200
+    (run h200-20261202e of commit 30868a4, not committed), the compiled combine took 17.9 ms a step at batch
+    64 against 0.77 ms in study step-fused-h200-20261202e of the same code, and the step 69.5 ms against
+    51.5. Met at the largest batch first, the candidates are told apart where they differ."""
+    b = max(cfg.batches)
+    st = DecodeStep(rm, b, min(cfg.contexts), attention=cfg.attention, group=group, moe_impl=moe_impl,
+                    shared_overlap=cfg.shared_overlap, fusion=cfg.fusion, compile=cfg.compile)
+    t0 = time.monotonic()
+    st.run()
+    _sync(cfg.device)
+    first_runs[f"{b}x{st.c} {st.attention} (kernels tuned)"] = time.monotonic() - t0
+    meta["kernels_tuned_at_batch"] = b
 
 
 def _points(cfg: SweepConfig, modes: tuple[str, ...]) -> list[tuple]:
