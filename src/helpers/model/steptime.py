@@ -384,7 +384,7 @@ def _tune_at_largest_batch(cfg: SweepConfig, rm, group, moe_impl: str, meta: dic
     batch size makes their batch dimension symbolic, and Inductor picks each generated kernel's launch
     configuration by timing the candidates at the first size that graph meets. Met at batch 2, where every
     candidate takes a few microseconds, the pick can be many times slower at 64: measured on an H200
-    (run h200-20261202e of commit 30868a4, not committed), the compiled combine took 17.9 ms a step at batch
+    (data/measured/step-run-h200-20261202e: book run h200-20261202e of commit 30868a4), the compiled combine took 17.9 ms a step at batch
     64 against 0.77 ms in study step-fused-h200-20261202e of the same code, and the step 69.5 ms against
     51.5. Met at the largest batch first, the candidates are told apart where they differ."""
     b = max(cfg.batches)
