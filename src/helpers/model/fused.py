@@ -30,7 +30,9 @@ unfused step's, and one compiled function with its plain self.
 Compilation: `torch.compile(fn, mode="default", dynamic=None, fullgraph=True)`: every layer shares the
 shapes, so each function compiles once for a batch size and is reused over all layers; a second batch size
 makes the batch dimension symbolic (dynamo's automatic dynamic shapes), and later batches reuse that
-graph. `mode="max-autotune"` is not used: on the H200 it took 73 s to 188 s for the norms and rotary alone.
+graph. Inductor picks each generated kernel's launch configuration by timing the candidates the first time
+it runs, so a sweep (helpers.model.steptime) runs its largest batch second: the symbolic graph is tuned
+where the candidates differ, not at batch 2 where all take microseconds. `mode="max-autotune"` is not used: on the H200 it took 73 s to 188 s for the norms and rotary alone.
 """
 from __future__ import annotations
 
