@@ -386,14 +386,18 @@ def _tune_at_largest_batch(cfg: SweepConfig, rm, group, moe_impl: str, meta: dic
     candidate takes a few microseconds, the pick can be many times slower at 64: measured on an H200
     (data/measured/step-run-h200-20261202e: book run h200-20261202e of commit 30868a4), the compiled combine took 17.9 ms a step at batch
     64 against 0.77 ms in study step-fused-h200-20261202e of the same code, and the step 69.5 ms against
-    51.5. Met at the largest batch first, the candidates are told apart where they differ."""
+    51.5. Met at the largest batch first, the candidates are told apart where they differ. Each context in
+    turn: a longer context makes the context dimension symbolic too, and the graph with both symbolic is
+    then tuned at the largest batch as well, not at the sweep's batch 2 of that context."""
     b = max(cfg.batches)
-    st = DecodeStep(rm, b, min(cfg.contexts), attention=cfg.attention, group=group, moe_impl=moe_impl,
-                    shared_overlap=cfg.shared_overlap, fusion=cfg.fusion, compile=cfg.compile)
-    t0 = time.monotonic()
-    st.run()
-    _sync(cfg.device)
-    first_runs[f"{b}x{st.c} {st.attention} (kernels tuned)"] = time.monotonic() - t0
+    for c in sorted(set(cfg.contexts)):
+        st = DecodeStep(rm, b, c, attention=cfg.attention, group=group, moe_impl=moe_impl,
+                        shared_overlap=cfg.shared_overlap, fusion=cfg.fusion, compile=cfg.compile)
+        t0 = time.monotonic()
+        st.run()
+        _sync(cfg.device)
+        first_runs[f"{b}x{c} {st.attention} (kernels tuned)"] = time.monotonic() - t0
+        del st
     meta["kernels_tuned_at_batch"] = b
 
 
