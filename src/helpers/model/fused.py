@@ -32,7 +32,8 @@ shapes, so each function compiles once for a batch size and is reused over all l
 makes the batch dimension symbolic (dynamo's automatic dynamic shapes), and later batches reuse that
 graph. Inductor picks each generated kernel's launch configuration by timing the candidates the first time
 it runs, so a sweep (helpers.model.steptime) runs its largest batch second: the symbolic graph is tuned
-where the candidates differ, not at batch 2 where all take microseconds. `mode="max-autotune"` is not used: on the H200 it took 73 s to 188 s for the norms and rotary alone.
+where the candidates differ, not at batch 2 where all take microseconds. `mode="max-autotune"` is not
+used: on the H200 it took 73 s to 188 s for the norms and rotary alone.
 """
 from __future__ import annotations
 

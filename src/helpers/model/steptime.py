@@ -353,8 +353,7 @@ def _first_step(cfg: SweepConfig, rm, group, meta: dict, progress) -> tuple:
     """One eager step first: a device whose torch lacks torch._grouped_mm falls back to a loop over the
     experts (and then times eagerly only). Returns (modes, moe_impl, first_runs); notes in `meta`."""
     modes = tuple(cfg.modes)
-    first = DecodeStep(rm, min(cfg.batches), min(cfg.contexts), attention=cfg.attention, group=group,
-                       shared_overlap=cfg.shared_overlap, fusion=cfg.fusion, compile=cfg.compile)
+    first = _new_step(cfg, rm, min(cfg.batches), min(cfg.contexts), group)
     meta["fusion"], meta["compiled"] = cfg.fusion, first.compiled
     first_runs = {}
     moe_impl = first.moe_impl      # "loop" already where the FP8 trial found no torch._scaled_grouped_mm
@@ -384,21 +383,28 @@ def _tune_at_largest_batch(cfg: SweepConfig, rm, group, moe_impl: str, meta: dic
     batch size makes their batch dimension symbolic, and Inductor picks each generated kernel's launch
     configuration by timing the candidates at the first size that graph meets. Met at batch 2, where every
     candidate takes a few microseconds, the pick can be many times slower at 64: measured on an H200
-    (data/measured/step-run-h200-20261202e: book run h200-20261202e of commit 30868a4), the compiled combine took 17.9 ms a step at batch
-    64 against 0.77 ms in study step-fused-h200-20261202e of the same code, and the step 69.5 ms against
-    51.5. Met at the largest batch first, the candidates are told apart where they differ. Each context in
+    (data/measured/step-run-h200-20261202e: book run h200-20261202e of commit 30868a4), the compiled
+    combine took 17.9 ms a step at batch 64 against 0.77 ms in study step-fused-h200-20261202e of the same
+    code, and the step 69.5 ms against 51.5. Met at the largest batch first, the candidates are told apart where they differ. Each context in
     turn: a longer context makes the context dimension symbolic too, and the graph with both symbolic is
     then tuned at the largest batch as well, not at the sweep's batch 2 of that context."""
     b = max(cfg.batches)
     for c in sorted(set(cfg.contexts)):
-        st = DecodeStep(rm, b, c, attention=cfg.attention, group=group, moe_impl=moe_impl,
-                        shared_overlap=cfg.shared_overlap, fusion=cfg.fusion, compile=cfg.compile)
+        st = _new_step(cfg, rm, b, c, group, moe_impl=moe_impl)
         t0 = time.monotonic()
         st.run()
         _sync(cfg.device)
         first_runs[f"{b}x{c} {st.attention} (kernels tuned)"] = time.monotonic() - t0
         del st
     meta["kernels_tuned_at_batch"] = b
+
+
+def _new_step(cfg: SweepConfig, rm, batch: int, context: int, group, **kw) -> DecodeStep:
+    """A DecodeStep of `rm` at (batch, context) with the sweep's settings (attention, overlap, fusion,
+    compile); `kw` adds or overrides (moe_impl, attention, seed)."""
+    kw = {"attention": cfg.attention, "shared_overlap": cfg.shared_overlap, "fusion": cfg.fusion,
+          "compile": cfg.compile, **kw}
+    return DecodeStep(rm, batch, context, group=group, **kw)
 
 
 def _points(cfg: SweepConfig, modes: tuple[str, ...]) -> list[tuple]:
@@ -448,8 +454,7 @@ def _untimed_step(cfg, m, rm, point, modes, moe_impl, group, first_runs, routing
     """The point's DecodeStep after one untimed step (its time in `first_runs` for the first step of its
     shape), its distinct experts in `routing` and, for the first mode, its bytes per component in `byte_rows`."""
     c, b, mode, att = point
-    st = DecodeStep(rm, b, c, attention=att, seed=cfg.seed + 1, moe_impl=moe_impl, group=group,
-                    shared_overlap=cfg.shared_overlap, fusion=cfg.fusion, compile=cfg.compile)
+    st = _new_step(cfg, rm, b, c, group, attention=att, seed=cfg.seed + 1, moe_impl=moe_impl)
     st.record_routing = True
     t_first = time.monotonic()
     st.run()

@@ -82,8 +82,8 @@ class FusedProgram:
         add("input norm", "norms and small ops", ln1)
         fused_w, parts = _x_projection(W)
         n1 = parts[0]
-        if m.has_indexer and len(parts) < 3:
-            self._weights_proj_fused(add, W)
+        # the FP8 step's weights_proj, a product of its own: on the second stream with the overlap
+        wp_alt = m.has_indexer and len(parts) < 3 and self._weights_proj_fused(add, W)
 
         def proj():
             y = self._mm("x", fused_w)
@@ -109,7 +109,7 @@ class FusedProgram:
             lambda: setattr(S, "qfull", rot(S.q, S.qlat, self.cos, self.sin, nope)))
         add("kv-cache store", "attention", lambda: C["kv"][:b, c - 1].copy_(S.entry))
         if m.has_indexer:
-            self._indexer_fused(add, W, C)
+            self._indexer_fused(add, W, C, wp_alt)
         if self.attention == "sparse" and c > m.index_topk:
             att = self._fz(fz.attend_sparse)
             fn = lambda: setattr(S, "olat", att(S.qfull, C["kv"][:b], S.topi, self.scale, kl))  # noqa: E731
@@ -134,12 +134,12 @@ class FusedProgram:
             self._set_q("x2", x2, q)
         add("residual + norm", "norms and small ops", res_norm)
 
-    def _indexer_fused(self, add, W, C):
+    def _indexer_fused(self, add, W, C, wp_alt: bool):
         m, S, b, c = self.rm.m, self.S, self.b, self.c
         nh, d, r = m.index_n_heads, m.index_head_dim, m.qk_rope_head_dim
         qk, top = self._fz(fz.indexer_qk), self._fz(fz.indexer_topk)
         add("indexer wq_b", "indexer", lambda: setattr(S, "iq", self._mm("qc", W["idx_wq_b"])))
-        if len(_x_projection(W)[1]) < 3 and self.overlap:    # weights_proj ran on the second stream
+        if wp_alt:                           # weights_proj ran on the second stream (_weights_proj_fused)
             alt, cur = self.alt, torch.cuda.current_stream
             add("join (indexer weights back)", "indexer", lambda: cur().wait_stream(alt), kind="join")
 
@@ -157,13 +157,14 @@ class FusedProgram:
             S.topi = torch.arange(c, device=self.rm.device).expand(b, c)
             add("index scores + top-k", "indexer", lambda: setattr(S, "isc", sc(S.iq3, C["ik"][:b, :c], S.iw)))
 
-    def _weights_proj_fused(self, add, W):
+    def _weights_proj_fused(self, add, W) -> bool:
         """The indexer's weights_proj where it is a product of its own (the FP8 step: its weight stays bf16,
         as DeepSeek's FP8 checkpoints hold it, so it is not part of the fused q_a + kv_a product). It needs
         only the input norm's rows; with the overlap (up to DUAL_STREAM_TOKEN_THRESHOLD tokens on CUDA) it
         runs on the second stream beside the attention's products, joined before the index scores, as
         SGLang's indexer runs its key and weights products on its alternate stream at decode under CUDA
-        graphs (python/sglang/srt/layers/attention/nsa/nsa_indexer.py, Indexer._get_q_k_bf16)."""
+        graphs (python/sglang/srt/layers/attention/nsa/nsa_indexer.py, Indexer._get_q_k_bf16). Returns
+        whether it went to the second stream (the index scores then join it back)."""
         S, wp = self.S, W["idx_weights_proj"]
         stream = "alt" if self.overlap else "main"
         if stream == "alt":
@@ -171,6 +172,7 @@ class FusedProgram:
             add("fork (indexer weights to the second stream)", "indexer", lambda: alt.wait_stream(cur()),
                 kind="fork")
         add("indexer weights_proj", "indexer", lambda: setattr(S, "iw", self._mm_bf16("x", wp)), stream)
+        return stream == "alt"
 
     def _dense_fused(self, add, W):
         S, i = self.S, self.rm.shard.dense_inter
