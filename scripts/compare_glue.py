@@ -7,9 +7,9 @@ executed notebooks:
 
     # execute chapters of a checkout (its notebooks, its src/) against a copy of a committed run, with the
     # parameters that run's manifest recorded for each chapter (chapters that only read: 05, 07_diagnosis, 90)
-    scripts/compare_glue.py replay --checkout /tmp/before --run runs/h200-20261202b --out /tmp/b-a \\
+    scripts/compare_glue.py replay --checkout /tmp/before --run runs/h200-20261202f --out /tmp/b-a \\
         --chapters 05_expert_parallelism 07_diagnosis 90_provenance
-    scripts/compare_glue.py replay --checkout .          --run runs/h200-20261202b --out /tmp/a-a ...
+    scripts/compare_glue.py replay --checkout .          --run runs/h200-20261202f --out /tmp/a-a ...
 
     # compare: every key of either side, value by value; with --varying, a second execution of the first
     # side's code on the same machine, keys whose values differ between the two first-side executions are

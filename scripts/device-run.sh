@@ -6,7 +6,7 @@
 # Ctrl-C would (finished chapters stay in the manifest), before the caller's limit; writes
 # runs/<RUN_ID>/ and, where $OUT is set, a tarball of it there. Where the copy has no .git, either send
 # a copy of the repository's git folder and point GIT_DIR (and GIT_WORK_TREE=$PWD) at it, so the runbook
-# reads the commit and checks the tree itself (how runs/h200-20261202b was made), or set BOOK_COMMIT to
+# reads the commit and checks the tree itself (how runs/h200-20261202f was made), or set BOOK_COMMIT to
 # the commit sent (recorded as unverified). Where there is no make, runs what `make run` runs.
 # The h200 target takes about 7 to 8 minutes on one H200 (serving chapters about 4).
 # Usage: RUN_ID=h200-YYYYMMDD TARGET=h200 BOOK_COMMIT=<sha> [LIMIT_S=540] scripts/device-run.sh

@@ -169,7 +169,7 @@ def test_save_writes_declared_tables_and_refuses_others(rec, tmp_path):
         dg.save(tmp_path, dg.Part({}, {"scratch": pd.DataFrame({"a": [1]})}))
 
 
-@pytest.mark.parametrize("run,harness,gpus", [("h200x2-20261129f", "graph", 2), ("h200-20261202b", "graph", 1)])
+@pytest.mark.parametrize("run,harness,gpus", [("h200x2-20261129f", "graph", 2), ("h200-20261202f", "graph", 1)])
 def test_a_gpu_runs_sentences_come_back_from_its_tables(run, harness, gpus, meas):
     """The committed GPU runs' pages (GPU paths cannot run here; this is their check): from the run's points,
     with the fit table today's VM/P2P chapter writes, the diagnosis gives the sentences the run glued.

@@ -138,7 +138,7 @@ def _glued_text(value) -> str:
 
 
 @pytest.mark.parametrize("run,label,gpus", [("h200x2-20261129f", "2x NVIDIA H200", 2),
-                                            ("h200-20261202b", "1x NVIDIA H200", 1)])
+                                            ("h200-20261202f", "1x NVIDIA H200", 1)])
 def test_a_gpu_runs_sentences_come_back_word_for_word_from_its_tables(run, label, gpus):
     """The committed GPU runs were rendered by the chapter's old code; the findings give the same text
     from the same result files (GPU code paths cannot run here; this is their check)."""
@@ -330,9 +330,9 @@ def test_no_clause_of_the_host_path_paragraph_is_dropped_without_a_word():
 # ------------------------------------------------------------------ the chapter's tables go through the declared layout
 def test_the_suites_tables_are_saved_as_the_chapters_declared_results(tmp_path):
     """The suite saves its tables as the chapter's declared results, and the declared columns hold on the
-    committed GPU runs' tables: the one-GPU run made with methods (h200-20261202b, today's layout), the same
+    committed GPU runs' tables: the one-GPU run made with methods (h200-20261202f, today's layout), the same
     tables in the layout from before multi-node launches, without `nodes` and `hosts` (built in tmp_path
-    from h200-20261202b by dropping those two columns, which gives exactly the columns of
+    from h200-20261202f by dropping those two columns, which gives exactly the columns of
     runs/h200-20261201b, the committed run that had that layout until it was retired after commit 5ee6479),
     and the copy tables of the two-GPU run, older still (no method columns)."""
     run = layout.Run(tmp_path, "06_vm_p2p")
@@ -345,11 +345,11 @@ def test_the_suites_tables_are_saved_as_the_chapters_declared_results(tmp_path):
         assert list(run.load(name).columns) == list(getattr(out, name).columns)
     assert not run.path("copy_sweep").exists()                             # nothing measured, nothing written
     for name in suite.SuiteResult.TABLES:       # the declared columns hold on the committed GPU run made with methods
-        assert len(layout.load(RUNS / "h200-20261202b", "06_vm_p2p", name).columns)
+        assert len(layout.load(RUNS / "h200-20261202f", "06_vm_p2p", name).columns)
     older = tmp_path / "before-multi-node"      # and on its tables without the multi-node columns
     dropped = {}
     for name in suite.SuiteResult.TABLES:
-        t = pd.read_csv(layout.path(RUNS / "h200-20261202b", "06_vm_p2p", name))
+        t = pd.read_csv(layout.path(RUNS / "h200-20261202f", "06_vm_p2p", name))
         dropped[name] = [c for c in ("nodes", "hosts") if c in t.columns]
         t.drop(columns=dropped[name]).to_csv(layout.chapter_dir(older, "06_vm_p2p") / f"{name}.csv", index=False)
         assert len(layout.load(older, "06_vm_p2p", name).columns)
@@ -401,12 +401,12 @@ def test_the_pages_sentences_without_nan():
     assert "nan" not in ch.harness_rule(none).lower() and "a GPU run gives the floor" in ch.harness_rule(none)
     assert "nan" not in ch.largest_copy_text(ch.largest_copy(None)[0]).lower()
     # with the committed one-GPU run's copies: its numbers, and the sentences its page glued, word for word
-    cs, _, _, glued = _run("h200-20261202b")
+    cs, _, _, glued = _run("h200-20261202f")
     rule = ch.harness_rule(ch.harness_floor(cs, rec_small, "1x"))
-    assert rule.endswith("(7.9 us here for one token issued from Python, 1.08 us in a CUDA graph).")
+    assert rule.endswith("(10.4 us here for one token issued from Python, 1.09 us in a CUDA graph).")
     assert str(ch.md(rule)) == glued["harness_rule"]
     big = ch.largest_copy_text(ch.largest_copy(cs)[0])
-    assert big == ("The largest copy measured here, 256 MiB, reached 2101.5 GB/s on the same device path "
+    assert big == ("The largest copy measured here, 256 MiB, reached 2077.7 GB/s on the same device path "
                    "(measured).") == glued["big_text"]
 
 

@@ -101,7 +101,7 @@ def test_a_modified_tree_is_refused_unless_allowed(runs, tmp_path):
 def test_a_chapter_that_measures_without_a_replay_mode_is_kept_not_run_here():
     """The one-H200 run's serving chapters (mode live) and decode step (auto) would measure this machine:
     the replay keeps their notebooks; the chapters with a replay mode, and those that only read, run."""
-    _, steps, _, kept = replay.plan(ROOT / "runs" / "h200-20261202b", ROOT, allow_dirty=True)
+    _, steps, _, kept = replay.plan(ROOT / "runs" / "h200-20261202f", ROOT, allow_dirty=True)
     assert {k["stem"] for k in kept} == {"02_nan_crash", "03_baselines_tuning", "04_moe_runners", "07_decode_step"}
     assert {st["stem"]: st["parameters"]["mode"] for st in steps} == {
         "01_environment": "replay", "05_expert_parallelism": "replay", "06_vm_p2p": "replay",

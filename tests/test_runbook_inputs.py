@@ -174,7 +174,7 @@ def _cli(*args, cwd=None):
     (["--run-id", "../x"], "--run-id '../x': a run id is a plain name"),
     (["--run-id", "latest"], "--run-id 'latest': a run id is a plain name"),
     (["--target", "recorded", "-p", "07_diagnosis.tolerance=.nan"], "parameter 'tolerance' = nan is not allowed"),
-    (["--resume", "runs/h200-20261202b", "-p", "mode=auto"], "--resume continues a run with the plan"),
+    (["--resume", "runs/h200-20261202f", "-p", "mode=auto"], "--resume continues a run with the plan"),
     (["--render", "runs/no-such-run"], "no such run folder"),
 ])
 def test_the_command_line_refuses_with_one_message_and_creates_nothing(tmp_path, args, says):
