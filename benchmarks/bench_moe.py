@@ -58,18 +58,17 @@ def expert_weights(E: int, H: int, I: int, L: int, dev: str):
     return w13, w2, [fp8.quantize(w, "w13") for w in w13], [fp8.quantize(w, "w2") for w in w2]
 
 
-def decode_rows(E: int, H: int, I: int, k: int, b: int, dev: str) -> dict:
+def decode_rows(E: int, H: int, I: int, k: int, b: int, dev: str) -> tuple:
     """One decode step's rows into a MoE layer at batch b, routed to k random experts each and grouped by
-    expert (fused.permute): xs and its FP8 form (xq, xsc) for gate/up, h1 and its FP8 form (hq, hsc) for down,
-    the row offsets `offs` and how many experts got rows (`active`)."""
+    expert (fused.permute): (xs, offs, active, h1, xq, xsc, hq, hsc): xs for gate/up with its row offsets
+    `offs` and how many experts got rows (`active`), h1 for down, and the FP8 forms of both."""
     ids = torch.stack([torch.randperm(E, device=dev)[:k] for _ in range(b)])
     rw = torch.rand(b, k, device=dev, dtype=torch.bfloat16)
     x = torch.randn(b, H, device=dev, dtype=torch.bfloat16)
     xs, _, _, offs, _ = fz.permute(ids, rw, x, E)
     h1 = torch.randn(xs.shape[0], I, device=dev, dtype=torch.bfloat16)
     (xq, xsc), (hq, hsc) = fp8.quantize_rows(xs), fp8.quantize_rows(h1)
-    return dict(xs=xs, offs=offs, active=int((torch.diff(offs, prepend=offs.new_zeros(1)) > 0).sum()), h1=h1,
-                xq=xq, xsc=xsc, hq=hq, hsc=hsc)
+    return xs, offs, int((torch.diff(offs, prepend=offs.new_zeros(1)) > 0).sum()), h1, xq, xsc, hq, hsc
 
 
 def main() -> int:
@@ -88,8 +87,7 @@ def main() -> int:
     w13, w2, q13, q2 = expert_weights(E, H, I, L, dev)
     rows = []
     for b in [int(x) for x in a.batches.split(",")]:
-        r = decode_rows(E, H, I, k, b, dev)
-        xs, offs, active, h1, xq, xsc, hq, hsc = (r[n] for n in ("xs", "offs", "active", "h1", "xq", "xsc", "hq", "hsc"))
+        xs, offs, active, h1, xq, xsc, hq, hsc = decode_rows(E, H, I, k, b, dev)
         bytes_bf16 = active * (H * 2 * I + I * H) * 2
         bytes_fp8 = active * (H * 2 * I + I * H) + active * (2 * I + H) * 4
         impls = {

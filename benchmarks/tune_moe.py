@@ -27,8 +27,7 @@ from helpers.model import fp8, moe_triton  # noqa: E402
 def _products(E: int, H: int, I: int, k: int, b: int, L: int, dev: str):
     """(name, precision, weight bytes read, fn(layer)) for each product of one decode step's MoE layer and
     the dense few-row products, at batch b."""
-    r = decode_rows(E, H, I, k, b, dev)
-    xs, offs, active, h1, xq, xsc, hq, hsc = (r[n] for n in ("xs", "offs", "active", "h1", "xq", "xsc", "hq", "hsc"))
+    xs, offs, active, h1, xq, xsc, hq, hsc = decode_rows(E, H, I, k, b, dev)
     w13, w2, q13, q2 = expert_weights(E, H, I, L, dev)
     out = [("experts gate_up", "bf16", active * H * 2 * I * 2, lambda l: moe_triton.moe_gemm(xs, w13[l], offs, split=True)),
            ("experts down", "bf16", active * I * H * 2, lambda l: moe_triton.moe_gemm(h1, w2[l], offs)),

@@ -135,6 +135,17 @@ class DecodeStep(UnfusedProgram, FusedProgram):
             add(f"quantize {_QUANTIZED[src]} (fp8)", component,
                 lambda: setattr(S, src + "_q", fp8.quantize_rows(getattr(S, src))), stream)
 
+    # ---- the overlap's stream events (no kernels)
+    def _fork(self, add, what: str, component: str) -> None:
+        """The op sending `what` to the second stream: that stream waits for the main stream's work so far."""
+        alt, cur = self.alt, torch.cuda.current_stream
+        add(f"fork ({what} to the second stream)", component, lambda: alt.wait_stream(cur()), kind="fork")
+
+    def _join(self, add, what: str, component: str) -> None:
+        """The op bringing `what` back: the main stream waits for the second stream's work so far."""
+        alt, cur = self.alt, torch.cuda.current_stream
+        add(f"join ({what} back)", component, lambda: cur().wait_stream(alt), kind="join")
+
     def _gmm(self, src: str, w, split: bool = False) -> torch.Tensor:
         """The routed experts' product of S.<src>; with `split`, the Triton kernel may return float32
         partial sums over split K (helpers.model.moe_triton), which the consumer adds (fused.gated_act)."""

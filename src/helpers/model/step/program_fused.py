@@ -24,7 +24,7 @@ class FusedProgram:
         the indexer's scoring with its top-k, the router's sigmoid/top-k/normalise in one op, the routing
         weights applied in the experts' activation and the combine a gather-sum with the shared expert's
         output added. Op names of the products are _program's; see helpers.model.fused."""
-        rm, m, S = self.rm, self.rm.m, self.S
+        rm, S = self.rm, self.S
         sh = rm.shard
         ops: list[Op] = []
 
@@ -136,12 +136,11 @@ class FusedProgram:
 
     def _indexer_fused(self, add, W, C, wp_alt: bool):
         m, S, b, c = self.rm.m, self.S, self.b, self.c
-        nh, d, r = m.index_n_heads, m.index_head_dim, m.qk_rope_head_dim
+        nh, r = m.index_n_heads, m.qk_rope_head_dim
         qk, top = self._fz(fz.indexer_qk), self._fz(fz.indexer_topk)
         add("indexer wq_b", "indexer", lambda: setattr(S, "iq", self._mm("qc", W["idx_wq_b"])))
         if wp_alt:                           # weights_proj ran on the second stream (_weights_proj_fused)
-            alt, cur = self.alt, torch.cuda.current_stream
-            add("join (indexer weights back)", "indexer", lambda: cur().wait_stream(alt), kind="join")
+            self._join(add, "indexer weights", "indexer")
 
         def rope():
             S.iq3, S.ik2 = qk(S.iq, S.ik, W["idx_k_norm_w"], W["idx_k_norm_b"], self.cos, self.sin, r, nh)
@@ -166,13 +165,11 @@ class FusedProgram:
         graphs (python/sglang/srt/layers/attention/nsa/nsa_indexer.py, Indexer._get_q_k_bf16). Returns
         whether it went to the second stream (the index scores then join it back)."""
         S, wp = self.S, W["idx_weights_proj"]
-        stream = "alt" if self.overlap else "main"
-        if stream == "alt":
-            alt, cur = self.alt, torch.cuda.current_stream
-            add("fork (indexer weights to the second stream)", "indexer", lambda: alt.wait_stream(cur()),
-                kind="fork")
-        add("indexer weights_proj", "indexer", lambda: setattr(S, "iw", self._mm_bf16("x", wp)), stream)
-        return stream == "alt"
+        if self.overlap:
+            self._fork(add, "indexer weights", "indexer")
+        add("indexer weights_proj", "indexer", lambda: setattr(S, "iw", self._mm_bf16("x", wp)),
+            "alt" if self.overlap else "main")
+        return self.overlap
 
     def _dense_fused(self, add, W):
         S, i = self.S, self.rm.shard.dense_inter
@@ -194,7 +191,7 @@ class FusedProgram:
             add("all-reduce (MLP)", "collectives", self._all_reduce("mlp"))
 
     def _moe_fused(self, add, W, sh: Shard):
-        m, S, b = self.rm.m, self.S, self.b
+        m, S = self.rm.m, self.S
         k, E, i = m.top_k, m.n_routed, sh.moe_inter
         scaling = float(m.routed_scaling)
         shared = "s_w13" in W
@@ -206,8 +203,7 @@ class FusedProgram:
         rt = fz.route_triton if (self.compiled and fz.route_triton_ok(self.rm.device, E, k)) else self._fz(fz.route)
         perm = self._fz(fz.permute_fp8 if fp8_experts else fz.permute)
         if routed == "alt":
-            alt, cur = self.alt, torch.cuda.current_stream
-            add("fork (routed experts to the second stream)", "moe", lambda: alt.wait_stream(cur()), kind="fork")
+            self._fork(add, "routed experts", "moe")
         if shared:
             si = sh.shared_inter
             sq = self._fp8_any(W["s_w2"])
@@ -249,8 +245,7 @@ class FusedProgram:
         # the routed rows come back from the second stream before the combine, which sums each token's expert
         # rows and adds the shared expert's output in one op (no separate add)
         if routed == "alt":
-            alt, cur = self.alt, torch.cuda.current_stream
-            add("join (routed experts back)", "moe", lambda: cur().wait_stream(alt), kind="join")
+            self._join(add, "routed experts", "moe")
         tp = self.rm.tp > 1
 
         def combine():

@@ -16,7 +16,7 @@ class UnfusedProgram:
     def _program(self) -> list[Op]:
         if self.fusion == "fused":
             return self._program_fused()
-        rm, m, S, b, c = self.rm, self.rm.m, self.S, self.b, self.c
+        rm, S = self.rm, self.S
         sh = rm.shard
         ops: list[Op] = []
 
@@ -160,8 +160,7 @@ class UnfusedProgram:
         self._moe_positions += 1
         self._quantize(add, "x2", "moe", W["w13"], W.get("s_w13"))
         if routed == "alt":
-            alt, cur = self.alt, torch.cuda.current_stream
-            add("fork (routed experts to the second stream)", "moe", lambda: alt.wait_stream(cur()), kind="fork")
+            self._fork(add, "routed experts", "moe")
         if shared:
             si = sh.shared_inter
             add("shared gate_up", "shared/dense MLP", lambda: setattr(S, "s13", self._mm("x2", W["s_w13"])))
@@ -208,8 +207,7 @@ class UnfusedProgram:
                 0, S.tok, S.g2.to(self.dt) * wts)
         add("combine", "moe", combine, routed)
         if routed == "alt":
-            alt, cur = self.alt, torch.cuda.current_stream
-            add("join (routed experts back)", "moe", lambda: cur().wait_stream(alt), kind="join")
+            self._join(add, "routed experts", "moe")
         if shared:
             add("add shared", "norms and small ops", lambda: setattr(S, "mlp", S.moe + S.sd))
         else:
