@@ -20,7 +20,7 @@ export PY VENV ENV_KIND WHEELS
 RUNBOOK_ARGS = $(if $(strip $(RUN_ID)),--run-id $(RUN_ID)) $(foreach p,$(PARAMS),-p $(p))
 ENV_INPUTS   = pyproject.toml constraints/cpu.txt scripts/book-env.sh
 
-.PHONY: help install install-run install-site book run render site browser check-site test test-fast test-integration bench strip clean clean-env
+.PHONY: help install install-run install-site book run render site browser check-site test test-fast test-integration test-gpu bench strip clean clean-env
 
 help:
 	@echo "make book                 execute target \$$TARGET (default auto) and build _build/html/index.html"
@@ -34,6 +34,7 @@ help:
 	@echo "make test                 the whole test suite (no GPU needed)"
 	@echo "make test-fast            the unit tier only (no process, no model; under a minute), with its time"
 	@echo "make test-integration     the tests that start real processes or run the decode-step model"
+	@echo "make test-gpu RUN=runs/<id>  the GPU tier (pytest -m gpu) at this commit, recorded in that run (a GPU host)"
 	@echo "make bench                time executing and building the book for each target"
 	@echo "make strip                clear outputs from the source notebooks"
 	@echo "variables: PY=python (whose torch to use), ENV_KIND=auto|host|isolated, WHEELS=dir/,"
@@ -66,8 +67,13 @@ endif
 
 # Execute here, render anywhere: `make run` needs no book toolchain (and with WHEELS=dir/ no registry);
 # copy runs/<id>/ to any checkout and `make render RUN=runs/<id>` (or `make book RUN=...`) there.
+# On a GPU host (nvidia-smi answers) the GPU test tier runs after the chapters and is recorded in the run
+# (`make test-gpu`; GPU_TIER=0 leaves it out, to run it later): publish refuses a run without it.
+GPU_TIER ?= 1
 run: install-run
 	$(BIN)/python -m helpers.book.runbook --target $(TARGET) --no-build $(RUNBOOK_ARGS)
+	@if [ "$(GPU_TIER)" != 0 ] && nvidia-smi -L >/dev/null 2>&1; then \
+	  $(MAKE) --no-print-directory test-gpu RUN=$(if $(strip $(RUN_ID)),runs/$(RUN_ID),runs/latest); fi
 
 render: install-site
 	$(BIN)/python -m helpers.book.runbook --render $(or $(RUN),runs/latest)
@@ -102,6 +108,12 @@ test-fast: install
 
 test-integration: install
 	$(BIN)/python -m pytest -m "integration and not slow" $(PYTEST_ARGS)
+
+# The GPU tier of a run (helpers.book.gputier): pytest -m gpu here, at this commit, recorded in the run's
+# manifest and status page. Needs pytest (the `test` extra, or a GPU host image that has it).
+test-gpu: install-run
+	@$(BIN)/python -c "import pytest" 2>/dev/null || { echo "test-gpu needs pytest: $(BIN)/python -m pip install -e '.[test]' (or WHEELS=dir with pytest in it)"; exit 2; }
+	$(BIN)/python -m helpers.book.gputier $(or $(RUN),runs/latest)
 
 bench: install
 	$(BIN)/python benchmarks/bench_book.py

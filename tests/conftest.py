@@ -207,3 +207,9 @@ def pytest_terminal_summary(terminalreporter):
     cpu = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
     load = " ".join(f"{x:.2f}" for x in _os.getloadavg()) if hasattr(_os, "getloadavg") else "unknown"
     terminalreporter.write_line(f"cpu: {cpu:.1f} s (this process and its children); load average {load}")
+
+
+# --------------------------------------------------------------------------- the GPU tier's rule
+# A `gpu` test may skip only for missing hardware ("no GPU", "one GPU", "no FP8"); any other skip fails it
+# (tests/gpu_tier_plugin.py; helpers.book.gputier records the tier in a run and publish checks it).
+from gpu_tier_plugin import pytest_runtest_makereport  # noqa: E402,F401

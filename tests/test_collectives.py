@@ -237,7 +237,7 @@ def test_fit_table_columns_and_recorded_row():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU: needs an NVIDIA GPU")
 @pytest.mark.timeout(180)
 def test_graph_harness_and_out_of_place_on_one_gpu(tmp_path):
     r = collectives.run_collectives("nccl", 1, [4096, 2**20], ops=("all_reduce",), warmup=2, iters=5, repeats=2,
@@ -259,7 +259,7 @@ def test_direct_nccl_without_a_gpu_is_a_clear_error():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU: needs an NVIDIA GPU")
 def test_direct_nccl_graph_out_of_place_on_one_gpu():
     m = Method.direct(placement="out-of-place", harness="graph", timer="host", rotate_bytes=2**22)
     r = collectives.measure_direct([4096, 2**20], method=m, iters=5, repeats=2)
@@ -276,7 +276,7 @@ def test_direct_nccl_bad_gpu_count_and_graph_across_gpus_are_clear_errors():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="one GPU: needs two GPUs")
 def test_direct_nccl_and_torchrun_across_two_gpus(tmp_path):
     r = collectives.measure_direct([4096, 2**20], method=Method.direct(placement="out-of-place", rotate_bytes=2**22),
                                    gpus=2, iters=5, repeats=2)
@@ -341,7 +341,7 @@ def test_ncclbind_on_a_cpu_build_says_what_is_missing():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU: needs an NVIDIA GPU")
 @pytest.mark.timeout(300)
 def test_nccl_api_eager_and_graph_on_every_gpu(tmp_path):
     n = min(torch.cuda.device_count(), 2)

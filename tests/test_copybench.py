@@ -99,7 +99,7 @@ def test_cli_writes_tables(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU: needs an NVIDIA GPU")
 def test_gpu_same_device_graph_is_faster_than_eager_for_small_copies():
     cfg = CopyConfig(sizes=[12288], paths=["same_device"], harnesses=["eager", "graph"], iters=100, repeats=3)
     sweep, _ = copybench.run_copy_sweep(cfg)
@@ -108,7 +108,7 @@ def test_gpu_same_device_graph_is_faster_than_eager_for_small_copies():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="one GPU: needs two GPUs")
 def test_two_gpus_peer_and_bounce_move_the_data_and_skip_graph_with_the_reason():
     cfg = CopyConfig(sizes=[12288, 2**24], paths=["peer", "host_bounce"], iters=20, repeats=3)
     sweep, skipped = copybench.run_copy_sweep(cfg)
@@ -141,7 +141,7 @@ def test_reverse_is_for_the_peer_path_only():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2
-                    or not torch.cuda.can_device_access_peer(1, 0), reason="needs two GPUs with peer access")
+                    or not torch.cuda.can_device_access_peer(1, 0), reason="one GPU or no P2P: needs two GPUs with peer access")
 def test_reverse_peer_copy_moves_data_from_gpu1_to_gpu0():
     issue, dev = copybench._buffers("peer", 4096, "queued", reverse=True)
     assert dev == torch.device("cuda", 1) and issue.dst.device == torch.device("cuda", 0)

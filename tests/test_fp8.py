@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from helpers.model import arith as ma
-from helpers.model import fp8, step, steptime
+from helpers.model import firstcall, fp8, step, steptime
 
 MINI = "glm5-mini"
 
@@ -178,13 +178,14 @@ def test_the_sharded_fp8_step_over_two_gloo_processes_matches_and_a_wrong_split_
 @pytest.mark.gpu
 def test_gpu_fp8_step_runs_in_graphs_and_matches_bf16():
     """On a GPU with scaled FP8 products (sm89+ for _scaled_mm, sm90/sm100 for _scaled_grouped_mm): the
-    FP8 step captured in a CUDA graph gives the eager FP8 step's logits, stays within FP8_TOLERANCE of the
-    fp32 step computed on the CPU from the same weights, and a sweep times it with graphs."""
+    FP8 step's first call gives what its later calls give, the one measured for accuracy is a later call
+    (as the timed ones are) and stays within FP8_TOLERANCE of the fp32 step computed on the CPU from the same
+    weights, a CUDA graph of it gives the eager step's logits, and a sweep times it with graphs."""
     if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
+        pytest.skip("no GPU: no CUDA device")
     sup = fp8.probe("cuda")
     if not sup.ok:
-        pytest.skip(f"this GPU has no scaled FP8 products: {sup.dense}")
+        pytest.skip(f"no FP8: this GPU has no scaled FP8 products: {sup.dense}")
     m = ma.load_model(MINI)
     full = step.build_full(m, 4, 64, "fp32")
     routing: list = []
@@ -192,8 +193,12 @@ def test_gpu_fp8_step_runs_in_graphs_and_matches_bf16():
     gpu = step.to_device(step.convert_model(full, "fp8"), "cuda")
     st = step.DecodeStep(gpu, 4, 64, shared_overlap="off")
     st.forced_routing = [r.cuda() for r in routing]
-    st.run()
-    eager = st.logits().float().cpu().clone()
+    calls = []
+    for _ in range(2):
+        st.run()
+        calls.append(st.logits().float().cpu().clone())
+    first, eager = calls
+    assert firstcall.rel_l2(first, eager) <= firstcall.SAME, "the first FP8 call differs from the next one"
     chk = step.compare_logits(ref, eager, step.FP8_TOLERANCE, metric="l2")
     assert chk.ok, chk
     if sup.grouped_ok:
@@ -237,3 +242,19 @@ def test_where_the_cpu_takes_no_row_scales_the_products_and_the_accuracy_check_a
     assert "emulated in float32" in fp8.cpu_products()
     assert list(emul["variant"]) == list(real["variant"]) and list(emul["ok"]) == list(real["ok"])
     assert emul["rel_l2"].to_numpy() == pytest.approx(real["rel_l2"].to_numpy(), rel=1e-3, abs=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,batch,overlap", [("fp8", 4, "off"), ("fp8", 64, "on"), ("bf16", 1, "off")])
+def test_gpu_the_first_step_in_a_fresh_process_is_every_later_step(dtype, batch, overlap):
+    """Issue 34: in a fresh process the fused step's first call (where torch.compile compiles) gives exactly
+    what its later calls, a graph replay and a call after a step at another batch give. With dynamo's
+    automatic dynamic shapes the first FP8 call differed from the later ones by 10-44 % relative L2."""
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU: no CUDA device")
+    if dtype == "fp8" and not fp8.probe("cuda").grouped_ok:
+        pytest.skip("no FP8: this GPU has no scaled grouped FP8 product")
+    cfg = firstcall.FirstCallConfig(dtype=dtype, batch=batch, context=64, overlap=overlap)
+    row = firstcall.run_fresh(cfg, timeout_s=240)
+    assert row["verdict"] == "same", row
+    assert row["compiled"] and row["moe_impl"] == "triton", row

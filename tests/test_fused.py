@@ -149,7 +149,7 @@ def test_index_scores_add_the_split_products_partial_sums():
 @pytest.mark.gpu
 def test_gpu_fused_step_compiles_and_matches_and_the_router_kernel_is_right():
     if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
+        pytest.skip("no GPU: no CUDA device")
     m = ma.load_model(MINI)
     full = step.to_device(step.build_full(m, 4, 64, "bf16"), "cuda")
     ref, got = _pair(full, 4, 64)
@@ -172,8 +172,9 @@ def test_gpu_triton_moe_kernels_match_torchs_grouped_products(batch):
     rows than one BLOCK_M; a dense FP8 product against fp8.emulated_linear; and the fused step on the GPU
     takes the kernel by default and gives the unfused step's logits in FP8 as well."""
     from helpers.model import fp8, moe_triton
-    if not torch.cuda.is_available() or not moe_triton.available("cuda"):
-        pytest.skip("no CUDA device with Triton")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU: no CUDA device")
+    assert moe_triton.available("cuda"), "a CUDA host without Triton: the fused step's MoE kernel cannot run"
     g = torch.Generator(device="cuda").manual_seed(batch)
     E, K, N, k = 64, 1024, 384, 8
     # the last four experts never chosen: their programs must return without writing

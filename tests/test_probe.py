@@ -91,7 +91,7 @@ def test_every_top_level_key_is_documented():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not HAS_GPU, reason="needs an NVIDIA GPU")
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: needs an NVIDIA GPU")
 def test_live_probe_on_a_gpu():
     r = probe.probe()
     assert r["nvml"]["available"] and r["nvml"]["driver_version"] and r["nvml"]["cuda_driver_version"]

@@ -103,6 +103,7 @@ def test_a_replayed_run_is_judged_chapter_by_chapter(copy):
     def replayed(kept, clean=True):
         def fn(m):
             m["versions"].update(book_commit=first[:7])
+            m["gpu_tier"] = {"commit": first[:7], "ok": True, "failed": [], "passed": ["t.py::a"], "skipped": []}
             m["replayed"] = {"book_commit": head[:7], "clean": clean, "chapters": stems, "kept": kept}
         return fn
     _edit(copy, replayed({}))

@@ -183,7 +183,7 @@ def test_time_limit_stops_a_point(mini):
 @pytest.mark.gpu
 def test_gpu_graph_and_eager_agree_and_components_are_timed():
     if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
+        pytest.skip("no GPU: no CUDA device")
     cfg = steptime.SweepConfig(model=MINI, tp=2, batches=(1, 4), contexts=(64,), device="cuda", repeats=3,
                                eager_repeats=2, time_limit_s=60)
     res = steptime.sweep(cfg)
@@ -234,7 +234,7 @@ def test_gpu_shared_overlap_forks_and_joins_inside_a_graph_and_changes_no_logit(
     forward_normal_dual_stream): the same logits as one stream, eagerly and replayed from a CUDA graph,
     and each component alone (the MoE block with its fork and join) still captures."""
     if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
+        pytest.skip("no GPU: no CUDA device")
     full = step.to_device(step.build_full(ma.load_model(MINI), 4, 64, "bf16"), "cuda")
     serial = step.DecodeStep(full, 4, 64, shared_overlap="off")
     serial.record_routing = True

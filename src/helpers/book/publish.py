@@ -1,7 +1,8 @@
 """Whether a committed run may be the published site (Makefile: SITE_RUN).
 
 The published site must show the current book: a run made from a clean commit (its status page says so),
-every chapter of _toc.yml executed and ok unless its target skips it on purpose, and the chapter sources
+every chapter of _toc.yml executed and ok unless its target skips it on purpose, its GPU test tier (pytest -m
+gpu) passed at the commit that measured it (helpers.book.gputier), and the chapter sources
 (the notebooks and _toc.yml) unchanged since that commit, so that what the site shows is what the book's
 code executes today. A run presented again by `runbook --replay` (its manifest's `replayed`) holds
 notebooks of two commits: each chapter the replay executed must be unchanged since the replay's commit,
@@ -10,11 +11,22 @@ which must be clean, and each it kept as measured since the measuring commit; _t
 """
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
 from helpers import repo_root
-from helpers.book import runbook
+from helpers.book import gputier, runbook
+
+
+def site_run(root: Path | None = None) -> str:
+    """The published run, `runs/<run-id>`, as the Makefile's SITE_RUN names it (the one place it is written)."""
+    root = root or repo_root()
+    m = re.search(r"^SITE_RUN\s*[?:]?=\s*(runs/\S+)", (root / "Makefile").read_text(), re.M)
+    if not m:
+        raise runbook.RunbookError(f"{root / 'Makefile'}: no `SITE_RUN ?= runs/<run-id>` line")
+    return m.group(1)
+
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
@@ -46,6 +58,7 @@ def problems(run_dir: Path, root: Path | None = None, check_sources: bool = True
         elif rec.get("status") != "ok":
             out.append(f"{run_dir.name}: chapter {s} is {rec.get('status')} in the run (target {m['target']} "
                        f"runs it)")
+    out += gputier.problems(m, run_dir.name)
     rep = m.get("replayed")
     if rep and not rep.get("clean"):
         out.append(f"{run_dir.name}: it was presented again (runbook --replay) from a modified tree at "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 
-from helpers.book import environment
+from helpers.book import environment, gputier
 from helpers.book.manifest import STATUSES, commit_provenance
 
 
@@ -97,7 +97,7 @@ def status_page(manifest: dict, titles: dict[str, str]) -> str:
         f"Run `{m['run_id']}` of target `{m['target']}` executed on {machine}; {made_from}. Chapters: "
         f"{said}, {total:.1f} s of execution, started "
         f"{str(m['started'])[:16].replace('T', ' ') + ' UTC' if m.get('started') else 'at an unrecorded time'}."
-        + presented,
+        + presented + f" GPU test tier: {gputier.summary(m)}.",
         ":::", "",
         "This page is generated from the run's `manifest.json` each time the site is built, so it always "
         "describes the run being shown.", "",
@@ -119,6 +119,7 @@ def status_page(manifest: dict, titles: dict[str, str]) -> str:
         row("started (UTC)", m.get("started")), row("finished (UTC)", m.get("finished") or "not finished"),
         row("overall status", m.get("status")),
         row("made from", made_from),
+        row("GPU test tier (pytest -m gpu)", gputier.summary(m)),
         row("chapters", said),
         row("sessions", f"{len(m.get('sessions') or [])} (a run continued with `--resume` has more than one)"
             if m.get("sessions") else "not recorded"),

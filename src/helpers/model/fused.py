@@ -27,13 +27,20 @@ asked): Inductor's C++ backend compiles them too, but takes minutes on two cores
 compiled ones' up to the order of float operations; the tests compare the fused step's logits with the
 unfused step's, and one compiled function with its plain self.
 
-Compilation: `torch.compile(fn, mode="default", dynamic=None, fullgraph=True)`: every layer shares the
-shapes, so each function compiles once for a batch size and is reused over all layers; a second batch size
-makes the batch dimension symbolic (dynamo's automatic dynamic shapes), and later batches reuse that
-graph. Inductor picks each generated kernel's launch configuration by timing the candidates the first time
-it runs, so a sweep (helpers.model.steptime) runs its largest batch second: the symbolic graph is tuned
-where the candidates differ, not at batch 2 where all take microseconds. `mode="max-autotune"` is not
-used: on the H200 it took 73 s to 188 s for the norms and rotary alone.
+Compilation: `torch.compile(fn, mode="default", dynamic=True, fullgraph=True)`: every size is symbolic from
+the first compilation on (sizes 0 and 1 stay specialized), so each function compiles once for batch 1 and
+once for every larger batch, reused over all layers and steps. `dynamic=None` (dynamo's automatic dynamic
+shapes) compiled a specialized graph on the first call and replaced it with a symbolic one as soon as a second
+shape came (another batch, or the same function at another call site: gated_act's shared and routed experts),
+so the first step in a process ran kernels no later step ran: measured on the lent H200 (glm5-mini, FP8,
+benchmarks/first_call.py), the first call's logits differed from every later call's by 10 % (batch 1) to 44 %
+(batch 64) relative L2; with every size symbolic from the start the first call, the later ones, a graph
+replay and a call after a step at another batch agree bitwise (issue 34; tests/test_fp8.py checks it in
+fresh processes on a GPU).
+Inductor picks each generated kernel's launch configuration by timing the candidates the first time it
+runs, so a sweep (helpers.model.steptime) runs its largest batch second: the symbolic graph is tuned where
+the candidates differ, not at batch 2 where all take microseconds. `mode="max-autotune"` is not used: on the
+H200 it took 73 s to 188 s for the norms and rotary alone.
 """
 from __future__ import annotations
 
@@ -64,14 +71,15 @@ def wants_compile(device: str, setting: str = "auto") -> bool:
 
 
 def compiled(fn, on: bool):
-    """`fn` compiled by torch.compile (once per process: every layer and every step share it), or `fn`."""
+    """`fn` compiled by torch.compile (once per process: every layer and every step share it), or `fn`. Every
+    size symbolic from the first call (dynamic=True): see the module docstring for why not dynamo's default."""
     if not on:
         return fn
     if fn not in _COMPILED:
         import torch._dynamo
 
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-        c = torch.compile(fn, mode=COMPILE_MODE, dynamic=None, fullgraph=True)
+        c = torch.compile(fn, mode=COMPILE_MODE, dynamic=True, fullgraph=True)
         _COMPILED[fn] = _Timed(c, fn.__name__)
     return _COMPILED[fn]
 

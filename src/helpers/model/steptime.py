@@ -379,18 +379,19 @@ def _first_step(cfg: SweepConfig, rm, group, meta: dict, progress) -> tuple:
 
 
 def _tune_at_largest_batch(cfg: SweepConfig, rm, group, moe_impl: str, meta: dict, first_runs: dict) -> None:
-    """One untimed step at the largest batch, right after the first step. The compiled functions' second
-    batch size makes their batch dimension symbolic, and Inductor picks each generated kernel's launch
+    """One untimed step at the largest batch, right after the first step. The compiled functions take every
+    size above 1 as symbolic (helpers.model.fused.compiled), and Inductor picks each generated kernel's launch
     configuration by timing the candidates at the first size that graph meets. Met at batch 2, where every
     candidate takes a few microseconds, the pick can be many times slower at 64: measured on an H200
     (data/measured/step-run-h200-20261202e: book run h200-20261202e of commit 30868a4), the compiled
     combine took 17.9 ms a step at batch 64 against 0.77 ms in study step-fused-h200-20261202e of the same
     code, and the step 69.5 ms against 51.5. Met at the largest batch first, the candidates are told apart
-    where they differ: book run h200-20261202f, with this, took 50.9 ms and combine 0.80 ms. Each context in
-    turn: a longer context makes the context dimension symbolic too, and the graph with both symbolic is
-    then tuned at the largest batch as well, not at the sweep's batch 2 of that context."""
+    where they differ: book run h200-20261202f, with this, took 50.9 ms and combine 0.80 ms. The longest
+    context first, then the others: the graphs are symbolic in the context too, so they are tuned where the
+    attention reads the most (as they were when dynamo made the context symbolic at the sweep's second
+    context, before issue 34)."""
     b = max(cfg.batches)
-    for c in sorted(set(cfg.contexts)):
+    for c in sorted(set(cfg.contexts), reverse=True):
         st = _new_step(cfg, rm, b, c, group, moe_impl=moe_impl)
         t0 = time.monotonic()
         st.run()
