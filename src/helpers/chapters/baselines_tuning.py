@@ -47,6 +47,51 @@ class RecordedSweep:
     rec_per_stream_64: float    # rec_sat_256 / 64 (derived)
     rec_step_growth: float      # rec_single / rec_per_stream_64 (derived)
     rec_sat_c: int              # the concurrency of the saturated figures (requests in flight)
+    bm_single: float            # the bare-metal reference, one stream (reference)
+    bm_sat: float               # the same at 64 in flight (reference)
+    bm_step_growth: float       # bm_single / (bm_sat / 64) (derived)
+    rec_step_1_ms: float        # the VM's one-stream step, 1000 / rec_single (derived)
+    bm_step_1_ms: float         # bare metal's, 1000 / bm_single (derived)
+    growth_rule_text: str       # what the step-growth rule says of the two machines (step_growth_rule)
+
+
+#: a step that grows less than this fraction of the batch counts as "far below" the batch (GROWTH_RULE)
+FAR_BELOW = 0.25
+GROWTH_RULE = {
+    "both": ("The healthy bare-metal reference's step grew {bm:.1f}x over the same range (reference): by this "
+             "measure the two machines look alike, so step growth alone cannot tell a fixed per-step cost from "
+             "healthy decode. What differs is the step itself: {vm_ms:.0f} ms for one stream on the VM against "
+             "{bm_ms:.1f} ms on bare metal."),
+    "vm": ("The healthy bare-metal reference's step grew {bm:.1f}x over the same range (reference), close to the "
+           "batch: the VM's far smaller growth points to a fixed per-step cost there."),
+    "neither": ("Both steps grew close to the batch (the VM {vm:.1f}x, bare metal {bm:.1f}x): no sign of a fixed "
+                "per-step cost in either."),
+    "bm": ("Bare metal's step grew far less than the batch ({bm:.1f}x) and the VM's did not ({vm:.1f}x): the rule "
+           "flags the healthy machine, not the VM."),
+}
+
+
+def growth_flagged(growth: float, batch: int) -> bool:
+    """The step-growth rule: a step that grew by less than FAR_BELOW of the batch is flagged as a fixed
+    per-step cost."""
+    return growth < FAR_BELOW * batch
+
+
+def step_growth_rule(vm_growth: float, bm_growth: float, batch: int, vm_ms: float, bm_ms: float) -> str:
+    """The rule applied to the VM and to the bare-metal reference alike, and what it then says: where it
+    flags both, it cannot tell them apart and the page says so."""
+    key = {(True, True): "both", (True, False): "vm", (False, False): "neither", (False, True): "bm"}[
+        (growth_flagged(vm_growth, batch), growth_flagged(bm_growth, batch))]
+    return GROWTH_RULE[key].format(vm=vm_growth, bm=bm_growth, vm_ms=vm_ms, bm_ms=bm_ms)
+
+
+def bare_metal_reference() -> tuple[float, float]:
+    """(one stream, 64 in flight) output tokens/s of the bare-metal reference (data/reference/baremetal.csv,
+    the cutlass MoE run the diagnosis also uses)."""
+    ref = recorded.load("reference/baremetal.csv")
+    ref = ref[(ref["metric"] == "output_throughput") & ref["system"].str.contains("cutlass")]
+    pick = lambda c: float(ref.loc[ref["concurrency"] == c, "value"].iloc[0])  # noqa: E731
+    return pick(1), pick(SAT_C)
 
 
 @dataclass(frozen=True)
@@ -171,11 +216,14 @@ def sweep_facts(df: pd.DataFrame) -> RecordedSweep:
     out = lambda c: float(value(df, experiment="sweep_256_256", metric="output_throughput", concurrency=c))  # noqa: E731
     single, sat = out(1), out(SAT_C)
     log = server_log_point(df)
+    bm1, bm64 = bare_metal_reference()
+    growth, bm_growth = single / (sat / SAT_C), bm1 / (bm64 / SAT_C)
     return RecordedSweep(
         rec_achieved_conc=float(value(df, experiment="first_baseline", metric="achieved_concurrency")),
         rec_single=single, rec_sat_256=sat, rec_log_conc=log["concurrency"], rec_log_tok_s=log["value"],
-        rec_scaling_256=sat / single, rec_per_stream_64=sat / SAT_C, rec_step_growth=single / (sat / SAT_C),
-        rec_sat_c=SAT_C)
+        rec_scaling_256=sat / single, rec_per_stream_64=sat / SAT_C, rec_step_growth=growth,
+        rec_sat_c=SAT_C, bm_single=bm1, bm_sat=bm64, bm_step_growth=bm_growth, rec_step_1_ms=1e3 / single,
+        bm_step_1_ms=1e3 / bm1, growth_rule_text=step_growth_rule(growth, bm_growth, SAT_C, 1e3 / single, 1e3 / bm1))
 
 
 def total_disagreement(df: pd.DataFrame | None = None) -> pd.DataFrame:

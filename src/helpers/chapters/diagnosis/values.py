@@ -160,12 +160,16 @@ class BareMetalBandValues:
     bmb_obs_1: float
     bmb_err_1: float
     bmb_inside_1: str
+    bmb_pctile_1: float
+    bmb_atmid_1: float
     bmb_pt_64: float
     bmb_lo_64: float
     bmb_hi_64: float
     bmb_obs_64: float
     bmb_err_64: float
     bmb_inside_64: str
+    bmb_pctile_64: float
+    bmb_atmid_64: float
     band_text: str
     n_samples: int
     band_seed: int
@@ -192,9 +196,11 @@ class VmPredictedValues:
     """Section 4: the VM predicted scenario by scenario (vm_predicted)."""
 
     n_scenarios: int
+    n_admitted: int
     n_vm_points: int
     n_inside: int
     n_rows: int
+    n_inside_scenarios: int
     vmp_lo_1: float
     vmp_hi_1: float
     vmp_lo_64: float
@@ -202,6 +208,7 @@ class VmPredictedValues:
     vm_obs_1: float
     vm_obs_64: float
     n_inside_1: int
+    set_aside: str
     vm_takeaway: str
 
 
@@ -213,14 +220,21 @@ class AttributionValues:
     loss_lo_1: float
     share_lo_1: float
     share_hi_1: float
+    share_range_1: str
     loss_64: float
     loss_lo_64: float
     share_lo_64: float
     share_hi_64: float
+    share_range_64: str
     left_1: float
     step_obs_1: float
     left_17: float
     step_obs_17: float
+    left_relation: str
+    slow_1: float
+    slow_64: float
+    ratio_relation: str
+    bm_growth_64: float
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ BAND_TEXT = {
     (False, True): "The observed point falls outside the band for one stream and inside it at concurrency 64.",
     (False, False): "The observed point falls outside the band at both ends.",
 }
-BAND_COLUMNS = ["concurrency", "observed_tok_s", "predicted_tok_s", "band_low_tok_s", "band_high_tok_s", "rel_err",
-                "inside_band"]
+BAND_COLUMNS = ["concurrency", "observed_tok_s", "predicted_tok_s", "band_low_tok_s", "band_high_tok_s",
+                "observed_percentile", "mid_inputs_tok_s", "rel_err", "inside_band"]
 
 
 def _band_rows(t: pd.DataFrame, panel_of, label_of, kind: str = "model") -> pd.DataFrame:
@@ -42,6 +42,7 @@ def bare_metal_band(d: Diagnosis) -> Part:
         r = one(t, "the bare-metal band", concurrency=c)
         inside[c] = bool(r["inside_band"])
         values.update({f"bmb_pt_{c}": float(r["predicted_tok_s"]), f"bmb_lo_{c}": float(r["band_low_tok_s"]),
+                       f"bmb_pctile_{c}": float(r["observed_percentile"]), f"bmb_atmid_{c}": float(r["mid_inputs_tok_s"]),
                        f"bmb_hi_{c}": float(r["band_high_tok_s"]), f"bmb_obs_{c}": float(r["observed_tok_s"]),
                        f"bmb_err_{c}": 100 * float(r["rel_err"]), f"bmb_inside_{c}": "inside" if inside[c] else "outside"})
     values.update({"band_text": BAND_TEXT[(inside[1], inside[64])], "n_samples": v.samples, "band_seed": v.seed,
@@ -84,7 +85,7 @@ VM_TAKEAWAY_NONE = ("No host-path model with evidence behind it reproduces the V
 VM_TAKEAWAY_SOME = ("{n} of {of} host-path models reproduce the VM's one-stream speed within their band; the others "
                     "leave part of the loss unexplained.")
 VM_COLUMNS = ["scenario", "what", "observed_tok_s", "predicted_tok_s", "band_low_tok_s", "band_high_tok_s",
-              "inside_band"]
+              "observed_percentile", "inside_band", "admissible"]
 
 
 def vm_predicted(d: Diagnosis) -> Part:
@@ -92,25 +93,38 @@ def vm_predicted(d: Diagnosis) -> Part:
     recorded VM observation scored against each band; the figure: both systems' bands at 1 and 64."""
     v = d.verdict
     t = v.vm()
-    scen = pd.DataFrame([{"scenario": h.label, "kind": h.kind, "evidence": h.evidence} for h in v.scenarios])
-    one_stream = rows(t, "the VM predictions", observation="vm_1")
-    c64 = rows(t, "the VM predictions", observation="vm_64")
-    values = {"n_scenarios": len(v.scenarios), "n_vm_points": int(t["observation"].nunique()),
-              "n_inside": int(t["inside_band"].sum()), "n_rows": len(t),
+    adm = v.admissibility().set_index("scenario_key")
+    t["admissible"] = [bool(adm.loc[k, "admissible"]) for k in t["scenario_key"]]
+    scen = pd.DataFrame([{"scenario": h.label, "kind": h.kind, "evidence": h.evidence,
+                          "sets a bound": "yes" if adm.loc[h.key, "admissible"] else f"no: {adm.loc[h.key, 'why_not']}"}
+                         for h in v.scenarios])
+    ok = t[t["admissible"]]
+    one_stream = rows(ok, "the VM predictions (admissible scenarios)", observation="vm_1")
+    c64 = rows(ok, "the VM predictions (admissible scenarios)", observation="vm_64")
+    # distinct predictions: two observations at the same concurrency and context score against one band
+    bands = t.drop_duplicates(["scenario_key", "concurrency", "band_low_tok_s", "band_high_tok_s"])
+    inside_bands = t[t["inside_band"]].drop_duplicates(["scenario_key", "concurrency", "band_low_tok_s", "band_high_tok_s"])
+    values = {"n_scenarios": len(v.scenarios), "n_admitted": int(adm["admissible"].sum()),
+              "n_vm_points": int(t["observation"].nunique()),
+              "n_inside": len(inside_bands), "n_rows": len(bands),
+              "n_inside_scenarios": int(inside_bands["scenario_key"].nunique()),
               "vmp_lo_1": float(one_stream["predicted_tok_s"].min()), "vmp_hi_1": float(one_stream["predicted_tok_s"].max()),
               "vmp_lo_64": float(c64["predicted_tok_s"].min()), "vmp_hi_64": float(c64["predicted_tok_s"].max()),
               "vm_obs_1": float(one_stream["observed_tok_s"].iloc[0]), "vm_obs_64": float(c64["observed_tok_s"].iloc[0]),
-              "n_inside_1": int(one_stream["inside_band"].sum())}
+              "n_inside_1": int(one_stream["inside_band"].sum()),
+              "set_aside": "; ".join(f"{r.scenario} ({r.why_not})" for r in adm.itertuples() if not r.admissible) or "none"}
     values["vm_takeaway"] = (VM_TAKEAWAY_NONE if values["n_inside_1"] == 0 else
-                             VM_TAKEAWAY_SOME.format(n=values["n_inside_1"], of=len(v.scenarios)))
+                             VM_TAKEAWAY_SOME.format(n=values["n_inside_1"], of=values["n_admitted"]))
     bm = v.bare_metal()
     fig = pd.concat([
         _band_rows(bm, lambda r: "one stream" if r.concurrency == 1 else "concurrency 64",
                    lambda r: "bare metal (measured kernels)", "measured"),
         _band_rows(t[t["observation"].isin(["vm_1", "vm_64"])],
                    lambda r: "one stream" if r.concurrency == 1 else "concurrency 64",
-                   lambda r: f"VM: {r.scenario}")], ignore_index=True)
-    return Part(values, {"vm_scenarios": t}, {"scenarios": scen, "vm_scores": t[VM_COLUMNS]},
+                   lambda r: f"VM: {r.scenario}" + ("" if r.admissible else " (set aside)"))], ignore_index=True)
+    scores = t[VM_COLUMNS].copy()
+    scores["scenario"] = [s_ if ok else f"{s_} (set aside)" for s_, ok in zip(t["scenario"], t["admissible"])]
+    return Part(values, {"vm_scenarios": t}, {"scenarios": scen, "vm_scores": scores},
                 figure={"rows": fig})
 
 
@@ -122,17 +136,25 @@ def attribution(d: Diagnosis) -> Part:
     a = v.attribution()
     res = v.residuals()
     values = {}
+    env = v.share_envelope()
     for c in ENDS:
         g = a[a["concurrency"] == c]
+        lo, hi = 100 * env[c][0], 100 * env[c][1]
+        # as computed (no clamp): share_words says where an end leaves 0-100 %
         values.update({f"loss_{c}": float(g["lost_ms_per_step"].iloc[0]), f"loss_lo_{c}": float(g["lost_ms_low"].iloc[0]),
-                       f"share_lo_{c}": 100 * max(0.0, float(g["share_low"].min())),
-                       # a model can price more than the whole loss: the page says 100 %, as the rule's sentence does
-                       f"share_hi_{c}": 100 * min(1.0, float(g["share_high"].max()))})
+                       f"share_lo_{c}": lo, f"share_hi_{c}": hi, f"share_range_{c}": vd.share_words(lo, hi)})
     for r in res.itertuples():
         values[f"left_{r.batch}"] = float(r.left_over_ms)
         values[f"step_obs_{r.batch}"] = float(r.observed_step_ms)
+    values["left_relation"] = vd.relation_words(values["left_17"], values["left_1"])
+    for c in ENDS:
+        values[f"slow_{c}"] = d.observed(BARE, c) / d.observed(VM, c)
+    values["ratio_relation"] = vd.relation_words(values["slow_64"], values["slow_1"])
+    values["bm_growth_64"] = 64 * d.observed(BARE, 1) / d.observed(BARE, 64)
     shown = a[["concurrency", "scenario", "lost_ms_per_step", "host_path_excess_ms", "share_explained", "share_low",
-               "share_high", "unexplained"]]
+               "share_high", "unexplained"]].copy()
+    shown["scenario"] = [s_ if ok else f"{s_} (set aside: faster than P2P, sets no bound)"
+                         for s_, ok in zip(a["scenario"], a["admissible"])]
     return Part(values, {"attribution": a}, {"attribution": shown, "residuals": res})
 
 
@@ -143,7 +165,7 @@ def decision(d: Diagnosis) -> Part:
     seeds' claim (a copy's latency per all-reduce) in the same terms."""
     v = d.verdict
     th, ev = v.thresholds(), v.evidence()
-    case, text = vd.conclusion(ev, th)
+    case, text = vd.conclusion(ev, th, v.share_envelope())
     t1 = one(th, "the thresholds", concurrency=1)
     link = d.base.link
     seed_ms = float(t1["all_reduces_per_step"]) * link.alpha_us / 1e3

@@ -32,7 +32,7 @@ the ceilings). Everything public is re-exported here: `from helpers.model import
 from __future__ import annotations
 
 from helpers.model.verdict.compute import Parts, bare_collectives_us, compute_us, parts, routed_us
-from helpers.model.verdict.decision import CONCLUSIONS, STATUS, ceiling, conclusion, decide
+from helpers.model.verdict.decision import CONCLUSIONS, STATUS, ceiling, conclusion, decide, relation_words, share_words
 from helpers.model.verdict.predict import Verdict
 from helpers.model.verdict.ranges import (BAND, BARE, CANNOT, EXPLAINS, INPUTS, MEASURE_COMMANDS, SAMPLES, SEED,
                                           SOFT_GRID, TP, VM, Inputs, Observation, Range, VerdictInputError,
@@ -48,5 +48,5 @@ __all__ = ["BAND", "BARE", "CANNOT", "CONCLUSIONS", "EXPLAINS", "INPUTS", "MEASU
            "Parts", "Range", "Verdict", "VerdictInputError", "bare_collectives_us", "bare_floor_us", "ceiling",
            "check_remedies", "collective_range", "compute_us", "conclusion", "copy_scenarios", "decide", "inputs",
            "measured_scenario", "nccl_scenario", "observations", "overlap_fractions", "overlap_range",
-           "pair_scenarios", "parts", "remedies", "routed_us", "rule_sizes", "study_scenario", "table_ranges",
+           "pair_scenarios", "parts", "relation_words", "remedies", "routed_us", "rule_sizes", "share_words", "study_scenario", "table_ranges",
            "vm_collectives_us"]

@@ -20,24 +20,26 @@ CONCLUSIONS = {
     "partly": ("The all-reduce measured on a VM ({how}) puts the host path's share of the lost time at "
                "{share_1:.0f} % for one stream and {share_64:.0f} % at concurrency 64: a real part of the loss, "
                "not all of it."),
-    "unsettled": ("Unsettled: the scenarios with evidence put the host path's share of the lost time between "
-                  "{lo_1:.0f} % and {hi_1:.0f} % for one stream and between {lo_64:.0f} % and {hi_64:.0f} % at "
-                  "concurrency 64, across the {explain_lo:.0f} % and {explain_hi:.0f} % marks. An 8-rank "
+    "unsettled": ("Unsettled: the admissible scenarios put the host path's share of the lost time at "
+                  "{range_1} for one stream and {range_64} at concurrency 64, across the {explain_lo:.0f} % and {explain_hi:.0f} % marks. An 8-rank "
                   "all-reduce timed on that VM decides it: at least {t80_1:.0f} µs at {kib_1:.0f} KiB and "
                   "{t80_64:.0f} µs at {kib_64:.0f} KiB means the host path explains {explain_hi:.0f} % or more; "
                   "at most {t25_1:.0f} µs and {t25_64:.0f} µs means {explain_lo:.0f} % or less."),
-    "settled_low": ("Every scenario with evidence puts the host path's share of the lost time at {hi_1:.0f} % or "
+    "settled_low": ("Every admissible scenario puts the host path's share of the lost time at {hi_1:.0f} % or "
                     "less for one stream and {hi_64:.0f} % or less at concurrency 64: on this evidence the seeds' "
                     "claim fails."),
-    "settled_high": ("Every scenario with evidence puts the host path's share of the lost time at {lo_1:.0f} % or "
+    "settled_high": ("Every admissible scenario puts the host path's share of the lost time at {lo_1:.0f} % or "
                      "more for one stream and {lo_64:.0f} % or more at concurrency 64: on this evidence the seeds' "
                      "claim holds."),
 }
 
 
-def decide(evidence: pd.DataFrame, thresholds: pd.DataFrame) -> tuple[str, dict]:
+def decide(evidence: pd.DataFrame, thresholds: pd.DataFrame,
+           envelope: dict[int, tuple[float, float]] | None = None) -> tuple[str, dict]:
     """The chapter's conclusion, chosen from data: a measured scenario (kind 'measured') decides where
-    there is one; otherwise the envelope of the derived scenarios, against EXPLAINS and CANNOT."""
+    there is one; otherwise the envelope of the admissible derived scenarios, against EXPLAINS and CANNOT.
+    `envelope` (Verdict.share_envelope: per end, the lowest and highest share) is the range the rest of the
+    site states; without it, the evidence's shares at the rule's message sizes."""
     if not len(evidence):
         raise VerdictInputError("no host-path evidence to decide from")
     th = {int(t.concurrency): t for t in thresholds.itertuples()}
@@ -57,15 +59,48 @@ def decide(evidence: pd.DataFrame, thresholds: pd.DataFrame) -> tuple[str, dict]
         if max(sh.values()) <= CANNOT:
             return "cannot", vals
         return "partly", vals
+    admitted = evidence[evidence["admissible"]] if "admissible" in evidence.columns else evidence
+    if not len(admitted):
+        raise VerdictInputError("every host-path scenario is faster than bare metal's NCCL over P2P: none may "
+                                "set a bound; the VM cannot be judged from models")
     for c in (1, 64):
-        e = evidence[evidence["concurrency"] == c]
-        vals[f"lo_{c}"] = 100 * max(0.0, float(e["share_low"].min()))
-        vals[f"hi_{c}"] = 100 * min(1.0, float(e["share_high"].max()))   # a model can price more than the loss
+        e = admitted[admitted["concurrency"] == c]
+        # as computed: below 0 % the model prices the host path faster than bare metal, above 100 % it
+        # over-predicts the loss (share_words says so)
+        lo, hi = envelope[c] if envelope else (float(e["share_low"].min()), float(e["share_high"].max()))
+        vals[f"lo_{c}"], vals[f"hi_{c}"] = 100 * lo, 100 * hi
+    for c in (1, 64):
+        vals[f"range_{c}"] = share_words(vals[f"lo_{c}"], vals[f"hi_{c}"])
     if vals["hi_1"] <= 100 * CANNOT and vals["hi_64"] <= 100 * CANNOT:
         return "settled_low", vals
     if vals["lo_1"] >= 100 * EXPLAINS and vals["lo_64"] >= 100 * EXPLAINS:
         return "settled_high", vals
     return "unsettled", vals
+
+
+#: two values within this fraction of each other read "about the same as" (relation_words)
+SAME_WITHIN = 0.10
+
+
+def relation_words(a: float, b: float, same_within: float = SAME_WITHIN) -> str:
+    """How `a` relates to `b`, chosen from the numbers by one rule: within `same_within` of b (relative)
+    'about the same as', else 'N % below' or 'N % above'."""
+    rel = (a - b) / b
+    if abs(rel) <= same_within:
+        return "about the same as"
+    return f"{100 * abs(rel):.0f} % {'below' if rel < 0 else 'above'}"
+
+
+def share_words(lo_pct: float, hi_pct: float) -> str:
+    """A range of shares of the lost time in words, as computed: '4 % to 49 %'; an end above 100 % says the
+    model over-predicts the loss, an end below 0 % that it prices the host path below bare metal's."""
+    text = f"{lo_pct:.0f} % to {hi_pct:.0f} %"
+    notes = []
+    if lo_pct < 0:
+        notes.append("below 0 %: a model prices the host path below bare metal's collectives")
+    if hi_pct > 100:
+        notes.append("above 100 %: a model over-predicts the loss")
+    return text + (f" ({'; '.join(notes)})" if notes else "")
 
 
 #: the one-line status page 1 gives, by the decision rule's case
@@ -79,9 +114,10 @@ STATUS = {
 }
 
 
-def conclusion(evidence: pd.DataFrame, thresholds: pd.DataFrame) -> tuple[str, str]:
+def conclusion(evidence: pd.DataFrame, thresholds: pd.DataFrame,
+               envelope: dict[int, tuple[float, float]] | None = None) -> tuple[str, str]:
     """(case, sentence) of the decision rule."""
-    case, vals = decide(evidence, thresholds)
+    case, vals = decide(evidence, thresholds, envelope)
     return case, CONCLUSIONS[case].format(**vals)
 
 

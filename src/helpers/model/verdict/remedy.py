@@ -70,7 +70,7 @@ def _remedy_gains(v, mech: str, c: int, step_ms: float, att: pd.DataFrame, fits_
         return None
     if mech == "nccl_tuning":
         return 1.0, 1.0, 1.0
-    a = att[att["concurrency"] == c]
+    a = att[(att["concurrency"] == c) & att["admissible"]]   # a scenario faster than P2P sets no bound
     if mech == "p2p_in_vm":
         saved = a["host_path_excess_ms"].to_numpy()
         lo_s, hi_s = float(np.clip(saved.min(), 0, None)), float(np.clip(saved.max(), 0, None))
@@ -82,7 +82,7 @@ def _remedy_gains(v, mech: str, c: int, step_ms: float, att: pd.DataFrame, fits_
         p = parts(v.model.key, c, v.context, v.floor_us)
         comp = float(compute_us(p, mid)[0]) / 1e3
         deltas = []
-        for hp in v.scenarios:
+        for hp in v.admitted():          # a scenario faster than P2P sets no bound (Verdict.admissibility)
             try:
                 c8 = float(vm_collectives_us(p, hp, np.array([0.5]))[0]) / 1e3
                 c4 = float(vm_collectives_us(p, hp, np.array([0.5]), ranks=4)[0]) / 1e3
