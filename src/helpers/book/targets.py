@@ -50,9 +50,59 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+#: the most values (scalars, lists and mappings, each alias counted as what it repeats) a YAML document may
+#: expand to, and the deepest nesting: a target is a page of settings (the largest in targets/ has a few
+#: hundred values, 4 levels); more is an alias tree (a few hundred bytes that expand exponentially) or a mistake
+MAX_YAML_VALUES = 100_000
+MAX_YAML_DEPTH = 32
+
+
+def _expanded(node, marks: dict, depth: int = 1) -> int:
+    """How many values `node` expands to, aliases followed (each distinct node is counted once, its count
+    reused, so an alias tree is measured in time linear in its text); refuses past MAX_YAML_VALUES or
+    MAX_YAML_DEPTH, or a node that contains itself, with a ConstructorError at the node."""
+    key = id(node)
+    if key in marks:
+        if marks[key] is None:
+            raise yaml.constructor.ConstructorError(
+                None, None, "a value that contains itself (a recursive alias); give the value in full", node.start_mark)
+        return marks[key]
+    if depth > MAX_YAML_DEPTH:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"values nested more than {MAX_YAML_DEPTH} deep (a target is a page of settings); "
+            "give a flat value", node.start_mark)
+    marks[key] = None
+    n = 1
+    if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
+        for child in node.value:
+            for c in (child if isinstance(node, yaml.MappingNode) else (child,)):
+                n += _expanded(c, marks, depth + 1)
+                if n > MAX_YAML_VALUES:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"this value expands to more than {MAX_YAML_VALUES} values (aliases, *name, "
+                        "repeat what they name, and repeats of repeats grow exponentially); give the values "
+                        "themselves, without aliases", node.start_mark)
+    marks[key] = n
+    return n
+
+
 def load_yaml(text: str):
-    """YAML text as Python values, refusing duplicate keys (naming both lines)."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    """YAML text as Python values, refusing duplicate keys (naming both lines), and a document that expands
+    to more than MAX_YAML_VALUES values or nests deeper than MAX_YAML_DEPTH (checked on the parsed nodes,
+    before any value is built, so an alias tree is refused at once)."""
+    loader = _UniqueKeyLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded(node, {})
+        return loader.construct_document(node)
+    except RecursionError:    # the parser itself recurses once a level: thousands of [[[...]]]
+        raise yaml.constructor.ConstructorError(
+            None, None, f"values nested more than {MAX_YAML_DEPTH} deep (a target is a page of settings); "
+            "give a flat value") from None
+    finally:
+        loader.dispose()
 
 
 def known_targets(root: Path | None = None) -> list[str]:
