@@ -184,7 +184,7 @@ def _papermill(step: dict, out_nb: Path, params: dict, target: Target, run_dir: 
     the chapter's log."""
     import papermill
 
-    with open(run_dir / "logs" / f"{step['stem']}.log", "a") as log, _stderr_to(log):
+    with results.append_text(run_dir / "logs" / f"{step['stem']}.log") as log, _stderr_to(log):
         log.write(f"=== {_now()}: {'resumed' if rec['runs'] > 1 else 'started'} by runbook "
                   f"pid {os.getpid()} ===\n")
         log.flush()
