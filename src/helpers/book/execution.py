@@ -152,8 +152,9 @@ def _run_chapter(step: dict, rec: dict, label: str, target: Target, run_dir: Pat
         if short:   # it ran whole, but stopped short of its plan on purpose: what is left is for --resume
             rec["status"] = "partial"
             rec["error"] = {"ename": "Partial", "evalue": "; ".join(short)[:1800] + f". Resume with "
-                            f"`python -m helpers.book.runbook --resume {run_dir}` (or raise the target's "
-                            f"execution_timeout)"}
+                            f"`python -m helpers.book.runbook --resume {run_dir}` (for more time per cell "
+                            f"instead, start a new run from a copy of the target with a larger "
+                            f"execution_timeout: --resume keeps the plan)"}
     except PapermillExecutionError as exc:
         rec["status"] = "failed"
         rec["error"] = {"ename": exc.ename, "evalue": str(exc.evalue)[:2000],

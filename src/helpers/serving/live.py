@@ -145,6 +145,10 @@ def sweep_server(spec: ServerSpec, model: str, rows_path: Path, log_dir: Path, w
     if left is not None and left <= 0:   # the cell's budget is spent: do not launch a server for nothing
         from helpers.core import results
 
+        if not sweep._CLOCK.get("measured"):   # and nothing measured in this cell: a resume would do the same
+            raise sweep.SweepCannotProgress(sweep.cannot_progress(
+                f"{todo[0][0].name} x {todo[0][1]}", None, f"the cell's time was spent before server {spec.name!r} "
+                "was launched"))
         results.mark_partial(Path(rows_path).parent, f"server {spec.name!r} was not launched: the cell's time was "
                              f"spent; {len(todo)} point(s) left")
         print(f"partial: server {spec.name!r} not launched, the cell's time was spent; {len(todo)} point(s) left")
