@@ -226,6 +226,22 @@ def names_param(what: str):
     return params.Spec(f"a list of 1 to {MAX_NAMES} {what} names (strings)", _names)
 
 
+def names_rule(param: str, allowed_by_engine: dict, server_url: bool = False):
+    """A params.depends rule for a list of `param` names (variants, runners) that checks them against the
+    engine's names where the chapter runs live (mode other than "recorded", and, with `server_url`, no server
+    given), so the runbook refuses an unknown name before the run, not when the chapter reaches it."""
+    def rule(given, engine, mode, url=""):
+        if mode == "recorded" or (server_url and url) or engine not in allowed_by_engine:
+            return None
+        try:
+            check_names(param, given, allowed_by_engine[engine], engine)
+        except ValueError as e:
+            return str(e).split(": ", 1)[-1].split(". Fix:")[0]
+        return None
+
+    return rule
+
+
 def check_names(param: str, given: list[str], allowed: Sequence[str], engine: str) -> None:
     from helpers.core import params
 
