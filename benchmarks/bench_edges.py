@@ -3,8 +3,8 @@ process watching a server keeps while the server writes a long newline-free stre
 
     python benchmarks/bench_edges.py [--flood-mib 1024] [--levels 16] [--width 4]
 
-Each case runs in a fresh Python process (its peak resident memory is its own, `ru_maxrss`), under a 2 GiB
-address-space limit and a time limit, so a regression shows as a figure or a failure, not a hung machine.
+Each case runs in a fresh Python process (its peak resident memory is its own: VmHWM in /proc/self/status), under
+a 2 GiB address-space limit and a time limit, so a regression shows as a figure or a failure, not a hung machine.
 - yaml-file / yaml-p: a target file, or one `-p` item, whose parameter value is an alias tree of `--levels`
   lists of `--width` items each repeating the one before (width^levels numbers in a few hundred bytes; a width
   of at most 4 is what params.short renders whole, so 8874c48 expanded it). Printed: the
@@ -43,7 +43,7 @@ YAML_PROBE = textwrap.dedent("""
     except runbook.RunbookError as e:
         said = str(e)
     print(json.dumps({"s": time.perf_counter() - t0, "said": said,
-                      "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                      "rss_mb": int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024}))
 """)
 
 FLOOD_SERVER = textwrap.dedent("""
@@ -73,7 +73,7 @@ WATCHER = textwrap.dedent("""
                 startup_timeout_s=300, stop_grace_s=1) as srv:
         pass
     tail = srv.log_text()
-    print(json.dumps({"rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    print(json.dumps({"rss_mb": int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024,
                       "s": time.perf_counter() - t0, "log_bytes": log.stat().st_size,
                       "cut": "line cut: longer than" in tail, "after": "the line after the flood" in tail}))
 """)
