@@ -40,3 +40,21 @@ def test_an_unknown_variant_or_runner_in_live_mode_is_refused_before_the_run(tmp
     assert r.returncode == 2, r.stdout + r.stderr
     assert f"parameter '{name}' = ['turbo']" in r.stderr and "not known for engine" in r.stderr, r.stderr
     assert not any(tmp_path.iterdir()), "a run folder was made"
+
+
+def test_health_timeout_s_is_set_from_a_target_or_p_and_reaches_the_server_spec(tmp_path):
+    from helpers.book import runbook
+    from helpers.serving import experiments
+
+    target = tmp_path / "slow-health.yaml"
+    target.write_text("description: a server slow to answer /health\nparameters: {mode: auto, health_timeout_s: 30}\n")
+    t = runbook.load_target(str(target), repo_root())
+    steps = runbook.plan(t, repo_root())
+    got = {s["stem"]: s["parameters"].get("health_timeout_s") for s in steps}
+    assert got["02_nan_crash"] == got["03_baselines_tuning"] == got["04_moe_runners"] == 30, got
+    spec = ServerSpec(argv=[sys.executable, FAULT, "1", "ok"], port=1, name="x")
+    assert experiments.with_health({"health_timeout_s": 30.0}, spec).health_timeout_s == 30.0
+    t = runbook.load_target("cpu-demo", repo_root())
+    runbook.apply_overrides(t, ["health_timeout_s=0"])
+    with pytest.raises(runbook.RunbookError, match=r"'health_timeout_s' = 0 is not allowed"):
+        runbook.plan(t, repo_root())
