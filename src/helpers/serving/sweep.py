@@ -111,8 +111,9 @@ def probe_point_s(base_url: str, model: str, w: cl.Workload, concurrency: int, n
     output tokens are sent at once, within `budget_s`. Each request's time is scaled to the full output (its
     time to first token, plus the rest times output_len / probe tokens); a round of the point takes the slowest
     of them, and the point ceil((n + 1) / concurrency) rounds (its warm-up request included). A probe that ran
-    out of `budget_s` gives infinity (the point is longer still); one whose requests all failed gives None (the
-    point is run, and its failure recorded)."""
+    out of `budget_s` gives infinity (the point is longer still); one whose requests all failed, or ran out of
+    the request time limit `timeout_s` (shorter than the budget), gives None (the point is run, and its failures
+    recorded as before)."""
     k = min(w.output_len, PROBE_TOKENS)
     limit = max(0.1, min(timeout_s, budget_s))
     prompts = cl.make_prompts(concurrency, w.input_len, tokenizer, seed=7)
@@ -120,6 +121,8 @@ def probe_point_s(base_url: str, model: str, w: cl.Workload, concurrency: int, n
                                             until=time.monotonic() + limit))
     how = f"a probe of {concurrency} request(s) of {k} token(s) at once took {took:.1f} s"
     if any(r.error_kind == "timeout" for r in res):
+        if limit < budget_s:   # cut off by the request time limit, not the budget: a server not answering, whose
+            return None, how   # point is run and its time-outs recorded, as any point's
         return math.inf, f"a probe of {concurrency} request(s) of {k} token(s) at once did not end within {limit:.0f} s"
     ok = [r for r in res if r.ok]
     if not ok:
