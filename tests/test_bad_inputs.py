@@ -361,7 +361,7 @@ HONOURED = [
          honour=_has("03_baselines_tuning", "requests_per_concurrency", 20),
          setup=_target_file("description: x\nexecution_timeout: 7200\nparameters: {mode: auto}\nchapters:\n"
                             "  03_baselines_tuning: {mode: live, engine: transformers, device: cpu, concurrencies: [1, 4, 16], "
-                            "workloads: ['64/4096', '32/4096'], requests_per_concurrency: 20}\n")),
+                            "workloads: ['64/4096', '32/4096'], requests_per_concurrency: 20, variants: [batched]}\n")),
 ]
 
 

@@ -152,8 +152,9 @@ def _run_chapter(step: dict, rec: dict, label: str, target: Target, run_dir: Pat
         if short:   # it ran whole, but stopped short of its plan on purpose: what is left is for --resume
             rec["status"] = "partial"
             rec["error"] = {"ename": "Partial", "evalue": "; ".join(short)[:1800] + f". Resume with "
-                            f"`python -m helpers.book.runbook --resume {run_dir}` (or raise the target's "
-                            f"execution_timeout)"}
+                            f"`python -m helpers.book.runbook --resume {run_dir}` (for more time per cell "
+                            f"instead, start a new run from a copy of the target with a larger "
+                            f"execution_timeout: --resume keeps the plan)"}
     except PapermillExecutionError as exc:
         rec["status"] = "failed"
         rec["error"] = {"ename": exc.ename, "evalue": str(exc.evalue)[:2000],
@@ -164,11 +165,16 @@ def _run_chapter(step: dict, rec: dict, label: str, target: Target, run_dir: Pat
         save()
         raise
     except Exception as exc:  # noqa: BLE001 - a chapter's failure must not stop the others
-        if isinstance(exc, OSError) and not isinstance(exc, results.WriteError):   # name the file and the cause
+        if _cell_timeout(exc):   # nbclient's CellTimeoutError is an OSError (a TimeoutError), not a write error
+            rec["status"] = "failed"
+            rec["error"] = {"ename": "CellTimeout", "evalue": cell_timeout_message(target.execution_timeout, exc),
+                            "traceback": traceback.format_exc()[-6000:]}
+        elif isinstance(exc, OSError) and not isinstance(exc, results.WriteError):   # name the file and the cause
             exc = results.write_error(exc.filename or out_nb, exc, "could not be written or read")
-        rec["status"] = "failed"
-        rec["error"] = {"ename": type(exc).__name__, "evalue": str(exc)[:2000],
-                        "traceback": traceback.format_exc()[-6000:]}
+        if not _cell_timeout(exc):
+            rec["status"] = "failed"
+            rec["error"] = {"ename": type(exc).__name__, "evalue": str(exc)[:2000],
+                            "traceback": traceback.format_exc()[-6000:]}
     rec["duration_s"] = round(time.perf_counter() - t0, 2)
     rec["finished"] = _now()
     msg = f"{label}{' ' if label else ''}{rec['status']:<7} {rec['duration_s']:6.1f} s"
@@ -178,13 +184,28 @@ def _run_chapter(step: dict, rec: dict, label: str, target: Target, run_dir: Pat
     save()
 
 
+def _cell_timeout(exc: BaseException) -> bool:
+    from nbclient.exceptions import CellTimeoutError
+
+    return isinstance(exc, CellTimeoutError)
+
+
+def cell_timeout_message(limit_s: int, exc: BaseException | None = None) -> str:
+    """What a chapter whose cell ran past the target's cell time limit says: the limit, where it comes from,
+    and what to change."""
+    first = str(exc or "").strip().splitlines()[0][:300] if str(exc or "").strip() else ""
+    return (f"a cell ran longer than the cell time limit, execution_timeout = {limit_s} s (the target's), and was "
+            f"stopped{f' ({first})' if first else ''}. Raise execution_timeout in a copy of the target "
+            f"(targets/<yours>.yaml) and start a new run with it, or make the chapter's work smaller (-p)")[:2000]
+
+
 def _papermill(step: dict, out_nb: Path, params: dict, target: Target, run_dir: Path, root: Path,
                rec: dict) -> None:
     """papermill executes the chapter into `out_nb`; its output and stderr, the kernel's included, go to
     the chapter's log."""
     import papermill
 
-    with open(run_dir / "logs" / f"{step['stem']}.log", "a") as log, _stderr_to(log):
+    with results.append_text(run_dir / "logs" / f"{step['stem']}.log") as log, _stderr_to(log):
         log.write(f"=== {_now()}: {'resumed' if rec['runs'] > 1 else 'started'} by runbook "
                   f"pid {os.getpid()} ===\n")
         log.flush()

@@ -40,10 +40,10 @@ class RunLock:
         from helpers.core import results
 
         for _ in range(20):   # the file can be removed by its releasing owner between open and flock: retry
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:   # never through a link: O_CREAT and the truncation below would write into its target
+                fd = results.open_nofollow(self.path, os.O_RDWR | os.O_CREAT, "(the run's lock) could not be made")
             except OSError as e:
-                raise RunbookError(str(results.write_error(self.path, e, "(the run's lock) could not be made"))) from None
+                raise RunbookError(str(e)) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -79,6 +79,14 @@ class RunLock:
                 os.close(fd)
                 raise RunbookError(str(results.write_error(self.path, e, "(the run's lock) could not be written"))) from None
             self.fd = fd
+            links = results.links_in(self.path.parent)
+            if links:
+                self.release()
+                shown = "; ".join(f"{p} -> {os.readlink(p)}" for p in links)
+                raise RunbookError(
+                    f"run {self.path.parent} holds symbolic links where the runbook writes: {shown}. A run's files "
+                    f"are never links (writing, appending or truncating through one changes the file it points "
+                    f"to); remove them (rm PATH: the files they point to stay as they are) and try again")
             return self
         raise RunbookError(f"{self.path}: could not take the run's lock (the file kept changing); try again")
 

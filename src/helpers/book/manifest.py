@@ -109,11 +109,13 @@ def write_manifest(run_dir: Path, manifest: dict) -> None:
     tmp = run_dir / f".manifest.json.{os.getpid()}.tmp"
     data = json.dumps(manifest, indent=2, default=str)
     try:
-        with open(tmp, "w") as f:
+        with os.fdopen(results.open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, run_dir / "manifest.json")
+    except results.WriteError:
+        raise
     except OSError as e:   # the last good manifest stays in place, whole
         raise results.write_error(run_dir / "manifest.json", e,
                                   "could not be written (its last good state is kept)") from None

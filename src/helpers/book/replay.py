@@ -31,7 +31,7 @@ from helpers.book.planning import ALWAYS, chapters, declared_parameters, stem
 from helpers.book import precheck
 from helpers.book.targets import RunbookError
 from helpers.chapters import ChapterError, module
-from helpers.core import layout
+from helpers.core import layout, results
 
 
 def replay_mode(chapter: str, mode) -> str | None:
@@ -171,7 +171,7 @@ def _execute(st: dict, out: Path, run_dir: Path, root: Path, stderr_to) -> str |
         params["run_dir"] = str(run_dir)
     (run_dir / "logs").mkdir(exist_ok=True)
     try:
-        with open(run_dir / "logs" / f"{st['stem']}.log", "a") as log, stderr_to(log):
+        with results.append_text(run_dir / "logs" / f"{st['stem']}.log") as log, stderr_to(log):
             log.write(f"=== {_now()}: replayed by runbook --replay (mode {params.get('mode')}) ===\n")
             log.flush()
             papermill.execute_notebook(str(st["notebook"]), str(out / f"{st['stem']}.ipynb"), parameters=params,

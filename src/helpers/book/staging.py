@@ -395,7 +395,7 @@ def export_glued_figures(nb: dict, folder) -> list[str]:
 
 # ---- pages that cite another page's values, rendered from a run made before those values existed
 #: `{glue:...}`path/to/chapter.ipynb::key[:format]`` in a Markdown page
-CROSS_GLUE = re.compile(r"\{glue(?::[a-z]+)?\}`(?P<nb>[^`:]+\.ipynb)::(?P<key>[A-Za-z0-9_]+)(?::[^`]*)?`")
+CROSS_GLUE = re.compile(r"\{glue(?::[a-z]*)?\}`(?P<nb>[^`:]+\.ipynb)::(?P<key>[A-Za-z0-9_]+)(?::[^`]*)?`")
 #: a figure directive that shows a glued figure exported under _glued/<stem>/<key>.png
 GLUED_FIGURE = re.compile(r"```\{figure\}\s+(?P<path>" + re.escape(GLUED_DIR) + r"/[^\s`]+)\n.*?\n```", re.S)
 NOT_IN_RUN = "*(not in this run)*"

@@ -50,9 +50,67 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+#: the most values (scalars, lists and mappings, each alias counted as what it repeats) a YAML document may
+#: expand to, and the deepest nesting: a target is a page of settings (the largest in targets/ has a few
+#: hundred values, 4 levels); more is an alias tree (a few hundred bytes that expand exponentially) or a mistake.
+#: A long plain list stays within it (the parameter's own check then says how many items it may have).
+MAX_YAML_VALUES = 1_000_000
+MAX_YAML_DEPTH = 32
+
+
+class YamlTooLarge(yaml.constructor.ConstructorError):
+    """A YAML document that expands to too many values, nests too deep or contains itself."""
+
+
+def _too_large(problem: str, mark=None) -> YamlTooLarge:
+    return YamlTooLarge(None, None, problem, mark)
+
+
+def _expanded(node, marks: dict, depth: int = 1) -> int:
+    """How many values `node` expands to, aliases followed (each distinct node is counted once, its count
+    reused, so an alias tree is measured in time linear in its text); refuses past MAX_YAML_VALUES or
+    MAX_YAML_DEPTH, or a node that contains itself, with a ConstructorError at the node."""
+    key = id(node)
+    if key in marks:
+        if marks[key] is None:
+            raise _too_large("a value that contains itself (a recursive alias); give the value in full",
+                             node.start_mark)
+        marks["aliased"] = True
+        return marks[key]
+    if depth > MAX_YAML_DEPTH:
+        raise _too_large(f"values nested more than {MAX_YAML_DEPTH} deep (a target is a page of settings); "
+                         "give a flat value", node.start_mark)
+    marks[key] = None
+    n = 1
+    if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
+        for child in node.value:
+            for c in (child if isinstance(node, yaml.MappingNode) else (child,)):
+                n += _expanded(c, marks, depth + 1)
+                if n > MAX_YAML_VALUES:
+                    why = (" (aliases, *name, repeat what they name, and repeats of repeats grow exponentially); "
+                           "give the values themselves, without aliases" if marks.get("aliased") else
+                           "; a target is a page of settings")
+                    raise _too_large(f"this value expands to more than {MAX_YAML_VALUES} values{why}", node.start_mark)
+    marks[key] = n
+    return n
+
+
 def load_yaml(text: str):
-    """YAML text as Python values, refusing duplicate keys (naming both lines)."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    """YAML text as Python values, refusing duplicate keys (naming both lines), and a document that expands
+    to more than MAX_YAML_VALUES values or nests deeper than MAX_YAML_DEPTH (checked on the parsed nodes,
+    before any value is built, so an alias tree is refused at once)."""
+    loader = _UniqueKeyLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded(node, {})
+        return loader.construct_document(node)
+    except RecursionError:    # the parser itself recurses once a level: thousands of [[[...]]]
+        raise _too_large(f"values nested more than {MAX_YAML_DEPTH} deep (a target is a page of settings); "
+                         "give a flat value") from None
+    finally:
+        loader.dispose()
 
 
 def known_targets(root: Path | None = None) -> list[str]:
@@ -177,7 +235,8 @@ def _read_mapping(path: Path, name: str, root: Path) -> dict:
         mark = getattr(e, "problem_mark", None)
         if mark is not None:
             where = f" at line {mark.line + 1}, column {mark.column + 1}"
-        raise RunbookError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+        said = "refused" if isinstance(e, YamlTooLarge) else "not valid YAML"
+        raise RunbookError(f"{path}: {said}{where}: {getattr(e, 'problem', None) or e}") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -275,6 +334,9 @@ def apply_overrides(target: Target, items: list[str]) -> None:
             continue
         try:
             val = load_yaml(value)
+        except YamlTooLarge as exc:
+            bad.append(f"-p {short(item)}: the value is refused: {exc.problem}")
+            continue
         except yaml.YAMLError as exc:
             bad.append(f"-p {short(item)}: the value is not valid YAML ({str(exc).splitlines()[0]})")
             continue

@@ -97,7 +97,8 @@ TINY = {"tiny_hidden": params.depends(params.number(8, 8192, integer=True),
 SWEEP = {"concurrencies": params.depends(params.number_list(1, 4096, integer=True), "requests_per_concurrency",
                                          _sweep_size_rule),
          "requests_per_concurrency": params.number(1, 1000, integer=True),
-         "startup_timeout_s": params.number(1, 3600), "request_timeout_s": params.number(1, 3600)}
+         "startup_timeout_s": params.number(1, 3600), "request_timeout_s": params.number(1, 3600),
+         "health_timeout_s": params.number(0.5, 600)}
 ENGINE = {"engine": params.choice(*live.ENGINES), "device": params.choice("cpu", "cuda")}
 
 

@@ -25,7 +25,8 @@ from helpers.serving import live as serving_live
 #: the chapter's parameters (the notebook's validation cell and the runbook's precheck check them)
 PARAMS = {**MODE, "server_url": params.string(), "served_model": params.string(), **ENGINE, **SGLANG,
           **TINY, **SWEEP, "workloads": serving_live.workloads_param(),
-          "variants": serving_live.names_param("server variant"),
+          "variants": params.depends(serving_live.names_param("server variant"), ("engine", "mode", "server_url"),
+                                     serving_live.names_rule("variants", serving_live.VARIANTS, server_url=True)),
           "variant_workloads": params.choice("first", "all")}
 #: the least time the live sweep these values plan takes in its cell (the runbook refuses a plan over the limit)
 PLAN_TIME = baseline_time

@@ -19,7 +19,9 @@ from helpers.core.recorded import value
 from helpers.serving import live
 
 #: the chapter's parameters (the notebook's validation cell and the runbook's precheck check them)
-PARAMS = {**MODE, **ENGINE, **SGLANG, **TINY, **SWEEP, "runners": live.names_param("MoE runner"),
+PARAMS = {**MODE, **ENGINE, **SGLANG, **TINY, **SWEEP,
+          "runners": params.depends(live.names_param("MoE runner"), ("engine", "mode"),
+                                    live.names_rule("runners", live.RUNNERS)),
           "repeats": params.number(1, 20, integer=True), "workload": live.workload_param()}
 #: the least time the live comparison these values plan takes in its cell (the runbook refuses a plan over the limit)
 PLAN_TIME = _serving.runner_time

@@ -21,6 +21,7 @@ from helpers.serving import sglang as sg
 
 #: the chapter's parameters (the notebook's validation cell and the runbook's precheck check them)
 PARAMS = {**MODE, **ENGINE, **SGLANG, "startup_timeout_s": params.number(1, 3600),
+          "health_timeout_s": params.number(0.5, 600),
           "never_healthy_timeout_s": params.number(1, 600),
           "decode_concurrency": params.number(1, 256, integer=True),
           "decode_tokens": params.number(1, 4096, integer=True), "request_timeout_s": params.number(1, 3600)}

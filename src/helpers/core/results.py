@@ -38,6 +38,9 @@ _CAUSES = {
     errno.ENOTDIR: ("a part of the path is a file, not a folder", "remove that file or write elsewhere"),
     errno.EISDIR: ("the path is a folder", "remove that folder or write elsewhere"),
     errno.EIO: ("an input/output error (the disk)", "check the disk"),
+    errno.ELOOP: ("the path is a symbolic link, which a run's files never are (writing through it would change "
+                  "the file it points to)", "remove the link (rm it; the file it points to is left as it is) or "
+                  "use a run folder without links"),
 }
 
 
@@ -56,15 +59,55 @@ def write_error(path: Path | str, exc: OSError, doing: str = "could not be writt
                       f"{why}: {path} {doing} ({type(exc).__name__}: {exc.strerror or exc}); {fix}")
 
 
+def refuse_link(path: Path | str, doing: str = "could not be written") -> None:
+    """Raise WriteError (ELOOP) naming `path` if it is a symbolic link: a run's files are never links, and
+    writing, appending or truncating through one would change the file it points to (any file the user can
+    write), not the run's."""
+    if os.path.islink(path):
+        raise write_error(path, OSError(errno.ELOOP, f"a symbolic link to {os.readlink(path)}"), doing)
+
+
+def open_nofollow(path: Path | str, flags: int, doing: str = "could not be opened", mode: int = 0o644) -> int:
+    """os.open(path, flags | O_NOFOLLOW): a symbolic link at `path` is refused (WriteError naming it) and
+    its target left untouched."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP and os.path.islink(path):
+            refuse_link(path, doing)
+        raise write_error(path, e, doing) from None
+
+
+def append_text(path: Path | str):
+    """`open(path, "a")` that refuses a symbolic link at `path` (a run's logs)."""
+    return os.fdopen(open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "could not be opened to append"), "a")
+
+
+def links_in(folder: Path | str, limit: int = 5) -> list[Path]:
+    """Up to `limit` symbolic links inside `folder` (its own tree, links not followed)."""
+    found: list[Path] = []
+    for top, dirs, files in os.walk(folder):
+        for name in sorted(dirs + files):
+            if os.path.islink(os.path.join(top, name)):
+                found.append(Path(top) / name)
+                if len(found) >= limit:
+                    return found
+    return found
+
+
 def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w") as f:
+        refuse_link(path)
+        fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except WriteError:
+        raise
     except OSError as e:
         raise write_error(path, e) from None
     finally:
@@ -139,9 +182,9 @@ def append_row(path: Path, row: dict) -> None:
     line = (json.dumps(row, default=str) + "\n").encode()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     except OSError as e:
         raise write_error(path, e, "could not be opened to append a row") from None
+    fd = open_nofollow(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, "could not be opened to append a row")
     size = None
     try:
         size = os.fstat(fd).st_size
@@ -169,6 +212,7 @@ def read_rows(path: Path) -> list[dict]:
     """Rows of a JSON-lines file. A torn last line (no newline: a write cut short) and a line that is not a
     JSON object are reported on stderr and dropped, so their points do not count as done."""
     path = Path(path)
+    refuse_link(path, "could not be read (its rows would be another file's)")
     if not path.exists():
         return []
     data = path.read_bytes()
@@ -202,6 +246,7 @@ def mark_partial(folder: Path, why: str) -> None:
     """Record in <folder>/partial.json that the chapter writing there stopped short of its plan on purpose
     (a sweep stopped before the cell's time limit), and why; the runbook reports the chapter as partial."""
     path = Path(folder) / f"{PARTIAL}.json"
+    refuse_link(path)
     said = json.loads(path.read_text()) if path.exists() else []
     _atomic_write(path, json.dumps([*said, why], indent=1))
 

@@ -151,8 +151,9 @@ def attempt(name: str, spec: ServerSpec, model: str, log_dir: str | Path, startu
         except ServerExited as e:
             a.outcome, a.detail = classify_exit(srv.log_text()), f"exited with code {e.returncode} during start-up"
             return a
-        except StartupTimeout:
-            a.outcome, a.detail = "startup-timeout", f"no healthy answer within {startup_timeout_s:g} s"
+        except StartupTimeout as e:   # its own words: "answered, but after N s ... raise health_timeout_s" included
+            said = str(e).split("\n--- last lines", 1)[0]
+            a.outcome, a.detail = "startup-timeout", f"no healthy answer within {startup_timeout_s:g} s: {said}"[:600]
             return a
         phase = Deadlines.from_timeout(request_timeout_s)
         t_req = time.monotonic()

@@ -17,7 +17,10 @@ Every request runs within overall deadlines (helpers.serving.fetch.Deadlines, fr
 time limit): to connect, to the reply's headers, and for the whole stream. A server that trickles bytes
 or sends SSE keep-alive comments only is cut off at the limit, and the failure says so
 (`error_kind` "timeout"); the other kinds are "connect", "http", "error-body" (an error inside a 200
-reply), "empty" (a well-formed reply with no content), "no-usage" and "exception".
+reply), "empty" (a well-formed reply with no content, or a stream that ended before its first chunk),
+"no-usage", "bad-usage" (token counts that cannot be right: more completion tokens than `max_tokens` asked
+for, zero or negative while content streamed, two usage reports that disagree; such a request is not ok, so
+no throughput rests on its count) and "exception".
 """
 from __future__ import annotations
 
@@ -86,7 +89,8 @@ class RequestResult:
     output_tokens: int = 0
     text: str = ""
     error: str = ""
-    error_kind: str = ""                 # "" when ok; else timeout, connect, http, error-body, empty, no-usage, exception
+    error_kind: str = ""                 # "" when ok; else timeout, connect, http, error-body, empty, no-usage,
+    #                                      bad-usage, exception
 
 
 def check_concurrencies(concurrencies: Sequence[int]) -> list[int]:
@@ -202,10 +206,9 @@ async def _one(client, model: str, prompt: str, max_tokens: int, t_origin: float
     res.start_s = t0 - t_origin
     state = {"last": None, "chunks": 0, "headers_s": None}
     parts = []
-    usage = None
+    usages = []
 
     async def stream_it():
-        nonlocal usage
         kw = dict(model=model, max_tokens=max_tokens, stream=True, stream_options={"include_usage": True},
                   timeout=deadlines.total_s)
         if chat:
@@ -229,7 +232,7 @@ async def _one(client, model: str, prompt: str, max_tokens: int, t_origin: float
             now = time.perf_counter()
             state["chunks"] += 1
             if chunk.usage is not None:
-                usage = chunk.usage
+                usages.append(chunk.usage)
             text = ""
             if chunk.choices:
                 c = chunk.choices[0]
@@ -246,7 +249,7 @@ async def _one(client, model: str, prompt: str, max_tokens: int, t_origin: float
         await asyncio.wait_for(stream_it(), deadlines.total_s)
         res.e2e_s = time.perf_counter() - t0
         res.text = "".join(parts)
-        _count(res, usage, state)
+        _count(res, usages, state, max_tokens)
     except Exception as e:  # noqa: BLE001 - every failure is recorded, none stops the point
         res.e2e_s = time.perf_counter() - t0
         if isinstance(e, (asyncio.TimeoutError, RequestTimeout, openai.APITimeoutError)):
@@ -255,14 +258,52 @@ async def _one(client, model: str, prompt: str, max_tokens: int, t_origin: float
     return res
 
 
-def _count(res: RequestResult, usage, state: dict) -> None:
-    """A stream that ended: its token counts from the usage chunk; ok unless it had no usage or no content."""
-    if usage is None:
+def _tokens(usage, name: str):
+    """`usage.<name>` as a whole number, or None where it is missing or not a whole number."""
+    v = getattr(usage, name, None)
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def usage_problem(usages: list, max_tokens: int, streamed: bool) -> str | None:
+    """Why the usage reports of one stream cannot be its token counts (None where they can): two reports that
+    disagree, a count that is missing, negative or not whole, more completion tokens than `max_tokens` asked
+    for, or none while content streamed (`streamed`)."""
+    counts = [(_tokens(u, "prompt_tokens"), _tokens(u, "completion_tokens")) for u in usages]
+    if len(set(counts)) > 1:
+        return ("two usage reports of one stream disagree: completion_tokens " + ", then ".join(
+            str(c) for _, c in counts[:3]) + "; the server's counts cannot be trusted")
+    prompt, completion = counts[0]
+    if prompt is None or completion is None or prompt < 0 or completion < 0:
+        return (f"usage reports prompt_tokens {getattr(usages[0], 'prompt_tokens', None)!r} and completion_tokens "
+                f"{getattr(usages[0], 'completion_tokens', None)!r}: expected whole numbers >= 0")
+    if completion > max_tokens:
+        return (f"usage reports {completion} completion tokens for a request of at most max_tokens = {max_tokens}: "
+                "the server's count cannot be right")
+    if completion == 0 and streamed:
+        return "usage reports 0 completion tokens although content streamed: the server's count cannot be right"
+    return None
+
+
+def _count(res: RequestResult, usages: list, state: dict, max_tokens: int) -> None:
+    """A stream that ended: its token counts from the usage chunk; ok unless it had no chunk at all, no usage,
+    usage that cannot be right (usage_problem) or no content."""
+    if not usages:
+        if state["chunks"] == 0:
+            res.error_kind = "empty"
+            res.error = ("the stream ended before its first chunk (the server sent `data: [DONE]` first, or closed "
+                         "the stream): no content and no token counts")
+            return
         res.error_kind = "no-usage"
         res.error = "the stream carried no usage (token counts); the server must support stream_options.include_usage"
         return
-    res.prompt_tokens = int(usage.prompt_tokens or 0)
-    res.output_tokens = int(usage.completion_tokens or 0)
+    why = usage_problem(usages, max_tokens, state["last"] is not None)
+    if why:
+        res.error_kind, res.error = "bad-usage", why
+        return
+    res.prompt_tokens = _tokens(usages[-1], "prompt_tokens")
+    res.output_tokens = _tokens(usages[-1], "completion_tokens")
     if state["last"] is None:
         res.error_kind = "empty"
         res.error = f"empty reply: the stream was well formed but carried no content ({res.output_tokens} tokens)"
@@ -284,11 +325,24 @@ def _failure(e: Exception, deadlines: Deadlines, state: dict, text: str) -> tupl
         return e.kind, e.error[:500]
     if isinstance(e, openai.APIStatusError):
         return "http", f"HTTP {e.status_code}: {_body_text(e)}"[:500]
-    if isinstance(e, openai.APIConnectionError):
-        return "connect", f"{type(e).__name__}: {e}"[:500]
+    if isinstance(e, openai.APIConnectionError):   # "Connection error." alone: say what the cause said
+        return "connect", f"{type(e).__name__}: {e}{_causes(e)}"[:500]
     if isinstance(e, openai.APIError):   # an error object inside a 200 stream
         return "error-body", f"error in the reply: {e.message} {_body_text(e)}"[:500]
     return "exception", f"{type(e).__name__}: {e}"[:500]
+
+
+def _causes(e: BaseException) -> str:
+    """' (Cause: message; ...)' from the exceptions that caused `e` (httpx's, then the socket's: 'connection
+    refused'), or '' where there are none."""
+    said, seen, c = [], set(), e.__cause__ or e.__context__
+    while c is not None and id(c) not in seen and len(said) < 3:
+        seen.add(id(c))
+        text = f"{type(c).__name__}: {c}"
+        if str(c) and text not in said:
+            said.append(text)
+        c = c.__cause__ or c.__context__
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def _body_text(e) -> str:

@@ -9,7 +9,7 @@ the estimates their rules use (`tiny_memory_bytes`, `MAX_SWEEP_REQUESTS`) are he
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -97,6 +97,12 @@ def _tiny(P: dict) -> tuple[Path, int]:
     return live.build_tiny(spec, device=P["device"]), tiny_model.param_count(spec)
 
 
+def with_health(P: dict, spec):
+    """`spec` with the chapter's `health_timeout_s` (the time one /health probe may take to count as healthy;
+    a target sets it like any parameter)."""
+    return replace(spec, health_timeout_s=P["health_timeout_s"]) if "health_timeout_s" in P else spec
+
+
 # ---------------------------------------------------------------------------- chapter 02
 
 def nan_matrix(P: dict, run: layout.Run, matrix: pd.DataFrame) -> tuple[pd.DataFrame, str]:
@@ -110,6 +116,7 @@ def nan_matrix(P: dict, run: layout.Run, matrix: pd.DataFrame) -> tuple[pd.DataF
 
         def run_one(name):
             spec, model = demo.server_spec(name, models, device=P["device"])
+            spec = with_health(P, spec)
             limit = P["never_healthy_timeout_s"] if name == "never-healthy" else P["startup_timeout_s"]
             a = classify.attempt(name, spec, model, logs, startup_timeout_s=limit, **common)
             return {**a.as_row(), "stands_for": demo.DEMO_CONFIGS[name].stands_for}
@@ -121,8 +128,8 @@ def nan_matrix(P: dict, run: layout.Run, matrix: pd.DataFrame) -> tuple[pd.DataF
         tried = {f"decode={b}": b for b in matrix[matrix.component == "nsa_decode"].backend}
 
         def run_one(name):
-            spec = live.sglang_spec(base, env, fs, "cuda-graph", name=name.replace("=", "-"),
-                                    decode_backend=tried[name])
+            spec = with_health(P, live.sglang_spec(base, env, fs, "cuda-graph", name=name.replace("=", "-"),
+                                                   decode_backend=tried[name]))
             a = classify.attempt(name.replace("=", "-"), spec, base.served_model_name or base.model_path, logs,
                                  startup_timeout_s=P["startup_timeout_s"], **common)
             return {**a.as_row(), "stands_for": name, "flag_set": fs, **{f"{k}_version": v for k, v in vers.items()}}
@@ -159,7 +166,7 @@ def baseline_sweep(P: dict, run: layout.Run) -> tuple[pd.DataFrame, str, dict]:
         model, tok = base.served_model_name or P["model_path"], live.tokenizer_for(P["model_path"])
         where = f"this machine, sglang {vers['sglang']} TP{P['tp_size']}"
         spec_for = lambda var: live.sglang_spec(base, env, fs, var)  # noqa: E731
-    frames = [live.sweep_server(spec_for(var), model, rows, logs,
+    frames = [live.sweep_server(with_health(P, spec_for(var)), model, rows, logs,
                                 wls if (i == 0 or P["variant_workloads"] == "all") else wls[:1], P["concurrencies"],
                                 {"variant": var}, P["requests_per_concurrency"], tok, P["startup_timeout_s"],
                                 P["request_timeout_s"]) for i, var in enumerate(P["variants"])]
@@ -211,11 +218,11 @@ def runner_comparison(P: dict, run: layout.Run) -> tuple[pd.DataFrame | None, pd
             mk_spec = lambda: live.sglang_spec(base, env, fs, "cuda-graph", name=f"runner-{rn}", moe_runner=rn)  # noqa: E731
             model = base.served_model_name or P["model_path"]
         att = sweep.run_matrix(run.path("attempts"), [rn], lambda name: live.attempt_runner(
-            f"attempt-{name}", mk_spec(), model, logs, P["startup_timeout_s"])).iloc[0]
+            f"attempt-{name}", with_health(P, mk_spec()), model, logs, P["startup_timeout_s"])).iloc[0]
         status.append({"runner": rn, "outcome": att.outcome, "detail": str(att.detail)[:120],
                        "memory": att.get("memory", "")})
         if att.outcome in ("ok", "wrong-answer"):
-            frames.append(_repeat_sweeps(P, rn, mk_spec(), model, tok, rows, logs, wl))
+            frames.append(_repeat_sweeps(P, rn, with_health(P, mk_spec()), model, tok, rows, logs, wl))
     status_df = pd.DataFrame(status)
     run.save("runner_status", status_df)
     df = pd.concat(frames, ignore_index=True) if frames else None

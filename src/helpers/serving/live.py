@@ -145,6 +145,10 @@ def sweep_server(spec: ServerSpec, model: str, rows_path: Path, log_dir: Path, w
     if left is not None and left <= 0:   # the cell's budget is spent: do not launch a server for nothing
         from helpers.core import results
 
+        if not sweep._CLOCK.get("measured"):   # and nothing measured in this cell: a resume would do the same
+            raise sweep.SweepCannotProgress(sweep.cannot_progress(
+                f"{todo[0][0].name} x {todo[0][1]}", None, f"the cell's time was spent before server {spec.name!r} "
+                "was launched"))
         results.mark_partial(Path(rows_path).parent, f"server {spec.name!r} was not launched: the cell's time was "
                              f"spent; {len(todo)} point(s) left")
         print(f"partial: server {spec.name!r} not launched, the cell's time was spent; {len(todo)} point(s) left")
@@ -220,6 +224,22 @@ def names_param(what: str):
     from helpers.core import params
 
     return params.Spec(f"a list of 1 to {MAX_NAMES} {what} names (strings)", _names)
+
+
+def names_rule(param: str, allowed_by_engine: dict, server_url: bool = False):
+    """A params.depends rule for a list of `param` names (variants, runners) that checks them against the
+    engine's names where the chapter runs live (mode other than "recorded", and, with `server_url`, no server
+    given), so the runbook refuses an unknown name before the run, not when the chapter reaches it."""
+    def rule(given, engine, mode, url=""):
+        if mode == "recorded" or (server_url and url) or engine not in allowed_by_engine:
+            return None
+        try:
+            check_names(param, given, allowed_by_engine[engine], engine)
+        except ValueError as e:
+            return str(e).split(": ", 1)[-1].split(". Fix:")[0]
+        return None
+
+    return rule
 
 
 def check_names(param: str, given: list[str], allowed: Sequence[str], engine: str) -> None:

@@ -2,9 +2,10 @@
 
 A server is described by a `ServerSpec` (argument list, extra environment, host, port, health path,
 memory cap), never by a shell string. `Server` starts it under a keeper (helpers.core.procs) in its
-own process session, copies its output line by line into a log file in the run directory, waits for
-the health URL with a time limit, and stops the whole process tree with SIGTERM and then SIGKILL:
-every process the server started, also one that started a process session of its own.
+own process session, copies its output line by line into a log file in the run directory (a line longer
+than MAX_LOG_LINE bytes is cut there and marked, so a server writing without newlines cannot grow this
+process), waits for the health URL with a time limit, and stops the whole process tree with SIGTERM and
+then SIGKILL: every process the server started, also one that started a process session of its own.
 
 Nothing is left running: `with Server(...)` stops the tree on any exception (a notebook interrupt is
 a KeyboardInterrupt), every live server is also stopped at interpreter exit (atexit), a finaliser
@@ -30,6 +31,12 @@ from typing import Mapping
 
 from helpers.core import procs
 from helpers.serving.fetch import Deadlines, RequestTimeout, fetch
+
+
+#: the longest line of a server's output that is kept (in its log and in memory); a longer one is cut there
+#: and marked, the rest of it counted and dropped. Real log lines (tracebacks included) are far shorter.
+MAX_LOG_LINE = 64 * 1024
+CUT_MARK = f" [line cut: longer than {MAX_LOG_LINE} bytes; the rest of it is not kept]\n".encode()
 
 
 class ServerError(RuntimeError):
@@ -198,12 +205,27 @@ class Server:
         return self
 
     def _copy_log(self) -> None:
+        """Copy the server's output into the log file and the tail, line by line, each line cut at
+        MAX_LOG_LINE bytes and marked (a server writing without newlines cannot grow this process)."""
         assert self.proc is not None and self.proc.stdout is not None
+        out = self.proc.stdout
         with self.log_path.open("ab", buffering=0) as f:
-            for raw in iter(self.proc.stdout.readline, b""):
+            def keep(raw: bytes) -> None:
                 f.write(raw)
                 with self._lock:
                     self._tail.append(raw.decode("utf-8", "replace").rstrip("\n"))
+
+            for raw in iter(lambda: out.readline(MAX_LOG_LINE), b""):
+                if raw.endswith(b"\n") or len(raw) < MAX_LOG_LINE:
+                    keep(raw)
+                    continue
+                keep(raw + CUT_MARK)
+                dropped = 0
+                for rest in iter(lambda: out.readline(MAX_LOG_LINE), b""):
+                    dropped += len(rest)
+                    if rest.endswith(b"\n"):
+                        break
+                keep(f"[the line cut above went on for {dropped} more bytes, not kept]\n".encode())
 
     def wait_healthy(self, timeout_s: float | None = None) -> float:
         """Poll the health URL until it answers 200; return seconds since start.

@@ -17,9 +17,12 @@ a file changed under the sweep), fails the sweep with `PointsLost`, never a tabl
 Each point has its own time budget within the notebook cell's limit (the runbook passes it to the kernel as
 $BOOK_CELL_TIMEOUT_S; `start_cell_clock()` starts it where the cell's long work starts): before a point, its time
 is estimated from the points measured under the same settings (seconds per request and output token, as the
-rows record them) and, where it would not end before the cell's limit, the sweep stops there. The points left
-are recorded (`results.mark_partial`) and the runbook reports the chapter as "partial, resume with ...", not
-as a cell that ran out of time.
+rows record them) or, with nothing measured yet, from a short probe (`probe_point_s`: the point's concurrency of
+short requests at once), and, where it would not end before the cell's limit, the sweep stops there. The points
+left are recorded (`results.mark_partial`) and the runbook reports the chapter as "partial, resume with ...", not
+as a cell that ran out of time. A cell that stops so before measuring any point cannot progress (a resume would
+start and stop the same way): it raises SweepCannotProgress, saying what execution_timeout the point needs and
+how to set it.
 """
 from __future__ import annotations
 
@@ -41,8 +44,15 @@ class PointsLost(RuntimeError):
     """Points a sweep planned have no row in its file afterwards, neither done nor failed."""
 
 
+class SweepCannotProgress(RuntimeError):
+    """A point does not fit in what is left of the cell's time limit and the cell has measured no point: a
+    resumed run would start the same way and stop at the same point, for ever. The message says what to change."""
+
+
 CELL_TIMEOUT_ENV = results.CELL_TIMEOUT_ENV
-_CLOCK: dict = {"deadline": None, "limit": None, "cell": "none"}
+_CLOCK: dict = {"deadline": None, "limit": None, "cell": "none", "measured": 0}
+#: the most output tokens a probe request asks for (the first point of a sweep is estimated from c of them)
+PROBE_TOKENS = 8
 
 
 def _cell() -> int | None:
@@ -66,10 +76,10 @@ def start_cell_clock(margin_s: float | None = None) -> float | None:
     except ValueError:
         limit = float("nan")
     if not math.isfinite(limit) or limit <= 0:
-        _CLOCK.update(deadline=None, limit=None, cell=_cell())
+        _CLOCK.update(deadline=None, limit=None, cell=_cell(), measured=0)
         return None
     margin = max(10.0, 0.1 * limit) if margin_s is None else float(margin_s)
-    _CLOCK.update(deadline=time.monotonic() + limit - margin, limit=limit, cell=_cell())
+    _CLOCK.update(deadline=time.monotonic() + limit - margin, limit=limit, cell=_cell(), measured=0, margin=margin)
     return limit
 
 
@@ -92,6 +102,48 @@ def _point_cost(rows: list[dict]) -> float | None:
         if n > 0 and out > 0 and t > 0:
             costs.append(t / ((n + 1) * out))
     return max(costs) if costs else None
+
+
+def probe_point_s(base_url: str, model: str, w: cl.Workload, concurrency: int, n: int, budget_s: float,
+                  tokenizer=None, timeout_s: float = 600.0) -> tuple[float | None, str]:
+    """(estimated seconds, how) of a point of `n` requests at `concurrency` of workload `w` that has nothing
+    measured to go by: `concurrency` requests of the point's prompt length and min(output_len, PROBE_TOKENS)
+    output tokens are sent at once, within `budget_s`. Each request's time is scaled to the full output (its
+    time to first token, plus the rest times output_len / probe tokens); a round of the point takes the slowest
+    of them, and the point ceil((n + 1) / concurrency) rounds (its warm-up request included). A probe that ran
+    out of `budget_s` gives infinity (the point is longer still); one whose requests all failed, or ran out of
+    the request time limit `timeout_s` (shorter than the budget), gives None (the point is run, and its failures
+    recorded as before)."""
+    k = min(w.output_len, PROBE_TOKENS)
+    limit = max(0.1, min(timeout_s, budget_s))
+    prompts = cl.make_prompts(concurrency, w.input_len, tokenizer, seed=7)
+    res, took = cl.run_sync(cl.run_requests(base_url, model, prompts, k, concurrency, timeout_s=limit,
+                                            until=time.monotonic() + limit))
+    how = f"a probe of {concurrency} request(s) of {k} token(s) at once took {took:.1f} s"
+    if any(r.error_kind == "timeout" for r in res):
+        if limit < budget_s:   # cut off by the request time limit, not the budget: a server not answering, whose
+            return None, how   # point is run and its time-outs recorded, as any point's
+        return math.inf, f"a probe of {concurrency} request(s) of {k} token(s) at once did not end within {limit:.0f} s"
+    ok = [r for r in res if r.ok]
+    if not ok:
+        return None, how
+    scale = w.output_len / k
+    round_s = max(r.ttft_s + (r.e2e_s - r.ttft_s) * scale if math.isfinite(r.ttft_s) else r.e2e_s * scale for r in ok)
+    return round_s * math.ceil((n + 1) / concurrency), how
+
+
+def cannot_progress(point: str, need: float | None, how: str) -> str:
+    """What a sweep that cannot progress says: the point, its estimate, the cell's limit and what to change."""
+    limit, margin = _CLOCK.get("limit") or 0, _CLOCK.get("margin") or 0
+    want = math.ceil(((need if need is not None and math.isfinite(need) else 2 * limit) + margin) * 1.25)
+    est = ("more than the time left" if need is None or not math.isfinite(need) else f"about {need:.0f} s")
+    return (f"point {point} would need {est} ({how}), and the cell's time limit, execution_timeout = {limit:g} s "
+            f"(less {margin:.0f} s kept for the rest of the cell), leaves too little: this cell measured no point, "
+            f"so --resume would start and stop the same way. Raise execution_timeout to at least {want} s: copy "
+            f"the run's target to targets/<yours>.yaml with `execution_timeout: {want}` and start a new run, "
+            f"python -m helpers.book.runbook --target targets/<yours>.yaml (--resume keeps the plan it started "
+            f"with); or make the point smaller (fewer requests per concurrency, a shorter workload, a lower "
+            f"concurrency) with -p")
 
 
 def _key(row: dict, keys: Sequence[str]) -> tuple:
@@ -164,10 +216,17 @@ def sweep(rows_path: str | Path, base_url: str, model: str, workloads: Iterable[
         n = cl.requests_for(c, per_concurrency, min_requests)
         budget, cost = time_left(), _point_cost(measured)
         need = None if cost is None else cost * (n + 1) * w.output_len
+        how = "estimated from the points measured"
+        if budget is not None and budget > 0 and need is None:   # nothing measured yet: not started blind
+            need, how = probe_point_s(base_url, model, w, c, n, budget, tokenizer, timeout_s)
+            budget = time_left()
         if budget is not None and (budget <= 0 or (need is not None and need > budget)):
+            if not _CLOCK.get("measured"):
+                raise SweepCannotProgress(cannot_progress(f"{w.name} x {c}", need, how))
             left = todo[i:]
-            cut = (f"point {w.name} x {c} would need about {need:.0f} s (estimated from the points measured), "
-                   if need is not None else f"the cell's time was spent before point {w.name} x {c}, ")
+            cut = (f"point {w.name} x {c} would need about {need:.0f} s ({how}), "
+                   if need is not None and math.isfinite(need) else f"the cell's time was spent before point "
+                   f"{w.name} x {c}, ")
             cut += (f"{max(budget, 0):.0f} s of the cell's {_CLOCK['limit']:g} s limit are left")
             break
         t_point = time.monotonic()
@@ -179,6 +238,7 @@ def sweep(rows_path: str | Path, base_url: str, model: str, workloads: Iterable[
                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
         results.append_row(rows_path, row)
         measured.append(row)
+        _CLOCK["measured"] = _CLOCK.get("measured", 0) + 1
         if bar is not None:
             bar.update(1)
         if on_point is not None:
