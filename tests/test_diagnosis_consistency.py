@@ -1,0 +1,85 @@
+"""The diagnosis agrees with itself (helpers.chapters.diagnosis.consistency, issue 35): the recorded diagnosis
+passes every check, and each check catches its defect planted one at a time: a point outside its band, a share
+above 100 % summarised as at most 100 %, a set-aside scenario in a bound, a comparison word the numbers
+contradict, a rule that flags the reference, one quantity stated with two values."""
+import pandas as pd
+import pytest
+
+from helpers.chapters import baselines_tuning as bt
+from helpers.chapters.diagnosis import consistency as cs
+from helpers.model import verdict as vd
+
+
+@pytest.fixture(scope="module")
+def diagnosis():
+    from helpers.chapters import diagnosis as ch
+    from helpers.model import measured as mb
+
+    step = mb.step_measurement(None, "glm5", reader=None)
+    study = mb.precision_study(None, reader=None)
+    return ch.Diagnosis.build("glm5", 0.25, step, False, fits=None, sweep=None, study=study, hostpath=None,
+                              vm_allreduce_us=(0.0, 0.0))
+
+
+@pytest.mark.integration
+def test_the_recorded_diagnosis_agrees_with_itself(diagnosis):
+    assert cs.problems(diagnosis) == []
+    adm = diagnosis.verdict.admissibility()
+    assert not adm["admissible"].all() and adm["admissible"].any()      # the one-shot and NCCL-model scenarios
+
+
+def _preds(point):
+    return pd.DataFrame([{"scenario": "ring", "concurrency": 64, "predicted_tok_s": point, "band_low_tok_s": 454.0,
+                          "band_high_tok_s": 705.0}])
+
+
+def test_a_point_outside_its_band_is_caught():
+    assert cs.points_outside_bands(_preds(600.0)) == []
+    assert cs.points_outside_bands(_preds(732.0)) == ["ring at 64: point 732.0 outside its band 454.0-705.0"]
+
+
+ATT = pd.DataFrame([
+    {"concurrency": 64, "scenario_key": "pair", "share_low": 0.57, "share_high": 1.72, "admissible": True},
+    {"concurrency": 64, "scenario_key": "ring", "share_low": 0.05, "share_high": 0.12, "admissible": True},
+    {"concurrency": 64, "scenario_key": "one_shot", "share_low": -0.02, "share_high": 0.05, "admissible": False}])
+
+
+def test_a_share_above_100_summarised_as_at_most_100_is_caught():
+    assert cs.stated_range_problems(ATT, {64: (5.0, 172.0)}) == []
+    found = cs.stated_range_problems(ATT, {64: (5.0, 100.0)})
+    assert found and "states 5 % to 100 %" in found[0] and "5 % to 172 %" in found[0]
+    assert "over-predicts the loss" in vd.share_words(5.0, 172.0) and "over-predicts" not in vd.share_words(5.0, 49.0)
+
+
+def test_a_set_aside_scenario_in_a_bound_is_caught():
+    adm = pd.DataFrame([{"scenario_key": "one_shot", "admissible": False}, {"scenario_key": "ring", "admissible": True}])
+    assert cs.set_aside_in_bounds(adm, ATT[ATT["admissible"]]) == []
+    assert cs.set_aside_in_bounds(adm, ATT) == ["scenario one_shot is set aside (faster than P2P) but sets a bound"]
+    # the stated range taken over every scenario (the set-aside one's -2 % included) is caught as well
+    assert cs.stated_range_problems(ATT, {64: (-2.0, 172.0)})
+
+
+def test_a_comparison_word_the_numbers_contradict_is_caught_and_the_rule_flips():
+    assert vd.relation_words(59.2, 70.9) == "17 % below"
+    assert vd.relation_words(66.0, 70.9) == "about the same as"
+    assert vd.relation_words(80.0, 70.9) == "13 % above"
+    assert cs.word_problems({"left-over": ("17 % below", 59.2, 70.9)}) == []
+    found = cs.word_problems({"left-over": ("about the same as", 59.2, 70.9)})
+    assert found and "'17 % below'" in found[0]
+
+
+def test_a_rule_that_flags_the_reference_too_is_caught():
+    vm, bm = 3.3, 3.2
+    assert bt.growth_flagged(vm, 64) and bt.growth_flagged(bm, 64)
+    said = bt.step_growth_rule(vm, bm, 64, 91.0, 19.8)
+    assert "cannot tell" in said and cs.rule_problems(said, vm, bm, 64) == []
+    planted = "A step time that grows far less than the batch means a fixed cost per step."
+    assert cs.rule_problems(planted, vm, bm, 64)
+    assert "points to a fixed per-step cost" in bt.step_growth_rule(3.3, 40.0, 64, 91.0, 19.8)
+    assert cs.rule_problems(planted, 3.3, 40.0, 64) == []
+
+
+def test_one_quantity_stated_with_two_values_is_caught():
+    assert cs.quantity_problems({"bare metal at 1": [("page 1", 50.07), ("07", 50.07)]}) == []
+    found = cs.quantity_problems({"bare metal at 1": [("page 1", 50.07), ("07 section 2", 51.9)]})
+    assert found and "50.07 (page 1)" in found[0] and "51.9 (07 section 2)" in found[0]
