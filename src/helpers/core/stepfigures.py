@@ -4,6 +4,8 @@ batch, a step stacked by component with the observed step over it, the datasheet
 observation, what-if lines, and the bands of the headline attribution (page 1)."""
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 from matplotlib.ticker import FuncFormatter
 
@@ -112,7 +114,9 @@ def band_figure(rows):
     once, on the left), and each distinct observation as a dashed vertical line in its kind's colour."""
     panels = list(dict.fromkeys(rows["panel"]))
     n = int(rows.groupby("panel").size().max())
-    fig, axes = figure(ncols=len(panels), width=9.0, height=0.42 * n + 1.6)
+    # panels stacked, each labelled: the figure keeps page 1's full width and reads on a phone (issue 35: side
+    # by side at 9 inches it was shown 368 px wide with labels about 4 px high)
+    fig, axes = figure(nrows=len(panels), width=7.0, height=len(panels) * (0.5 * n + 0.9) + 0.8)
     axes = np.atleast_1d(axes).ravel()
     for i, (ax, panel) in enumerate(zip(axes, panels)):
         g = rows[rows["panel"] == panel].reset_index(drop=True)
@@ -124,7 +128,7 @@ def band_figure(rows):
         for (obs, okind, olabel), _ in g.groupby(["observed", "observed_kind", "observed_label"], sort=False):
             ax.axvline(float(obs), color=kind_color(okind), lw=1.2, ls="--", label=olabel)
         ax.set_yticks(ys)
-        ax.set_yticklabels(g["label"] if i == 0 else [], fontsize=7)
+        ax.set_yticklabels([textwrap.fill(str(lb), 30) for lb in g["label"]], fontsize=10)
         ax.set_xscale("log")
         lo = float(min(g["band_low"].min(), g["observed"].min())) * 0.8
         hi = float(max(g["band_high"].max(), g["observed"].max())) * 1.25
