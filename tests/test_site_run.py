@@ -113,3 +113,15 @@ def test_a_replayed_run_is_judged_chapter_by_chapter(copy):
     assert len(found) == 1 and "notebooks/07_decode_step.ipynb" in found[0] and first[:7] in found[0]
     _edit(copy, replayed({}, clean=False))
     assert any("from a modified tree" in p for p in publish.problems(copy))
+
+
+@pytest.mark.integration
+def test_the_published_run_is_named_in_site_run_only():
+    """SITE_RUN is the one place the published run's id is written: tests, docs, scripts and the workflows read
+    it from the Makefile or name no run (issue 37); only the run's own folder holds it besides."""
+    import subprocess
+
+    rid = SITE_RUN.split("/")[1]
+    hits = subprocess.run(["git", "grep", "-l", "-F", rid, "--", ".", f":(exclude){SITE_RUN}"], cwd=ROOT,
+                          capture_output=True, text=True).stdout.split()
+    assert hits == ["Makefile"], f"{rid} is written in {hits}: read it from SITE_RUN instead"
