@@ -83,3 +83,19 @@ def test_one_quantity_stated_with_two_values_is_caught():
     assert cs.quantity_problems({"bare metal at 1": [("page 1", 50.07), ("07", 50.07)]}) == []
     found = cs.quantity_problems({"bare metal at 1": [("page 1", 50.07), ("07 section 2", 51.9)]})
     assert found and "50.07 (page 1)" in found[0] and "51.9 (07 section 2)" in found[0]
+
+
+def test_one_recipe_for_the_decisive_measurement():
+    """Page 1's check 4 and the diagnosis print the same nccl-tests line (verdict.MEASURE_COMMANDS), eager
+    timing (no -G); 06's graph-timed command says it is graph-timed."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    cmd = vd.MEASURE_COMMANDS[1]
+    assert "-G" not in cmd and "-g 1" in cmd
+    assert cmd in (root / "intro.md").read_text()
+    diag = "".join("".join(c["source"]) for c in json.loads((root / "notebooks/07_diagnosis.ipynb").read_text())["cells"])
+    assert cmd in diag
+    p2p = "".join(json.loads((root / "notebooks/06_vm_p2p.ipynb").read_text())["cells"][0]["source"])
+    assert "-G 1` (CUDA-graph timing)" in p2p

@@ -22,7 +22,10 @@ TP = mb.TP
 SOFT_GRID = (35, 42, 49, 56, 64)
 #: the decision rule's shares: at least this much for "explains", at most this much for "cannot explain"
 EXPLAINS, CANNOT = 0.80, 0.25
-#: the command that measures the missing term on a reader's own VM (the decision rule's sizes)
+#: the command that measures the missing term on a reader's own VM (the decision rule's sizes): the book's own
+#: harness, or nccl-tests with one process per GPU, timed eagerly (its default: a host clock over -n calls after
+#: -w warm-ups; no -G, whose CUDA-graph timing reads several times lower on small messages). The one recipe:
+#: page 1's check 4 and the diagnosis's section 5 print this line (tests/test_diagnosis_consistency.py)
 MEASURE_COMMANDS = (
     "make run TARGET=vm-emulation",
     "mpirun -np 8 ./build/all_reduce_perf -b 12288 -e 786432 -f 4 -g 1 -n 200 -w 50",
