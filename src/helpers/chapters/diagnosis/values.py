@@ -303,6 +303,8 @@ class RemedyValues:
     top_tok_hi: float
     bm_over_vm_1: float
     unpriced_remedies: str
+    top_how: str
+    top_source: str
 
 
 @dataclass(frozen=True)

@@ -237,5 +237,8 @@ def remedies(d: Diagnosis) -> Part:
               "top_gain_hi": float(top["tok_s_high @1"]) / d.observed(VM, 1),
               "top_tok_lo": float(top["tok_s_low @1"]), "top_tok_hi": float(top["tok_s_high @1"]),
               "bm_over_vm_1": bm1 / d.observed(VM, 1),
-              "unpriced_remedies": "; ".join(str(x) for x in r.loc[r["tok_s_mid @1"].isna(), "remedy"])}
+              "unpriced_remedies": "; ".join(str(x) for x in r.loc[r["tok_s_mid @1"].isna(), "remedy"]),
+              "top_how": str(top["note"]),
+              "top_source": ("as the investigation recorded it" if str(top["source"]).startswith("seed-")
+                             else f"source: {top['source']}, 90_provenance")}
     return Part(values, {"remedies": r}, {"remedies": r[REMEDY_COLUMNS + ["finding"]]})

@@ -30,7 +30,7 @@ def remedies(v, fits_tp4: bool) -> pd.DataFrame:
     obs = {o.key: o for o in observations()}
     rows = []
     for r in table.itertuples(index=False):
-        row = {"remedy": r.remedy, "tried": r.tried, "finding": r.finding, "source": r.source}
+        row = {"remedy": r.remedy, "tried": r.tried, "finding": r.finding, "source": r.source, "note": r.note}
         for c, key in ((1, "vm_1"), (64, "vm_64")):
             observed = obs[key].observed_tok_s
             step = c / observed * 1e3   # ms at the nominal batch
