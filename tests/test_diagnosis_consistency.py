@@ -99,3 +99,31 @@ def test_one_recipe_for_the_decisive_measurement():
     assert cmd in diag
     p2p = "".join(json.loads((root / "notebooks/06_vm_p2p.ipynb").read_text())["cells"][0]["source"])
     assert "-G 1` (CUDA-graph timing)" in p2p
+
+
+@pytest.mark.integration
+def test_a_range_changed_after_a_comparison_is_shown_with_the_band_as_first_registered(diagnosis):
+    """Issue 35: two ranges were widened after the first comparison put bare metal at 64 outside its band;
+    the verdict rebuilds the band with the ranges as first registered, and that band misses the observation,
+    as the first comparison found (band top 890 tokens/s against 1010.6 observed)."""
+    v = diagnosis.verdict
+    assert {r.name for r in v.inputs.changed()} == {"routing_skew", "collective_spread"}
+    assert all(r.why_changed and r.registered for r in v.inputs.changed())
+    first = v.as_first_registered().bare_metal().set_index("concurrency")
+    now = v.bare_metal().set_index("concurrency")
+    assert not first.loc[64, "inside_band"] and first.loc[64, "observed_percentile"] == 100.0
+    assert first.loc[64, "band_high_tok_s"] < now.loc[64, "band_high_tok_s"]
+    assert now.loc[64, "band_low_tok_s"] <= now.loc[64, "predicted_tok_s"] <= now.loc[64, "band_high_tok_s"]
+    from helpers.chapters.diagnosis.verdict_sections import bare_metal_band
+
+    vals = bare_metal_band(diagnosis).values
+    assert vals["bmf_inside_64"] == "outside" and "fitted to the observation" in vals["first_band_text"]
+
+
+def test_a_range_changed_without_a_reason_is_refused():
+    from helpers.core import recorded
+
+    t = recorded.load("reference/prediction_ranges.csv").copy()
+    t.loc[t["input"] == "routing_skew", "why_changed"] = None
+    with pytest.raises(vd.VerdictInputError, match="changed after a comparison but says not why"):
+        vd.table_ranges(t)

@@ -171,6 +171,19 @@ class BareMetalBandValues:
     bmb_pctile_64: float
     bmb_atmid_64: float
     band_text: str
+    bmf_lo_1: float
+    bmf_med_1: float
+    bmf_hi_1: float
+    bmf_pctile_1: float
+    bmf_inside_1: str
+    bmf_lo_64: float
+    bmf_med_64: float
+    bmf_hi_64: float
+    bmf_pctile_64: float
+    bmf_inside_64: str
+    changed_inputs: str
+    n_changed: int
+    first_band_text: str
     n_samples: int
     band_seed: int
     hidden_mid_pct: float

@@ -19,6 +19,15 @@ BAND_TEXT = {
     (False, True): "The observed point falls outside the band for one stream and inside it at concurrency 64.",
     (False, False): "The observed point falls outside the band at both ends.",
 }
+FIRST_BAND_TEXT = {
+    (False, True): ("As first registered, the band at 64 did not contain the observation; the ranges were widened "
+                    "after that comparison, toward it. Read the band at 64 as fitted to the observation, not as "
+                    "a prediction: with the evidence first in hand, bare metal at 64 is faster than its inputs "
+                    "explain."),
+    (True, True): "The band at 64 contained the observation before any range changed as well.",
+    (False, False): "Neither the first band at 64 nor the widened one contains the observation.",
+    (True, False): "The band at 64 contained the observation as first registered, and no longer does.",
+}
 BAND_COLUMNS = ["concurrency", "observed_tok_s", "predicted_tok_s", "band_low_tok_s", "band_high_tok_s",
                 "observed_percentile", "mid_inputs_tok_s", "rel_err", "inside_band"]
 
@@ -53,11 +62,21 @@ def bare_metal_band(d: Diagnosis) -> Part:
         for k in ("experts", "collectives", "other"):
             values[f"split_{k}_{c}"] = 100 * sp[k] / sp["step"]
         values[f"split_attention_{c}"] = 100 * (sp["attention"] + sp["indexer"]) / sp["step"]
+    first = v.as_first_registered().bare_metal()
+    for c in ENDS:
+        r = one(first, "the bare-metal band as first registered", concurrency=c)
+        values.update({f"bmf_lo_{c}": float(r["band_low_tok_s"]), f"bmf_med_{c}": float(r["band_median_tok_s"]),
+                       f"bmf_hi_{c}": float(r["band_high_tok_s"]), f"bmf_pctile_{c}": float(r["observed_percentile"]),
+                       f"bmf_inside_{c}": "inside" if bool(r["inside_band"]) else "outside"})
+    changed = v.inputs.changed()
+    values["changed_inputs"] = "; ".join(f"{r.name} ({r.registered}): {r.why_changed}" for r in changed) or "none"
+    values["n_changed"] = len(changed)
+    values["first_band_text"] = FIRST_BAND_TEXT[(values["bmf_inside_64"] == "inside", values["bmb_inside_64"] == "inside")]
     peer = peer_on_glm5_graph(d)
     for r in peer.itertuples():
         values.update({f"peer_{r.concurrency}": r.predicted_tok_s, f"peer_err_{r.concurrency}": 100 * r.rel_err})
     values["peer_what"] = kt.GLM5_GRAPH
-    return Part(values, {"verdict_inputs": v.inputs.table(), "bare_metal_band": t},
+    return Part(values, {"verdict_inputs": v.inputs.table(), "bare_metal_band": t, "bare_metal_band_first": first},
                 {"bare_metal_band": t[BAND_COLUMNS], "peer": peer})
 
 

@@ -72,8 +72,15 @@ def compute_us(p: Parts, draw: dict) -> np.ndarray:
 
 
 def bare_collectives_us(p: Parts, draw: dict) -> np.ndarray:
-    x = draw["collective_spread"]
+    """Bare metal's collectives per draw: `collective_spread` x of the way from the public figures' floor to
+    aiconfigurator's table; or, for the range as first registered (`collective_factor` in the draw), that
+    factor times the table."""
     total = 0.0
+    if "collective_factor" in draw:
+        for _, kind, n, size, us in p.collectives:
+            total = total + n * draw["collective_factor"] * us
+        return total
+    x = draw["collective_spread"]
     for _, kind, n, size, us in p.collectives:
         lo = bare_floor_us(kind, size, us)
         total = total + n * (lo + x * (us - lo))

@@ -12,7 +12,7 @@ import pandas as pd
 from helpers.model import arith as ma
 from helpers.model import measured as mb
 from helpers.model.verdict.compute import bare_collectives_us, compute_us, parts, routed_us
-from helpers.model.verdict.ranges import (BAND, BARE, CANNOT, EXPLAINS, INPUTS, SAMPLES, SEED, SOFT_GRID, TP, VM,
+from helpers.model.verdict.ranges import (BAND, BARE, CANNOT, EXPLAINS, FACTOR_UNIT, INPUTS, SAMPLES, SEED, SOFT_GRID, TP, VM,
                                           Inputs, Observation, VerdictInputError, inputs, observations)
 from helpers.model.verdict.remedy import check_remedies
 from helpers.model.verdict.scenarios import (HostPath, copy_scenarios, measured_scenario, nccl_scenario,
@@ -69,14 +69,27 @@ class Verdict:
                     continue
                 d[name] = self.inputs.get(name, system).draw(rng, self.samples)
             d["q"] = rng.uniform(size=self.samples)
+            self._factor_mode(system, d)
             self._draws[system] = d
         return self._draws[system]
+
+    def _factor_mode(self, system: str, d: dict) -> None:
+        """Where the collective range is the one first registered (a factor on the table), say so to
+        bare_collectives_us."""
+        if system == BARE and self.inputs.get("collective_spread", BARE).unit == FACTOR_UNIT:
+            d["collective_factor"] = d["collective_spread"]
+
+    def as_first_registered(self) -> "Verdict":
+        """The same verdict with every input range as first registered, before any comparison moved it."""
+        return Verdict(self.model, self.context, self.floor_us, self.inputs.as_first_registered(), self.scenarios,
+                       self.samples, self.seed)
 
     def mids(self, system: str) -> dict:
         d = {n: np.array([self.inputs.get(n, system).mid]) for n in INPUTS if not (n == "collective_spread" and system == VM)}
         if system == VM:
             d["collective_spread"] = np.ones(1)
         d["q"] = np.array([0.5])
+        self._factor_mode(system, d)
         return d
 
     def scenario(self, key: str) -> HostPath:

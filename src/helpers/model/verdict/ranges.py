@@ -4,7 +4,7 @@ observations every prediction is scored against."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -51,6 +51,22 @@ class Range:
     kind: str = "assumed"
     source: str = ""
     why: str = ""
+    #: the commit that set this range, the range as first registered (low, mid, high, unit) where it changed
+    #: after a comparison, and why it changed (issue 35: a band widened after it missed is shown beside the first)
+    registered: str = ""
+    first: tuple | None = None
+    why_changed: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return self.first is not None
+
+    def as_first_registered(self) -> "Range":
+        """This input's range as first registered (itself where it never changed)."""
+        if self.first is None:
+            return self
+        lo, mid, hi, unit = self.first
+        return replace(self, low=lo, mid=mid, high=hi, unit=unit, first=None, why_changed="")
 
     def __post_init__(self):
         where = f"input '{self.name}' ({self.system})"
@@ -74,9 +90,11 @@ class Range:
         return rng.triangular(self.low, self.mid, self.high, n)
 
     def row(self) -> dict:
+        history = (f" Changed after a comparison (set by {self.registered}; first registered {self.first[0]:g} / "
+                   f"{self.first[1]:g} / {self.first[2]:g} {self.first[3]}): {self.why_changed}" if self.first else "")
         return {"input": self.name, "system": self.system, "low": self.low, "mid": self.mid, "high": self.high,
                 "unit": self.unit, "drawn": self.distribution, "kind": self.kind, "source": self.source,
-                "why": self.why}
+                "why": self.why + history, "changed_after_comparison": self.changed}
 
 
 #: the inputs every prediction draws (name -> the systems it must be given for)
@@ -94,8 +112,16 @@ def table_ranges(table: pd.DataFrame | None = None) -> list[Range]:
         except (TypeError, ValueError) as e:
             raise VerdictInputError(f"input '{r.input}' ({r.system}): low/mid/high {r.low!r}, {r.mid!r}, "
                                     f"{r.high!r} are not numbers ({e})") from None
+        changed = str(getattr(r, "changed_after_comparison", "no")) == "yes"
+        first = (float(r.first_low), float(r.first_mid), float(r.first_high), str(r.unit)) if changed else None
+        why_changed = getattr(r, "why_changed", "")
+        why_changed = "" if pd.isna(why_changed) else str(why_changed)
+        if changed and not why_changed.strip():
+            raise VerdictInputError(f"input '{r.input}' ({r.system}) changed after a comparison but says not why: "
+                                    f"fill its why_changed in data/reference/prediction_ranges.csv")
         out.append(Range(str(r.input), str(r.system), *vals, str(r.unit), str(r.distribution), str(r.kind),
-                         str(r.source), str(r.why)))
+                         str(r.source), str(r.why), str(getattr(r, "registered", "")), first,
+                         why_changed if changed else ""))
     return out
 
 
@@ -144,11 +170,33 @@ def collective_range() -> Range:
     costs lo + x (table - lo), lo = the community's small-message 8-GPU latency plus the ring's bytes at the
     one-way P2P bandwidth (`bare_floor_us`)."""
     lat, bw = _bare_evidence()
+    first = (_first_collective_factor(), 1.0, 1.0, FACTOR_UNIT)
     return Range("collective_spread", "bare metal", 0.0, 1.0, 1.0, "fraction", "triangular", "reference",
                  "rtx6kpro-pcie",
                  f"NCCL over 8 GPUs with P2P: aiconfigurator's table (1, measured on its collection host, the point "
                  f"estimate) against the fastest the public figures allow (0): the community's {lat:.0f} us 8-GPU "
-                 f"latency plus the ring's 2(n-1)/n of the message at {bw:.0f} GB/s one-way P2P")
+                 f"latency plus the ring's 2(n-1)/n of the message at {bw:.0f} GB/s one-way P2P",
+                 "commit 9f00641", first,
+                 "Widened seven minutes after the first comparison put bare metal at 64 above every draw (the page "
+                 "shows that first band beside this one): first a factor on aiconfigurator's table from the community's "
+                 "12 KiB latency over the table's to 1, then down to a bound of latency plus bytes at the one-way P2P "
+                 "bandwidth, below the table at every size: a physics bound, not a measurement, and toward the "
+                 "observation")
+
+
+#: the unit of the collective range as first registered: a factor on aiconfigurator's NCCL time
+FACTOR_UNIT = "x aiconfigurator's NCCL time"
+
+
+def _first_collective_factor() -> float:
+    """The collective range's low end as first registered (commit 4483241): the community's 8-GPU all-reduce
+    time over aiconfigurator's table at the same size."""
+    from helpers.model import kernels as kt
+
+    ref = recorded.load("reference/baremetal.csv")
+    r = ref[(ref["metric"] == "allreduce_time") & (ref["gpus"] == TP)]
+    size = float(r["message_bytes"].max())
+    return min(1.0, float(r["value"].iloc[0]) / kt.comm_us(kt.RTX, "all_reduce", TP, size))
 
 
 def _bare_evidence() -> tuple[float, float]:
@@ -186,6 +234,13 @@ class Inputs:
 
     def table(self) -> pd.DataFrame:
         return pd.DataFrame([r.row() for r in self.ranges])
+
+    def as_first_registered(self) -> "Inputs":
+        """Every range as first registered (the ones changed after a comparison put back)."""
+        return Inputs(tuple(r.as_first_registered() for r in self.ranges))
+
+    def changed(self) -> list[Range]:
+        return [r for r in self.ranges if r.changed]
 
     def check(self) -> "Inputs":
         for name in INPUTS:
