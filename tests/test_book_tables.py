@@ -41,13 +41,15 @@ def test_numbers_are_rounded_per_column():
     assert tables.auto_digits([1.2345, 1.5]) == 2 and tables.auto_digits([np.nan, 0.0]) == 0
 
 
-def test_missing_values_are_blank():
+def test_missing_values_are_n_a_with_a_legend():
     df = pd.DataFrame({"x": [1.5, np.nan], "s": ["a", None],
                        "i": pd.array([1, pd.NA], dtype="Int64")})
     t = tables.table(df)
-    assert t.rows[1] == ["", "", ""]
+    assert t.rows[1] == ["n/a", "n/a", "n/a"]
     for bad in ("nan", "NaN", "<NA>", "None", "&lt;NA&gt;"):
         assert bad not in t.html
+    assert tables.MISSING_LEGEND in t.html
+    assert tables.MISSING_LEGEND not in tables.table(df.iloc[:1]).html      # no legend where nothing is missing
 
 
 def test_long_tables_fold_behind_a_toggle_with_the_summary_visible():
@@ -138,9 +140,9 @@ def test_a_recorded_nan_is_NaN_booleans_are_words_and_text_is_never_cut():
     df = pd.DataFrame({"outcome": ["nan", "NaN", None, "ok"], "ok": np.array([True, False, True, False]),
                        "mixed": [2.302439, "x", 150754820096.0, None], "reason": [reason, "", "", ""]})
     t = tables.table(df)
-    assert [r[0] for r in t.rows] == ["NaN", "NaN", "", "ok"]
+    assert [r[0] for r in t.rows] == ["NaN", "NaN", "n/a", "ok"]
     assert [r[1] for r in t.rows] == ["yes", "no", "yes", "no"]
-    assert [r[2] for r in t.rows] == ["2.3", "x", "150754820096", ""]
+    assert [r[2] for r in t.rows] == ["2.3", "x", "150754820096", "n/a"]
     assert t.rows[0][3] == reason and "…" not in t.html and reason in t.html
 
 

@@ -119,6 +119,13 @@ def test_cut_cells_and_empty_figures_are_caught():
     assert pc.check_images(errs, rep(images=[good])) == 0 and errs == []
 
 
+def test_a_nan_or_blank_cell_is_caught():
+    for cell, cls in (("nan", ""), ("None", ""), ("", "book-table")):
+        table = {"head": ["check", "reason"], "first": ["p2p"], "cut": False, "unshown": [cell], "cls": cls}
+        errs = errors_of(pc.check_tables, rep(tables=[table]))
+        assert any("no value shown" in e and repr(cell) in e for e in errs), (cell, errs)
+
+
 def test_length_budgets_are_named_in_the_message():
     errs: list[str] = []
     pc.check_length(errs, "notebooks/06_vm_p2p.html", 23.0)
@@ -186,6 +193,8 @@ PLANTED = {
     "long": ("<div style='height: 56000px'>a long page</div>", "desktop screens long", "PAGE_BUDGET=10"),
     "template": ("<p>It reached 19.7 GB/s (measured; NaN in recorded mode).</p>", "template leftover",
                  "NaN in recorded mode"),
+    "nancell": (TABLE.format(cell="nan"), "no value shown", "'nan'"),
+    "blankcell": (TABLE.replace("<table>", "<table class='book-table'>").format(cell=""), "no value shown", "''"),
 }
 
 CLEAN = ("<h1>Intro</h1><p>The answer: 14.2 µs at 12 KiB, with <code>--enable-ep-moe</code>.</p>"

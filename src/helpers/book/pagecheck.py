@@ -99,6 +99,9 @@ REPORT = r"""(() => {
     return {head, headRows: t.tHead ? t.tHead.rows.length : 0, cut, hidden: folded(t) ? 0 : hidden,
             first: body.map(r => r.cells.length ? r.cells[0].textContent.trim() : ''),
             truncated: cells.filter(c => /(…|\.\.\.)$/.test(c)),
+            unshown: body.flatMap(r => [...r.cells].map(c => c.textContent.trim()))
+                         .filter(c => ['nan', 'None', '<NA>', 'NaT'].includes(c)
+                                      || (c === '' && t.classList.contains('book-table'))).slice(0, 3),
             cls: t.className, caption: t.caption ? t.caption.textContent.trim() : ''};
   });
   const root = document.documentElement;
@@ -227,6 +230,9 @@ def check_tables(errors: list[str], rep: dict) -> None:
             errors.append(f"table with a bare integer index column (headers {t['head'][:4]})")
         for c in t.get("truncated", [])[:3]:
             errors.append(f"table cell cut short (headers {t['head'][:4]}): {c[-80:]!r}")
+        for c in t.get("unshown", [])[:1]:
+            errors.append(f"table cell with no value shown ({c!r}; write missing values through the tables helper, "
+                          f"which writes n/a with a legend) (headers {t['head'][:4]})")
 
 
 def check_phone(errors: list[str], phone: dict) -> None:

@@ -19,7 +19,8 @@ What a reader gets, whatever the DataFrame looked like:
 - numbers rounded per column: `digits` (one int for every column, or a dict per column), otherwise
   three significant figures for the column's typical value (a value that would round to zero keeps two
   significant figures: `3.1e-09`, not `0.0000`);
-- missing values blank (no `<NA>`, `nan`, `None`); text is never cut short;
+- missing values (and empty text) written `n/a`, with a legend under the table (no `<NA>`, `nan`, `None`, no blank
+  cell: the browser check fails on one); text is never cut short;
 - a `source` column's ids link to the source's `url` in data/sources.yaml (`recorded.source_url`);
 - long tables folded: with more than `fold_after` rows the table sits in a `<details>` block whose
   always-visible line is `summary` (a sentence the chapter writes; a default names the rows and columns);
@@ -139,9 +140,16 @@ def human_bytes(n) -> str:
     return f"{n:.0f} B"
 
 
+#: how a table writes a missing value (and what its legend says of it)
+MISSING = "n/a"
+MISSING_LEGEND = "n/a: no value (not measured, not priced or not applicable here)"
+
+
 def _missing(v) -> bool:
     if v is None or v is pd.NA or v is pd.NaT:
         return True
+    if isinstance(v, str):
+        return not v.strip()
     try:
         return bool(pd.isna(v))
     except (TypeError, ValueError):
@@ -310,6 +318,8 @@ class Table:
                      f"{inner}</details>")
         elif self.summary:
             inner = f'<p class="book-table-summary">{html.escape(self.summary)}</p>{inner}'
+        if any(c == MISSING for r in self.rows for c in r):
+            inner += f'<p class="book-table-legend">{html.escape(MISSING_LEGEND)}</p>'
         return f'<div class="book-table-wrap">{inner}</div>'
 
     @property
@@ -418,18 +428,18 @@ def _format_column(name: str, values: list, units: dict, rename: dict, digits) -
         header = base
     elif unit == "%" and is_num:
         d = auto_digits(values) if d is None else d
-        formatted = ["" if _missing(v) else f"{_fmt_small(v) if _too_small(v, d) else _fmt_number(v, d)} %"
+        formatted = [MISSING if _missing(v) else f"{_fmt_small(v) if _too_small(v, d) else _fmt_number(v, d)} %"
                      for v in values]
         header = base
     elif is_num:
         whole = all(isinstance(v, numbers.Integral) for v in values if not _missing(v))
         auto = d is None and not whole
         d = 0 if whole else auto_digits(values) if d is None else d
-        formatted = ["" if _missing(v) else _fmt_small(v) if auto and _too_small(v, d) else _fmt_number(v, d)
+        formatted = [MISSING if _missing(v) else _fmt_small(v) if auto and _too_small(v, d) else _fmt_number(v, d)
                      for v in values]
         header = _header(base, unit)
     else:
-        formatted = ["" if _missing(v) else human_bytes(v) if unit == "bytes" and _is_number(v) else _text(v)
+        formatted = [MISSING if _missing(v) else human_bytes(v) if unit == "bytes" and _is_number(v) else _text(v)
                      for v in values]
         written = unit == "bytes" and any(_is_number(v) and not _missing(v) for v in values)
         header = base if written else _header(base, unit)
