@@ -414,3 +414,30 @@ def test_verdict_tally_and_picks():
     assert [x["check"] for x in verdicts.with_verdict(v, "problem")] == ["p2p_read"]
     with pytest.raises(ValueError, match="'bad'"):
         verdicts.with_verdict(v, "bad")
+
+
+def test_the_guest_facts_a_clique_depends_on_are_read_or_say_why_not(tmp_path):
+    """Issue 35: the probe reads the front host bridge's PCI id (the machine type), the hypervisor the guest
+    sees, BAR1 per GPU and NCCL_P2P_LEVEL, or says why it could not; the environment chapter and the
+    diagnosis's remedies cite them."""
+    from helpers.chapters.environment import guest_facts
+    from helpers.machine import probe as pr
+
+    bridge = tmp_path / "sys/bus/pci/devices/0000:00:00.0"
+    bridge.mkdir(parents=True)
+    (bridge / "vendor").write_text("0x8086\n")
+    (bridge / "device").write_text("0x29c0\n")
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cpuinfo").write_text("processor\t: 0\nflags\t\t: fpu hypervisor\n")
+    g = pr.probe(tmp_path, import_torch=False, p2p=False)["guest"]
+    assert g["host_bridge"] == "8086:29c0 (Intel Q35 (QEMU's q35 machine type, PCIe))"
+    assert g["bar1"] == "no GPU here" and g["nccl_p2p_level"] == "not read (fixture tree)"
+    assert "hypervisor" in g["hypervisor"] or g["hypervisor"] != "none visible to the guest"
+    bare = tmp_path / "bare"
+    (bare / "proc").mkdir(parents=True)
+    (bare / "proc/cpuinfo").write_text("processor\t: 0\nflags\t\t: fpu\n")
+    g2 = pr.probe(bare, import_torch=False, p2p=False)["guest"]
+    assert g2["host_bridge"].startswith("not readable here") and g2["hypervisor"] == "none visible to the guest"
+    assert guest_facts(None).guest_host_bridge == "not probed (mode recorded)"
+    assert guest_facts({"guest": g}).guest_host_bridge == g["host_bridge"]
+    assert "predates" in guest_facts({}).guest_bar1

@@ -121,6 +121,27 @@ def here_phrases(res: dict | None) -> HerePhrases:
         here_virt=f"{kind} (measured)")
 
 
+@dataclass(frozen=True)
+class GuestFacts:
+    """What a GPUDirect clique in a guest depends on, on this machine (measured by the probe), or why not:
+    the diagnosis's remedy section cites them."""
+    guest_hypervisor: str
+    guest_host_bridge: str
+    guest_bar1: str
+    guest_nccl_p2p_level: str
+
+
+def guest_facts(res: dict | None) -> GuestFacts:
+    """The probe's `guest` entry as the prose cites it; `res` None (mode recorded) says not probed, and a run
+    probed before the probe read them says so."""
+    if res is None:
+        return GuestFacts(NOT_PROBED, NOT_PROBED, NOT_PROBED, NOT_PROBED)
+    g = res.get("guest") or {}
+    old = "not read (this run's probe predates it)"
+    return GuestFacts(g.get("hypervisor", old), g.get("host_bridge", old), g.get("bar1", old),
+                      g.get("nccl_p2p_level", old))
+
+
 def here(mode: str, run) -> dict | None:
     """This chapter's probe result: `auto` probes this machine and saves it in the run (`run`, a
     helpers.core.layout.Run); `replay` loads what the run's `auto` execution saved, probing nothing;

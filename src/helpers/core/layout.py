@@ -255,6 +255,8 @@ NEEDS: dict[str, tuple[Need, ...]] = {
                                         "peer-access answer on a GPU machine, and none without a GPU"),
     ),
     "07_diagnosis": (
+        Need("01_environment", "probe", "no environment probe in this run: the remedies cite no guest facts of "
+                                        "this machine"),
         Need("06_vm_p2p", "fits"),
         Need("06_vm_p2p", "collective_sweep", "no all-to-all against all-reduce comparison (the VM/P2P chapter "
                                               "measured no collective, as in its recorded mode)"),

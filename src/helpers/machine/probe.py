@@ -43,6 +43,9 @@ JSON keys (SCHEMA_VERSION 1; other chapters read them, keep them stable)
   ``memory_total_bytes``, ``distances``}).
 - ``iommu``: ``groups_present`` bool, ``group_count``, ``gpu_groups`` {bus id: group},
   ``acs`` {"status": str, "bridges": {bus id: {flag: bool}}}.
+- ``guest``: what a GPUDirect clique depends on: ``hypervisor`` (as the guest sees it), ``host_bridge``
+  (PCI 0000:00:00.0's vendor:device and the machine type it reveals), ``bar1_bytes`` and ``bar1`` per GPU,
+  ``nccl_p2p_level`` (the environment's NCCL_P2P_LEVEL); each value, or why it could not be read.
 - ``software``: ``python``, ``torch``, ``torch_cuda`` (CUDA torch was built with, None = CPU build),
   ``nccl`` (torch.cuda.nccl.version(), where CUDA), ``nccl_pip``, ``driver``, ``cuda_driver``,
   ``nvidia_ml_py``, ``transformers``, ``sglang``, ``flashinfer``, ``vllm`` (None = not installed).
@@ -137,6 +140,33 @@ def _virtualization(root: Path, steps: _Steps, cpu_flag: bool | None) -> dict:
     v["kernel_hints"] = kernel_hints(_read_opt(root / "proc/version") or "", _read_opt(root / "proc/cmdline") or "")
     v.update(classify_virtualization(v))
     return v
+
+
+#: front host bridges (PCI 0000:00:00.0 vendor:device) a guest may see, by the machine type they reveal
+HOST_BRIDGES = {"8086:29c0": "Intel Q35 (QEMU's q35 machine type, PCIe)",
+                "8086:1237": "Intel 440FX (QEMU's i440fx machine type, legacy PCI)"}
+
+
+def _guest(root: Path, virt: dict, gpus: list[dict], live: bool) -> dict:
+    """What a GPUDirect clique in a guest depends on, where this machine lets it be read: the hypervisor the
+    guest sees, the front host bridge's PCI id (the machine type), each GPU's BAR1 size and the
+    NCCL_P2P_LEVEL in effect; each value, or why it could not be read."""
+    bridge = root / "sys/bus/pci/devices/0000:00:00.0"
+    vendor, device = _read_opt(bridge / "vendor"), _read_opt(bridge / "device")
+    if vendor and device:
+        bid = f"{vendor.strip().removeprefix('0x')}:{device.strip().removeprefix('0x')}".lower()
+        host_bridge = f"{bid} ({HOST_BRIDGES.get(bid, 'not a bridge this book knows')})"
+    else:
+        host_bridge = "not readable here (no PCI device 0000:00:00.0 in sysfs)"
+    hv = virt.get("hypervisor") or (("a hypervisor (cpuinfo's flag), unnamed" if virt.get("cpuinfo_hypervisor_flag")
+                                     else "none visible to the guest"))
+    bar1 = [g.get("bar1_total_bytes") for g in gpus]
+    bar1_text = (", ".join(f"GPU {g['index']}: {b / 2**20:.0f} MiB" if b else f"GPU {g['index']}: not read"
+                           for g, b in zip(gpus, bar1)) if gpus else "no GPU here")
+    level = os.environ.get("NCCL_P2P_LEVEL") if live else None
+    return {"hypervisor": hv, "host_bridge": host_bridge, "bar1_bytes": bar1, "bar1": bar1_text,
+            "nccl_p2p_level": level or ("not set (NCCL decides from the topology)" if live else
+                                        "not read (fixture tree)")}
 
 
 def _numa(root: Path, steps: _Steps) -> dict:
@@ -237,6 +267,8 @@ def _nvml_gpu(pynvml, get: Callable, root: Path, steps: _Steps, i: int, h) -> di
     g["architecture"] = f"SM{cc[0]}{cc[1]}" if cc else None
     mem = get(f"GPU {i} memory", pynvml.nvmlDeviceGetMemoryInfo, h)
     g["memory_total_bytes"] = int(mem.total) if mem is not None else None
+    bar1 = get(f"GPU {i} BAR1", pynvml.nvmlDeviceGetBAR1MemoryInfo, h)
+    g["bar1_total_bytes"] = int(bar1.bar1Total) if bar1 is not None else None
     g["pcie_gen_current"] = get(f"GPU {i} PCIe gen", pynvml.nvmlDeviceGetCurrPcieLinkGeneration, h)
     g["pcie_gen_max"] = get(f"GPU {i} PCIe max gen", pynvml.nvmlDeviceGetMaxPcieLinkGeneration, h)
     g["pcie_width_current"] = get(f"GPU {i} PCIe width", pynvml.nvmlDeviceGetCurrPcieLinkWidth, h)
@@ -393,6 +425,7 @@ def probe(root: str | Path = "/", *, import_torch: bool | None = None, p2p: bool
     res["nvml"], res["gpus"], res["p2p"] = nvml, gpus, mats
     res["p2p_read"] = mats.get("read")
     res["iommu"] = steps.run("iommu", lambda: _iommu(root, steps, gpus), {"groups_present": None})
+    res["guest"] = steps.run("guest", lambda: _guest(root, res["virtualization"], gpus, root == Path("/")), {})
     want_torch = bool(gpus) if import_torch is None else import_torch
     res["software"] = steps.run("software", lambda: _software(steps, nvml, want_torch), {})
     res["errors"] = steps.errors

@@ -41,7 +41,7 @@ from helpers.chapters.diagnosis.values import (AnswerValues, AttributionValues, 
                                                ProjectionCheckValues, RemedyValues, RunLinkValues, VmPredictedValues)
 from helpers.chapters.diagnosis.verdict_sections import (BAND_COLUMNS, BAND_TEXT, CEILING_TAKEAWAY, REMEDY_COLUMNS,
                                                          VM_COLUMNS, VM_TAKEAWAY_NONE, VM_TAKEAWAY_SOME, attribution,
-                                                         bare_metal_band, ceilings, decision, peer_on_glm5_graph,
+                                                         bare_metal_band, ceilings, decision, guest_context, peer_on_glm5_graph,
                                                          remedies, vm_predicted)
 from helpers.core import params
 from helpers.model import arith as ma
@@ -61,7 +61,7 @@ __all__ = ["AnswerValues", "Folded", "HEADERS", "SHOWN", "answer", "folded", "he
            "RECORDED_STEP_TEXT", "REMEDY_COLUMNS", "RUN_COLUMNS", "RUN_STEP_TEXT", "RUN_TEXT_LINK",
            "RUN_TEXT_NO_FITS", "RUN_TEXT_NO_LINK", "RUN_TEXT_RECORDED", "RemedyValues", "RunLinkValues", "VM",
            "VM_COLUMNS", "VM_TAKEAWAY_NONE", "VM_TAKEAWAY_SOME", "VmPredictedValues", "aiconfigurator_outcome",
-           "attribution", "bare_metal_band", "baseline", "ceilings", "check", "collective_points", "collectives",
+           "attribution", "bare_metal_band", "guest_context", "baseline", "ceilings", "check", "collective_points", "collectives",
            "decision", "fits_on_gpus", "goal_text", "inputs", "mapping", "measured_compute", "overview",
            "peer_on_glm5_graph", "projection_check", "projection_tables_text", "remedies", "run_link", "save",
            "step_source_text", "vm_predicted"]

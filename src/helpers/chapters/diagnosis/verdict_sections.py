@@ -3,6 +3,8 @@ scenario, the attribution of its loss, the decision rule, the ceilings and the r
 (helpers.model.verdict computes them; these pick the rows and say them)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 
 from helpers.chapters.diagnosis.budget_sections import fits_on_gpus
@@ -261,3 +263,23 @@ def remedies(d: Diagnosis) -> Part:
               "top_source": ("as the investigation recorded it" if str(top["source"]).startswith("seed-")
                              else f"source: {top['source']}, 90_provenance")}
     return Part(values, {"remedies": r}, {"remedies": r[REMEDY_COLUMNS + ["finding"]]})
+
+
+@dataclass(frozen=True)
+class GuestContext:
+    """This run's guest facts as the remedy section cites them (01_environment's probe, measured)."""
+    rem_guest_hypervisor: str
+    rem_guest_host_bridge: str
+    rem_guest_bar1: str
+    rem_guest_nccl_p2p_level: str
+
+
+def guest_context(probe: dict | None) -> GuestContext:
+    """This run's guest facts (helpers.machine.probe's `guest`, measured by 01_environment) for the remedy
+    section, or why there are none."""
+    from helpers.chapters.environment import guest_facts
+
+    if probe is None:
+        return GuestContext(*(["not probed in this run"] * 4))
+    g = guest_facts(probe)
+    return GuestContext(g.guest_hypervisor, g.guest_host_bridge, g.guest_bar1, g.guest_nccl_p2p_level)
