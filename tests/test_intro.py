@@ -86,3 +86,15 @@ def test_a_missing_rename_of_a_nan_fix_flag_fails_naming_it():
     t["reference/sglang_flags.csv"] = t["reference/sglang_flags.csv"].iloc[1:]
     with pytest.raises(recorded.DataError, match="--nsa-prefill-backend"):
         provenance.host_checks(t)
+
+
+def test_every_cross_page_glue_text_has_a_format():
+    """myst-nb splits a {glue:text} reference at its last colon: `path.ipynb::key` without a format reads as key
+    'path.ipynb:' and breaks the strict build; strings take `:s`, integers `:d`."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for page in [root / "intro.md", *sorted((root / "appendix").glob("*.md"))]:
+        bad = re.findall(r"\{glue:text\}`([^`]*\.ipynb::[A-Za-z0-9_]+)`", page.read_text())
+        assert not bad, f"{page.name}: {bad} need a format (:s, :d, :.1f)"
