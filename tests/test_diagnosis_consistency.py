@@ -127,3 +127,30 @@ def test_a_range_changed_without_a_reason_is_refused():
     t.loc[t["input"] == "routing_skew", "why_changed"] = None
     with pytest.raises(vd.VerdictInputError, match="changed after a comparison but says not why"):
         vd.table_ranges(t)
+
+
+def test_a_half_given_vm_allreduce_pair_is_refused_by_the_spec():
+    from helpers.chapters import diagnosis as ch
+    from helpers.core import params
+
+    base = {"mode": "recorded", "run_dir": "", "model": "glm5", "tolerance": 0.25}
+    ok = params.validate({**base, "vm_allreduce_12k_us": 300.0, "vm_allreduce_768k_us": 900.0}, ch.PARAMS)
+    assert ok["vm_allreduce_768k_us"] == 900.0
+    params.validate({**base, "vm_allreduce_12k_us": 0.0, "vm_allreduce_768k_us": 0.0}, ch.PARAMS)
+    for half in ({"vm_allreduce_12k_us": 300.0, "vm_allreduce_768k_us": 0.0},
+                 {"vm_allreduce_12k_us": 0.0, "vm_allreduce_768k_us": 900.0}):
+        with pytest.raises(Exception, match="give both"):
+            params.validate({**base, **half}, ch.PARAMS)
+
+
+@pytest.mark.integration
+def test_a_half_given_pair_is_refused_before_chapter_01_runs(tmp_path):
+    """The runbook checks the pair while planning: exit 2, the message names the missing one, no run folder."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "helpers.book.runbook", "--target", "recorded", "--no-build",
+                        "--runs-dir", str(tmp_path), "--run-id", "half",
+                        "-p", "07_diagnosis.vm_allreduce_12k_us=300"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "vm_allreduce_768k_us is not: give both" in p.stderr, p.stderr[-500:]
+    assert not (tmp_path / "half").exists()

@@ -47,9 +47,21 @@ from helpers.core import params
 from helpers.model import arith as ma
 
 #: the chapter's parameters (name -> helpers.core.params spec)
+def _both_or_neither(v768: float, v12: float) -> str | None:
+    """The 8-rank all-reduce measured on a VM at both message sizes, or at neither (one alone cannot place the
+    host path at both ends of the decision rule)."""
+    if (v12 > 0) != (v768 > 0):
+        given, missing = ("vm_allreduce_12k_us", "vm_allreduce_768k_us") if v12 > 0 else \
+            ("vm_allreduce_768k_us", "vm_allreduce_12k_us")
+        return (f"{given} is given and {missing} is not: give both (the all-reduce timed at 12 KiB and at 768 KiB "
+                f"on the VM, e.g. -p 07_diagnosis.{missing}=<µs>) or neither")
+    return None
+
+
 PARAMS = {"mode": params.choice("recorded", "auto"), "run_dir": params.string(),
           "model": ma.model_param(), "tolerance": params.number(0.01, 1.0),
-          "vm_allreduce_12k_us": params.number(0.0, 1e6), "vm_allreduce_768k_us": params.number(0.0, 1e6)}
+          "vm_allreduce_12k_us": params.number(0.0, 1e6),
+          "vm_allreduce_768k_us": params.depends(params.number(0.0, 1e6), "vm_allreduce_12k_us", _both_or_neither)}
 
 __all__ = ["AnswerValues", "Folded", "HEADERS", "SHOWN", "answer", "folded", "headers", "human", "AttributionValues", "BAND_COLUMNS", "BAND_TEXT", "BARE", "BASELINE_COLUMNS", "BUDGET_COLUMNS",
            "BUDGET_KEYS", "BareMetalBandValues", "BaselineValues", "CEILING_TAKEAWAY", "CHAPTER", "COLL_TEXT_NONE",
