@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from helpers.core import results
+
 from . import arith as ma
 from . import fused as fz
 from .step.accounting import component_bytes
@@ -255,7 +257,7 @@ def sweep(cfg: SweepConfig, out_dir: str | Path | None = None, progress: Callabl
     modes, moe_impl, first_runs = _first_step(cfg, rm, group, meta, progress)
     meta["finished"] = False          # until the last point: an interrupted sweep's meta says so
     if out is not None:
-        (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
+        results.save_json(out, "meta", meta)
     routing, byte_rows, failures = {}, [], []
     _time_points(cfg, m, rm, _points(cfg, modes), modes, moe_impl, group, barrier, done, rows, out, progress,
                  first_runs, routing, byte_rows, failures)
@@ -444,8 +446,7 @@ def _time_points(cfg, m, rm, points, modes, moe_impl, group, barrier, done, rows
                 torch.cuda.empty_cache()
         rows += new
         if out is not None:     # every finished point is on disk: an interrupted sweep keeps its rows
-            pd.DataFrame(rows).to_csv(out / "timings.csv", index=False)
-            pd.DataFrame(byte_rows).to_csv(out / "bytes.csv", index=False)
+            _write(out, pd.DataFrame(rows), pd.DataFrame(byte_rows))
         s = next(r for r in new if r["what"] == "step")
         progress(f"[{i}/{len(points)}] {label}: step {s['median_us'] / 1e3:.2f} ms "
                  f"({s['p10_us'] / 1e3:.2f}-{s['p90_us'] / 1e3:.2f}), {b * 1e6 / s['median_us']:.0f} tok/s, "
@@ -487,10 +488,17 @@ def _finish(meta, routing, first_runs, failures, t_start, rows, byte_rows, out) 
     timings = pd.DataFrame(rows, columns=list(TIMING_COLUMNS))
     bytes_df = pd.DataFrame(byte_rows)
     if out is not None:
-        timings.to_csv(out / "timings.csv", index=False)
-        bytes_df.to_csv(out / "bytes.csv", index=False)
-        (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
+        _write(out, timings, bytes_df, meta)
     return SweepResult(timings, bytes_df, meta)
+
+
+def _write(out: Path, timings: pd.DataFrame, bytes_df: pd.DataFrame, meta: dict | None = None) -> None:
+    """A sweep folder's files, each written whole or not at all (a temporary file, then a rename: a kill
+    mid-write leaves the last whole version for --resume; helpers.core.results)."""
+    results.save_table(out, "timings", timings)
+    results.save_table(out, "bytes", bytes_df)
+    if meta is not None:
+        results.save_json(out, "meta", meta)
 
 
 def _device_name(device: str) -> str:
@@ -533,9 +541,7 @@ def merge_sweeps(folders: dict[str, str | Path], out_dir: str | Path | None = No
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        timings.to_csv(out / "timings.csv", index=False)
-        bytes_df.to_csv(out / "bytes.csv", index=False)
-        (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
+        _write(out, timings, bytes_df, meta)
     return SweepResult(timings, bytes_df, meta)
 
 
