@@ -121,13 +121,16 @@ def committed_runs(root: Path, run_ids: list[str] | None = None) -> dict[str, di
     return out
 
 
-def run_time(m: dict) -> str:
+def run_time(m: dict, published: str | None = None) -> str:
+    """How long the target's newest committed run took, and on what; the published run is named by its role
+    (SITE_RUN is the one place its id is written), any other by its id."""
     hw = m.get("hardware") or {}
     names = hw.get("gpu_names") or []
     machine = f"{hw.get('gpu_count') or len(names)} x {names[0]}" if names and len(set(names)) == 1 else (
         ", ".join(names) or "no GPU")
     wall = (datetime.fromisoformat(m["finished"]) - datetime.fromisoformat(m["started"])).total_seconds()
-    return f"{_minutes(wall)}, measured (run `{m['run_id']}` on {machine})"
+    which = "the published run (SITE_RUN)" if m["run_id"] == published else f"run `{m['run_id']}`"
+    return f"{_minutes(wall)}, measured ({which} on {machine})"
 
 
 def _chapter_modes(target, root: Path) -> dict[str, str]:
@@ -179,11 +182,17 @@ def without_hardware(target, root: Path) -> str:
 def rows(root: Path | None = None, run_ids: list[str] | None = None) -> list[tuple[str, str, str, str]]:
     root = root or repo_root()
     runs = committed_runs(root, run_ids)
+    try:
+        from helpers.book.publish import site_run
+
+        published = site_run(root).split("/")[-1]
+    except Exception:  # noqa: BLE001 - no Makefile here (a test tree): every run by its id
+        published = None
     out = []
     for name in known_targets(root):
         t = load_target(name, root)
         if name in runs:
-            time = run_time(runs[name])
+            time = run_time(runs[name], published)
         else:
             est = stated_estimate(t.description)
             time = f"{est[:1].lower() + est[1:]} (stated in targets/{name}.yaml)" if est else (
