@@ -72,8 +72,9 @@ def test_load_need_fails_for_a_required_need_and_is_none_for_an_optional_one(tmp
     assert layout.load_need(tmp_path, "07_diagnosis", "06_vm_p2p", "collective_sweep") is None
     layout.save(tmp_path, "06_vm_p2p", "fits", _fits())
     assert len(layout.load_need(tmp_path, "07_diagnosis", "06_vm_p2p", "fits")) == 1
-    with pytest.raises(layout.LayoutError, match="declares no need for 01_environment/probe"):
-        layout.load_need(tmp_path, "07_diagnosis", "01_environment", "probe")
+    assert layout.load_need(tmp_path, "07_diagnosis", "01_environment", "probe") is None   # optional: no probe
+    with pytest.raises(layout.LayoutError, match="declares no need for 02_nan_crash/live_matrix"):
+        layout.load_need(tmp_path, "07_diagnosis", "02_nan_crash", "live_matrix")
 
 
 @pytest.mark.integration
