@@ -43,8 +43,10 @@ def test_fewer_than_two_gpus_skips_with_the_reason():
 @pytest.mark.gpu
 def test_two_gpus_owner_reads_the_writers_pattern():
     torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
-        pytest.skip("needs two GPUs")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU: no CUDA device")
+    if torch.cuda.device_count() < 2:
+        pytest.skip("one GPU: the check needs two")
     for r in peercheck.all_pairs(elements=1 << 16):
         assert r.verdict == "ok", r
         assert r.matched == r.elements == 1 << 16
