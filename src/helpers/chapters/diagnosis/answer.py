@@ -24,6 +24,7 @@ def answer(d: Diagnosis) -> Part:
     5-95 % band), the original VM from measured compute plus each host-path model (fastest to slowest)."""
     v = d.verdict
     bm, vm = v.bare_metal(), v.vm()
+    admitted = {h.key for h in v.admitted()}   # a scenario faster than P2P sets no bound (Verdict.admissibility)
     values = {}
     for c in ENDS:
         b = one(bm, "the bare-metal band", concurrency=c)
@@ -32,7 +33,8 @@ def answer(d: Diagnosis) -> Part:
         values.update({f"ans_bm_pred_{c}": pred, f"ans_bm_lo_{c}": _ms(c, b["band_high_tok_s"]),
                        f"ans_bm_hi_{c}": _ms(c, b["band_low_tok_s"]), f"ans_bm_obs_{c}": obs,
                        f"ans_bm_expl_{c}": 100 * pred / obs})
-        g = rows(vm, "the VM predictions", observation=f"vm_{c}")
+        g = rows(vm[vm["scenario_key"].isin(admitted)], "the VM predictions (admissible scenarios)",
+                 observation=f"vm_{c}")
         steps = [_ms(c, t) for t in g["predicted_tok_s"]]
         vobs = _ms(c, g["observed_tok_s"].iloc[0])
         values.update({f"ans_vm_lo_{c}": min(steps), f"ans_vm_hi_{c}": max(steps), f"ans_vm_obs_{c}": vobs,

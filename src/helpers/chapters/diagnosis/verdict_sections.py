@@ -60,7 +60,9 @@ def bare_metal_band(d: Diagnosis) -> Part:
                    "hidden_mid_pct": 100 * v.inputs.get("shared_hidden", BARE).mid})
     for c in ENDS:
         sp = v.split(c)
-        values[f"split_step_{c}"] = sp["step"]
+        # the step stated is the prediction's (the band's median), as the answer box states it; the split's
+        # shares are those of the step at every input's middle value
+        values[f"split_step_{c}"] = c * 1e3 / values[f"bmb_pt_{c}"]
         for k in ("experts", "collectives", "other"):
             values[f"split_{k}_{c}"] = 100 * sp[k] / sp["step"]
         values[f"split_attention_{c}"] = 100 * (sp["attention"] + sp["indexer"]) / sp["step"]
@@ -123,8 +125,9 @@ def vm_predicted(d: Diagnosis) -> Part:
     one_stream = rows(ok, "the VM predictions (admissible scenarios)", observation="vm_1")
     c64 = rows(ok, "the VM predictions (admissible scenarios)", observation="vm_64")
     # distinct predictions: two observations at the same concurrency and context score against one band
-    bands = t.drop_duplicates(["scenario_key", "concurrency", "band_low_tok_s", "band_high_tok_s"])
-    inside_bands = t[t["inside_band"]].drop_duplicates(["scenario_key", "concurrency", "band_low_tok_s", "band_high_tok_s"])
+    bands = ok.drop_duplicates(["scenario_key", "concurrency", "band_low_tok_s", "band_high_tok_s"])
+    inside_bands = ok[ok["inside_band"]].drop_duplicates(["scenario_key", "concurrency", "band_low_tok_s",
+                                                           "band_high_tok_s"])
     values = {"n_scenarios": len(v.scenarios), "n_admitted": int(adm["admissible"].sum()),
               "n_vm_points": int(t["observation"].nunique()),
               "n_inside": len(inside_bands), "n_rows": len(bands),
