@@ -57,8 +57,10 @@ def extra_stats(results) -> dict:
     nan = float("nan")
     return {"multi_token_chunk_requests": int(multi),
             "median_itl_per_token_ms": float(np.median(pt)) if len(pt) else nan,
-            "std_itl_ms": float(itl.std()) if len(itl) else nan, "p95_itl_ms": float(np.percentile(itl, 95)) if len(itl) else nan,
-            "std_tpot_ms": float(tp.std()) if len(tp) else nan, "p95_tpot_ms": float(np.percentile(tp, 95)) if len(tp) else nan}
+            "std_itl_ms": float(itl.std()) if len(itl) else nan,
+            "p95_itl_ms": float(np.percentile(itl, 95)) if len(itl) else nan,
+            "std_tpot_ms": float(tp.std()) if len(tp) else nan,
+            "p95_tpot_ms": float(np.percentile(tp, 95)) if len(tp) else nan}
 
 
 def run_spec(base_url: str, model: str, spec: LoadSpec, tokenizer=None, chat: bool = False) -> tuple[dict, list]:
