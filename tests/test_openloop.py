@@ -47,3 +47,15 @@ def test_rate_flagged_short_when_the_cap_holds_it_back():
         row, _ = run_spec(srv.url, "standin", spec)
     assert row["completed"] == 10
     assert row["achieved_rate"] < 0.5 * row["scheduled_rate"] and row["rate_short"]
+
+
+def test_client_overhead_rows_are_the_excess_over_the_schedule():
+    from helpers.serving.overhead import client_overhead
+
+    rows = client_overhead((1, 2), tokens=8, ttft_s=0.02, interval_s=0.005, per_concurrency=2)
+    assert [r["concurrency"] for r in rows] == [1, 2]
+    for r in rows:
+        assert r["scheduled_e2e_ms"] == pytest.approx(20 + 7 * 5)
+        # the stand-in sleeps at least its schedule: the client can only measure more, never less
+        assert r["median_e2e_ms"] >= r["scheduled_e2e_ms"] and r["median_ttft_ms"] >= 20
+        assert r["overhead_per_token_ms"] == pytest.approx(r["overhead_per_request_ms"] / 8)
