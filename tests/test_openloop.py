@@ -59,3 +59,18 @@ def test_client_overhead_rows_are_the_excess_over_the_schedule():
         # the stand-in sleeps at least its schedule: the client can only measure more, never less
         assert r["median_e2e_ms"] >= r["scheduled_e2e_ms"] and r["median_ttft_ms"] >= 20
         assert r["overhead_per_token_ms"] == pytest.approx(r["overhead_per_request_ms"] / 8)
+
+
+def test_rate_sweep_spans_one_at_a_time_to_max_throughput():
+    from helpers.serving.openloop import rate_sweep
+
+    with StandIn(ttft_s=0.01, interval_s=0.004) as srv:
+        rows = rate_sweep(srv.url, "standin", Workload(8, 6), points=3, slo=SLO.parse("ttft:200"),
+                          requests_per_point=8, max_concurrency_probe=8, time_limit_s=60)
+    ends, opens = rows[:2], rows[2:]
+    assert [r["sweep_role"] for r in ends] == ["one-at-a-time", "max-throughput"]
+    assert ends[1]["request_throughput"] > ends[0]["request_throughput"]
+    assert len(opens) == 3 and all(r["mode"] == "open" and r["completed"] == 8 for r in opens)
+    assert opens[0]["request_rate"] == pytest.approx(ends[0]["request_throughput"])
+    assert opens[-1]["request_rate"] == pytest.approx(ends[1]["request_throughput"])
+    assert all("good_share" in r and "achieved_rate" in r for r in opens)

@@ -89,3 +89,37 @@ def run_spec(base_url: str, model: str, spec: LoadSpec, tokenizer=None, chat: bo
     if not spec.slo.empty:
         row.update(goodput(results, spec.slo, dur) if dur > 0 else {})
     return row, results
+
+
+def rate_sweep(base_url: str, model: str, workload, points: int = 4, slo=None, requests_per_point: int = 16,
+               max_concurrency_probe: int = 16, burstiness: float = 1.0, seed: int = 0,
+               time_limit_s: float = 600.0, chat: bool = False) -> list[dict]:
+    """Open-loop rates from one-at-a-time to the measured maximum throughput (geometric steps).
+
+    The ends are measured first: the request rate with one request in flight (closed loop, concurrency 1)
+    and with `max_concurrency_probe` in flight; `points` rates between them run open loop with seeded
+    Poisson/gamma arrivals. Each row says which kind it is (`sweep_role`). Stops at the time limit."""
+    from .loadspec import SLO, LoadSpecError
+
+    if isinstance(points, bool) or not isinstance(points, int) or points < 2:
+        raise LoadSpecError(f"rate sweep points = {points}: expected 2 or more (the two ends)")
+    slo = slo or SLO()
+    deadline = time.monotonic() + time_limit_s
+    rows = []
+    for role, c in (("one-at-a-time", 1), ("max-throughput", max_concurrency_probe)):
+        spec = LoadSpec(workload, ClosedLoop(c), num_requests=max(4, min(requests_per_point, 2 * c)), slo=slo,
+                        seed=seed, time_limit_s=time_limit_s)
+        row, _ = run_spec(base_url, model, spec, chat=chat)
+        rows.append({**row, "sweep_role": role})
+    lo, hi = rows[0]["request_throughput"], rows[1]["request_throughput"]
+    if not (lo > 0 and hi > 0):
+        return rows
+    for r in np.geomspace(lo, max(hi, lo), points):
+        if time.monotonic() >= deadline:
+            rows.append({"sweep_role": "open", "request_rate": float(r), "skipped": "time limit"})
+            continue
+        spec = LoadSpec(workload, OpenLoop(float(r), burstiness), num_requests=requests_per_point, slo=slo,
+                        seed=seed, time_limit_s=max(1.0, deadline - time.monotonic()))
+        row, _ = run_spec(base_url, model, spec, chat=chat)
+        rows.append({**row, "sweep_role": "open"})
+    return rows
