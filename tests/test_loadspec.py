@@ -63,7 +63,7 @@ def test_goodput_against_planted_latencies():
     (lambda: OpenLoop(-1.5), "rate"),
     (lambda: OpenLoop(float("inf")), "rate"),
     (lambda: OpenLoop(1.0, burstiness=0), "burstiness"),
-    (lambda: OpenLoop(1.0, max_concurrency=0), "concurrency"),
+    (lambda: OpenLoop(1.0, max_concurrency=0), "OpenLoop.max_concurrency"),
     (lambda: ClosedLoop(0), "concurrency"),
     (lambda: SLO.parse("ttft=500"), "does not parse"),
     (lambda: SLO.parse("ttft:fast"), "not a number"),

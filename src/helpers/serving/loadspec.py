@@ -57,8 +57,10 @@ class OpenLoop:
                 or not math.isfinite(self.burstiness) or self.burstiness <= 0:
             raise LoadSpecError(f"OpenLoop.burstiness = {str(self.burstiness)[:40]}: expected a positive gamma shape "
                                 "(1 = Poisson arrivals, 0.5 = burstier, 2 = more regular); 0 has no distribution")
-        if self.max_concurrency is not None:
-            ClosedLoop(self.max_concurrency)
+        m = self.max_concurrency
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise LoadSpecError(f"OpenLoop.max_concurrency = {str(m)[:40]}: expected None (no cap) or a whole "
+                                "number of requests in flight, 1 or more")
 
 
 @dataclass(frozen=True)
