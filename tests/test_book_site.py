@@ -85,7 +85,9 @@ def test_every_other_committed_run_passes_the_browser_check(run_id, tmp_path):
     if not browser.find_chromium():
         pytest.skip(browser.INSTALL_HINT)
     html = runbook.build(ROOT / "runs" / run_id, ROOT, strict=True, echo=lambda *a: None, out_dir=tmp_path).parent
-    report = browser.check_site(html, echo=lambda *a: None)
+    # these runs' tables were executed before the tables helper wrote missing values as n/a (issue 35): their
+    # blank cells are as executed and pass here; the published run (above) is held to n/a, and nan/None fail
+    report = browser.check_site(html, echo=lambda *a: None, blank_cells=False)
     problems = [f"{p['page']}: {e}" for p in report["per_page"] for e in p["errors"]]
     problems += [f"site: {report['length']['error']}"] if report["length"]["error"] else []
     print(run_id, browser.summary_line(report))

@@ -297,3 +297,14 @@ def test_make_site_and_check_site_print_the_length():
     check = make.split("\ncheck-site:", 1)[1].split("\n\n", 1)[0]
     assert "helpers.book.browser _build/html --measure-only" in site
     assert "helpers.book.browser _build/html" in check and "--measure-only" not in check
+
+
+def test_a_blank_cell_passes_only_where_asked_and_nan_never_does():
+    blank = {"head": ["check", "reason"], "first": ["p2p"], "cut": False, "unshown": [""], "cls": "book-table"}
+    nan = dict(blank, unshown=["nan"])
+    assert errors_of(pc.check_tables, rep(tables=[blank]))
+    errs: list[str] = []
+    pc.check_tables(errs, rep(tables=[blank]), blank_cells=False)
+    assert errs == []
+    pc.check_tables(errs, rep(tables=[nan]), blank_cells=False)
+    assert any("'nan'" in e for e in errs)
