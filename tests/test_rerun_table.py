@@ -1,12 +1,11 @@
 """The re-running appendix opens with a list of targets computed from targets/ and the committed runs (issue 24, item 8)."""
 import json
-import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from helpers.book import rerun
+from helpers.book import publish, rerun
 from helpers.book.targets import known_targets
 
 import committed
@@ -14,7 +13,7 @@ import committed
 ROOT = Path(__file__).resolve().parents[1]
 RUNS, NO_GIT = committed.runs_or_reason(ROOT)  # the runs git tracks (tests/committed.py)
 
-SITE_RUN = re.search(r"^SITE_RUN\s*\?=\s*(runs/\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+SITE_RUN = publish.site_run(ROOT)
 
 
 def test_the_page_holds_the_table_as_generated():

@@ -1,16 +1,15 @@
 """The published site shows the current book: SITE_RUN names a run from a clean commit, with every chapter its
 target runs executed and ok, and the chapter sources unchanged since (helpers.book.publish)."""
 import json
-import re
 import shutil
 
 import pytest
 
 from helpers import repo_root
-from helpers.book import publish
+from helpers.book import gputier, publish
 
 ROOT = repo_root()
-SITE_RUN = re.search(r"^SITE_RUN\s*\?=\s*(runs/\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+SITE_RUN = publish.site_run(ROOT)
 
 
 @pytest.mark.integration
@@ -125,3 +124,16 @@ def test_the_published_run_is_named_in_site_run_only():
     hits = subprocess.run(["git", "grep", "-l", "-F", rid, "--", ".", f":(exclude){SITE_RUN}"], cwd=ROOT,
                           capture_output=True, text=True).stdout.split()
     assert hits == ["Makefile"], f"{rid} is written in {hits}: read it from SITE_RUN instead"
+
+
+def test_publish_refuses_the_published_run_with_a_failed_or_missing_tier(copy):
+    def failed(m):
+        bad = [{"name": "tests/test_fp8.py::test_gpu_fp8_step_runs_in_graphs_and_matches_bf16", "message": "x"}]
+        m["gpu_tier"] = gputier.record({"passed": [], "failed": bad, "skipped": []}, m["versions"]["book_commit"],
+                                       1, "2026-12-04T12:00:00+00:00", 1.0)
+    _edit(copy, failed)
+    found = publish.problems(copy, check_sources=False)
+    assert any("GPU test tier failed" in p and "test_gpu_fp8_step_runs_in_graphs_and_matches_bf16" in p
+               for p in found), found
+    _edit(copy, lambda m: m.pop("gpu_tier"))
+    assert any("no record of the GPU test tier" in p for p in publish.problems(copy, check_sources=False))
