@@ -103,21 +103,35 @@ def test_one_recipe_for_the_decisive_measurement():
 
 @pytest.mark.integration
 def test_a_range_changed_after_a_comparison_is_shown_with_the_band_as_first_registered(diagnosis):
-    """Issue 35: two ranges were widened after the first comparison put bare metal at 64 outside its band;
-    the verdict rebuilds the band with the ranges as first registered, and that band misses the observation,
-    as the first comparison found (band top 890 tokens/s against 1010.6 observed)."""
+    """Issue 35: ranges changed after a comparison (the routing widened after the first comparison put bare metal
+    at 64 outside its band; the indexer put to what its own reason says after a review) keep their first values;
+    the verdict rebuilds the band with the ranges as first registered, and that band misses the observation at 64,
+    as the first comparison found (band top 890 tokens/s against 1010.6 observed); so does today's."""
     v = diagnosis.verdict
-    assert {r.name for r in v.inputs.changed()} == {"routing_skew", "collective_spread"}
+    assert {r.name for r in v.inputs.changed()} == {"routing_skew", "indexer"}
     assert all(r.why_changed and r.registered for r in v.inputs.changed())
     first = v.as_first_registered().bare_metal().set_index("concurrency")
     now = v.bare_metal().set_index("concurrency")
     assert not first.loc[64, "inside_band"] and first.loc[64, "observed_percentile"] == 100.0
-    assert first.loc[64, "band_high_tok_s"] < now.loc[64, "band_high_tok_s"]
+    assert first.loc[64, "band_high_tok_s"] < now.loc[64, "band_high_tok_s"] < now.loc[64, "observed_tok_s"]
     assert now.loc[64, "band_low_tok_s"] <= now.loc[64, "predicted_tok_s"] <= now.loc[64, "band_high_tok_s"]
     from helpers.chapters.diagnosis.verdict_sections import bare_metal_band
 
     vals = bare_metal_band(diagnosis).values
-    assert vals["bmf_inside_64"] == "outside" and "fitted to the observation" in vals["first_band_text"]
+    assert vals["bmf_inside_64"] == "outside" and "is a finding" in vals["first_band_text"]
+    assert vals["bm_where_64"].startswith("above it") and "faster than the inputs in hand explain" in vals["bm_where_64"]
+    assert vals["bm_where_1"].startswith("below it") and "774-890" in vals["bm_history"]
+    assert "reference itself ran outside" in vals["bm_takeaway"]
+
+
+def test_where_an_observation_sits_is_worded_from_its_percentile():
+    from helpers.chapters.diagnosis.verdict_sections import band_history, where_in_band
+
+    assert where_in_band(33.0, True, 1) == "inside it, at percentile 33 of the draws"
+    assert where_in_band(100.0, False, 64).startswith("above it") and "faster" in where_in_band(100.0, False, 64)
+    assert where_in_band(0.0, False, 1).startswith("below it") and "slower" in where_in_band(0.0, False, 1)
+    assert band_history(0, 1, 2, True) == "no range changed after a comparison"
+    assert "1 input range changed" in band_history(1, 774, 890, False) and "outside it" in band_history(1, 774, 890, False)
 
 
 def test_a_range_changed_without_a_reason_is_refused():

@@ -119,12 +119,21 @@ def test_the_vm_at_64_is_softer_than_at_one_batch(v):
     assert (r64.band_high_tok_s / r64.band_low_tok_s) > 1.3 > (r1.band_high_tok_s / r1.band_low_tok_s)
 
 
-def test_bare_metal_is_predicted_within_15_percent_and_inside_its_band(v):
-    """The acceptance of the verdict: measured inputs alone, not fitted to these observations."""
+def test_bare_metal_is_predicted_within_15_percent_and_its_band_is_not_tuned_to_it(v):
+    """The acceptance of the verdict: measured inputs alone, not fitted to these observations. Issue 35: the
+    ranges come from evidence on both sides (the collective range between two measured curves, not a physics
+    bound below the table; the indexer as the reference ran it), and the bands then miss both observations
+    (one stream slower than predicted, 64 faster): the band is not widened to hold them, the page says so."""
     t = v.bare_metal().set_index("concurrency")
     for c in (1, 64):
         assert abs(t.loc[c, "rel_err"]) <= 0.15, t.loc[c].to_dict()
-        assert t.loc[c, "inside_band"], t.loc[c].to_dict()
+    assert t.loc[1, "observed_tok_s"] < t.loc[1, "band_low_tok_s"] and not t.loc[1, "inside_band"]
+    assert t.loc[64, "observed_tok_s"] > t.loc[64, "band_high_tok_s"] and not t.loc[64, "inside_band"]
+    coll = v.inputs.get("collective_spread", vd.BARE)
+    assert coll.unit == vd.ranges.FACTOR_UNIT and coll.low == pytest.approx(vd.ranges._first_collective_factor())
+    assert not coll.changed and "put back" in coll.why
+    idx = v.inputs.get("indexer", vd.BARE)
+    assert (idx.low, idx.mid, idx.high) == (0, 0, 0) and idx.changed and idx.first[:3] == (0, 1, 1)
 
 
 def test_pair_scaling_is_ring_steps_of_the_two_gpu_figure():

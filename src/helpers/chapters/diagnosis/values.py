@@ -181,6 +181,10 @@ class BareMetalBandValues:
     bmf_hi_64: float
     bmf_pctile_64: float
     bmf_inside_64: str
+    bm_where_1: str
+    bm_where_64: str
+    bm_history: str
+    bm_takeaway: str
     changed_inputs: str
     n_changed: int
     first_band_text: str

@@ -27,9 +27,28 @@ FIRST_BAND_TEXT = {
                     "a prediction: with the evidence first in hand, bare metal at 64 is faster than its inputs "
                     "explain."),
     (True, True): "The band at 64 contained the observation before any range changed as well.",
-    (False, False): "Neither the first band at 64 nor the widened one contains the observation.",
+    (False, False): ("Neither the band as first registered nor today's contains the observation at 64: bare metal at 64 "
+                     "is faster than the inputs in hand explain. That is a finding, not a range to widen until it fits."),
     (True, False): "The band at 64 contained the observation as first registered, and no longer does.",
 }
+def where_in_band(pctile: float, inside: bool, c: int) -> str:
+    """Where an observation sits against its band, in words chosen from its percentile among the draws."""
+    if inside:
+        return f"inside it, at percentile {pctile:.0f} of the draws"
+    side, speed = ("above", "faster") if pctile >= 50 else ("below", "slower")
+    return (f"{side} it, at percentile {pctile:.0f} of the draws: bare metal at {c} is {speed} than the inputs in "
+            f"hand explain")
+
+
+def band_history(n_changed: int, lo: float, hi: float, inside: bool) -> str:
+    """The clause page 1 and the summary give the band's history at 64 (the ranges changed after a comparison)."""
+    if not n_changed:
+        return "no range changed after a comparison"
+    return (f"{n_changed} input range{'s' if n_changed != 1 else ''} changed after a comparison, each shown with its "
+            f"first value and reason; as first registered the band at 64 was {lo:.0f}-{hi:.0f}, the observation "
+            f"{'inside' if inside else 'outside'} it")
+
+
 BAND_COLUMNS = ["concurrency", "observed_tok_s", "predicted_tok_s", "band_low_tok_s", "band_high_tok_s",
                 "observed_percentile", "mid_inputs_tok_s", "rel_err", "inside_band"]
 
@@ -75,6 +94,15 @@ def bare_metal_band(d: Diagnosis) -> Part:
     changed = v.inputs.changed()
     values["changed_inputs"] = "; ".join(f"{r.name} ({r.registered}): {r.why_changed}" for r in changed) or "none"
     values["n_changed"] = len(changed)
+    for c in ENDS:
+        values[f"bm_where_{c}"] = where_in_band(values[f"bmb_pctile_{c}"], inside[c], c)
+    step_obs_1 = 1e3 / values["bmb_obs_1"]
+    values["bm_takeaway"] = ("a deployment slower than the band's end is losing time outside the kernels" if inside[1] else
+                             f"the healthy reference itself ran outside that band ({step_obs_1:.1f} ms), so hold a "
+                             f"deployment to the reference's own step rather than to the band: one well above "
+                             f"{step_obs_1:.1f} ms is losing time outside the kernels")
+    values["bm_history"] = band_history(len(changed), values["bmf_lo_64"], values["bmf_hi_64"],
+                                        values["bmf_inside_64"] == "inside")
     values["first_band_text"] = FIRST_BAND_TEXT[(values["bmf_inside_64"] == "inside", values["bmb_inside_64"] == "inside")]
     peer = peer_on_glm5_graph(d)
     for r in peer.itertuples():
