@@ -173,6 +173,58 @@ def projection_tables_text(pjs: dict[int, pd.DataFrame], device: str, tol: float
     return PJ_TABLES_SOME.format(tol=tol, device=device, which="; ".join(parts))
 
 
+#: the projection's checks (issue 35): the bf16 and FP8 sweeps of one checkpoint project within this factor of
+#: each other, and every component within FIDELITY_TOLERANCE of aiconfigurator's kernels on the recorded GPU, both ways
+PJ_PRECISION_TOL = 1.15
+PJ_KEPT_TEXT = ("The projection passes both checks: the bf16 and FP8 sweeps project within {prec:.2f}x of each other "
+                "(at most {ptol:.2f}x) and every component within {clo:.2f} to {chi:.2f} times the recorded GPU's "
+                "kernels (at most {ctol:g}x either way).")
+PJ_GONE_TEXT = ("The decode-step measurement projected to the recorded GPU by bandwidth is not used: {why}.")
+
+
+def projection_validity(d: Diagnosis) -> dict:
+    """Whether the projection of the decode-step measurement to the recorded GPU holds: (1) the committed fused
+    study's bf16 and FP8 sweeps of one checkpoint, each projected whole, give steps within PJ_PRECISION_TOL of each
+    other at 1 and 64; (2) each projected component of this measurement is within FIDELITY_TOLERANCE of
+    aiconfigurator's kernels measured on that GPU, above and below. Values and the one sentence the page gives."""
+    fs = mb.fusion_study()
+    prec = {}
+    for b in ENDS:
+        tot = []
+        for dt in ("bf16", "fp8"):
+            try:
+                m = fs.measurement(dt, "fused") if fs is not None else None
+            except mb.MeasuredBudgetError:
+                m = None
+            if m is not None:
+                tot.append(float(mb.projected_terms(m, d.model, b, d.context, collectives=False, tolerance=None)["us"].sum()))
+        prec[b] = max(tot) / min(tot) if len(tot) == 2 else float("nan")
+    comp = []
+    for b in ENDS:
+        pj = mb.projected_terms(d.meas, d.model, b, d.context, collectives=False, tolerance=None).set_index("component")["us"]
+        kt_ = mb.components(mb.kernel_terms(d.model, b, d.context, d.meas.floor_us(), collectives=False)).set_index("component")["us"]
+        comp += [(float(pj[c] / kt_[c]), c, b) for c in pj.index if c in kt_.index and kt_[c] > 0]
+    lo, hi = min(comp), max(comp)
+    tol = mb.FIDELITY_TOLERANCE
+    worst_prec = max(v for v in prec.values()) if all(v == v for v in prec.values()) else float("nan")
+    prec_ok = worst_prec == worst_prec and worst_prec <= PJ_PRECISION_TOL
+    comp_ok = lo[0] >= 1 / tol and hi[0] <= tol
+    why = []
+    if not prec_ok:
+        why.append("projecting the bf16 and the FP8 sweep of the same checkpoint gives steps "
+                   + (f"{prec[1]:.2f}x apart at one stream and {prec[64]:.2f}x at 64 (the check allows "
+                      f"{PJ_PRECISION_TOL:.2f}x)" if worst_prec == worst_prec else "that cannot be compared (no study "
+                      "holds both sweeps)"))
+    if not comp_ok:
+        why.append(f"its components take {lo[0]:.2f} ({lo[1]}, batch {lo[2]}) to {hi[0]:.2f} ({hi[1]}, batch {hi[2]}) "
+                   f"times aiconfigurator's kernels measured there (allowed 1/{tol:g} to {tol:g})")
+    kept = prec_ok and comp_ok
+    text = (PJ_KEPT_TEXT.format(prec=worst_prec, ptol=PJ_PRECISION_TOL, clo=lo[0], chi=hi[0], ctol=tol) if kept
+            else PJ_GONE_TEXT.format(why="; and ".join(why)))
+    return {"pj_kept": "kept" if kept else "not used", "pj_prec_1": prec[1], "pj_prec_64": prec[64],
+            "pj_comp_lo": lo[0], "pj_comp_hi": hi[0], "pj_validity_text": text}
+
+
 def aiconfigurator_outcome() -> dict:
     """How aiconfigurator's own estimator fared: its stock run's error (without the file it names) and the
     substitution it ran with."""
@@ -213,6 +265,10 @@ def measured_compute(d: Diagnosis) -> Part:
                            f"goal_{k}_pct_{c}": 100 * abs(float(g[f"{k}_change"]))})
     values["pj_tables_text"] = projection_tables_text(pjs, meas.device)
     values["pj_verdict"] = PJ_VERDICT[tuple(abs(values[f"bm_pj_err_{c}"]) <= 100 * d.tolerance for c in ENDS)]
+    values.update(projection_validity(d))
+    if values["pj_kept"] != "kept":      # the projection failed its checks: no budget, column or row of it is shown
+        comp = comp.drop(columns=[c for c in comp.columns if c[0] == "projection (ms)"])
+        bud = bud[~bud["budget"].astype(str).str.startswith("projection")].reset_index(drop=True)
     values.update({"aic_dist": kt.AIC_DISTRIBUTION, "msg_kib_64": float(ma.allreduce_bytes(m, 64)) / 1024,
                    "bw_here": meas.peak().value, "bw_rtx": mb.gpu_bandwidth(kt.RTX).value,
                    "meas_device": meas.device, "meas_where": meas.where, **aiconfigurator_outcome()})

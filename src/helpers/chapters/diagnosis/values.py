@@ -126,6 +126,12 @@ class MeasuredComputeValues:
     goal_second_pct_64: float
     pj_tables_text: str
     pj_verdict: str
+    pj_kept: str
+    pj_prec_1: float
+    pj_prec_64: float
+    pj_comp_lo: float
+    pj_comp_hi: float
+    pj_validity_text: str
     aic_dist: str
     msg_kib_64: float
     bw_here: float
