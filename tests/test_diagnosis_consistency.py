@@ -93,7 +93,7 @@ def test_one_recipe_for_the_decisive_measurement():
 
     root = Path(__file__).resolve().parents[1]
     cmd = vd.MEASURE_COMMANDS[1]
-    assert "-G" not in cmd and "-g 1" in cmd
+    assert "-G" not in cmd and "-g 8 -d half -w 40 -n 100 -c 0" in cmd     # aiconfigurator's collector
     assert cmd in (root / "intro.md").read_text()
     diag = "".join("".join(c["source"]) for c in json.loads((root / "notebooks/07_diagnosis.ipynb").read_text())["cells"])
     assert cmd in diag
@@ -168,3 +168,20 @@ def test_a_half_given_pair_is_refused_before_chapter_01_runs(tmp_path):
                         "-p", "07_diagnosis.vm_allreduce_12k_us=300"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "vm_allreduce_768k_us is not: give both" in p.stderr, p.stderr[-500:]
     assert not (tmp_path / "half").exists()
+
+
+def test_each_outcome_of_the_decisive_measurement_has_a_meaning_and_a_next_command():
+    """Issue 35 item 6: the two figures land in one of three outcomes (the middle ground included), each with
+    its range at both sizes and the next command; a trace of live decode steps for the two that are not P2P."""
+    th = pd.DataFrame([{"message_bytes": 12288, "explains_80_us": 389.0, "explains_25_us": 140.0},
+                       {"message_bytes": 786432, "explains_80_us": 1367.0, "explains_25_us": 526.0}])
+    assert vd.classify({12288: 400.0, 786432: 1400.0}, th) == "host path"
+    assert vd.classify({12288: 100.0, 786432: 500.0}, th) == "not the host path"
+    assert vd.classify({12288: 200.0, 786432: 600.0}, th) == "middle"
+    assert vd.classify({12288: 400.0, 786432: 500.0}, th) == "middle"        # above one, below the other
+    with pytest.raises(vd.VerdictInputError, match="786432 B"):
+        vd.classify({12288: 400.0}, th)
+    t = vd.outcomes_table(th).set_index("outcome")
+    assert list(t.index) == ["host path", "middle", "not the host path"]
+    assert t.loc["middle", "at 12 KiB"] == "140 to 389 µs" and t.loc["host path", "at 768 KiB"] == "1367 µs or more"
+    assert t.loc["middle", "next"].startswith("nsys profile") and "P2P check" in t.loc["host path", "next"]

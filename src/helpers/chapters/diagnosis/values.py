@@ -282,6 +282,9 @@ class DecisionValues:
     kib_64: float
     bare_ar_64: float
     seed_ring_pct: float
+    middle_means: str
+    trace_cmd: str
+    trace_what: str
 
 
 @dataclass(frozen=True)

@@ -235,7 +235,12 @@ def decision(d: Diagnosis) -> Part:
         values["seed_ring_pct"] = 100 * float(ring["share_mid"].iloc[0])
     shown = ev[["scenario", "concurrency", "message_bytes", "low_us", "mid_us", "high_us", "share_low", "share_mid",
                 "share_high"]]
-    return Part(values, {"decision_thresholds": th, "decision_evidence": ev}, {"thresholds": th, "evidence": shown})
+    outcomes = vd.outcomes_table(th)
+    trace = vd.p2p_checks("trace").iloc[0]
+    values.update({"middle_means": vd.OUTCOMES["middle"], "trace_cmd": str(trace["command"]),
+                   "trace_what": str(trace["note"])})
+    return Part(values, {"decision_thresholds": th, "decision_evidence": ev, "decision_outcomes": outcomes},
+                {"thresholds": th, "evidence": shown, "outcomes": outcomes})
 
 
 # ------------------------------------------------------------------------------------------ 10. ceilings

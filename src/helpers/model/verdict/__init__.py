@@ -38,7 +38,7 @@ from helpers.model.verdict.ranges import (BAND, BARE, CANNOT, EXPLAINS, INPUTS, 
                                           SOFT_GRID, TP, VM, Inputs, Observation, Range, VerdictInputError,
                                           bare_floor_us, collective_range, inputs, observations, overlap_fractions,
                                           overlap_range, table_ranges)
-from helpers.model.verdict.remedy import PRICED_AS, check_remedies, remedies
+from helpers.model.verdict.remedy import OUTCOMES, PRICED_AS, check_remedies, classify, outcomes_table, p2p_checks, remedies
 from helpers.model.verdict.scenarios import (PAIR_H200, PAIR_PR, HostPath, copy_scenarios, measured_scenario,
                                              nccl_scenario, pair_scenarios, rule_sizes, study_scenario,
                                              vm_collectives_us)
@@ -46,7 +46,7 @@ from helpers.model.verdict.scenarios import (PAIR_H200, PAIR_PR, HostPath, copy_
 __all__ = ["BAND", "BARE", "CANNOT", "CONCLUSIONS", "EXPLAINS", "INPUTS", "MEASURE_COMMANDS", "PAIR_H200", "PAIR_PR",
            "PRICED_AS", "SAMPLES", "SEED", "SOFT_GRID", "STATUS", "TP", "VM", "HostPath", "Inputs", "Observation",
            "Parts", "Range", "Verdict", "VerdictInputError", "bare_collectives_us", "bare_floor_us", "ceiling",
-           "check_remedies", "collective_range", "compute_us", "conclusion", "copy_scenarios", "decide", "inputs",
+           "check_remedies", "classify", "collective_range", "OUTCOMES", "outcomes_table", "p2p_checks", "compute_us", "conclusion", "copy_scenarios", "decide", "inputs",
            "measured_scenario", "nccl_scenario", "observations", "overlap_fractions", "overlap_range",
            "pair_scenarios", "parts", "relation_words", "remedies", "routed_us", "rule_sizes", "share_words", "study_scenario", "table_ranges",
            "vm_collectives_us"]

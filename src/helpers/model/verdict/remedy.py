@@ -94,3 +94,66 @@ def _remedy_gains(v, mech: str, c: int, step_ms: float, att: pd.DataFrame, fits_
         f = lambda dlt: step_ms / max(step_ms - dlt, 1e-9)  # noqa: E731
         return f(min(deltas)), f(float(np.median(deltas))), f(max(deltas))
     raise VerdictInputError(f"remedy mechanism {mech!r} is unknown; data/schema.yaml lists the allowed ones")
+
+
+# ----------------------------------------------------------------------------------- the decisive measurement
+#: what each outcome of the decisive measurement (MEASURE_COMMANDS) means against the thresholds, and what to do next
+OUTCOMES = {
+    "host path": ("at or above the 'explains 80 %' threshold at both sizes: the host path explains most of the lost "
+                  "time; restore P2P (the remedies below), then check that it really works with the four steps"),
+    "middle": ("between the thresholds (or above one and below the other): the host path explains part of the "
+               "loss; trace live decode steps to split collective time from a per-step tax before acting"),
+    "not the host path": ("at or below the 'explains 25 %' threshold at both sizes: the host path cannot explain "
+                          "the loss; trace live decode steps to find the per-step tax that does"),
+}
+
+
+def classify(us_by_bytes: dict, thresholds: pd.DataFrame) -> str:
+    """Which OUTCOMES key an all-reduce time per message size (µs, keyed by bytes) falls in, against the
+    verdict's thresholds (columns message_bytes, explains_80_us, explains_25_us)."""
+    need = {"message_bytes", "explains_80_us", "explains_25_us"}
+    if not need <= set(thresholds.columns):
+        raise VerdictInputError(f"thresholds need columns {sorted(need)}; got {sorted(thresholds.columns)}")
+    above, below = [], []
+    for t in thresholds.itertuples():
+        key = next((k for k in us_by_bytes if int(k) == int(t.message_bytes)), None)
+        if key is None:
+            raise VerdictInputError(f"no all-reduce time given at {int(t.message_bytes)} B: measure both sizes "
+                                    f"of the decision rule")
+        us = float(us_by_bytes[key])
+        above.append(us >= t.explains_80_us)
+        below.append(us <= t.explains_25_us)
+    if all(above):
+        return "host path"
+    if all(below):
+        return "not the host path"
+    return "middle"
+
+
+def p2p_checks(kind: str | None = None) -> pd.DataFrame:
+    """data/reference/p2p_checks.csv (the four checks, the caveats, the trace), optionally one kind, in order."""
+    t = recorded.load("reference/p2p_checks.csv")
+    if kind is not None:
+        if kind not in set(t["kind"]):
+            raise VerdictInputError(f"data/reference/p2p_checks.csv has no kind {kind!r}; known: {sorted(set(t['kind']))}")
+        t = t[t["kind"] == kind]
+    return t.sort_values(["kind", "order"]).reset_index(drop=True)
+
+
+def outcomes_table(thresholds: pd.DataFrame) -> pd.DataFrame:
+    """Each outcome of the decisive measurement: the range of µs at each size it covers, what it means and the
+    next command (the trace of live decode steps from p2p_checks.csv, or the four-step P2P check)."""
+    trace = p2p_checks("trace").iloc[0]
+    th = thresholds.sort_values("message_bytes")
+    span = {"host path": lambda t: f"{t.explains_80_us:.0f} µs or more",
+            "middle": lambda t: f"{t.explains_25_us:.0f} to {t.explains_80_us:.0f} µs",
+            "not the host path": lambda t: f"{t.explains_25_us:.0f} µs or less"}
+    rows = []
+    for key, meaning in OUTCOMES.items():
+        row = {"outcome": key}
+        for t in th.itertuples():
+            row[f"at {int(t.message_bytes) // 1024} KiB"] = span[key](t)
+        row.update({"means": meaning, "next": ("the four-step P2P check, after the clique setting (section 6)"
+                                                if key == "host path" else f"{trace['command']} ({trace['source']})")})
+        rows.append(row)
+    return pd.DataFrame(rows)
