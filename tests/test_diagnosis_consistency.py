@@ -185,3 +185,18 @@ def test_each_outcome_of_the_decisive_measurement_has_a_meaning_and_a_next_comma
     assert list(t.index) == ["host path", "middle", "not the host path"]
     assert t.loc["middle", "at 12 KiB"] == "140 to 389 µs" and t.loc["host path", "at 768 KiB"] == "1367 µs or more"
     assert t.loc["middle", "next"].startswith("nsys profile") and "P2P check" in t.loc["host path", "next"]
+
+
+def test_this_runs_link_is_held_to_the_set_aside_rule(diagnosis):
+    """Issue 35: the link a run measures (a same-GPU copy on one GPU, say) answers to the rule the host-path
+    scenarios answer to: built into an 8-GPU all-reduce faster than bare metal's NCCL over P2P, it is set aside."""
+    import dataclasses
+
+    from helpers.chapters.diagnosis.budget_sections import run_link_admissibility
+    from helpers.model import budget as bd
+
+    slow = bd.Link("this run: host_bounce (copy)", 6.7, 25.6, "measured", "this run")     # the published run's fit
+    fast = bd.Link("this run: p2p (copy)", 0.4, 200.0, "measured", "this run")
+    assert run_link_admissibility(dataclasses.replace(diagnosis, run_link=slow)).startswith("By the rule")
+    text = run_link_admissibility(dataclasses.replace(diagnosis, run_link=fast))
+    assert text.startswith("Set aside") and "faster than bare metal's NCCL over P2P" in text

@@ -31,7 +31,8 @@ from helpers.chapters.diagnosis.budget_sections import (BASELINE_COLUMNS, BUDGET
                                                         RUN_TEXT_RECORDED, aiconfigurator_outcome, baseline, check,
                                                         collective_points, collectives, fits_on_gpus, goal_text,
                                                         inputs, mapping, measured_compute, projection_check,
-                                                        projection_tables_text, run_link)
+                                                        projection_tables_text, run_link,
+                                                        run_link_admissibility)
 from helpers.chapters.diagnosis.build import (BARE, CHAPTER, ENDS, FALLBACK_STEP_TEXT, POINTS, RECORDED_STEP_TEXT,
                                               RUN_STEP_TEXT, VM, Diagnosis, DiagnosisError, Part, overview,
                                               run_measurements, save, step_source_text)
@@ -75,5 +76,6 @@ __all__ = ["AnswerValues", "Folded", "HEADERS", "SHOWN", "answer", "folded", "he
            "VM_COLUMNS", "VM_TAKEAWAY_NONE", "VM_TAKEAWAY_SOME", "VmPredictedValues", "aiconfigurator_outcome",
            "attribution", "bare_metal_band", "guest_context", "baseline", "ceilings", "check", "collective_points", "collectives",
            "decision", "fits_on_gpus", "goal_text", "inputs", "mapping", "measured_compute", "overview",
-           "peer_on_glm5_graph", "projection_check", "projection_tables_text", "remedies", "run_link", "save",
+           "peer_on_glm5_graph", "projection_check", "projection_tables_text", "remedies", "run_link",
+           "run_link_admissibility", "save",
            "step_source_text", "vm_predicted"]

@@ -233,8 +233,9 @@ def decision(d: Diagnosis) -> Part:
     ring = ev[(ev["scenario_key"] == "copy_ring") & (ev["concurrency"] == 1)]
     if len(ring):
         values["seed_ring_pct"] = 100 * float(ring["share_mid"].iloc[0])
-    shown = ev[["scenario", "concurrency", "message_bytes", "low_us", "mid_us", "high_us", "share_low", "share_mid",
-                "share_high"]]
+    # the shares are section 4's (the attribution, over the whole step), not restated here at the rule's sizes,
+    # where a linear share per all-reduce gives another figure for the same scenario (issue 35)
+    shown = ev[["scenario", "concurrency", "message_bytes", "low_us", "mid_us", "high_us"]]
     outcomes = vd.outcomes_table(th)
     trace = vd.p2p_checks("trace").iloc[0]
     values.update({"middle_means": vd.OUTCOMES["middle"], "trace_cmd": str(trace["command"]),
