@@ -47,7 +47,7 @@ STATEMENTS = (
     Statement(DIAG, ("step_1",), r"a bare-metal step is {n} ms for one stream"),
     Statement(DIAG, ("step_1",), r"a bare-metal GLM-5 step on these GPUs should take {n} ms for one stream"),
     # the VM's loss and the host path's share of it
-    Statement(INTRO, ("loss_1",), r"The VM lost {n} ms per token against it"),
+    Statement(INTRO, ("loss_1",), r"The VM lost {n} ms per token against bare metal as observed"),
     Statement(DIAG, ("loss_1",), r"of the {n} ms lost per token"),
     Statement(INTRO, ("share_lo_1", "share_hi_1"), r"the host-memory all-reduce causes: {n} % to {n} % for one"),
     Statement(DIAG, ("share_lo_1", "share_hi_1"), r"the VM's host path explains {n} % to {n} % of the"),

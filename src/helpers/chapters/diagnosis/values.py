@@ -267,7 +267,6 @@ class DecisionValues:
     conclusion_case: str
     conclusion_text: str
     page1_status: str
-    cmd_book: str
     cmd_nccl: str
     copy_alpha: float
     seed_floor_ms: float

@@ -222,8 +222,7 @@ def decision(d: Diagnosis) -> Part:
     link = d.base.link
     seed_ms = float(t1["all_reduces_per_step"]) * link.alpha_us / 1e3
     values = {"conclusion_case": case, "conclusion_text": text, "page1_status": vd.STATUS[case],
-              "cmd_book": vd.MEASURE_COMMANDS[0],
-              "cmd_nccl": vd.MEASURE_COMMANDS[1], "copy_alpha": link.alpha_us, "seed_floor_ms": seed_ms,
+              "cmd_nccl": vd.MEASURE_COMMANDS[0], "copy_alpha": link.alpha_us, "seed_floor_ms": seed_ms,
               "seed_floor_pct": 100 * seed_ms / float(t1["lost_ms_per_step"]),
               "n_ar": int(t1["all_reduces_per_step"])}
     for t in th.itertuples():
