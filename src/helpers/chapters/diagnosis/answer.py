@@ -76,7 +76,7 @@ SHOWN = {
                         "band_high_tok_s": "band high (tokens/s)", "rel_err": "error (%)",
                         "observed_percentile": "observation's percentile"},
     "peer": {"concurrency": "concurrency", "observed_tok_s": "observed (tokens/s)",
-             "this_book_tok_s": "this book (tokens/s)", "predicted_tok_s": "aiconfigurator (tokens/s)",
+             "this_book_tok_s": "this book (tokens/s)", "predicted_tok_s": "aiconfigurator, GLM-5 graph (tokens/s)",
              "book_rel_err": "this book's error (%)", "rel_err": "aiconfigurator's error (%)"},
     "vm_scores": {"scenario": "host-path model", "what": "observation", "observed_tok_s": "observed (tokens/s)",
                   "predicted_tok_s": "predicted (tokens/s)", "band_low_tok_s": "band low (tokens/s)",
