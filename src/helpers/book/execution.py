@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 
 from helpers.book import resume
-from helpers.book.manifest import _now, new_manifest, write_manifest
+from helpers.book.manifest import utc_now, new_manifest, write_manifest
 from helpers.book.planning import plan
 from helpers.book.targets import RunbookError, Target
 from helpers.core import procs, results
@@ -23,7 +23,7 @@ class RunInterrupted(KeyboardInterrupt):
     """The run was asked to stop (SIGTERM, SIGHUP): handled like Ctrl-C."""
 
 
-class _signals_interrupt:
+class signals_interrupt:
     """SIGTERM and SIGHUP raise RunInterrupted in the main thread while the run executes."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -47,7 +47,7 @@ class _signals_interrupt:
         return False
 
 
-class _stderr_to:
+class stderr_to:
     """Point this process's file descriptor 2 at `f` (restored on exit)."""
 
     def __init__(self, f):
@@ -91,7 +91,7 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
     recs = resume.chapter_records(manifest, steps)
     manifest["status"] = "running"
     manifest["finished"] = None
-    session = {"started": _now(), "finished": None, "pid": os.getpid(), "resumed": resuming, "ran": []}
+    session = {"started": utc_now(), "finished": None, "pid": os.getpid(), "resumed": resuming, "ran": []}
     manifest.setdefault("sessions", []).append(session)
     save = _saver(run_dir, manifest)
     save()
@@ -134,7 +134,7 @@ def _run_chapter(step: dict, rec: dict, label: str, target: Target, run_dir: Pat
     if "run_dir" in step["declared"]:
         params["run_dir"] = str(run_dir.resolve())
     out_nb = run_dir / "notebooks" / f"{step['stem']}.ipynb"
-    rec.update(parameters=params, parameter_origins=dict(step.get("origins") or {}), status="running", started=_now(), finished=None, error=None,
+    rec.update(parameters=params, parameter_origins=dict(step.get("origins") or {}), status="running", started=utc_now(), finished=None, error=None,
                runs=rec.get("runs", 0) + 1)
     session["ran"].append(step["stem"])
     save()
@@ -176,7 +176,7 @@ def _run_chapter(step: dict, rec: dict, label: str, target: Target, run_dir: Pat
             rec["error"] = {"ename": type(exc).__name__, "evalue": str(exc)[:2000],
                             "traceback": traceback.format_exc()[-6000:]}
     rec["duration_s"] = round(time.perf_counter() - t0, 2)
-    rec["finished"] = _now()
+    rec["finished"] = utc_now()
     msg = f"{label}{' ' if label else ''}{rec['status']:<7} {rec['duration_s']:6.1f} s"
     if rec["error"]:
         msg += f"  {rec['error']['ename']}: {rec['error']['evalue'].splitlines()[0][:160] if rec['error']['evalue'] else ''}"
@@ -205,8 +205,8 @@ def _papermill(step: dict, out_nb: Path, params: dict, target: Target, run_dir: 
     the chapter's log."""
     import papermill
 
-    with results.append_text(run_dir / "logs" / f"{step['stem']}.log") as log, _stderr_to(log):
-        log.write(f"=== {_now()}: {'resumed' if rec['runs'] > 1 else 'started'} by runbook "
+    with results.append_text(run_dir / "logs" / f"{step['stem']}.log") as log, stderr_to(log):
+        log.write(f"=== {utc_now()}: {'resumed' if rec['runs'] > 1 else 'started'} by runbook "
                   f"pid {os.getpid()} ===\n")
         log.flush()
         # the kernel process inherits fd 2: its own warnings land in the chapter's log
@@ -227,18 +227,18 @@ def _interrupted(exc: KeyboardInterrupt, rec: dict, t0: float, manifest: dict, s
                     "evalue": f"the run was interrupted here ({why}); continue it with "
                               f"`python -m helpers.book.runbook --resume {run_dir}`"}
     rec["duration_s"] = round(time.perf_counter() - t0, 2)
-    rec["finished"] = _now()
+    rec["finished"] = utc_now()
     manifest["status"] = "interrupted"
-    manifest["finished"] = _now()
-    session["finished"] = _now()
+    manifest["finished"] = utc_now()
+    session["finished"] = utc_now()
     _end_children()
 
 
 def _finish(manifest: dict, session: dict, run_dir: Path, t_run: float) -> dict:
     """The run's end in its manifest: durations and the overall status, written (a failure to write it
     is an error: the last write must succeed)."""
-    manifest["finished"] = _now()
-    session["finished"] = _now()
+    manifest["finished"] = utc_now()
+    session["finished"] = utc_now()
     manifest["duration_s"] = round(sum(c.get("duration_s") or 0.0 for c in manifest["chapters"]), 2)
     manifest["session_duration_s"] = round(time.perf_counter() - t_run, 2)
     left = [c["stem"] for c in manifest["chapters"] if c["status"] not in ("ok", "skipped", "failed", "partial")]

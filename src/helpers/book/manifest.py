@@ -88,7 +88,7 @@ def fingerprint() -> dict:
                 "logical_cpus": os.cpu_count(), "probe_error": f"{type(exc).__name__}: {exc}"}
 
 
-def _environment_record() -> dict:
+def environment_record() -> dict:
     """Which Python environment runs the book and why (helpers.book.environment); never fails the run."""
     try:
         return environment.record()
@@ -96,7 +96,7 @@ def _environment_record() -> dict:
         return {"kind": "unknown", "reason": f"the environment could not be read ({type(exc).__name__}: {exc})"}
 
 
-def _now() -> str:
+def utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
@@ -167,7 +167,7 @@ def read_manifest(run_dir: Path) -> dict:
     return m
 
 
-def _point_latest(runs_dir: Path, run_dir: Path) -> None:
+def point_latest(runs_dir: Path, run_dir: Path) -> None:
     link = runs_dir / "latest"
     if link.is_symlink():
         link.unlink()
@@ -190,8 +190,8 @@ def new_manifest(target: Target, run_dir: Path, root: Path, steps: list[dict], o
                             if only is not None and st["stem"] not in only else f"skipped by target {target.name!r}"}
         recs.append(rec)
     return {"run_id": run_dir.name, "target": target.name, "target_description": target.description,
-            "started": _now(), "finished": None, "status": "running", "hardware": fingerprint(),
-            "versions": versions(root), "environment": _environment_record(),
+            "started": utc_now(), "finished": None, "status": "running", "hardware": fingerprint(),
+            "versions": versions(root), "environment": environment_record(),
             "plan": {**target.as_plan(), "only": only}, "sessions": [],
             "chapters": recs}
 
@@ -224,7 +224,7 @@ def check_writable_dir(folder: Path, what: str) -> None:
         raise RunbookError(f"{what} {folder} cannot be written ({probe}: {why}); {fix}") from None
 
 
-def _run_dir_arg(text: str, runs_dir: Path, what: str) -> Path:
+def run_dir_arg(text: str, runs_dir: Path, what: str) -> Path:
     def exists(path: Path) -> bool:
         try:
             return path.exists()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from helpers.book.lock import RunLock
-from helpers.book.manifest import _point_latest, _run_dir_arg, check_writable_dir, read_manifest
+from helpers.book.manifest import point_latest, run_dir_arg, check_writable_dir, read_manifest
 from helpers.book.planning import plan
 from helpers.book.targets import RunbookError, Target
 
@@ -21,7 +21,7 @@ def prepare(args, runs_dir: Path, root: Path) -> tuple[Target, list[str] | None,
     if given:
         raise RunbookError(f"--resume continues a run with the plan it was started with; {', '.join(given)} "
                            f"cannot change it (start a new run for other settings)")
-    run_dir = _run_dir_arg(args.resume, runs_dir, "--resume")
+    run_dir = run_dir_arg(args.resume, runs_dir, "--resume")
     check_writable_dir(run_dir, "--resume: the run folder")
     lock = RunLock(run_dir).acquire()
     try:
@@ -35,7 +35,7 @@ def prepare(args, runs_dir: Path, root: Path) -> tuple[Target, list[str] | None,
         left = [c["stem"] for c in manifest["chapters"] if c["status"] not in ("ok", "skipped")]
         print(f"resuming run {run_dir.name}: target {target.name}; to run: {', '.join(left) or 'nothing'}")
         if runs_dir.resolve() == run_dir.parent:
-            _point_latest(runs_dir, run_dir)
+            point_latest(runs_dir, run_dir)
     except BaseException:
         lock.release()
         raise
