@@ -18,6 +18,7 @@ Where a name is shared between modules it is public.
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -38,19 +39,26 @@ def _modules(root: Path = SRC) -> dict[str, Path]:
     return out
 
 
-def _imports(m: str, p: Path, mods: dict[str, Path]):
-    """(resolved module, imported names) for each import in module `m`, from `p`'s syntax tree."""
-    pkg = m if p.name == "__init__.py" else m.rsplit(".", 1)[0]
-    for node in ast.walk(ast.parse(p.read_text(), str(p))):
+def _imports(m: str, p: Path, mods: dict[str, Path]) -> list[tuple[str, list[str]]]:
+    """(imported module, imported names) for each import in module `m`, from `p`'s syntax tree."""
+    return _parsed_imports(m, p.name == "__init__.py", p.read_text(), str(p))
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed_imports(m: str, is_package: bool, text: str, where: str) -> list[tuple[str, list[str]]]:
+    """Parsed once per module text: the three tests below read the same files."""
+    pkg = m if is_package else m.rsplit(".", 1)[0]
+    out = []
+    for node in ast.walk(ast.parse(text, where)):
         if isinstance(node, ast.Import):
-            for a in node.names:
-                yield a.name, []
+            out += [(a.name, []) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 up = pkg.split(".")[:len(pkg.split(".")) - node.level + 1]
                 base = ".".join(up + ([base] if base else []))
-            yield base, [a.name for a in node.names]
+            out.append((base, [a.name for a in node.names]))
+    return out
 
 
 def _resolve(t: str, mods: dict[str, Path]) -> str:
