@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 
 from helpers.book import resume
-from helpers.book.manifest import utc_now, new_manifest, write_manifest
+from helpers.book.manifest import Manifest, new_manifest, utc_now, write_manifest
 from helpers.book.planning import plan
 from helpers.book.targets import RunbookError, Target
 from helpers.core import procs, results
@@ -79,7 +79,7 @@ def _end_children(grace_s: float = 5.0) -> None:
 
 
 def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = None,
-            echo=print, manifest: dict | None = None) -> dict:
+            echo=print, manifest: Manifest | None = None) -> Manifest:
     """Execute every chapter of the plan into run_dir; return the manifest. With `manifest` (a run being
     resumed), chapters already ok or skipped are kept and the others run again."""
     steps = plan(target, root, only, run_dir=run_dir)
@@ -89,10 +89,10 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
     if manifest is None:
         manifest = new_manifest(target, run_dir, root, steps, only)
     recs = resume.chapter_records(manifest, steps)
-    manifest["status"] = "running"
-    manifest["finished"] = None
+    manifest.status = "running"
+    manifest.finished = None
     session = {"started": utc_now(), "finished": None, "pid": os.getpid(), "resumed": resuming, "ran": []}
-    manifest.setdefault("sessions", []).append(session)
+    manifest.sessions = [*(manifest.sessions or []), session]
     save = _saver(run_dir, manifest)
     save()
     n = len(steps)
@@ -110,7 +110,7 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
     return _finish(manifest, session, run_dir, t_run)
 
 
-def _saver(run_dir: Path, manifest: dict):
+def _saver(run_dir: Path, manifest: Manifest):
     """save(): write the manifest; a failed write is warned about and the run goes on."""
     failed_writes = []
 
@@ -125,7 +125,7 @@ def _saver(run_dir: Path, manifest: dict):
 
 
 def _run_chapter(step: dict, rec: dict, label: str, target: Target, run_dir: Path, root: Path, echo,
-                 manifest: dict, session: dict, save) -> None:
+                 manifest: Manifest, session: dict, save) -> None:
     """Execute one chapter of the plan; its record `rec` in the manifest says how it went (saved as the
     chapter starts and as it ends). An interrupt is recorded on it and raised again."""
     from papermill.exceptions import PapermillExecutionError
@@ -217,7 +217,7 @@ def _papermill(step: dict, out_nb: Path, params: dict, target: Target, run_dir: 
         )
 
 
-def _interrupted(exc: KeyboardInterrupt, rec: dict, t0: float, manifest: dict, session: dict,
+def _interrupted(exc: KeyboardInterrupt, rec: dict, t0: float, manifest: Manifest, session: dict,
                  run_dir: Path) -> None:
     """The run was interrupted in this chapter: say so in its record and the manifest, and end what the
     chapter started."""
@@ -228,23 +228,23 @@ def _interrupted(exc: KeyboardInterrupt, rec: dict, t0: float, manifest: dict, s
                               f"`python -m helpers.book.runbook --resume {run_dir}`"}
     rec["duration_s"] = round(time.perf_counter() - t0, 2)
     rec["finished"] = utc_now()
-    manifest["status"] = "interrupted"
-    manifest["finished"] = utc_now()
+    manifest.status = "interrupted"
+    manifest.finished = utc_now()
     session["finished"] = utc_now()
     _end_children()
 
 
-def _finish(manifest: dict, session: dict, run_dir: Path, t_run: float) -> dict:
+def _finish(manifest: Manifest, session: dict, run_dir: Path, t_run: float) -> Manifest:
     """The run's end in its manifest: durations and the overall status, written (a failure to write it
     is an error: the last write must succeed)."""
-    manifest["finished"] = utc_now()
+    manifest.finished = utc_now()
     session["finished"] = utc_now()
-    manifest["duration_s"] = round(sum(c.get("duration_s") or 0.0 for c in manifest["chapters"]), 2)
-    manifest["session_duration_s"] = round(time.perf_counter() - t_run, 2)
-    left = [c["stem"] for c in manifest["chapters"] if c["status"] not in ("ok", "skipped", "failed", "partial")]
-    failed = [c["stem"] for c in manifest["chapters"] if c["status"] == "failed"]
-    partial = [c["stem"] for c in manifest["chapters"] if c["status"] == "partial"]
-    manifest["status"] = "failed" if failed else ("interrupted" if left else ("partial" if partial else "ok"))
+    manifest.duration_s = round(sum(c.get("duration_s") or 0.0 for c in manifest.chapters), 2)
+    manifest.session_duration_s = round(time.perf_counter() - t_run, 2)
+    left = [c["stem"] for c in manifest.chapters if c["status"] not in ("ok", "skipped", "failed", "partial")]
+    failed = [c["stem"] for c in manifest.chapters if c["status"] == "failed"]
+    partial = [c["stem"] for c in manifest.chapters if c["status"] == "partial"]
+    manifest.status = "failed" if failed else ("interrupted" if left else ("partial" if partial else "ok"))
     try:
         write_manifest(run_dir, manifest)
     except OSError as e:

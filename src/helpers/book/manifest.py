@@ -101,14 +101,14 @@ def utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def write_manifest(run_dir: Path, manifest: dict) -> None:
+def write_manifest(run_dir: Path, manifest: "Manifest | dict") -> None:
     """Write manifest.json atomically: a temporary file in the same folder, flushed to disk, then renamed
     over the old one (a reader, or a crash, never sees half a file)."""
     from helpers.core import results
 
     run_dir = Path(run_dir)
     tmp = run_dir / f".manifest.json.{os.getpid()}.tmp"
-    data = json.dumps(manifest, indent=2, default=str)
+    data = json.dumps(manifest.to_dict() if isinstance(manifest, Manifest) else manifest, indent=2, default=str)
     try:
         with os.fdopen(results.open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
             f.write(data)
@@ -244,7 +244,7 @@ def point_latest(runs_dir: Path, run_dir: Path) -> None:
     link.symlink_to(run_dir.name)
 
 
-def new_manifest(target: Target, run_dir: Path, root: Path, steps: list[dict], only: list[str] | None) -> dict:
+def new_manifest(target: Target, run_dir: Path, root: Path, steps: list[dict], only: list[str] | None) -> Manifest:
     """The manifest of a run about to start: every chapter listed, pending or skipped."""
     recs = []
     for st in steps:
@@ -256,11 +256,10 @@ def new_manifest(target: Target, run_dir: Path, root: Path, steps: list[dict], o
             rec["error"] = {"ename": "Skipped", "evalue": "not selected for this run"
                             if only is not None and st["stem"] not in only else f"skipped by target {target.name!r}"}
         recs.append(rec)
-    return {"run_id": run_dir.name, "target": target.name, "target_description": target.description,
-            "started": utc_now(), "finished": None, "status": "running", "hardware": fingerprint(),
-            "versions": versions(root), "environment": environment_record(),
-            "plan": {**target.as_plan(), "only": only}, "sessions": [],
-            "chapters": recs}
+    return Manifest(run_id=run_dir.name, target=target.name, target_description=target.description,
+                    started=utc_now(), finished=None, status="running", hardware=fingerprint(),
+                    versions=versions(root), environment=environment_record(),
+                    plan={**target.as_plan(), "only": only}, sessions=[], chapters=recs)
 
 
 def check_writable_dir(folder: Path, what: str) -> None:
