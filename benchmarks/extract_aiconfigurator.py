@@ -217,7 +217,7 @@ def comm_rows(root: Path, system: str) -> pd.DataFrame:
 
 H200 = "h200_sxm"
 #: the fused step's product of everything that reads the normalized input: q_a + kv_a + the indexer's wk
-#: (+ weights_proj in bf16; helpers.model.step._x_projection)
+#: (+ weights_proj in bf16; helpers.model.step.x_projection)
 H200_EXTRA_GEMMS = {"x projection (fp8: q_a + kv_a + wk)": (2048 + 512 + 64 + 128, HIDDEN),
                     "x projection (bf16: q_a + kv_a + wk + weights_proj)": (2048 + 512 + 64 + 128 + 32, HIDDEN)}
 

@@ -14,7 +14,7 @@
 #   4. the GPU tests of the fused step (pytest -m gpu tests/test_fused.py tests/test_step.py tests/test_fp8.py: the fused step
 #      compiled on the GPU against the unfused one, the Triton router kernel, graphs against eager), what
 #      the budget leaves and never less than 90 s (the QUICK run's 60 s cap ended them before they printed).
-# Then it merges the sweeps (helpers.model.steptime.merge_sweeps) into $OUT/$STUDY/ (timings.csv and
+# Then it packs the sweeps (python -m helpers.model.stepstudy fused: steptime.merge_sweeps) into $OUT/$STUDY/ (timings.csv and
 # bytes.csv with a `source` column, meta.json, raw/<sweep>/, bench-<sweep>.log, pytest-gpu.log, env.txt,
 # COMMIT, README.md and register.yaml: the data/sources.yaml and data/schema.yaml entries), packs it as
 # $OUT/$STUDY.tgz and prints the figures: step ms, kernels per step, compile seconds.
@@ -79,86 +79,8 @@ timeout "$t" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_fused.py
   > "$D/pytest-gpu.log" 2>&1
 echo "gpu tests rc $? at ${SECONDS} s (cap ${t} s)"; tail -4 "$D/pytest-gpu.log"
 
-STUDY="$STUDY" D="$D" W="$W" COMMIT_SHA="$commit" DATE=$(date -u +%F) python3 - <<'PY'
-import json, os, shutil
-from pathlib import Path
-
-import pandas as pd
-
-from helpers.model import steptime
-
-study, d, w = os.environ["STUDY"], Path(os.environ["D"]), Path(os.environ["W"])
-names = ["fused-bf16", "fused-fp8", "unfused-bf16", "unfused-fp8"]
-for n in names:                                   # what each sweep wrote, as it wrote it
-    if (w / n).exists():
-        shutil.copytree(w / n, d / "raw" / n, dirs_exist_ok=True)
-try:
-    res = steptime.merge_sweeps({n: w / n for n in names}, d)
-except Exception as e:  # noqa: BLE001 - no sweep finished: the logs say why
-    print(f"merge: {type(e).__name__}: {e}")
-    raise SystemExit(0)
-for f in ("timings.csv", "bytes.csv"):
-    t = pd.read_csv(d / f)
-    t["source"] = study
-    t.to_csv(d / f, index=False)
-t, meta = res.timings, res.meta
-sweeps = meta["sweeps"]
-dev = next((m.get("device_name") for m in sweeps.values()), "unknown")
-lines = [f"# The fused decode step in bf16 and in FP8 on one {dev} ({os.environ['DATE']})", "",
-         "One tensor-parallel rank's share of GLM-5's decode step at TP8 shapes (helpers.model.step, random",
-         "weights), timed by helpers.model.steptime with its small ops fused as an engine fuses them",
-         "(helpers.model.fused, compiled by torch.compile) and, at batches 1 and 64, unfused, in bf16 and with",
-         "FP8 weights (helpers.model.fp8); the shared expert on a second CUDA stream as SGLang runs it.", "",
-         f"- **Code:** commit {os.environ['COMMIT_SHA']} (COMMIT), copied to the device as a working tree.",
-         "- **Command:** `OUT=$OUT BOOK_COMMIT=<sha> scripts/device-step-fused.sh` (the sweeps' own command lines "
-         "are in it; bench-<sweep>.log holds each one's printout).",
-         "- **Machine:** env.txt (nvidia-smi, torch, the FP8 trial's result).", "- **Sweeps:**"]
-for n in names:
-    m = sweeps.get(n)
-    if m is None:
-        lines.append(f"  - `{n}`: no timings (bench-{n}.log says why)")
-        continue
-    c = m["config"]
-    lines.append(f"  - `{n}`: {c['dtype']}, {c.get('fusion')}, compile {m.get('compile_s', 0):.1f} s in "
-                 f"{m.get('compiles', 0)} compilations, shared_overlap {c['shared_overlap']}, modes {c['modes']}, "
-                 f"components {c['components']}, experts {m.get('moe_impl')}, {m['plan']['moe_held']} distinct MoE "
-                 f"layers held ({m['plan']['needed_bytes'] / 2**30:.0f} GiB), "
-                 + (f"sweep {m['sweep_s']:.1f} s, failures {len(m.get('failures', []))}" if m.get("finished")
-                    else "INTERRUPTED (its finished points are kept)"))
-lines += ["", "Files: `timings.csv` (every sweep's rows; `dtype` and `fusion` tell them apart; microseconds;",
-          "`kernels`: kernel nodes of the captured CUDA graph),",
-          "`bytes.csv` (bytes one rank reads per component, per precision, derived, with the experts the routing",
-          "touched, measured), `meta.json` (each sweep's meta.json under `sweeps`), `raw/<sweep>/` (as written),",
-          "`pytest-gpu.log`, `env.txt`. A `source` column was added to the two CSVs; nothing else was changed."]
-(d / "README.md").write_text("\n".join(lines) + "\n")
-import yaml
-reg = steptime.register_entries(study, dev, os.environ["DATE"], os.environ["COMMIT_SHA"],
-                                f"OUT=$OUT BOOK_COMMIT={os.environ['COMMIT_SHA']} scripts/device-step-fused.sh",
-                                role="decode-step-fused")
-reg = ("# add the first entry to data/sources.yaml and the others to data/schema.yaml, then copy this folder\n"
-       f"# (less register.yaml) to data/measured/{study}/\n" + yaml.safe_dump(reg, sort_keys=False, width=110))
-(d / "register.yaml").write_text(reg)
-# the figures
-s = t[(t.what == "step") & (t.attention == "dense") & (t["mode"] == "graph")].copy()
-s["ms"] = s.median_us / 1e3
-s["variant"] = s["dtype"] + " " + s["fusion"]
-print("whole step, CUDA graphs, ms (median):")
-print(s.pivot_table(index=["context", "batch"], columns="variant", values="ms").round(2).to_string())
-print("kernels per step (CUDA graph kernel nodes):")
-print(s.pivot_table(index=["context", "batch"], columns="variant", values="kernels").to_string())
-print("compile s (fused ops, first step of each shape apart):",
-      {n: round(m.get("compile_s", 0), 1) for n, m in sweeps.items()})
-comp = t[(t["mode"] == "graph") & (t.context == 384) & t.batch.isin([1, 64]) & t.what.isin(
-    ["attention", "indexer", "moe", "shared/dense MLP", "norms and small ops", "lm_head"])]
-if len(comp):
-    print("each component alone at context 384, us:")
-    print(comp.pivot_table(index=["batch", "what"], columns=["dtype", "fusion"], values="median_us").round(1).to_string())
-b = res.bytes
-if len(b):
-    g = b[(b.attention == "dense") & (b.context == 384) & b.batch.isin([1, 64])]
-    print("GiB read per step at context 384 (emulated; checkpoint formats):")
-    print((g.groupby(["dtype", "batch"])[["bytes_emulated", "bytes_checkpoint"]].sum() / 2**30).round(2).to_string())
-print("missing sweeps:", meta["missing"])
-PY
+# the study: raw/ copies, merged CSVs with `source`, README.md draft, register.yaml, the figures
+python3 -m helpers.model.stepstudy fused --study "$STUDY" --out "$D" --work "$W" --commit "$commit" \
+  --date "$(date -u +%F)"
 tar -czf "$OUT/$STUDY.tgz" -C "$OUT" "$STUDY"   # one file: the device returns a limited number of files
 echo "done at ${SECONDS} s: $D (packed as $OUT/$STUDY.tgz)"; ls "$D"

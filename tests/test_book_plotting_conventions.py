@@ -142,7 +142,7 @@ def test_legends_hold_few_entries_outside_the_data_with_human_names():
     fig2, ax2 = plotting.figure()
     for k in range(9):
         ax2.plot(range(10), [k] * 10, label=f"series {k}")
-    plotting._legend_beside(ax2, 6)
+    plotting.legend_beside(ax2, 6)
     fig2.canvas.draw()
     leg = ax2.get_legend()
     assert leg.get_texts()[0].get_fontsize() >= 7.5

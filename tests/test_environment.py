@@ -122,10 +122,10 @@ def test_the_status_page_shows_the_environment_and_says_when_a_run_predates_it()
 
 
 def test_a_run_manifest_records_the_environment(tmp_path, monkeypatch):
-    rec = runbook._environment_record()
+    rec = runbook.environment_record()
     assert rec["python"] == sys.executable and "kind" in rec and "reason" in rec
     monkeypatch.setattr(env, "record", lambda: 1 / 0)
-    assert runbook._environment_record()["kind"] == "unknown"
+    assert runbook.environment_record()["kind"] == "unknown"
 
 
 @pytest.mark.slow

@@ -81,7 +81,7 @@ def test_the_fused_op_list_is_an_engines(mini):
     assert set(fu.components_present()) == set(un.components_present())
     # the indexer's wk is a part of the fused projection, whose weight the layer's own entry now views
     W = rm.layers[0]
-    fused_w, parts = step._x_projection(W)
+    fused_w, parts = step.x_projection(W)
     assert parts[0] == W["qkv_a"].shape[-1] and W["qkv_a"].q.untyped_storage().data_ptr() == \
         fused_w.q.untyped_storage().data_ptr()
     assert not fu.compiled      # on a CPU the fused functions run uncompiled unless asked

@@ -33,8 +33,8 @@ def test_one_row_per_target_with_a_time_that_says_where_it_comes_from():
     for name, (_, hw, time, without) in rows.items():
         assert hw and without, name
         if name in runs:
-            said = ("the published run (SITE_RUN)" if runs[name]["run_id"] == published   # its id: SITE_RUN only
-                    else f"run `{runs[name]['run_id']}`")
+            said = ("the published run (SITE_RUN)" if runs[name].run_id == published   # its id: SITE_RUN only
+                    else f"run `{runs[name].run_id}`")
             assert f"measured ({said}" in time, (name, time)
         else:
             assert f"(stated in targets/{name}.yaml)" in time or time == "not stated, no committed run", (name, time)
@@ -47,7 +47,7 @@ def test_the_time_of_a_committed_run_is_its_wall_time(tmp_path):
     run = tmp_path / "runs" / "x1"
     run.mkdir(parents=True)
     run.joinpath("manifest.json").write_text(json.dumps({
-        "run_id": "x1", "target": "recorded", "status": "ok", "started": "2026-01-01T00:00:00+00:00",
+        "run_id": "x1", "target": "recorded", "chapters": [], "status": "ok", "started": "2026-01-01T00:00:00+00:00",
         "finished": "2026-01-01T00:03:00+00:00", "hardware": {"gpu_count": 0, "gpu_names": []}}))
     rows = lambda ids: {r[0].strip("`"): r for r in rerun.rows(tmp_path, ids)}  # noqa: E731
     assert "measured" not in rows([])["recorded"][2], "a run that is not committed does not count"

@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 
 from helpers.book import resume
-from helpers.book.manifest import _now, new_manifest, write_manifest
+from helpers.book.manifest import Manifest, new_manifest, utc_now, write_manifest
 from helpers.book.planning import plan
 from helpers.book.targets import RunbookError, Target
 from helpers.core import procs, results
@@ -23,7 +23,7 @@ class RunInterrupted(KeyboardInterrupt):
     """The run was asked to stop (SIGTERM, SIGHUP): handled like Ctrl-C."""
 
 
-class _signals_interrupt:
+class signals_interrupt:
     """SIGTERM and SIGHUP raise RunInterrupted in the main thread while the run executes."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -47,7 +47,7 @@ class _signals_interrupt:
         return False
 
 
-class _stderr_to:
+class stderr_to:
     """Point this process's file descriptor 2 at `f` (restored on exit)."""
 
     def __init__(self, f):
@@ -79,7 +79,7 @@ def _end_children(grace_s: float = 5.0) -> None:
 
 
 def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = None,
-            echo=print, manifest: dict | None = None) -> dict:
+            echo=print, manifest: Manifest | None = None) -> Manifest:
     """Execute every chapter of the plan into run_dir; return the manifest. With `manifest` (a run being
     resumed), chapters already ok or skipped are kept and the others run again."""
     steps = plan(target, root, only, run_dir=run_dir)
@@ -89,10 +89,10 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
     if manifest is None:
         manifest = new_manifest(target, run_dir, root, steps, only)
     recs = resume.chapter_records(manifest, steps)
-    manifest["status"] = "running"
-    manifest["finished"] = None
-    session = {"started": _now(), "finished": None, "pid": os.getpid(), "resumed": resuming, "ran": []}
-    manifest.setdefault("sessions", []).append(session)
+    manifest.status = "running"
+    manifest.finished = None
+    session = {"started": utc_now(), "finished": None, "pid": os.getpid(), "resumed": resuming, "ran": []}
+    manifest.sessions = [*(manifest.sessions or []), session]
     save = _saver(run_dir, manifest)
     save()
     n = len(steps)
@@ -110,7 +110,7 @@ def execute(target: Target, run_dir: Path, root: Path, only: list[str] | None = 
     return _finish(manifest, session, run_dir, t_run)
 
 
-def _saver(run_dir: Path, manifest: dict):
+def _saver(run_dir: Path, manifest: Manifest):
     """save(): write the manifest; a failed write is warned about and the run goes on."""
     failed_writes = []
 
@@ -125,7 +125,7 @@ def _saver(run_dir: Path, manifest: dict):
 
 
 def _run_chapter(step: dict, rec: dict, label: str, target: Target, run_dir: Path, root: Path, echo,
-                 manifest: dict, session: dict, save) -> None:
+                 manifest: Manifest, session: dict, save) -> None:
     """Execute one chapter of the plan; its record `rec` in the manifest says how it went (saved as the
     chapter starts and as it ends). An interrupt is recorded on it and raised again."""
     from papermill.exceptions import PapermillExecutionError
@@ -134,7 +134,7 @@ def _run_chapter(step: dict, rec: dict, label: str, target: Target, run_dir: Pat
     if "run_dir" in step["declared"]:
         params["run_dir"] = str(run_dir.resolve())
     out_nb = run_dir / "notebooks" / f"{step['stem']}.ipynb"
-    rec.update(parameters=params, parameter_origins=dict(step.get("origins") or {}), status="running", started=_now(), finished=None, error=None,
+    rec.update(parameters=params, parameter_origins=dict(step.get("origins") or {}), status="running", started=utc_now(), finished=None, error=None,
                runs=rec.get("runs", 0) + 1)
     session["ran"].append(step["stem"])
     save()
@@ -176,7 +176,7 @@ def _run_chapter(step: dict, rec: dict, label: str, target: Target, run_dir: Pat
             rec["error"] = {"ename": type(exc).__name__, "evalue": str(exc)[:2000],
                             "traceback": traceback.format_exc()[-6000:]}
     rec["duration_s"] = round(time.perf_counter() - t0, 2)
-    rec["finished"] = _now()
+    rec["finished"] = utc_now()
     msg = f"{label}{' ' if label else ''}{rec['status']:<7} {rec['duration_s']:6.1f} s"
     if rec["error"]:
         msg += f"  {rec['error']['ename']}: {rec['error']['evalue'].splitlines()[0][:160] if rec['error']['evalue'] else ''}"
@@ -205,8 +205,8 @@ def _papermill(step: dict, out_nb: Path, params: dict, target: Target, run_dir: 
     the chapter's log."""
     import papermill
 
-    with results.append_text(run_dir / "logs" / f"{step['stem']}.log") as log, _stderr_to(log):
-        log.write(f"=== {_now()}: {'resumed' if rec['runs'] > 1 else 'started'} by runbook "
+    with results.append_text(run_dir / "logs" / f"{step['stem']}.log") as log, stderr_to(log):
+        log.write(f"=== {utc_now()}: {'resumed' if rec['runs'] > 1 else 'started'} by runbook "
                   f"pid {os.getpid()} ===\n")
         log.flush()
         # the kernel process inherits fd 2: its own warnings land in the chapter's log
@@ -217,7 +217,7 @@ def _papermill(step: dict, out_nb: Path, params: dict, target: Target, run_dir: 
         )
 
 
-def _interrupted(exc: KeyboardInterrupt, rec: dict, t0: float, manifest: dict, session: dict,
+def _interrupted(exc: KeyboardInterrupt, rec: dict, t0: float, manifest: Manifest, session: dict,
                  run_dir: Path) -> None:
     """The run was interrupted in this chapter: say so in its record and the manifest, and end what the
     chapter started."""
@@ -227,24 +227,24 @@ def _interrupted(exc: KeyboardInterrupt, rec: dict, t0: float, manifest: dict, s
                     "evalue": f"the run was interrupted here ({why}); continue it with "
                               f"`python -m helpers.book.runbook --resume {run_dir}`"}
     rec["duration_s"] = round(time.perf_counter() - t0, 2)
-    rec["finished"] = _now()
-    manifest["status"] = "interrupted"
-    manifest["finished"] = _now()
-    session["finished"] = _now()
+    rec["finished"] = utc_now()
+    manifest.status = "interrupted"
+    manifest.finished = utc_now()
+    session["finished"] = utc_now()
     _end_children()
 
 
-def _finish(manifest: dict, session: dict, run_dir: Path, t_run: float) -> dict:
+def _finish(manifest: Manifest, session: dict, run_dir: Path, t_run: float) -> Manifest:
     """The run's end in its manifest: durations and the overall status, written (a failure to write it
     is an error: the last write must succeed)."""
-    manifest["finished"] = _now()
-    session["finished"] = _now()
-    manifest["duration_s"] = round(sum(c.get("duration_s") or 0.0 for c in manifest["chapters"]), 2)
-    manifest["session_duration_s"] = round(time.perf_counter() - t_run, 2)
-    left = [c["stem"] for c in manifest["chapters"] if c["status"] not in ("ok", "skipped", "failed", "partial")]
-    failed = [c["stem"] for c in manifest["chapters"] if c["status"] == "failed"]
-    partial = [c["stem"] for c in manifest["chapters"] if c["status"] == "partial"]
-    manifest["status"] = "failed" if failed else ("interrupted" if left else ("partial" if partial else "ok"))
+    manifest.finished = utc_now()
+    session["finished"] = utc_now()
+    manifest.duration_s = round(sum(c.get("duration_s") or 0.0 for c in manifest.chapters), 2)
+    manifest.session_duration_s = round(time.perf_counter() - t_run, 2)
+    left = [c["stem"] for c in manifest.chapters if c["status"] not in ("ok", "skipped", "failed", "partial")]
+    failed = [c["stem"] for c in manifest.chapters if c["status"] == "failed"]
+    partial = [c["stem"] for c in manifest.chapters if c["status"] == "partial"]
+    manifest.status = "failed" if failed else ("interrupted" if left else ("partial" if partial else "ok"))
     try:
         write_manifest(run_dir, manifest)
     except OSError as e:

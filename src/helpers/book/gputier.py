@@ -81,9 +81,9 @@ def run(run_dir: Path, root: Path, timeout_s: float = 600.0, pytest_args: tuple[
     returns the record. A tier still running after `timeout_s` is stopped (its process group killed) and
     recorded as failed."""
     run_dir = Path(run_dir)
-    m = mf.read_manifest(run_dir)
+    m = mf.Manifest.load(run_dir)
     commit = str(mf.versions(root).get("book_commit") or "")
-    measured = str((m.get("versions") or {}).get("book_commit") or "")
+    measured = str((m.versions or {}).get("book_commit") or "")
     if commit and measured and commit != measured:
         raise GpuTierError(f"{run_dir}: measured at {measured}, but this checkout is at {commit}: run the GPU "
                            f"tier from the commit that measured the run (git checkout {measured.split()[0]})")
@@ -105,9 +105,9 @@ def run(run_dir: Path, root: Path, timeout_s: float = 600.0, pytest_args: tuple[
     if code == -9:
         results["failed"].append({"name": "(the tier)", "message": f"stopped after {timeout_s:.0f} s"})
     rec = record(results, commit or measured, code, started, time.monotonic() - t0)
-    m = mf.read_manifest(run_dir)
-    m["gpu_tier"] = rec
-    mf.write_manifest(run_dir, m)
+    m = mf.Manifest.load(run_dir)
+    m.gpu_tier = rec
+    m.save(run_dir)
     return rec
 
 

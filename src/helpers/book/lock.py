@@ -7,7 +7,7 @@ import socket
 import sys
 from pathlib import Path
 
-from helpers.book.manifest import _now
+from helpers.book.manifest import utc_now
 from helpers.book.targets import RunbookError
 
 LOCK_NAME = ".runbook.lock"
@@ -69,7 +69,7 @@ class RunLock:
                 self.echo(f"note: took over the stale lock of run {self.path.parent.name}: its owner, pid "
                           f"{old.get('pid', '?')} on host {old.get('host', '?')} (since {old.get('started', '?')}), "
                           f"is no longer running")
-            me = {"pid": os.getpid(), "host": socket.gethostname(), "started": _now(),
+            me = {"pid": os.getpid(), "host": socket.gethostname(), "started": utc_now(),
                   "command": " ".join(["python -m helpers.book.runbook", *sys.argv[1:]])[:300]}
             try:
                 os.ftruncate(fd, 0)

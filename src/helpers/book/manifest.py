@@ -11,6 +11,7 @@ import platform
 import re
 import socket
 import subprocess
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from helpers import __version__
@@ -88,7 +89,7 @@ def fingerprint() -> dict:
                 "logical_cpus": os.cpu_count(), "probe_error": f"{type(exc).__name__}: {exc}"}
 
 
-def _environment_record() -> dict:
+def environment_record() -> dict:
     """Which Python environment runs the book and why (helpers.book.environment); never fails the run."""
     try:
         return environment.record()
@@ -96,18 +97,18 @@ def _environment_record() -> dict:
         return {"kind": "unknown", "reason": f"the environment could not be read ({type(exc).__name__}: {exc})"}
 
 
-def _now() -> str:
+def utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def write_manifest(run_dir: Path, manifest: dict) -> None:
+def write_manifest(run_dir: Path, manifest: "Manifest | dict") -> None:
     """Write manifest.json atomically: a temporary file in the same folder, flushed to disk, then renamed
     over the old one (a reader, or a crash, never sees half a file)."""
     from helpers.core import results
 
     run_dir = Path(run_dir)
     tmp = run_dir / f".manifest.json.{os.getpid()}.tmp"
-    data = json.dumps(manifest, indent=2, default=str)
+    data = json.dumps(manifest.to_dict() if isinstance(manifest, Manifest) else manifest, indent=2, default=str)
     try:
         with os.fdopen(results.open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
             f.write(data)
@@ -134,8 +135,84 @@ def write_manifest(run_dir: Path, manifest: dict) -> None:
         pass
 
 
-def read_manifest(run_dir: Path) -> dict:
-    """A run's manifest, checked: a missing, unreadable or malformed one is refused naming the file."""
+@dataclass
+class Manifest:
+    """A run's manifest.json, typed: what the runbook writes when a run starts (new_manifest) and adds as it
+    goes. Required: run_id, target, chapters (one dict per chapter: stem, docname, status in STATUSES,
+    duration_s, parameters, ...). The others are optional, because older runs lack some of them (environment,
+    plan and sessions came later; duration_s is written when a run ends; replayed and gpu_tier by replay and
+    gputier). A key the class does not know, or a value of the wrong type, is refused naming the file."""
+
+    run_id: str
+    target: str
+    chapters: list
+    target_description: str | None = None
+    started: str | None = None
+    finished: str | None = None
+    status: str | None = None
+    hardware: dict | None = None
+    versions: dict | None = None
+    environment: dict | None = None
+    plan: dict | None = None
+    sessions: list | None = None
+    duration_s: float | None = None
+    session_duration_s: float | None = None
+    replayed: dict | None = None
+    gpu_tier: dict | None = None
+
+    #: written even where None (a running run has "finished": null); the other optional keys only when set
+    ALWAYS = ("run_id", "target", "target_description", "started", "finished", "status", "hardware", "versions",
+              "chapters")
+
+    @classmethod
+    def from_dict(cls, m, where: Path | str) -> "Manifest":
+        """The manifest a mapping read from `where` holds; refused (RunbookError naming `where`) where keys
+        are missing or unknown or a value has the wrong type."""
+        bad = _manifest_problems(m)
+        if bad:
+            raise RunbookError(f"{where}: not a valid run manifest: " + "; ".join(bad[:5]))
+        return cls(**m)
+
+    @classmethod
+    def load(cls, run_dir: Path) -> "Manifest":
+        """`run_dir`'s manifest.json, checked (read_manifest's refusals)."""
+        return cls.from_dict(_read_json(run_dir), Path(run_dir) / "manifest.json")
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name in self.ALWAYS or getattr(self, f.name) is not None}
+
+    def save(self, run_dir: Path) -> None:
+        """Write it as `run_dir`/manifest.json, atomically (write_manifest)."""
+        write_manifest(run_dir, self.to_dict())
+
+
+_TYPES = {"str": str, "list": list, "dict": dict, "float": (int, float)}
+
+
+def _manifest_problems(m) -> list[str]:
+    """What in a mapping read from manifest.json departs from Manifest (an empty list: nothing)."""
+    if not isinstance(m, dict):
+        return [f"the top level is a {type(m).__name__}, not a mapping"]
+    known = {f.name: f for f in fields(Manifest)}
+    bad = [f"unknown key `{k}` (a manifest holds {', '.join(known)})" for k in m if k not in known]
+    for k, f in known.items():
+        kind = str(f.type).split(" ")[0]           # "str | None" -> str
+        if k in ("run_id", "target", "chapters") and k not in m:
+            bad.append(f"`{k}` should be a {kind}, got nothing (the key is missing)")
+        elif k in m and not isinstance(m[k], _TYPES[kind]) and not (m[k] is None and f.default is None):
+            bad.append(f"`{k}` should be a {kind}, got {m[k]!r:.60}")
+    for i, c in enumerate(m["chapters"] if isinstance(m.get("chapters"), list) else []):
+        if not isinstance(c, dict) or not isinstance(c.get("stem"), str) or not isinstance(c.get("docname"), str):
+            bad.append(f"chapter entry {i} lacks its stem or docname: {str(c)[:80]}")
+        elif c.get("status") not in STATUSES:
+            bad.append(f"chapter {c['stem']}: status {c.get('status')!r} is not one of {STATUSES}")
+        elif not isinstance(c.get("duration_s", 0), (int, float)):
+            bad.append(f"chapter {c['stem']}: duration_s {c.get('duration_s')!r} is not a number")
+    return bad
+
+
+def _read_json(run_dir: Path):
     path = Path(run_dir) / "manifest.json"
     if not Path(run_dir).is_dir():
         raise RunbookError(f"{run_dir} is not a run directory (no such folder); runs are made by "
@@ -144,30 +221,20 @@ def read_manifest(run_dir: Path) -> dict:
         raise RunbookError(f"{run_dir} is not a run directory (no manifest.json); "
                            f"runs are made by `python -m helpers.book.runbook --target NAME`")
     try:
-        m = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise RunbookError(f"{path}: not a readable run manifest ({type(e).__name__}: {e}); it may have been cut "
                            f"short or edited by hand: restore it from the run's copy, or make the run again") from None
-    bad = []
-    if not isinstance(m, dict):
-        bad.append(f"the top level is a {type(m).__name__}, not a mapping")
-    else:
-        for k, t in (("run_id", str), ("target", str), ("chapters", list)):
-            if not isinstance(m.get(k), t):
-                bad.append(f"`{k}` should be a {t.__name__}, got {m.get(k)!r:.60}")
-        for i, c in enumerate(m.get("chapters") or [] if isinstance(m.get("chapters"), list) else []):
-            if not isinstance(c, dict) or not isinstance(c.get("stem"), str) or not isinstance(c.get("docname"), str):
-                bad.append(f"chapter entry {i} lacks its stem or docname: {str(c)[:80]}")
-            elif c.get("status") not in STATUSES:
-                bad.append(f"chapter {c['stem']}: status {c.get('status')!r} is not one of {STATUSES}")
-            elif not isinstance(c.get("duration_s", 0), (int, float)):
-                bad.append(f"chapter {c['stem']}: duration_s {c.get('duration_s')!r} is not a number")
-    if bad:
-        raise RunbookError(f"{path}: not a valid run manifest: " + "; ".join(bad[:5]))
-    return m
 
 
-def _point_latest(runs_dir: Path, run_dir: Path) -> None:
+def read_manifest(run_dir: Path) -> dict:
+    """A run's manifest as a plain mapping, checked as Manifest.load checks it: a missing, unreadable or
+    malformed one (unknown or missing keys, wrong types) is refused naming the file. Readers move to
+    Manifest.load; this stays for those that still read by key."""
+    return Manifest.load(run_dir).to_dict()
+
+
+def point_latest(runs_dir: Path, run_dir: Path) -> None:
     link = runs_dir / "latest"
     if link.is_symlink():
         link.unlink()
@@ -177,7 +244,7 @@ def _point_latest(runs_dir: Path, run_dir: Path) -> None:
     link.symlink_to(run_dir.name)
 
 
-def new_manifest(target: Target, run_dir: Path, root: Path, steps: list[dict], only: list[str] | None) -> dict:
+def new_manifest(target: Target, run_dir: Path, root: Path, steps: list[dict], only: list[str] | None) -> Manifest:
     """The manifest of a run about to start: every chapter listed, pending or skipped."""
     recs = []
     for st in steps:
@@ -189,11 +256,10 @@ def new_manifest(target: Target, run_dir: Path, root: Path, steps: list[dict], o
             rec["error"] = {"ename": "Skipped", "evalue": "not selected for this run"
                             if only is not None and st["stem"] not in only else f"skipped by target {target.name!r}"}
         recs.append(rec)
-    return {"run_id": run_dir.name, "target": target.name, "target_description": target.description,
-            "started": _now(), "finished": None, "status": "running", "hardware": fingerprint(),
-            "versions": versions(root), "environment": _environment_record(),
-            "plan": {**target.as_plan(), "only": only}, "sessions": [],
-            "chapters": recs}
+    return Manifest(run_id=run_dir.name, target=target.name, target_description=target.description,
+                    started=utc_now(), finished=None, status="running", hardware=fingerprint(),
+                    versions=versions(root), environment=environment_record(),
+                    plan={**target.as_plan(), "only": only}, sessions=[], chapters=recs)
 
 
 def check_writable_dir(folder: Path, what: str) -> None:
@@ -224,7 +290,7 @@ def check_writable_dir(folder: Path, what: str) -> None:
         raise RunbookError(f"{what} {folder} cannot be written ({probe}: {why}); {fix}") from None
 
 
-def _run_dir_arg(text: str, runs_dir: Path, what: str) -> Path:
+def run_dir_arg(text: str, runs_dir: Path, what: str) -> Path:
     def exists(path: Path) -> bool:
         try:
             return path.exists()

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from helpers.book.lock import RunLock
-from helpers.book.manifest import _now, read_manifest, versions, write_manifest
+from helpers.book.manifest import utc_now, read_manifest, versions, write_manifest
 from helpers.book.planning import ALWAYS, chapters, declared_parameters, stem
 from helpers.book import precheck
 from helpers.book.targets import RunbookError
@@ -123,7 +123,7 @@ def changed_measurements(before: dict[str, str], after: dict[str, str]) -> list[
 
 def replay(run_dir: Path, root: Path, allow_dirty: bool = False, echo=print) -> dict:
     """Replay `run_dir` (see the module's docstring); return its manifest with the `replayed` entry."""
-    from helpers.book.execution import _stderr_to   # the runbook's own way of logging a chapter's stderr
+    from helpers.book.execution import stderr_to   # the runbook's own way of logging a chapter's stderr
 
     run_dir = Path(run_dir).resolve()
     manifest, steps, vers, kept = plan(run_dir, root, allow_dirty)
@@ -136,11 +136,11 @@ def replay(run_dir: Path, root: Path, allow_dirty: bool = False, echo=print) -> 
                 shutil.copytree(run_dir / "results", saved, symlinks=True)
             out = Path(tmp) / "notebooks"
             out.mkdir()
-            started, failed = _now(), []
+            started, failed = utc_now(), []
             for k in kept:
                 echo(f"        {k['stem']:<24} kept: {k['why']}")
             for i, st in enumerate(steps, 1):
-                err = _execute(st, out, run_dir, root, _stderr_to)
+                err = _execute(st, out, run_dir, root, stderr_to)
                 echo(f"[{i:>2}/{len(steps)}] {st['stem']:<24} {st['parameters'].get('mode', ''):<9} "
                      f"{'ok' if err is None else 'failed: ' + err}")
                 if err is not None:
@@ -172,7 +172,7 @@ def _execute(st: dict, out: Path, run_dir: Path, root: Path, stderr_to) -> str |
     (run_dir / "logs").mkdir(exist_ok=True)
     try:
         with results.append_text(run_dir / "logs" / f"{st['stem']}.log") as log, stderr_to(log):
-            log.write(f"=== {_now()}: replayed by runbook --replay (mode {params.get('mode')}) ===\n")
+            log.write(f"=== {utc_now()}: replayed by runbook --replay (mode {params.get('mode')}) ===\n")
             log.flush()
             papermill.execute_notebook(str(st["notebook"]), str(out / f"{st['stem']}.ipynb"), parameters=params,
                                        kernel_name="python3", progress_bar=False, log_output=False, stdout_file=log,
@@ -195,7 +195,7 @@ def _entry(manifest: dict, steps: list[dict], vers: dict, kept: list[dict], star
     commit = str(vers.get("book_commit") or "unrecorded")
     prev = manifest.get("replayed")
     entry = {"book_commit": commit, "clean": bool(vers.get("book_commit")) and not commit.endswith("+dirty")
-             and "BOOK_COMMIT" not in commit, "started": started, "finished": _now(),
+             and "BOOK_COMMIT" not in commit, "started": started, "finished": utc_now(),
              "chapters": [st["stem"] for st in steps],
              "modes": {st["stem"]: st["parameters"].get("mode") for st in steps if "mode" in st["parameters"]},
              "kept": {k["stem"]: k["why"] for k in kept},

@@ -16,7 +16,6 @@ description states, labelled as such, or says that it states none.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 
 from helpers import repo_root
+from helpers.book.manifest import Manifest
 from helpers.book.planning import chapters, declared_parameters, stem
 from helpers.book.targets import known_targets, load_target
 
@@ -103,33 +103,32 @@ def _tracked_manifests(root: Path) -> list[Path]:
     return [root / f for f in sorted(p.stdout.split("\0")) if re.fullmatch(r"runs/[^/]+/manifest\.json", f)]
 
 
-def committed_runs(root: Path, run_ids: list[str] | None = None) -> dict[str, dict]:
+def committed_runs(root: Path, run_ids: list[str] | None = None) -> dict[str, Manifest]:
     """The newest committed run of each target whose status is ok: target -> manifest. The committed runs
-    are those git tracks, or `run_ids` where the caller has listed them."""
-    out: dict[str, dict] = {}
+    are those git tracks, or `run_ids` where the caller has listed them (one not there is left out; a
+    manifest that is there but not valid is refused naming it, Manifest.load)."""
+    out: dict[str, Manifest] = {}
     paths = _tracked_manifests(root) if run_ids is None else [root / "runs" / i / "manifest.json" for i in run_ids]
     for p in paths:
-        try:
-            m = json.loads(p.read_text())
-        except (OSError, ValueError):
+        if not p.is_file():
             continue
-        if m.get("status") != "ok" or not m.get("finished") or not m.get("started"):
+        m = Manifest.load(p.parent)
+        if m.status != "ok" or not m.finished or not m.started:
             continue
-        t = m.get("target")
-        if t not in out or m["started"] > out[t]["started"]:
-            out[t] = m
+        if m.target not in out or m.started > out[m.target].started:
+            out[m.target] = m
     return out
 
 
-def run_time(m: dict, published: str | None = None) -> str:
+def run_time(m: Manifest, published: str | None = None) -> str:
     """How long the target's newest committed run took, and on what; the published run is named by its role
     (SITE_RUN is the one place its id is written), any other by its id."""
-    hw = m.get("hardware") or {}
+    hw = m.hardware or {}
     names = hw.get("gpu_names") or []
     machine = f"{hw.get('gpu_count') or len(names)} x {names[0]}" if names and len(set(names)) == 1 else (
         ", ".join(names) or "no GPU")
-    wall = (datetime.fromisoformat(m["finished"]) - datetime.fromisoformat(m["started"])).total_seconds()
-    which = "the published run (SITE_RUN)" if m["run_id"] == published else f"run `{m['run_id']}`"
+    wall = (datetime.fromisoformat(m.finished) - datetime.fromisoformat(m.started)).total_seconds()
+    which = "the published run (SITE_RUN)" if m.run_id == published else f"run `{m.run_id}`"
     return f"{_minutes(wall)}, measured ({which} on {machine})"
 
 

@@ -47,11 +47,11 @@ from pathlib import Path
 from helpers import repo_root
 from helpers.core import procs
 from helpers.book import replay, resume
-from helpers.book.execution import RunInterrupted, _signals_interrupt, execute
+from helpers.book.execution import RunInterrupted, signals_interrupt, execute
 from helpers.book.lock import LOCK_NAME, RunLock
-from helpers.book.manifest import (RESERVED_RUN_IDS, RUN_ID, STATUSES, _environment_record, _point_latest, _run_dir_arg,
-                                   check_run_id, check_writable_dir, commit_provenance, fingerprint, new_manifest,
-                                   read_manifest, versions, write_manifest)
+from helpers.book.manifest import (RESERVED_RUN_IDS, RUN_ID, STATUSES, Manifest, environment_record, point_latest,
+                                   run_dir_arg, check_run_id, check_writable_dir, commit_provenance, fingerprint,
+                                   new_manifest, read_manifest, versions, write_manifest)
 from helpers.book.planning import (ALWAYS, chapters, declared_parameters, parse_chapters, plan, stem, toc_entries,
                                    unmet_requirements)
 from helpers.book.staging import stage, status_page
@@ -59,8 +59,8 @@ from helpers.book.targets import (MAX_EXECUTION_TIMEOUT_S, MAX_TARGET_BYTES, TAR
                                   apply_overrides, known_targets, load_target, load_yaml, target_path)
 
 #: the names other code imports from the runbook (they live in the modules of its jobs)
-__all__ = ["ALWAYS", "LOCK_NAME", "MAX_EXECUTION_TIMEOUT_S", "MAX_TARGET_BYTES", "RESERVED_RUN_IDS", "RUN_ID",
-           "STATUSES", "TARGETS_DIR", "RunInterrupted", "RunLock", "RunbookError", "Target", "_environment_record",
+__all__ = ["ALWAYS", "LOCK_NAME", "Manifest", "MAX_EXECUTION_TIMEOUT_S", "MAX_TARGET_BYTES", "RESERVED_RUN_IDS", "RUN_ID",
+           "STATUSES", "TARGETS_DIR", "RunInterrupted", "RunLock", "RunbookError", "Target", "environment_record",
            "apply_overrides", "build", "chapters", "check_run_id", "check_writable_dir", "commit_provenance",
            "declared_parameters", "execute", "fingerprint", "known_targets", "load_target", "load_yaml", "main",
            "new_manifest", "parse_chapters", "plan", "read_manifest", "repo_root", "stage", "status_page", "stem",
@@ -150,12 +150,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         _refuse_unused(args)
         if args.render:
-            run_dir = _run_dir_arg(args.render, runs_dir, "--render")
+            run_dir = run_dir_arg(args.render, runs_dir, "--render")
             read_manifest(run_dir)
             build(run_dir, root, strict=not args.no_strict, out_dir=out_dir)
             return 0
         if args.replay:
-            run_dir = _run_dir_arg(args.replay, runs_dir, "--replay")
+            run_dir = run_dir_arg(args.replay, runs_dir, "--replay")
             replay.replay(run_dir, root, allow_dirty=args.allow_dirty)
             print(f"replayed {run_dir.name}: results/ kept its measurements; notebooks/ and manifest.json rewritten")
             if not args.no_build:
@@ -229,7 +229,7 @@ def _start(args, runs_dir: Path, root: Path) -> tuple[Target, list[str] | None, 
         raise RunbookError(str(results.write_error(run_dir, e, "could not be made"))) from None
     lock = RunLock(run_dir).acquire()
     try:
-        _point_latest(runs_dir, run_dir)
+        point_latest(runs_dir, run_dir)
     except BaseException:   # the run cannot start: its lock goes
         lock.release()
         raise
@@ -238,24 +238,24 @@ def _start(args, runs_dir: Path, root: Path) -> tuple[Target, list[str] | None, 
 
 
 def _execute_and_build(args, target: Target, run_dir: Path, root: Path, only: list[str] | None,
-                       manifest: dict | None, out_dir: Path | None) -> int:
+                       manifest: Manifest | None, out_dir: Path | None) -> int:
     """Execute the run (a new one, or what is left of a resumed one), then build the site unless
     --no-build; the exit status: 0 ok or partial, 1 a chapter failed, 130 Ctrl-C, 143 SIGTERM or SIGHUP."""
     try:
-        with _signals_interrupt():
+        with signals_interrupt():
             manifest = execute(target, run_dir, root, only, manifest=manifest)
     except KeyboardInterrupt as exc:
         print(f"\ninterrupted ({str(exc) or 'Ctrl-C'}): the manifest says which chapters finished; continue with "
               f"python -m helpers.book.runbook --resume {run_dir}", file=sys.stderr)
         return 130 if not isinstance(exc, RunInterrupted) else 143
-    print(f"executed in {manifest['duration_s']:.1f} s: status {manifest['status']}")
+    print(f"executed in {manifest.duration_s:.1f} s: status {manifest.status}")
     if not args.no_build:
         build(run_dir, root, strict=not args.no_strict, out_dir=out_dir)
-    if manifest["status"] == "partial":
-        print(f"partial: {', '.join(c['stem'] for c in manifest['chapters'] if c['status'] == 'partial')} "
+    if manifest.status == "partial":
+        print(f"partial: {', '.join(c['stem'] for c in manifest.chapters if c['status'] == 'partial')} "
               f"stopped short of the plan before the cell's time limit (the manifest says what is left); "
               f"resume with python -m helpers.book.runbook --resume {run_dir}")
-    return 0 if manifest["status"] in ("ok", "partial") else 1
+    return 0 if manifest.status in ("ok", "partial") else 1
 
 
 if __name__ == "__main__":

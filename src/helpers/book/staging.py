@@ -15,7 +15,7 @@ executed or built it reaches the page.
 
 The executed notebooks in the run folder are never changed: this works on the staged copy. `stage` lays
 out the whole buildable book from a run: the repository's pages, the run's chapters cleaned so, a page
-saying so for each chapter that did not finish (`_problem_page`), and the status page made from the
+saying so for each chapter that did not finish (`problem_page`), and the status page made from the
 run's manifest (`status_page`).
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ import yaml
 
 from helpers.book.manifest import read_manifest
 from helpers.book.planning import stem, toc_entries
-from helpers.book.statuspage import _problem_page, status_page  # noqa: F401 (status_page: runbook imports it here)
+from helpers.book.statuspage import problem_page, status_page  # noqa: F401 (status_page: runbook imports it here)
 from helpers.book.targets import TARGETS_DIR
 from helpers.core import tables
 
@@ -500,7 +500,7 @@ def stage(run_dir: Path, root: Path, stage_dir: Path) -> Path:
                 rec = rec or {"stem": stem(doc), "status": "skipped", "duration_s": 0.0,
                               "error": {"ename": "Skipped", "evalue": "not part of this run"}}
                 (stage_dir / f"{doc}.md").write_text(public_text(
-                    _problem_page(titles[stem(doc)], rec, manifest), ctx))
+                    problem_page(titles[stem(doc)], rec, manifest), ctx))
         elif src_md.exists():
             shutil.copy(src_md, stage_dir / f"{doc}.md")
     # pages that cite a chapter's values: a run made before a value existed shows "not in this run" there

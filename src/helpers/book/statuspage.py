@@ -1,7 +1,7 @@
 """The pages a run's status makes (helpers.book.staging lays them into the staged book): the status page
 (`status_page`: what ran, from which commit, on what, how long each chapter took, with what parameters;
 its summary first and the long parts folded) and the page standing in for a chapter that did not finish
-(`_problem_page`)."""
+(`problem_page`)."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,7 @@ def _fence(text: str) -> str:
     return "````text\n" + text.replace("````", "'''") + "\n````"
 
 
-def _problem_page(title: str, rec: dict, manifest: dict) -> str:
+def problem_page(title: str, rec: dict, manifest: dict) -> str:
     err = rec.get("error") or {}
     if rec["status"] == "skipped":
         head = f"This chapter was **skipped** in run `{manifest['run_id']}` ({err.get('evalue', '')})."

@@ -363,7 +363,7 @@ def as_image(fig, dpi: int | None = None):
 # interconnect helpers make them: copy sweeps (helpers.interconnect.copies), tidy collective sweeps and
 # fidelity comparisons carrying their method columns (helpers.interconnect.method).
 
-_COPY_HARNESS_STYLE = {"eager": "-", "graph": "--", "queued": ":"}
+COPY_HARNESS_STYLE = {"eager": "-", "graph": "--", "queued": ":"}
 
 
 def bytes_label(x: float) -> str:
@@ -485,7 +485,7 @@ def p2p_figure(recorded_codes, here_codes, here_label: str):
 # The decode-step chapter's and the diagnosis's figures, drawn from the tables helpers.chapters.decode_step and
 # helpers.chapters.diagnosis make. Their legends stand beside the axes, never over the data.
 
-def _legend_beside(ax, fontsize: float = 8) -> None:
+def legend_beside(ax, fontsize: float = 8) -> None:
     """The axes' legend beside the data (at most MAX_ENTRIES entries), or below it in two columns when
     the figure has more series than that; never over the data, never in type smaller than 7.5 pt."""
     n = len([lab for lab in ax.get_legend_handles_labels()[1] if lab and not lab.startswith("_")])

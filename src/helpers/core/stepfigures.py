@@ -9,7 +9,7 @@ import textwrap
 import numpy as np
 from matplotlib.ticker import FuncFormatter
 
-from helpers.core.plotting import (CYCLE, PART_COLORS, _legend_beside, figure, figure_legend, kind_color,
+from helpers.core.plotting import (CYCLE, PART_COLORS, legend_beside, figure, figure_legend, kind_color,
                                    size_sweep)
 
 
@@ -33,7 +33,7 @@ def step_time_figure(steps):
                 label=f"{ctx} tokens, {'CUDA graphs' if mode == 'graph' else 'eager'}")
     _batch_axis(ax)
     ax.set_ylabel("time per decode step (ms)")
-    _legend_beside(ax)
+    legend_beside(ax)
     return fig
 
 
@@ -56,7 +56,7 @@ def stacked_step_figure(bars, observed=None, observed_label: str = ""):
     ax.set_xticks(x, [str(b) for b in bars.index])
     ax.set_xlabel("sequences decoding together (batch)")
     ax.set_ylabel("time per decode step (ms)")
-    _legend_beside(ax)
+    legend_beside(ax)
     return fig
 
 
@@ -80,7 +80,7 @@ def mapping_figure(points, curves, points_label: str):
     ax.set_yscale("log")
     ax.set_xlabel("message size")
     ax.set_ylabel("time (µs)")
-    _legend_beside(ax)
+    legend_beside(ax)
     return fig
 
 
@@ -100,7 +100,7 @@ def whatif_figure(lines, observed):
     ax.set_yscale("log")
     ax.set_xlabel("aggregate output tokens/s")
     ax.set_ylabel("tokens/s per stream")
-    _legend_beside(ax)
+    legend_beside(ax)
     return fig
 
 

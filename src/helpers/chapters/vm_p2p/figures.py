@@ -4,7 +4,7 @@ helpers.interconnect, so the base layer need not import it."""
 from __future__ import annotations
 
 from helpers.core.legends import MAX_ENTRIES, MIN_FONTSIZE, legend_outside
-from helpers.core.plotting import _COPY_HARNESS_STYLE, CYCLE, PALETTE, figure, size_sweep
+from helpers.core.plotting import COPY_HARNESS_STYLE, CYCLE, PALETTE, figure, size_sweep
 from helpers.interconnect.copies import PATHS
 from helpers.interconnect.method import Method
 
@@ -34,11 +34,11 @@ def copy_figure(copy_sweep, recorded, fit=None, what: str = "time_us", harnesses
             hi = g[what.replace("time_us", "time_us_p90")] if what == "time_us" else None
             color = CYCLE[list(PATHS).index(path) % len(CYCLE)]
             size_sweep(ax, g["size_bytes"], g[what], "_nolegend_", lower=lo, upper=hi, color=color,
-                       ls=_COPY_HARNESS_STYLE.get(harness, "-"))
+                       ls=COPY_HARNESS_STYLE.get(harness, "-"))
             name = f"{PATH_NAMES.get(path, path.replace('_', ' '))} (measured)"
             if name not in [n for n, _ in entries]:
                 entries.append((name, {"color": color, "ls": "-", "marker": "o", "ms": 3.5}))
-        styles = [(HARNESS_NAMES.get(h, h), {"color": "0.35", "ls": _COPY_HARNESS_STYLE.get(h, "-")})
+        styles = [(HARNESS_NAMES.get(h, h), {"color": "0.35", "ls": COPY_HARNESS_STYLE.get(h, "-")})
                   for h in copy_sweep.harness.drop_duplicates()]
     else:
         styles = []

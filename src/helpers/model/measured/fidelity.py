@@ -16,7 +16,7 @@ from .studies import TP, MeasuredBudgetError, StepMeasurement, gpu_bandwidth, sp
 def _gemm_ops(m: ma.ModelConfig, fusion: str = "unfused", precision: str = "bf16") -> list[tuple]:
     """(op name in helpers.model.step, layers it runs in, n, k, precision group, step weight names). The fused
     path's q_a + kv_a product also carries the indexer's wk and, where it is held in the same format (not
-    in fp8), its weights_proj (helpers.model.step._x_projection): n and the weights grow by theirs."""
+    in fp8), its weights_proj (helpers.model.step.x_projection): n and the weights grow by theirs."""
     sh = stp.shard_sizes(m, TP)
     h = m.hidden
     xn, xw = m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim, ["qkv_a"]

@@ -27,7 +27,7 @@ cycles them over the model's MoE positions (the dense layers are held as they ar
 cache, so weights are still read from memory, not from a cache.
 
 Every op belongs to one component (`COMPONENTS`); `DecodeStep.run(components=...)` runs only some of
-them, which is how steptime.py times each component alone. `component_bytes` says what each component
+them, which is how step.timing times each component alone. `component_bytes` says what each component
 reads per step, in the emulated precision and in the checkpoint's.
 
 Precisions (`PRECISIONS`): "bf16" (the default), "fp32" (the CPU correctness reference) and "fp8": the
@@ -50,7 +50,9 @@ the overlap hides.
 The package, by job: `shapes` (the vocabulary, one rank's shapes and sharding), `precision` (what "fp8"
 holds in FP8 and its bytes), `build` (one rank's model and the memory plan), `ops`, `program_unfused`,
 `program_fused` and `decode` (the DecodeStep and its two programs), `accounting` (bytes per component) and
-`checks` (the sharded and FP8 correctness checks). Every name callers use is here: `step.X`.
+`checks` (the sharded and FP8 correctness checks), `timing` (one step timed, whole and per component:
+steptime's sweep and the two-rank check both use it). Every name callers use is here: `step.X`
+(the timing names through helpers.model.steptime).
 """
 from __future__ import annotations
 
@@ -64,7 +66,7 @@ from .checks import (FP8_CHECK_VARIANTS, FP8_PRODUCT_TOLERANCE, FP8_TOLERANCE, F
                      LogitCheck, compare_logits, fp8_check, fp8_product_errors, fp8_sharding_check, run_sharded,
                      sharding_check, shift_scales, unsharded_logits)
 from .decode import DecodeStep
-from .ops import MOE_IMPLS, Op, _x_projection, grouped_mm, grouped_mm_loop, rmsnorm, rope
+from .ops import MOE_IMPLS, Op, x_projection, grouped_mm, grouped_mm_loop, rmsnorm, rope
 from .precision import check_precision, held_in_fp8, stored_bytes
 from .shapes import (ATTENTION_MODES, BYTES, COMPONENTS, DTYPES, DUAL_STREAM_TOKEN_THRESHOLD, FP8_WEIGHTS, FUSIONS,
                      PRECISIONS, SHARED_OVERLAP, Shard, StepError, StepMemoryError, WSpec, attention_specs,
@@ -83,7 +85,7 @@ __all__ = [
     "shard_model", "MemoryPlan", "GPU_RESERVE_BYTES", "plan_memory", "cpu_check_bytes", "cpu_memory_rule",
     "reserve_for", "device_free_bytes", "build_rank",
     # the step
-    "_x_projection", "Op", "rmsnorm", "rope", "MOE_IMPLS", "grouped_mm", "grouped_mm_loop", "DecodeStep",
+    "x_projection", "Op", "rmsnorm", "rope", "MOE_IMPLS", "grouped_mm", "grouped_mm_loop", "DecodeStep",
     # byte accounting
     "component_bytes",
     # correctness checks

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from .. import arith as ma
-from .build import _check_shape_args
+from .build import check_shape_args
 from .precision import check_precision, stored_bytes
 from .shapes import BYTES, COMPONENTS, attention_specs, head_specs, local_shape, mlp_specs
 
@@ -17,7 +17,7 @@ def component_bytes(m: ma.ModelConfig, tp: int, batch: int, context: int, distin
     per output column for FP8_WEIGHTS, 2 for the rest, see stored_bytes) and in the checkpoint's formats from
     the model file (`bytes_checkpoint`, derived; NVFP4 at 4.5 bits a value plus per-tensor scales as in
     helpers.model.arith). Activations are left out (at decode they are a few MiB at most)."""
-    _check_shape_args(batch, context)
+    check_shape_args(batch, context)
     check_precision(dtype)
     nb = BYTES[dtype]
 

@@ -99,7 +99,7 @@ def check_inputs(m: ma.ModelConfig, tp: int, precision: str, batch: int, context
     if m.moe_layers and m.moe_intermediate % tp:
         raise StepError(f"tp = {tp} does not divide the routed experts' intermediate size {m.moe_intermediate} "
                         f"of {m.name} (each expert is split across the ranks); use a TP degree that divides it")
-    _check_shape_args(batch, context)
+    check_shape_args(batch, context)
     lim = context_limit(m)
     if lim is not None and context > lim:
         raise StepError(f"context = {context} tokens is beyond {m.name}'s limit of {lim} "
@@ -108,7 +108,7 @@ def check_inputs(m: ma.ModelConfig, tp: int, precision: str, batch: int, context
     del sh
 
 
-def _check_shape_args(batch_max: int, context_max: int) -> None:
+def check_shape_args(batch_max: int, context_max: int) -> None:
     for name, v in (("batch", batch_max), ("context", context_max)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise StepError(f"{name} = {v!r}: expected a positive integer")
@@ -130,7 +130,7 @@ def build_full(m: ma.ModelConfig, batch_max: int, context_max: int, dtype: str =
                moe_held: int | None = None) -> RankModel:
     """The unsharded model (tp = 1) on the CPU, every weight drawn from `seed`: the reference the sharded
     step is checked against (`shard_model` cuts the same weights into ranks)."""
-    _check_shape_args(batch_max, context_max)
+    check_shape_args(batch_max, context_max)
     check_precision(dtype, m)
     if dtype != "fp32":
         return convert_model(build_full(m, batch_max, context_max, "fp32", seed, moe_held), dtype)

@@ -17,6 +17,7 @@ from .. import fp8
 from .build import RankModel, build_full, convert_model, shard_model
 from .decode import DecodeStep
 from .shapes import FP8_WEIGHTS, StepError
+from .timing import time_point
 
 @dataclass(frozen=True)
 class LogitCheck:
@@ -112,10 +113,9 @@ def _rank_main(rank: int, world: int, init_file: str, out_dir: str, model_key: s
             st.run()
             out[name] = st.logits().float().clone()
             if timing and name == variants[0][0]:
-                from .. import steptime
                 dist.barrier()
-                out["timing"] = steptime.time_point(st, graphs=False, repeats=timing, warmup=1,
-                                                    components=True, barrier=dist.barrier)
+                out["timing"] = time_point(st, graphs=False, repeats=timing, warmup=1, components=True,
+                                           barrier=dist.barrier)
         if rank == 0:
             torch.save(out, Path(out_dir) / "rank0.pt")
         dist.barrier()
@@ -170,7 +170,7 @@ def sharding_check(model_key: str, batch: int, context: int, tp: int = 2, timing
                    ) -> tuple[pd.DataFrame, list[dict]]:
     """The sharded step over `tp` gloo processes against the unsharded one, split rightly and with
     NAIVE_GATE_UP: one row per variant ('right', 'naive gate_up') with the LogitCheck fields and `ok`, and
-    rank 0's eager timings of the right split (steptime.time_point rows, collectives included)."""
+    rank 0's eager timings of the right split (step.timing.time_point rows, collectives included)."""
     ref = unsharded_logits(ma.load_model(model_key), batch, context)
     ranks = run_sharded(model_key, tp, batch, context, variants=[("right", None), ("naive gate_up", NAIVE_GATE_UP)],
                         timing_repeats=timing_repeats)

@@ -13,8 +13,8 @@ import torch
 from .. import fp8
 from .. import fused as fz
 from .. import moe_triton
-from .build import RankModel, _check_shape_args
-from .ops import MOE_IMPLS, _QUANTIZED, grouped_mm, grouped_mm_loop
+from .build import RankModel, check_shape_args
+from .ops import MOE_IMPLS, QUANTIZED, grouped_mm, grouped_mm_loop
 from .program_fused import FusedProgram
 from .program_unfused import UnfusedProgram
 from .shapes import (ATTENTION_MODES, COMPONENTS, DTYPES, DUAL_STREAM_TOKEN_THRESHOLD, FUSIONS, SHARED_OVERLAP,
@@ -34,7 +34,7 @@ class DecodeStep(UnfusedProgram, FusedProgram):
 
     def __init__(self, rm: RankModel, batch: int, context: int, group=None, attention: str = "dense", seed: int = 1,
                  moe_impl: str = "auto", shared_overlap: str = "auto", fusion: str = "fused", compile: str = "auto"):
-        _check_shape_args(batch, context)
+        check_shape_args(batch, context)
         if fusion not in FUSIONS:
             raise StepError(f"fusion {fusion!r}: expected one of {FUSIONS}")
         if compile not in fz.COMPILE:
@@ -132,7 +132,7 @@ class DecodeStep(UnfusedProgram, FusedProgram):
         """The op quantizing S.<src> per row, where one of `weights` (its consumers) is held in FP8."""
         if any(isinstance(w, fp8.QWeight) for w in weights):
             S = self.S
-            add(f"quantize {_QUANTIZED[src]} (fp8)", component,
+            add(f"quantize {QUANTIZED[src]} (fp8)", component,
                 lambda: setattr(S, src + "_q", fp8.quantize_rows(getattr(S, src))), stream)
 
     # ---- the overlap's stream events (no kernels)

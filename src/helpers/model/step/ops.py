@@ -11,7 +11,7 @@ import torch
 
 from .. import fp8
 
-#: id of a layer's qkv_a values -> (a weak reference to them, _x_projection's result); dropped with them
+#: id of a layer's qkv_a values -> (a weak reference to them, x_projection's result); dropped with them
 _X_PROJ: dict[int, tuple] = {}
 
 
@@ -19,7 +19,7 @@ def _plain(w) -> torch.Tensor:
     return w.q if isinstance(w, fp8.QWeight) else w
 
 
-def _x_projection(W: dict) -> tuple:
+def x_projection(W: dict) -> tuple:
     """The products that read a layer's normalized input x as one weight, as an engine fuses them: q_a + kv_a
     (qkv_a), the indexer's wk and, where it is held in the same format, its weights_proj (bf16: all three;
     fp8: the first two, weights_proj stays bf16). Returns (fused weight, widths of its parts). The layer's
@@ -100,5 +100,5 @@ def grouped_mm_loop(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> tor
 
 
 #: what each activation quantized for an FP8 product is called in op names
-_QUANTIZED = {"x": "input", "qc": "q_a", "o": "attention output", "x2": "MLP input", "da": "dense activation",
+QUANTIZED = {"x": "input", "qc": "q_a", "o": "attention output", "x2": "MLP input", "da": "dense activation",
               "sa": "shared activation", "ga": "expert activation"}

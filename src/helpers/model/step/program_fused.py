@@ -6,7 +6,7 @@ import torch
 
 from .. import fp8
 from .. import fused as fz
-from .ops import Op, _x_projection
+from .ops import Op, x_projection
 from .shapes import Shard
 
 
@@ -80,7 +80,7 @@ class FusedProgram:
             S.h, x, q = norm(S.h, *S.res, W["ln1"], 1e-5, qx)
             self._set_q("x", x, q)
         add("input norm", "norms and small ops", ln1)
-        fused_w, parts = _x_projection(W)
+        fused_w, parts = x_projection(W)
         n1 = parts[0]
         # the FP8 step's weights_proj, a product of its own: on the second stream with the overlap
         wp_alt = m.has_indexer and len(parts) < 3 and self._weights_proj_fused(add, W)
