@@ -1,5 +1,7 @@
 """Capacity search: ramp then bisection, on planted pass/fail and on a stand-in server whose latency rises
 past a known concurrency; resumable from its points file."""
+import math
+
 import pytest
 
 from helpers.serving.capacity import search
@@ -78,3 +80,19 @@ def test_capacity_on_standin_with_known_knee():
             return run_spec(srv.url, "standin", LoadSpec(Workload(8, 4), ClosedLoop(c), num_requests=c, slo=slo))[0]
         out = search(measure, 1, 0.9, limit=16, time_limit_s=60)
     assert out["capacity"] == 3 and out["first_failed"] == 4
+
+
+def test_the_search_finds_where_a_planted_service_level_breaks_every_point_kept():
+    """Folded from tests/test_serving_load.py: every request inside the SLO up to 37 users, few above; ramp
+    1, 2, 4 ... 64, then bisection to 37, every point measured kept."""
+    m, calls = planted(37)
+    out = search(m, 1, 0.9, limit=256)
+    assert out["capacity"] == 37 and out["first_failed"] == 38 and out["complete"]
+    assert calls[:7] == [1, 2, 4, 8, 16, 32, 64] and len(calls) <= 16
+    assert sorted(calls) == [p["load"] for p in out["points"]]
+    assert {"load": 64, "good_share": 0.5, "passed": False} in out["points"]
+    never, _ = planted(0)
+    assert math.isnan(search(never, 1, 0.9, limit=256)["capacity"])
+    always, _ = planted(10 ** 6)
+    top = search(always, 1, 0.9, limit=8)
+    assert top["capacity"] == 8 and top["hit_limit"]

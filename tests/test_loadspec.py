@@ -83,3 +83,37 @@ def test_search_with_slo_accepted():
     spec = LoadSpec(W, OpenLoop(2.0, 0.5, max_concurrency=8), num_requests=10, slo=SLO.parse("ttft:1000 tps:30"),
                     search=True)
     assert spec.slo.min_tokens_per_s == 30 and spec.load.max_concurrency == 8
+
+
+# ------------------------------------------------------------------ folded from tests/test_serving_load.py
+# (helpers.serving.load, a second description of the same load, was removed; its assertions that still apply)
+
+def test_the_drawn_schedule_sends_its_rate_and_the_shortfall_is_flagged():
+    t = arrival_schedule(OpenLoop(4.0, 1.0), 20000, seed=11)
+    assert achieved_rate(t) == pytest.approx(4.0, rel=0.03)
+    assert not rate_short(4.0, 3.9) and rate_short(4.0, 3.0)
+
+
+def test_goodput_counts_only_requests_inside_every_slo_with_a_speed_floor():
+    slo = SLO.parse("ttft:1000, tpot:50 speed:25")      # commas or spaces; speed is tokens/s per user
+    assert slo.min_tokens_per_s == 25
+    reqs = [_req(500, 2000, 65),             # tpot 23.4 ms, speed 42.7 tokens/s: good
+            _req(1500, 2500, 65),            # ttft over 1 s
+            _req(500, 4500, 65),             # tpot 62.5 ms, speed 16: over both
+            _req(200, 1000, 65, ok=False),   # failed
+            _req(900, 3100, 65)]             # tpot 34.4 ms, speed 29: good
+    g = goodput(reqs, slo, duration_s=10.0)
+    assert (g["requests"], g["good_requests"]) == (5, 2) and g["good_share"] == pytest.approx(0.4)
+    assert g["good_tokens_per_s"] == pytest.approx(130 / 10.0)
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: OpenLoop(0), r"rate \(requests/s\) = 0"),
+    (lambda: OpenLoop(-2.0), r"rate \(requests/s\) = -2.0"),
+    (lambda: SLO.parse("latency:5"), "'latency' is unknown"),
+    (lambda: SLO.parse("ttft:500 ttft:600"), "given twice"),
+    (lambda: goodput([_req(1, 2, 2)], SLO(), 1.0), "goodput needs at least one SLO"),
+])
+def test_each_bad_input_names_itself(make, words):
+    with pytest.raises(LoadSpecError, match=words):
+        make()

@@ -21,7 +21,7 @@ import numpy as np
 from .client import BenchmarkError, RequestResult, Workload
 
 SLO_METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2e_ms", "e2e": "e2e_ms",
-               "tps": "min_tokens_per_s"}
+               "tps": "min_tokens_per_s", "speed": "min_tokens_per_s"}   # speed: GuideLLM's and AIPerf's word
 
 
 class LoadSpecError(BenchmarkError):
@@ -89,6 +89,8 @@ class SLO:
                                     f"e.g. 'ttft:500 tpot:50' (milliseconds; tps in tokens/s)")
             if name.lower() not in SLO_METRICS:
                 raise LoadSpecError(f"SLO metric {name!r} is unknown: use one of {sorted(SLO_METRICS)}")
+            if SLO_METRICS[name.lower()] in kw:
+                raise LoadSpecError(f"SLO metric {name!r} is given twice in {str(text)[:80]!r}: give each once")
             try:
                 kw[SLO_METRICS[name.lower()]] = float(value)
             except ValueError:
@@ -117,6 +119,8 @@ def meets(r: RequestResult, slo: SLO) -> bool:
 def goodput(results: Sequence[RequestResult], slo: SLO, duration_s: float) -> dict:
     """Share of requests meeting all SLOs, good requests/s and good output tokens/s over the point's span."""
     _positive("goodput duration_s", duration_s)
+    if slo.empty:
+        raise LoadSpecError("goodput needs at least one SLO: give e.g. SLO.parse('ttft:1000 tpot:50 tps:20')")
     good = [r for r in results if meets(r, slo)]
     n = len(results)
     return {"requests": n, "good_requests": len(good), "good_share": len(good) / n if n else float("nan"),
