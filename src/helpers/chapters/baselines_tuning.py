@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from helpers.chapters import serving_load
 from helpers.chapters._serving import ENGINE, MODE, SGLANG, SWEEP, TINY, baseline_time, recorded_serving, short_why
 from helpers.core import params, recorded
 from helpers.core.recorded import value
@@ -27,9 +28,10 @@ PARAMS = {**MODE, "server_url": params.string(), "served_model": params.string()
           **TINY, **SWEEP, "workloads": serving_live.workloads_param(),
           "variants": params.depends(serving_live.names_param("server variant"), ("engine", "mode", "server_url"),
                                      serving_live.names_rule("variants", serving_live.VARIANTS, server_url=True)),
-          "variant_workloads": params.choice("first", "all")}
+          "variant_workloads": params.choice("first", "all"), **serving_load.PARAMS}
 #: the least time the live sweep these values plan takes in its cell (the runbook refuses a plan over the limit)
-PLAN_TIME = baseline_time
+def PLAN_TIME(v: dict) -> "params.Estimate | None":  # noqa: N802 - the runbook's name for it
+    return serving_load.plan_time(v, baseline_time(v))
 
 
 #: the concurrency of the recorded saturated figures (the sweeps' top point)

@@ -7,6 +7,7 @@ ITL per token beside ITL per chunk, TPOT std and p95, and the arrival schedule i
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import numpy as np
@@ -93,33 +94,62 @@ def run_spec(base_url: str, model: str, spec: LoadSpec, tokenizer=None, chat: bo
 
 def rate_sweep(base_url: str, model: str, workload, points: int = 4, slo=None, requests_per_point: int = 16,
                max_concurrency_probe: int = 16, burstiness: float = 1.0, seed: int = 0,
-               time_limit_s: float = 600.0, chat: bool = False) -> list[dict]:
+               time_limit_s: float = 600.0, chat: bool = False, points_file=None) -> list[dict]:
     """Open-loop rates from one-at-a-time to the measured maximum throughput (geometric steps).
 
     The ends are measured first: the request rate with one request in flight (closed loop, concurrency 1)
     and with `max_concurrency_probe` in flight; `points` rates between them run open loop with seeded
-    Poisson/gamma arrivals. Each row says which kind it is (`sweep_role`). Stops at the time limit."""
+    Poisson/gamma arrivals. Each row says which kind it is (`sweep_role`). Stops at the time limit. With
+    `points_file` (JSON lines) every finished point is appended at once and a rerun measures only the points
+    not there. A point that raises (a server that fell over) is kept as failed with its error."""
     from .loadspec import SLO, LoadSpecError
 
     if isinstance(points, bool) or not isinstance(points, int) or points < 2:
         raise LoadSpecError(f"rate sweep points = {points}: expected 2 or more (the two ends)")
     slo = slo or SLO()
     deadline = time.monotonic() + time_limit_s
+    done = _read_points(points_file)
+
+    def point(key, spec, role):
+        if key in done:
+            return done[key]
+        try:
+            row, _ = run_spec(base_url, model, spec, chat=chat)
+        except Exception as e:  # noqa: BLE001 - the point ends as failed; the rows measured stay
+            row = {"failed_point": f"{type(e).__name__}: {e}"[:300], "request_throughput": float("nan")}
+        row = {**row, "sweep_role": role, "key": key}
+        if points_file:
+            with open(points_file, "a") as f:
+                f.write(json.dumps(row, default=str) + "\n")
+        done[key] = row
+        return row
+
     rows = []
     for role, c in (("one-at-a-time", 1), ("max-throughput", max_concurrency_probe)):
         spec = LoadSpec(workload, ClosedLoop(c), num_requests=max(4, min(requests_per_point, 2 * c)), slo=slo,
                         seed=seed, time_limit_s=time_limit_s)
-        row, _ = run_spec(base_url, model, spec, chat=chat)
-        rows.append({**row, "sweep_role": role})
+        rows.append(point(role, spec, role))
     lo, hi = rows[0]["request_throughput"], rows[1]["request_throughput"]
     if not (lo > 0 and hi > 0):
         return rows
     for r in np.geomspace(lo, max(hi, lo), points):
-        if time.monotonic() >= deadline:
+        key = f"open {r:.6g}"
+        if key not in done and time.monotonic() >= deadline:
             rows.append({"sweep_role": "open", "request_rate": float(r), "skipped": "time limit"})
             continue
         spec = LoadSpec(workload, OpenLoop(float(r), burstiness), num_requests=requests_per_point, slo=slo,
                         seed=seed, time_limit_s=max(1.0, deadline - time.monotonic()))
-        row, _ = run_spec(base_url, model, spec, chat=chat)
-        rows.append({**row, "sweep_role": "open"})
+        rows.append(point(key, spec, "open"))
     return rows
+
+
+def _read_points(points_file) -> dict:
+    from pathlib import Path
+
+    out = {}
+    if points_file and Path(points_file).exists():
+        for line in Path(points_file).read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                out[row["key"]] = row
+    return out
