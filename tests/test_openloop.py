@@ -102,3 +102,24 @@ def test_standin_takes_a_burst_of_connections_while_its_accept_thread_is_busy():
             c.close()
         srv.httpd.server_close()
     assert connected == 32
+
+
+def test_rate_sweep_resumes_from_its_points_and_keeps_a_failed_point(tmp_path):
+    from helpers.serving.openloop import rate_sweep
+
+    f = tmp_path / "rate.jsonl"
+    kw = dict(points=2, slo=SLO.parse("ttft:500"), requests_per_point=4, max_concurrency_probe=4, time_limit_s=30,
+              points_file=f)
+    with StandIn(ttft_s=0.01, interval_s=0.004) as srv:
+        url = srv.url
+        first = rate_sweep(url, "standin", Workload(8, 4), **kw)
+    assert len(f.read_text().splitlines()) == 4 and all(r.get("completed") == 4 for r in first)
+    # the server is gone: a rerun measures nothing (every point is in the file) and returns the same rows
+    again = rate_sweep(url, "standin", Workload(8, 4), **kw)
+    assert [r["key"] for r in again] == [r["key"] for r in first]
+    assert [r["request_throughput"] for r in again] == pytest.approx([r["request_throughput"] for r in first])
+    # a point not yet measured against the dead server ends as failed, and the rows before it stay
+    more = rate_sweep(url, "standin", Workload(8, 4), **{**kw, "points": 3})
+    new = [r for r in more if r["key"] not in {x["key"] for x in first}]
+    assert new and all(r.get("failed_point") or r.get("failed", 0) > 0 for r in new)
+    assert len(f.read_text().splitlines()) == 4 + len(new)

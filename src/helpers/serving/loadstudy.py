@@ -56,7 +56,8 @@ def load_study(P: dict, run: layout.Run) -> dict | None:
     """Run the study (see the module docstring); saves load_study.json and returns it."""
     if P.get("load_modes", "off") == "off":
         return None
-    slo, wl = SLO.parse(P["slo"]), cl.Workload.parse(P["workloads"][0])
+    w0 = P["workloads"][0]   # validated parameters hold Workloads; a plain dict may hold "IN/OUT" text
+    slo, wl = SLO.parse(P["slo"]), w0 if isinstance(w0, cl.Workload) else cl.Workload.parse(w0)
     top = min(MAX_CONCURRENCY, max(P["concurrencies"]))
     t0, total = time.monotonic(), budget_s(P)
     out = {"slo": P["slo"], "slo_share": P["slo_share"], "workload": wl.name, "burstiness": P["burstiness"],
