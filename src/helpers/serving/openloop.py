@@ -125,14 +125,17 @@ def rate_sweep(base_url: str, model: str, workload, points: int = 4, slo=None, r
         return row
 
     rows = []
-    for role, c in (("one-at-a-time", 1), ("max-throughput", max_concurrency_probe)):
-        spec = LoadSpec(workload, ClosedLoop(c), num_requests=max(4, min(requests_per_point, 2 * c)), slo=slo,
-                        seed=seed, time_limit_s=time_limit_s)
+    # the max-throughput probe sends two waves at least: one wave of c requests measures latency, not throughput
+    for role, c, n in (("one-at-a-time", 1, max(4, min(requests_per_point, 2))),
+                       ("max-throughput", max_concurrency_probe, max(4, requests_per_point, 2 * max_concurrency_probe))):
+        spec = LoadSpec(workload, ClosedLoop(c), num_requests=n, slo=slo, seed=seed, time_limit_s=time_limit_s)
         rows.append(point(role, spec, role))
     lo, hi = rows[0]["request_throughput"], rows[1]["request_throughput"]
     if not (lo > 0 and hi > 0):
         return rows
-    for r in np.geomspace(lo, max(hi, lo), points):
+    if hi <= lo:   # said on the row: the rates below then collapse onto one-at-a-time's (a loaded machine)
+        rows[1] = {**rows[1], "probe_below_one_at_a_time": True}
+    for r in sorted(set(np.geomspace(lo, max(hi, lo), points).round(6))):
         key = f"open {r:.6g}"
         if key not in done and time.monotonic() >= deadline:
             rows.append({"sweep_role": "open", "request_rate": float(r), "skipped": "time limit"})
