@@ -58,6 +58,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._event({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": n + 4}})
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):   # the client hung up mid-stream: its choice, not an error
+            self.close_connection = True
         finally:
             with srv.lock:
                 srv.in_flight -= 1
