@@ -53,7 +53,8 @@ def status(study: dict | None, live: bool) -> str:
     """Why the load study did or did not run here (one phrase)."""
     if study is None:
         return ("not run here: load_modes is 'off' (the default target keeps its time; the cpu-demo and GPU "
-                "targets run it)") if live else "not run here: the chapter's sweep does not run live on this machine"
+                "targets run it)") if live else ("not run here: the chapter's sweep does not run live on this machine (the load study runs "
+                     "with it: the cpu-demo and GPU targets)")
     if study.get("failed"):
         return f"run, and ended early: {study['failed'][:200]}"
     return f"measured on this machine in {study['study_s']:.0f} s"
