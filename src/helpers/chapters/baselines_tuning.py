@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from helpers.chapters import serving_load
 from helpers.chapters._serving import ENGINE, MODE, SGLANG, SWEEP, TINY, baseline_time, recorded_serving, short_why
 from helpers.core import params, recorded
 from helpers.core.recorded import value
@@ -27,9 +28,10 @@ PARAMS = {**MODE, "server_url": params.string(), "served_model": params.string()
           **TINY, **SWEEP, "workloads": serving_live.workloads_param(),
           "variants": params.depends(serving_live.names_param("server variant"), ("engine", "mode", "server_url"),
                                      serving_live.names_rule("variants", serving_live.VARIANTS, server_url=True)),
-          "variant_workloads": params.choice("first", "all")}
+          "variant_workloads": params.choice("first", "all"), **serving_load.PARAMS}
 #: the least time the live sweep these values plan takes in its cell (the runbook refuses a plan over the limit)
-PLAN_TIME = baseline_time
+def PLAN_TIME(v: dict) -> "params.Estimate | None":  # noqa: N802 - the runbook's name for it
+    return serving_load.plan_time(v, baseline_time(v))
 
 
 #: the concurrency of the recorded saturated figures (the sweeps' top point)
@@ -396,3 +398,23 @@ def disagreement_view(df: pd.DataFrame) -> pd.DataFrame:
     if "about" in out:
         out["about"] = ["yes" if str(a).lower() in ("true", "1") else "no" for a in out["about"]]
     return out
+
+
+@dataclass(frozen=True)
+class LoadFacts:
+    """The load study's figures section 4 cites (measured, or derived from its points; helpers.chapters.serving_load
+    chooses each phrase; 'n/a' where the study did not run)."""
+    ld_slo: str             # the SLOs the study judged at, as given (`slo`)
+    ld_share: str           # the share of requests that must meet them (`slo_share`), in %
+    ld_cap_c: str           # capacity over concurrency (measured, with how the search ended)
+    ld_cap_r: str           # capacity over request rate (measured)
+    ld_short_points: str    # open-loop points more than 10 % short of their drawn rate, "k of n"
+    ld_points: str          # open-loop points measured
+    ld_ovh_1: str           # the client's overhead per request at concurrency 1 (measured on the stand-in)
+    ld_ovh_16: str          # the same at 16
+    ld_max_rate: str        # the max-throughput probe's request rate (measured, closed loop)
+    ld_one_rate: str        # one request at a time's request rate (measured)
+
+
+def load_facts(study: dict | None) -> LoadFacts:
+    return LoadFacts(**serving_load.facts(study))

@@ -1,0 +1,85 @@
+"""Capacity at a service level: the highest load (concurrency or request rate) at which a stated share of
+requests meets the SLO, found by a ramp (doubling) then bisection, with the points it rests on.
+
+    search(measure, start, good_share, limit, integer=True, points_file=None, time_limit_s=...)
+
+`measure(x)` runs one point at load x and returns its row (with `good_share`, from openloop.run_spec).
+Each measured point is appended to `points_file` (JSON lines) as it ends; a rerun reads them back and does
+not measure those loads again (resumable like the other sweeps). The search stops at the time limit and
+says so (complete False). A point that raises ends as failed (good_share 0) and keeps the rows measured.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Callable
+
+from .loadspec import LoadSpecError
+
+
+def _load(points_file) -> dict:
+    out = {}
+    if points_file and Path(points_file).exists():
+        for line in Path(points_file).read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                out[row["load"]] = row
+    return out
+
+
+def search(measure: Callable[[float], dict], start: float, good_share: float, limit: float,
+           integer: bool = True, rel_tol: float = 0.1, points_file=None, time_limit_s: float = 600.0) -> dict:
+    """Ramp from `start` doubling up to `limit` until a point fails, then bisect; see the module docstring."""
+    if not (start > 0 and limit >= start):
+        raise LoadSpecError(f"capacity search start = {start}, limit = {limit}: expected 0 < start <= limit")
+    if not 0 < good_share <= 1:
+        raise LoadSpecError(f"capacity search good_share = {good_share}: expected a share in (0, 1]")
+    points = _load(points_file)
+    deadline = time.monotonic() + time_limit_s
+
+    def ok_at(x) -> bool | None:
+        key = int(x) if integer else round(float(x), 6)
+        if key not in points:
+            if time.monotonic() >= deadline:
+                return None
+            try:
+                row = dict(measure(key))
+            except Exception as e:  # noqa: BLE001 - a server that falls over ends the point as failed
+                row = {"good_share": 0.0, "error": f"{type(e).__name__}: {e}"[:500]}
+            row["load"] = key
+            row["passed"] = bool(row.get("good_share", 0.0) >= good_share)
+            points[key] = row
+            if points_file:
+                with open(points_file, "a") as f:
+                    f.write(json.dumps(row, default=str) + "\n")
+        return points[key]["passed"]
+
+    passed, failed, x, complete = None, None, start, True
+    while True:  # ramp
+        r = ok_at(x)
+        if r is None:
+            complete = False
+            break
+        if not r:
+            failed = x
+            break
+        passed = x
+        if x >= limit:
+            break
+        x = min(limit, x * 2)
+    while complete and passed is not None and failed is not None:  # bisect
+        if (integer and failed - passed <= 1) or (not integer and failed - passed <= rel_tol * passed):
+            break
+        mid = (passed + failed) // 2 if integer else (passed + failed) / 2
+        r = ok_at(mid)
+        if r is None:
+            complete = False
+        elif r:
+            passed = mid
+        else:
+            failed = mid
+    rows = [points[k] for k in sorted(points)]
+    return {"capacity": passed if passed is not None else math.nan, "first_failed": failed,
+            "complete": complete, "hit_limit": failed is None and passed == limit, "points": rows}

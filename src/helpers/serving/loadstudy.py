@@ -1,0 +1,110 @@
+"""Chapter 03's load study (issue 38): against one server, an open-loop request-rate sweep from one request at
+a time to the measured maximum throughput, goodput at the chapter's SLOs per point, capacity at those SLOs
+(the highest concurrency and the highest request rate holding `slo_share` of requests inside them, with the
+points each rests on), and the client's own overhead measured against the stand-in server.
+
+    study = load_study(P, run)      # None where P["load_modes"] is "off"
+
+Every part is bounded by `load_time_s` and by the notebook cell's budget (helpers.serving.sweep.time_left),
+resumes from its JSON-lines points files, and keeps a point whose server fell over as failed. The server is
+launched here (or the given one is used) and stopped when the study ends, whatever happened.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+from helpers.core import layout
+from . import client as cl, live, sweep
+from .capacity import search
+from .loadspec import SLO, ClosedLoop, LoadSpec, OpenLoop
+from .openloop import rate_sweep, run_spec
+from .overhead import client_overhead
+
+#: shares of the study's time: the rate sweep, then the concurrency search, then the rate search (the rest)
+SHARES = (0.4, 0.3)
+#: the largest concurrency the study probes or searches (a cap on the chapter's concurrencies)
+MAX_CONCURRENCY = 64
+
+
+@contextmanager
+def _server(P: dict, run: layout.Run):
+    """(base_url, model, tokenizer) of the given server, or of one launched for the study (stopped after)."""
+    if P["server_url"]:
+        yield P["server_url"], P["served_model"] or cl.served_model(P["server_url"]), None
+        return
+    from .experiments import _sglang_base, _tiny, with_health
+
+    if P["engine"] == "transformers":
+        model_dir, _ = _tiny(P)
+        spec, model = live.transformers_spec(model_dir, "batched", P["device"]), str(model_dir)
+    else:
+        base, env, fs, _ = _sglang_base(P)
+        spec, model = live.sglang_spec(base, env, fs, "cuda-graph"), base.served_model_name or P["model_path"]
+    spec = with_health(P, spec)
+    with live.Server(spec, run.path("logs") / f"load-{spec.name}.log", startup_timeout_s=P["startup_timeout_s"]):
+        yield spec.base_url, model, None
+
+
+def budget_s(P: dict) -> float:
+    """The study's time: `load_time_s`, or less where the cell's budget has less left."""
+    left = sweep.time_left()
+    return max(0.0, min(float(P["load_time_s"]), left if left is not None else float("inf")))
+
+
+def load_study(P: dict, run: layout.Run) -> dict | None:
+    """Run the study (see the module docstring); saves load_study.json and returns it."""
+    if P.get("load_modes", "off") == "off":
+        return None
+    w0 = P["workloads"][0]   # validated parameters hold Workloads; a plain dict may hold "IN/OUT" text
+    slo, wl = SLO.parse(P["slo"]), w0 if isinstance(w0, cl.Workload) else cl.Workload.parse(w0)
+    top = min(MAX_CONCURRENCY, max(P["concurrencies"]))
+    t0, total = time.monotonic(), budget_s(P)
+    out = {"slo": P["slo"], "slo_share": P["slo_share"], "workload": wl.name, "burstiness": P["burstiness"],
+           "requests_per_point": P["load_requests"], "time_limit_s": total}
+    try:
+        with _server(P, run) as (url, model, _):
+            out["rate_sweep"] = rate_sweep(
+                url, model, wl, points=P["rate_points"], slo=slo, requests_per_point=P["load_requests"],
+                max_concurrency_probe=top, burstiness=P["burstiness"], time_limit_s=SHARES[0] * total,
+                points_file=run.path("rate_rows"))
+            out["capacity_concurrency"] = _search_concurrency(url, model, wl, slo, P, top, run, SHARES[1] * total)
+            ends = [r.get("request_throughput") for r in out["rate_sweep"][:2]]
+            left = max(0.0, total - (time.monotonic() - t0) - 10.0)   # 10 s kept for the overhead rows
+            out["capacity_rate"] = _search_rate(url, model, wl, slo, P, ends, run, left)
+    except Exception as e:  # noqa: BLE001 - a server that would not start or fell over: the rows kept say so
+        out["failed"] = f"{type(e).__name__}: {e}"[:400]
+    out["client_overhead"] = client_overhead((1, 4, 16), tokens=32, per_concurrency=2)
+    out["study_s"] = time.monotonic() - t0
+    run.save("load_study", out)
+    return out
+
+
+def _search_concurrency(url, model, wl, slo, P, top, run, limit_s) -> dict:
+    def measure(c):
+        spec = LoadSpec(wl, ClosedLoop(int(c)), num_requests=max(int(c), P["load_requests"]), slo=slo,
+                        time_limit_s=P["request_timeout_s"])
+        return _slim(run_spec(url, model, spec)[0])
+    return search(measure, 1, P["slo_share"], limit=top, points_file=run.path("capacity_concurrency"),
+                  time_limit_s=limit_s)
+
+
+def _search_rate(url, model, wl, slo, P, ends, run, limit_s) -> dict:
+    lo, hi = ends
+    if not (lo and hi and lo > 0 and hi > 0):
+        return {"capacity": float("nan"), "complete": False, "points": [], "first_failed": None,
+                "hit_limit": False, "why": "the rate sweep's ends were not measured"}
+
+    def measure(r):
+        spec = LoadSpec(wl, OpenLoop(float(r), P["burstiness"]), num_requests=P["load_requests"], slo=slo,
+                        time_limit_s=P["request_timeout_s"])
+        return _slim(run_spec(url, model, spec)[0])
+    return search(measure, lo / 2, P["slo_share"], limit=2 * max(lo, hi), integer=False, rel_tol=0.15,
+                  points_file=run.path("capacity_rate"), time_limit_s=limit_s)
+
+
+def _slim(row: dict) -> dict:
+    """A point's row without its arrival schedule (kept in the rate sweep's rows only)."""
+    return {k: v for k, v in row.items() if k != "schedule_s"}
+
+

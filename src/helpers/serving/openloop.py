@@ -1,0 +1,158 @@
+"""Open-loop points and goodput on a LoadSpec: requests start on a seeded schedule, not when one ends.
+
+run_spec(base_url, model, spec) -> (row, results): the existing summary (client.summarize) plus the nominal
+and achieved request rate (flagged when short by more than loadspec.RATE_SHORTFALL), goodput at spec.slo,
+ITL per token beside ITL per chunk, TPOT std and p95, and the arrival schedule itself (saved with the row).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import numpy as np
+
+from .client import Deadlines, RequestResult, make_prompts, run_requests, run_sync, summarize
+from .client import _one  # the closed-loop path's single request, reused unchanged
+from .loadspec import (RATE_SHORTFALL, ClosedLoop, LoadSpec, OpenLoop, achieved_rate, goodput, rate_short,
+                       tpot_s)
+
+
+async def run_open(base_url: str, model: str, prompts, max_tokens: int, load: OpenLoop, schedule,
+                   timeout_s: float = 600.0, chat: bool = False) -> tuple[list[RequestResult], float]:
+    """Start prompt i at schedule[i] seconds (at most load.max_concurrency in flight); (results, duration_s)."""
+    from openai import AsyncOpenAI
+
+    d = Deadlines.from_timeout(timeout_s)
+    client = AsyncOpenAI(base_url=base_url.rstrip("/") + "/v1", api_key="none", max_retries=0, timeout=d.total_s)
+    sem = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
+    t_origin = time.perf_counter()
+
+    async def at(p, t):
+        await asyncio.sleep(max(0.0, t - (time.perf_counter() - t_origin)))
+        if sem is None:
+            return await _one(client, model, p, max_tokens, t_origin, d, chat)
+        async with sem:
+            return await _one(client, model, p, max_tokens, t_origin, d, chat)
+
+    try:
+        results = await asyncio.gather(*(at(p, float(t)) for p, t in zip(prompts, schedule)))
+    finally:
+        await client.close()
+    return list(results), time.perf_counter() - t_origin
+
+
+def extra_stats(results) -> dict:
+    """ITL per token (a chunk carrying k tokens counts k gaps of ITL/k), multi-token chunks, TPOT std and p95."""
+    ok = [r for r in results if r.ok]
+    per_token, multi = [], 0
+    for r in ok:
+        chunks = len(r.itl_s) + 1 if r.ttft_s == r.ttft_s else 0
+        k = r.output_tokens / chunks if chunks else 1.0
+        multi += k > 1.0 + 1e-9
+        per_token += [x / k for x in r.itl_s]
+    tp = np.asarray([tpot_s(r) for r in ok], dtype=float) * 1e3
+    tp = tp[np.isfinite(tp)]
+    itl = np.asarray([x for r in ok for x in r.itl_s], dtype=float) * 1e3
+    pt = np.asarray(per_token, dtype=float) * 1e3
+    nan = float("nan")
+    return {"multi_token_chunk_requests": int(multi),
+            "median_itl_per_token_ms": float(np.median(pt)) if len(pt) else nan,
+            "std_itl_ms": float(itl.std()) if len(itl) else nan,
+            "p95_itl_ms": float(np.percentile(itl, 95)) if len(itl) else nan,
+            "std_tpot_ms": float(tp.std()) if len(tp) else nan,
+            "p95_tpot_ms": float(np.percentile(tp, 95)) if len(tp) else nan}
+
+
+def run_spec(base_url: str, model: str, spec: LoadSpec, tokenizer=None, chat: bool = False) -> tuple[dict, list]:
+    """One point of `spec` (closed or open loop): its row and its per-request results."""
+    w = spec.workload
+    prompts = make_prompts(spec.num_requests, w.input_len, tokenizer, spec.seed)
+    row = {"workload": w.name, "input_len": w.input_len, "output_len": w.output_len, "num_requests": spec.num_requests,
+           "seed": spec.seed}
+    if isinstance(spec.load, ClosedLoop):
+        results, dur = run_sync(run_requests(base_url, model, prompts, w.output_len, spec.load.concurrency,
+                                             spec.time_limit_s, chat))
+        row.update(mode="closed", concurrency=spec.load.concurrency)
+    else:
+        sched = spec.schedule()
+        results, dur = run_sync(run_open(base_url, model, prompts, w.output_len, spec.load, sched,
+                                         spec.time_limit_s, chat))
+        ach, drawn = achieved_rate([r.start_s for r in results]), achieved_rate(sched)
+        # flagged against the drawn schedule's rate: with few requests a seeded draw itself departs from the
+        # nominal rate (CV of the mean gap ~ 1/sqrt(n burstiness)); the flag is for a client that fell behind
+        row.update(mode="open", request_rate=spec.load.rate, burstiness=spec.load.burstiness,
+                   max_concurrency=spec.load.max_concurrency, scheduled_rate=drawn, achieved_rate=ach,
+                   rate_short=rate_short(drawn, ach), rate_margin=RATE_SHORTFALL,
+                   schedule_s=[round(float(t), 6) for t in sched])
+    row.update(summarize(results, dur))
+    row.update(extra_stats(results))
+    if not spec.slo.empty:
+        row.update(goodput(results, spec.slo, dur) if dur > 0 else {})
+    return row, results
+
+
+def rate_sweep(base_url: str, model: str, workload, points: int = 4, slo=None, requests_per_point: int = 16,
+               max_concurrency_probe: int = 16, burstiness: float = 1.0, seed: int = 0,
+               time_limit_s: float = 600.0, chat: bool = False, points_file=None) -> list[dict]:
+    """Open-loop rates from one-at-a-time to the measured maximum throughput (geometric steps).
+
+    The ends are measured first: the request rate with one request in flight (closed loop, concurrency 1)
+    and with `max_concurrency_probe` in flight; `points` rates between them run open loop with seeded
+    Poisson/gamma arrivals. Each row says which kind it is (`sweep_role`). Stops at the time limit. With
+    `points_file` (JSON lines) every finished point is appended at once and a rerun measures only the points
+    not there. A point that raises (a server that fell over) is kept as failed with its error."""
+    from .loadspec import SLO, LoadSpecError
+
+    if isinstance(points, bool) or not isinstance(points, int) or points < 2:
+        raise LoadSpecError(f"rate sweep points = {points}: expected 2 or more (the two ends)")
+    slo = slo or SLO()
+    deadline = time.monotonic() + time_limit_s
+    done = _read_points(points_file)
+
+    def point(key, spec, role):
+        if key in done:
+            return done[key]
+        try:
+            row, _ = run_spec(base_url, model, spec, chat=chat)
+        except Exception as e:  # noqa: BLE001 - the point ends as failed; the rows measured stay
+            row = {"failed_point": f"{type(e).__name__}: {e}"[:300], "request_throughput": float("nan")}
+        row = {**row, "sweep_role": role, "key": key}
+        if points_file:
+            with open(points_file, "a") as f:
+                f.write(json.dumps(row, default=str) + "\n")
+        done[key] = row
+        return row
+
+    rows = []
+    # the max-throughput probe sends two waves at least: one wave of c requests measures latency, not throughput
+    for role, c, n in (("one-at-a-time", 1, max(4, min(requests_per_point, 2))),
+                       ("max-throughput", max_concurrency_probe, max(4, requests_per_point, 2 * max_concurrency_probe))):
+        spec = LoadSpec(workload, ClosedLoop(c), num_requests=n, slo=slo, seed=seed, time_limit_s=time_limit_s)
+        rows.append(point(role, spec, role))
+    lo, hi = rows[0]["request_throughput"], rows[1]["request_throughput"]
+    if not (lo > 0 and hi > 0):
+        return rows
+    if hi <= lo:   # said on the row: the rates below then collapse onto one-at-a-time's (a loaded machine)
+        rows[1] = {**rows[1], "probe_below_one_at_a_time": True}
+    for r in sorted(set(np.geomspace(lo, max(hi, lo), points).round(6))):
+        key = f"open {r:.6g}"
+        if key not in done and time.monotonic() >= deadline:
+            rows.append({"sweep_role": "open", "request_rate": float(r), "skipped": "time limit"})
+            continue
+        spec = LoadSpec(workload, OpenLoop(float(r), burstiness), num_requests=requests_per_point, slo=slo,
+                        seed=seed, time_limit_s=max(1.0, deadline - time.monotonic()))
+        rows.append(point(key, spec, "open"))
+    return rows
+
+
+def _read_points(points_file) -> dict:
+    from pathlib import Path
+
+    out = {}
+    if points_file and Path(points_file).exists():
+        for line in Path(points_file).read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                out[row["key"]] = row
+    return out

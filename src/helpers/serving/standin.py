@@ -1,0 +1,107 @@
+"""A stand-in OpenAI-style server that streams completions on a known schedule (stdlib only).
+
+Each request: the first chunk after `ttft_s`, then `tokens` chunks `interval_s` apart, each carrying
+`tokens_per_chunk` tokens of text, then a usage chunk and `data: [DONE]`. With `knee`, the interval grows
+with load: interval_s * (1 + max(0, in_flight - knee)) - a server whose latency rises at a known concurrency,
+for testing capacity searches and measuring the client's own overhead.
+
+    with StandIn(ttft_s=0.02, interval_s=0.01) as srv:   # srv.url -> "http://127.0.0.1:PORT"
+        ...
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):  # quiet
+        pass
+
+    def do_GET(self):
+        body = json.dumps({"object": "list", "data": [{"id": "standin", "object": "model"}]}).encode()
+        self._send(200, body, "application/json")
+
+    def _send(self, code, body, ctype):
+        self.send_response(code)
+        self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        srv = self.server
+        req = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+        n = int(req.get("max_tokens") or 16)
+        with srv.lock:
+            srv.in_flight += 1
+            load = srv.in_flight
+        try:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("connection", "close")
+            self.end_headers()
+            slow = 1.0 + max(0, load - srv.knee) if srv.knee else 1.0
+            time.sleep(srv.ttft_s * slow)
+            k = srv.tokens_per_chunk
+            sent = 0
+            while sent < n:
+                if sent:
+                    time.sleep(srv.interval_s * slow * k)
+                step = min(k, n - sent)
+                self._event({"choices": [{"index": 0, "text": " t" * step, "finish_reason": None}]})
+                sent += step
+            self._event({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": n + 4}})
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):   # the client hung up mid-stream: its choice, not an error
+            self.close_connection = True
+        finally:
+            with srv.lock:
+                srv.in_flight -= 1
+        self.close_connection = True
+
+    def _event(self, payload):
+        payload = {"id": "cmpl-standin", "object": "text_completion", "created": 0, "model": "standin", **payload}
+        self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+        self.wfile.flush()
+
+
+class _Server(ThreadingHTTPServer):
+    # socketserver's default listen backlog is 5: a burst of more new connections than that while the accept
+    # thread waits for the GIL (a loaded test process) has its extra SYNs dropped, and Linux resends them only
+    # after 1 s - a concurrency-8 point then took ~1.08 s and read 7.4 requests/s against 24 one at a time
+    # (the rate-sweep test's failure in the full suite). Every request opens its own connection here.
+    request_queue_size = 1024
+
+
+class StandIn:
+    def __init__(self, ttft_s: float = 0.02, interval_s: float = 0.01, tokens_per_chunk: int = 1,
+                 knee: int | None = None, host: str = "127.0.0.1"):
+        self.httpd = _Server((host, 0), _Handler)
+        self.httpd.daemon_threads = True
+        h = self.httpd
+        h.ttft_s, h.interval_s, h.tokens_per_chunk, h.knee = ttft_s, interval_s, tokens_per_chunk, knee
+        h.in_flight, h.lock = 0, threading.Lock()
+        self.url = f"http://{host}:{h.server_address[1]}"
+        self._t = threading.Thread(target=h.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._t.join(5)
+
+
+if __name__ == "__main__":  # python -m helpers.serving.standin: serve until interrupted
+    import sys
+    with StandIn(*(float(x) for x in sys.argv[1:3])) as s:
+        print(s.url, flush=True)
+        threading.Event().wait()

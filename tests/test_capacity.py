@@ -1,0 +1,98 @@
+"""Capacity search: ramp then bisection, on planted pass/fail and on a stand-in server whose latency rises
+past a known concurrency; resumable from its points file."""
+import math
+
+import pytest
+
+from helpers.serving.capacity import search
+from helpers.serving.loadspec import LoadSpecError
+
+
+def planted(threshold):
+    calls = []
+
+    def measure(x):
+        calls.append(x)
+        return {"good_share": 1.0 if x <= threshold else 0.5}
+    return measure, calls
+
+
+def test_integer_search_finds_planted_threshold():
+    m, calls = planted(11)
+    out = search(m, 1, 0.9, limit=64)
+    assert out["capacity"] == 11 and out["first_failed"] == 12 and out["complete"]
+    assert calls[:5] == [1, 2, 4, 8, 16]          # ramp, then bisection between 8 and 16
+    assert [p["load"] for p in out["points"]] == sorted(calls)
+
+
+def test_rate_search_within_tolerance():
+    m, _ = planted(3.3)
+    out = search(m, 0.5, 0.9, limit=100.0, integer=False, rel_tol=0.05)
+    assert 3.3 * 0.95 <= out["capacity"] <= 3.3 < out["first_failed"] <= 3.3 * 1.1
+
+
+def test_limit_reached_and_failure_kept():
+    m, _ = planted(1000)
+    assert search(m, 1, 0.9, limit=6)["hit_limit"]
+
+    def boom(x):
+        if x > 2:
+            raise ConnectionError("server fell over")
+        return {"good_share": 1.0}
+    out = search(boom, 1, 0.9, limit=16)
+    assert out["capacity"] == 2 and "fell over" in out["points"][-1]["error"]
+
+
+def test_resumes_from_points_file(tmp_path):
+    f = tmp_path / "points.jsonl"
+    m, calls = planted(5)
+    first = search(m, 1, 0.9, limit=32, points_file=f)
+    m2, calls2 = planted(5)
+    again = search(m2, 1, 0.9, limit=32, points_file=f)
+    assert calls and not calls2 and again["capacity"] == first["capacity"] == 5
+
+
+def test_time_limit_stops_and_says_so():
+    m, calls = planted(50)
+    out = search(m, 1, 0.9, limit=64, time_limit_s=0)
+    assert not out["complete"] and not calls
+
+
+@pytest.mark.parametrize("kw", [dict(start=0, good_share=0.9, limit=4), dict(start=1, good_share=0, limit=4),
+                                dict(start=8, good_share=0.9, limit=4)])
+def test_bad_search_refused(kw):
+    with pytest.raises(LoadSpecError):
+        search(lambda x: {}, **kw)
+
+
+@pytest.mark.integration
+def test_capacity_on_standin_with_known_knee():
+    from helpers.serving.client import Workload
+    from helpers.serving.loadspec import SLO, ClosedLoop, LoadSpec
+    from helpers.serving.openloop import run_spec
+    from helpers.serving.standin import StandIn
+
+    slo = SLO.parse("ttft:240")
+    # ttft 150 ms up to 3 in flight, then 300 ms: concurrency 3 holds the SLO for every request, 4 does not
+    # (90 ms of margin for the client's overhead on a loaded machine; overhead only adds, so 4 still fails)
+    with StandIn(ttft_s=0.15, interval_s=0.005, knee=3) as srv:
+        def measure(c):
+            return run_spec(srv.url, "standin", LoadSpec(Workload(8, 4), ClosedLoop(c), num_requests=c, slo=slo))[0]
+        out = search(measure, 1, 0.9, limit=16, time_limit_s=60)
+    assert out["capacity"] == 3 and out["first_failed"] == 4
+
+
+def test_the_search_finds_where_a_planted_service_level_breaks_every_point_kept():
+    """Folded from tests/test_serving_load.py: every request inside the SLO up to 37 users, few above; ramp
+    1, 2, 4 ... 64, then bisection to 37, every point measured kept."""
+    m, calls = planted(37)
+    out = search(m, 1, 0.9, limit=256)
+    assert out["capacity"] == 37 and out["first_failed"] == 38 and out["complete"]
+    assert calls[:7] == [1, 2, 4, 8, 16, 32, 64] and len(calls) <= 16
+    assert sorted(calls) == [p["load"] for p in out["points"]]
+    assert {"load": 64, "good_share": 0.5, "passed": False} in out["points"]
+    never, _ = planted(0)
+    assert math.isnan(search(never, 1, 0.9, limit=256)["capacity"])
+    always, _ = planted(10 ** 6)
+    top = search(always, 1, 0.9, limit=8)
+    assert top["capacity"] == 8 and top["hit_limit"]

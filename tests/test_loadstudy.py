@@ -1,0 +1,35 @@
+"""Chapter 03's load study end to end against the stand-in server (a real local HTTP server) whose latency
+rises past a known concurrency: the capacity it reports, its points, the saved result, and a resume that
+measures nothing again."""
+import json
+
+import pytest
+
+from helpers.core import layout
+from helpers.serving.loadstudy import load_study
+from helpers.serving.standin import StandIn
+
+pytestmark = pytest.mark.integration
+
+
+def test_load_study_finds_the_stand_ins_knee_and_resumes(tmp_path):
+    P = dict(served_model="standin", load_modes="on", slo="ttft:240", slo_share=0.9, burstiness=1.0, rate_points=2,
+             load_requests=4, load_time_s=90, workloads=["8/4"], concurrencies=[1, 8], request_timeout_s=30)
+    run = layout.Run(str(tmp_path), "03_baselines_tuning")
+    # TTFT 150 ms up to 3 in flight, 300 ms and more past them: 3 holds ttft:240 for every request, 4 does not
+    with StandIn(ttft_s=0.15, interval_s=0.005, knee=3) as srv:
+        study = load_study({**P, "server_url": srv.url}, run)
+    assert "failed" not in study
+    cap = study["capacity_concurrency"]
+    assert cap["capacity"] == 3 and cap["first_failed"] == 4 and cap["complete"]
+    assert [p["load"] for p in cap["points"]] == [1, 2, 3, 4]     # ramp 1, 2, 4 (fails), bisect: 3
+    roles = [r["sweep_role"] for r in study["rate_sweep"]]
+    assert roles[:2] == ["one-at-a-time", "max-throughput"] and roles[2:] in (["open"], ["open", "open"])
+    assert len(study["client_overhead"]) == 3
+    saved = json.loads(run.path("load_study").read_text())
+    assert saved["capacity_concurrency"]["capacity"] == 3
+    n_points = len(run.path("capacity_concurrency").read_text().splitlines())
+    # the server is gone: a resume finds every point in its files and measures none of them again
+    again = load_study({**P, "server_url": srv.url}, run)
+    assert again["capacity_concurrency"]["capacity"] == 3
+    assert len(run.path("capacity_concurrency").read_text().splitlines()) == n_points
