@@ -197,7 +197,7 @@ class _WholeReply(Exception):
         self.kind, self.error = kind, error
 
 
-async def _one(client, model: str, prompt: str, max_tokens: int, t_origin: float, deadlines: Deadlines,
+async def one_request(client, model: str, prompt: str, max_tokens: int, t_origin: float, deadlines: Deadlines,
                chat: bool) -> RequestResult:
     import openai
 
@@ -376,12 +376,12 @@ async def run_requests(base_url: str, model: str, prompts: Sequence[str], max_to
     async def gated(p):
         async with sem:
             if until is None:
-                return await _one(client, model, p, max_tokens, t_origin, d, chat)
+                return await one_request(client, model, p, max_tokens, t_origin, d, chat)
             left = until - time.monotonic()
             if left <= 0:
                 return RequestResult(ok=False, error_kind="timeout", start_s=time.perf_counter() - t_origin,
                                      error="not sent: the time limit of its phase had passed")
-            return await _one(client, model, p, max_tokens, t_origin, d.within(left), chat)
+            return await one_request(client, model, p, max_tokens, t_origin, d.within(left), chat)
 
     try:
         results = await asyncio.gather(*(gated(p) for p in prompts))

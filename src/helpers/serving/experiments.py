@@ -83,7 +83,7 @@ def runner_plan(P: dict) -> Plan:
                  "MoE", auto_runs=False)
 
 
-def _sglang_base(P: dict) -> tuple[sg.SGLangConfig, dict, str, dict]:
+def sglang_base(P: dict) -> tuple[sg.SGLangConfig, dict, str, dict]:
     """The recorded launch configuration at this run's TP size, its environment, the flag set and the versions."""
     vers = sg.installed_versions()
     fs = sg.flag_set_for(vers["sglang"]) if P["flag_set"] == "auto" else P["flag_set"]
@@ -91,7 +91,7 @@ def _sglang_base(P: dict) -> tuple[sg.SGLangConfig, dict, str, dict]:
     return sg.SGLangConfig(**{**base.as_dict(), "tp_size": P["tp_size"]}), env, fs, vers
 
 
-def _tiny(P: dict) -> tuple[Path, int]:
+def tiny_model(P: dict) -> tuple[Path, int]:
     spec = live.tiny_spec(P["tiny_hidden"], P["tiny_layers"], P["tiny_experts"], P["tiny_moe_intermediate"],
                           P["tiny_heads"], P["device"])
     return live.build_tiny(spec, device=P["device"]), tiny_model.param_count(spec)
@@ -124,7 +124,7 @@ def nan_matrix(P: dict, run: layout.Run, matrix: pd.DataFrame) -> tuple[pd.DataF
         df = sweep.run_matrix(attempts, list(demo.DEMO_CONFIGS), run_one)
         where = f"measured: this machine, transformers serve on {P['device']}, tiny random-weight models"
     else:
-        base, env, fs, vers = _sglang_base(P)
+        base, env, fs, vers = sglang_base(P)
         tried = {f"decode={b}": b for b in matrix[matrix.component == "nsa_decode"].backend}
 
         def run_one(name):
@@ -156,13 +156,13 @@ def baseline_sweep(P: dict, run: layout.Run) -> tuple[pd.DataFrame, str, dict]:
         run.save("sweep", df)
         return df, f"the server at {P['server_url']}", facts
     if P["engine"] == "transformers":
-        model_dir, n_params = _tiny(P)
+        model_dir, n_params = tiny_model(P)
         facts["tiny_params_m"] = n_params / 1e6
         model, tok = str(model_dir), live.tokenizer_for(model_dir)
         where = f"this machine, transformers serve on {P['device']}, a random-weight MoE of {n_params / 1e6:.1f} M parameters"
         spec_for = lambda var: live.transformers_spec(model_dir, var, P["device"])  # noqa: E731
     else:
-        base, env, fs, vers = _sglang_base(P)
+        base, env, fs, vers = sglang_base(P)
         model, tok = base.served_model_name or P["model_path"], live.tokenizer_for(P["model_path"])
         where = f"this machine, sglang {vers['sglang']} TP{P['tp_size']}"
         spec_for = lambda var: live.sglang_spec(base, env, fs, var)  # noqa: E731
@@ -201,11 +201,11 @@ def runner_comparison(P: dict, run: layout.Run) -> tuple[pd.DataFrame | None, pd
     rows, logs, wl = run.path("sweep_rows"), run.path("logs"), P["workload"]
     sweep.start_cell_clock()
     if P["engine"] == "transformers":
-        base_dir, n_params = _tiny(P)
+        base_dir, n_params = tiny_model(P)
         tok = live.tokenizer_for(base_dir)
         where = f"this machine, transformers serve on {P['device']}, random-weight MoE of {n_params / 1e6:.1f} M parameters"
     else:
-        base, env, fs, vers = _sglang_base(P)
+        base, env, fs, vers = sglang_base(P)
         tok = live.tokenizer_for(P["model_path"])
         where = f"this machine, sglang {vers['sglang']} TP{P['tp_size']}"
     status, frames = [], []

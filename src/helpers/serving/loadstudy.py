@@ -33,13 +33,13 @@ def _server(P: dict, run: layout.Run):
     if P["server_url"]:
         yield P["server_url"], P["served_model"] or cl.served_model(P["server_url"]), None
         return
-    from .experiments import _sglang_base, _tiny, with_health
+    from .experiments import sglang_base, tiny_model, with_health
 
     if P["engine"] == "transformers":
-        model_dir, _ = _tiny(P)
+        model_dir, _ = tiny_model(P)
         spec, model = live.transformers_spec(model_dir, "batched", P["device"]), str(model_dir)
     else:
-        base, env, fs, _ = _sglang_base(P)
+        base, env, fs, _ = sglang_base(P)
         spec, model = live.sglang_spec(base, env, fs, "cuda-graph"), base.served_model_name or P["model_path"]
     spec = with_health(P, spec)
     with live.Server(spec, run.path("logs") / f"load-{spec.name}.log", startup_timeout_s=P["startup_timeout_s"]):

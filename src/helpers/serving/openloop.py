@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from .client import Deadlines, RequestResult, make_prompts, run_requests, run_sync, summarize
-from .client import _one  # the closed-loop path's single request, reused unchanged
+from .client import one_request  # the closed-loop path's single request, reused unchanged
 from .loadspec import (RATE_SHORTFALL, ClosedLoop, LoadSpec, OpenLoop, achieved_rate, goodput, rate_short,
                        tpot_s)
 
@@ -31,9 +31,9 @@ async def run_open(base_url: str, model: str, prompts, max_tokens: int, load: Op
     async def at(p, t):
         await asyncio.sleep(max(0.0, t - (time.perf_counter() - t_origin)))
         if sem is None:
-            return await _one(client, model, p, max_tokens, t_origin, d, chat)
+            return await one_request(client, model, p, max_tokens, t_origin, d, chat)
         async with sem:
-            return await _one(client, model, p, max_tokens, t_origin, d, chat)
+            return await one_request(client, model, p, max_tokens, t_origin, d, chat)
 
     try:
         results = await asyncio.gather(*(at(p, float(t)) for p, t in zip(prompts, schedule)))
