@@ -124,6 +124,7 @@ class MeasuredComputeValues:
     goal_second_64: str
     goal_second_ms_64: float
     goal_second_pct_64: float
+    bm_indexer_text: str
     pj_tables_text: str
     pj_verdict: str
     pj_kept: str
@@ -187,6 +188,7 @@ class BareMetalBandValues:
     bmf_hi_64: float
     bmf_pctile_64: float
     bmf_inside_64: str
+    split_attention_what: str
     bm_where_1: str
     bm_where_64: str
     bm_history: str
@@ -257,6 +259,7 @@ class AttributionValues:
     slow_1: float
     slow_64: float
     ratio_relation: str
+    ratio_implication: str
     bm_growth_64: float
 
 

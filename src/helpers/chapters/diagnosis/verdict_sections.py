@@ -85,6 +85,8 @@ def bare_metal_band(d: Diagnosis) -> Part:
         for k in ("experts", "collectives", "other"):
             values[f"split_{k}_{c}"] = 100 * sp[k] / sp["step"]
         values[f"split_attention_{c}"] = 100 * (sp["attention"] + sp["indexer"]) / sp["step"]
+    values["split_attention_what"] = ("the attention core and its indexer" if v.inputs.get("indexer", BARE).mid > 0 else
+                                      "the attention core (no indexer: the reference ran attention densely)")
     first = v.as_first_registered().bare_metal()
     for c in ENDS:
         r = one(first, "the bare-metal band as first registered", concurrency=c)
@@ -202,6 +204,11 @@ def attribution(d: Diagnosis) -> Part:
     for c in ENDS:
         values[f"slow_{c}"] = d.observed(BARE, c) / d.observed(VM, c)
     values["ratio_relation"] = vd.relation_words(values["slow_64"], values["slow_1"])
+    shrank = values["slow_64"] < values["slow_1"] * (1 - vd.decision.SAME_WITHIN)
+    values["ratio_implication"] = (
+        "as a cost that does not grow with the batch predicts" if shrank else
+        "where a cost that does not grow with the batch (a fixed tax, or a latency-bound collective) would have made "
+        "it shrink: the VM's extra cost grows with the batch, which counts against either alone")
     values["bm_growth_64"] = 64 * d.observed(BARE, 1) / d.observed(BARE, 64)
     shown = a[["concurrency", "scenario", "lost_ms_per_step", "host_path_excess_ms", "share_explained", "share_low",
                "share_high", "unexplained"]].copy()

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from .fidelity import (ENGINE_SMALL_OPS, ENGINE_STAND_INS, EXPERT_OPS, FP8_EXPERT_OPS, OVERLAP, engine_composite,
                        engine_fidelity, op_fidelity, op_fidelity_table)
-from .pricing import (AIC_BUDGETS, BUDGET_IDS, FIDELITY_TOLERANCE, PRICED, PROJECTED, aic_shares, budgets_table,
+from .pricing import (AIC_BUDGETS, BUDGET_IDS, FIDELITY_TOLERANCE, PRICED, PROJECTED, aic_shares, budgets_table, with_indexer,
                       component_fidelity, components, goal, kernel_terms, pick_budget, projected_terms,
                       small_op_counts)
 from .studies import (FUSED_ROLE, PRECISION_ROLE, STEP_CHAPTER, STEP_ROLE, TP, fusion_study, FusionStudy, fused_precisions,
@@ -42,7 +42,7 @@ __all__ = [
     "step_measurement", "unfused_measurement", "FusionStudy", "fusion_study", "pick_fusion_study",
     "PrecisionStudy", "precision_study", "fused_precisions", "gpu_bandwidth", "spec_name", "run_result", "PRICED",
     "small_op_counts", "kernel_terms", "components", "FIDELITY_TOLERANCE", "PROJECTED", "component_fidelity",
-    "projected_terms", "AIC_BUDGETS", "budgets_table", "BUDGET_IDS", "pick_budget", "goal", "aic_shares",
+    "projected_terms", "AIC_BUDGETS", "budgets_table", "with_indexer", "BUDGET_IDS", "pick_budget", "goal", "aic_shares",
     "EXPERT_OPS", "FP8_EXPERT_OPS", "op_fidelity", "op_fidelity_table", "ENGINE_STAND_INS", "ENGINE_SMALL_OPS",
     "OVERLAP", "engine_composite", "engine_fidelity",
 ]

@@ -191,11 +191,21 @@ def projected_terms(meas: StepMeasurement, m: ma.ModelConfig, batch: int, contex
 AIC_BUDGETS = {"aiconfigurator": kt.DSV3_GRAPH, "aiconfigurator glm5 graph": kt.GLM5_GRAPH}
 
 
+def with_indexer(terms: pd.DataFrame, fraction: float) -> pd.DataFrame:
+    """kernel_terms with the indexer component's time scaled by `fraction` (0: the indexer does not run, as on
+    a deployment that runs GLM-5's attention densely)."""
+    t = terms.copy()
+    t.loc[t["component"] == "indexer", "us_step"] *= fraction
+    return t
+
+
 def budgets_table(m: ma.ModelConfig, old_pred: pd.DataFrame, meas: StepMeasurement, context: int,
-                  tolerance: float = 0.25) -> pd.DataFrame:
+                  tolerance: float = 0.25, bare_indexer: float = 1.0) -> pd.DataFrame:
     """Predicted and observed output tokens/s at concurrency 1 (per stream) and 64 (aggregate), per system
     and budget: the old budget (assumed compute), measured kernels, the projection of this run, and
-    aiconfigurator's own estimates (AIC_BUDGETS); with the relative error against the observation."""
+    aiconfigurator's own estimates (AIC_BUDGETS); with the relative error against the observation.
+    `bare_indexer`: the share of the indexer's kernels bare metal's measured-kernel budget prices (the
+    verdict's bare-metal indexer input at its middle value)."""
     obs = bd.primary_observations()
     floor = meas.floor_us()
     rows = []
@@ -209,6 +219,7 @@ def budgets_table(m: ma.ModelConfig, old_pred: pd.DataFrame, meas: StepMeasureme
             raise MeasuredBudgetError(f"the old prediction has no row for '{old_scen}' at batch {b}")
         entries = [("old", "old budget (assumed compute)", float(p["total_ms"].iloc[0]) * 1e3, "assumed compute")]
         kt_ = kernel_terms(m, b, context, floor, collectives=bare)
+        kt_ = with_indexer(kt_, bare_indexer) if bare else kt_
         pj = projected_terms(meas, m, b, context, collectives=bare)
         entries.append(("measured kernels", "measured kernels (aiconfigurator RTX PRO 6000)"
                         + ("" if bare else ", compute only"), float(kt_["us_step"].sum()), "measured"))
