@@ -21,14 +21,14 @@ from helpers.chapters.decode_step.measurement import (BYTES_BATCHES, CHAPTER, CH
                                                       split_table, split_values, step_ms, steps, sweep_config, tuning,
                                                       tuning_bounds)
 from helpers.chapters.decode_step.precision import (FP8_VERDICTS, PRECISION_KEYS, fp8_accuracy_values,
-                                                    fp8_verdict, fp8_weight_table, has_overlap_pair, overlap_label,
+                                                    fp8_numerics, fp8_verdict, fp8_weight_table, has_overlap_pair, overlap_label,
                                                     overlap_steps, precision_bytes, precision_configs,
                                                     precision_experts_impl, precision_source, precision_split, precision_steps,
                                                     precision_values, time_precisions)
 from helpers.chapters.decode_step.shown import (BYTES_SHOWN, CHECK_SUMMARY_FAILED, HEADERS, headers, CHECK_SUMMARY_NOT_RUN, CHECK_SUMMARY_PASSED,
                                                 FIDELITY_SHOWN, SPLIT_SHOWN_HUMAN, STEPS_SHOWN, TUNING_SHOWN,
                                                 answer_values, check_summary, human)
-from helpers.chapters.decode_step.values import (AnswerValues, ByteValues, EngineValues, FidelityValues, Fp8AccuracyValues,
+from helpers.chapters.decode_step.values import (AnswerValues, ByteValues, EngineValues, FidelityValues, Fp8AccuracyValues, Fp8NumericsValues,
                                                  FusionValues, KernelValues, MeasurementValues, PrecisionByteValues,
                                                  PrecisionValues, Shapes, SplitValues, TuningValues)
 from helpers.core import params

@@ -9,9 +9,11 @@ from typing import Mapping
 import pandas as pd
 
 from helpers.chapters.decode_step.measurement import BYTES_BATCHES, EXPERTS_IMPL, SPLIT, dense_bytes, sweep_config
+from helpers.chapters.decode_step.values import Fp8NumericsValues
 from helpers.core.pick import one
 from helpers.model import arith as ma
 from helpers.model import measured as mb
+from helpers.model.measured import fp8numerics
 from helpers.model import step as stp
 from helpers.model import steptime
 
@@ -89,6 +91,14 @@ def fp8_weight_table(m: ma.ModelConfig, tp: int) -> pd.DataFrame:
                      "held_in": "FP8 E4M3, a float32 scale per column" if s.name in stp.FP8_WEIGHTS else "bf16",
                      "bf16_MiB": stp.stored_bytes(s, tp, "bf16") / 2**20, "fp8_MiB": stp.stored_bytes(s, tp, "fp8") / 2**20})
     return pd.DataFrame(rows)
+
+
+def fp8_numerics(gpu: bool, p: Mapping) -> tuple[fp8numerics.Fp8Numerics, Fp8NumericsValues]:
+    """The FP8 check of the scaled-down model at the chapter's CPU shapes (`cpu_model`, the largest
+    `cpu_batches` and `cpu_contexts`): a GPU run computes it; a CPU run presents the committed study where
+    its parameters match (data/measured, role fp8-numerics-cpu) and computes it where they do not."""
+    num = fp8numerics.select(gpu, p["cpu_model"], max(p["cpu_batches"]), max(p["cpu_contexts"]))
+    return num, Fp8NumericsValues(fp8_numerics_where=num.where, fp8_cpu_products=num.cpu_products)
 
 
 def precision_bytes(meas: mb.StepMeasurement, m: ma.ModelConfig, tp: int, context: int,

@@ -133,6 +133,15 @@ class PrecisionByteValues:
 
 
 @dataclass(frozen=True)
+class Fp8NumericsValues:
+    """Where the FP8 check's tables come from (this run, or the committed CPU study) and how its FP8
+    products ran on the CPU that computed them."""
+
+    fp8_numerics_where: str
+    fp8_cpu_products: str
+
+
+@dataclass(frozen=True)
 class Fp8AccuracyValues:
     """The FP8 step's accuracy against fp32 and its products' errors (fp8_accuracy_values)."""
 

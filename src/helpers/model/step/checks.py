@@ -132,6 +132,19 @@ def _rank_main(rank: int, world: int, init_file: str, out_dir: str, model_key: s
     os._exit(0)
 
 
+def rank_context(mp):
+    """The ranks' start method: a fork server that has imported this package (torch and the step) once, so
+    each launch forks ranks that start at once instead of two fresh interpreters importing torch on the
+    same cores (seconds each launch on the 2-core machine; issue 37). The server is the interpreter's one
+    fork server, started at the first launch; it runs no torch op, so its forks start with a clean thread
+    pool. Where the platform has none, spawn."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["helpers.model.step"])
+    return ctx
+
+
 def run_sharded(model_key: str, tp: int, batch: int, context: int, seed: int = 0, moe_held: int | None = None,
                 variants: list[tuple[str, dict | None]] | None = None, timing_repeats: int = 0,
                 timeout_s: float = 120.0, precision: str = "fp32", act: str | None = None,
@@ -144,7 +157,7 @@ def run_sharded(model_key: str, tp: int, batch: int, context: int, seed: int = 0
     variants = variants or [("sharded", None)]
     with tempfile.TemporaryDirectory(prefix="step-ranks-") as tmp:
         init = os.path.join(tmp, "init")
-        ctx = mp.get_context("spawn")
+        ctx = rank_context(mp)
         procs = [ctx.Process(target=_rank_main, args=(r, tp, init, tmp, model_key, batch, context, seed, moe_held,
                                                       variants, timing_repeats, precision, act, forced_routing)) for r in range(tp)]
         for p in procs:
