@@ -91,7 +91,7 @@ def sglang_base(P: dict) -> tuple[sg.SGLangConfig, dict, str, dict]:
     return sg.SGLangConfig(**{**base.as_dict(), "tp_size": P["tp_size"]}), env, fs, vers
 
 
-def tiny_model(P: dict) -> tuple[Path, int]:
+def served_tiny_model(P: dict) -> tuple[Path, int]:
     spec = live.tiny_spec(P["tiny_hidden"], P["tiny_layers"], P["tiny_experts"], P["tiny_moe_intermediate"],
                           P["tiny_heads"], P["device"])
     return live.build_tiny(spec, device=P["device"]), tiny_model.param_count(spec)
@@ -156,7 +156,7 @@ def baseline_sweep(P: dict, run: layout.Run) -> tuple[pd.DataFrame, str, dict]:
         run.save("sweep", df)
         return df, f"the server at {P['server_url']}", facts
     if P["engine"] == "transformers":
-        model_dir, n_params = tiny_model(P)
+        model_dir, n_params = served_tiny_model(P)
         facts["tiny_params_m"] = n_params / 1e6
         model, tok = str(model_dir), live.tokenizer_for(model_dir)
         where = f"this machine, transformers serve on {P['device']}, a random-weight MoE of {n_params / 1e6:.1f} M parameters"
@@ -201,7 +201,7 @@ def runner_comparison(P: dict, run: layout.Run) -> tuple[pd.DataFrame | None, pd
     rows, logs, wl = run.path("sweep_rows"), run.path("logs"), P["workload"]
     sweep.start_cell_clock()
     if P["engine"] == "transformers":
-        base_dir, n_params = tiny_model(P)
+        base_dir, n_params = served_tiny_model(P)
         tok = live.tokenizer_for(base_dir)
         where = f"this machine, transformers serve on {P['device']}, random-weight MoE of {n_params / 1e6:.1f} M parameters"
     else:

@@ -33,10 +33,10 @@ def _server(P: dict, run: layout.Run):
     if P["server_url"]:
         yield P["server_url"], P["served_model"] or cl.served_model(P["server_url"]), None
         return
-    from .experiments import sglang_base, tiny_model, with_health
+    from .experiments import served_tiny_model, sglang_base, with_health
 
     if P["engine"] == "transformers":
-        model_dir, _ = tiny_model(P)
+        model_dir, _ = served_tiny_model(P)
         spec, model = live.transformers_spec(model_dir, "batched", P["device"]), str(model_dir)
     else:
         base, env, fs, _ = sglang_base(P)
