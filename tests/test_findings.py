@@ -370,7 +370,7 @@ def test_the_answer_cites_nccl_tests_with_and_without_p2p(fid):
 
 def test_the_answers_p2p_sentence_counts_pairs():
     rec = [["X", "NS", "NS"], ["NS", "X", "NS"], ["NS", "NS", "X"]]
-    lead = "P2P: the original VM allowed it on 0 of its 6 GPU pairs (recorded, `nvidia-smi topo -p2p r`)"
+    lead = "P2P: the original VM allowed it on 0 of its 6 ordered GPU pairs (recorded, `nvidia-smi topo -p2p r`)"
     assert ch.p2p_answer(rec, ch.p2p_panel(None, False, 0)) == lead + "; recorded mode, nothing measured here."
     two = ch.p2p_panel({"p2p_read": [["X", "OK"], ["NS", "X"]]}, True, 2)
     assert ch.p2p_answer(rec, two) == lead + "; this machine allows it on 1 of 2 (environment probe)."

@@ -188,7 +188,7 @@ def p2p_answer(recorded_codes, panel: P2PPanel) -> str:
     n_rec, ok_rec = _pairs(recorded_codes)
     if not n_rec:
         raise PickError("P2P answer: the recorded P2P matrix has no GPU pair (data/recorded hardware, p2p_read)")
-    rec = (f"P2P: the original VM allowed it on {ok_rec} of its {n_rec} GPU pairs "
+    rec = (f"P2P: the original VM allowed it on {ok_rec} of its {n_rec} ordered GPU pairs "
            f"(recorded, `nvidia-smi topo -p2p r`)")
     if panel.codes is None:
         return rec + f"; {panel.label.removeprefix('this machine: ')} here."
