@@ -209,7 +209,9 @@ def table(root: Path | None = None, run_ids: list[str] | None = None) -> str:
         then = f"{without}." if hw == "Any machine" else f"Without that hardware: {lower(without)}."
         then = then.replace("Without that hardware: nothing: ", "Without that hardware nothing runs: ")
         return f"- {name}: {lower(hw)}; {time}. {then}"
-    lines = [BEGIN, ""] + [item(*r) for r in rows(root, run_ids)] + ["", END]
+    items = [item(*r) for r in rows(root, run_ids)]
+    lines = [BEGIN, "", f":::{{dropdown}} The {len(items)} targets, each with the hardware it needs and its time", ""] \
+        + items + ["", ":::", "", END]
     return "\n".join(lines)
 
 

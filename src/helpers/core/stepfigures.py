@@ -116,7 +116,7 @@ def band_figure(rows):
     n = int(rows.groupby("panel").size().max())
     # panels stacked, each labelled: the figure keeps page 1's full width and reads on a phone (issue 35: side
     # by side at 9 inches it was shown 368 px wide with labels about 4 px high)
-    fig, axes = figure(nrows=len(panels), width=7.0, height=len(panels) * (0.5 * n + 0.9) + 0.8)
+    fig, axes = figure(nrows=len(panels), width=7.0, height=len(panels) * (0.36 * n + 0.75) + 0.6)
     axes = np.atleast_1d(axes).ravel()
     for i, (ax, panel) in enumerate(zip(axes, panels)):
         g = rows[rows["panel"] == panel].reset_index(drop=True)

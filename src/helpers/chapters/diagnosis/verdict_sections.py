@@ -94,7 +94,8 @@ def bare_metal_band(d: Diagnosis) -> Part:
                        f"bmf_hi_{c}": float(r["band_high_tok_s"]), f"bmf_pctile_{c}": float(r["observed_percentile"]),
                        f"bmf_inside_{c}": "inside" if bool(r["inside_band"]) else "outside"})
     changed = v.inputs.changed()
-    values["changed_inputs"] = "; ".join(f"{r.name} ({r.registered}): {r.why_changed}" for r in changed) or "none"
+    values["changed_inputs"] = (", ".join(f"{r.name} ({r.registered})" for r in changed)
+                                + " (each with its first range and its reason in the input table above)") if changed else "none"
     values["n_changed"] = len(changed)
     for c in ENDS:
         values[f"bm_where_{c}"] = where_in_band(values[f"bmb_pctile_{c}"], inside[c], c)
@@ -166,7 +167,8 @@ def vm_predicted(d: Diagnosis) -> Part:
               "vmp_lo_64": float(c64["predicted_tok_s"].min()), "vmp_hi_64": float(c64["predicted_tok_s"].max()),
               "vm_obs_1": float(one_stream["observed_tok_s"].iloc[0]), "vm_obs_64": float(c64["observed_tok_s"].iloc[0]),
               "n_inside_1": int(one_stream["inside_band"].sum()),
-              "set_aside": "; ".join(f"{r.scenario} ({r.why_not})" for r in adm.itertuples() if not r.admissible) or "none"}
+              "set_aside": (", ".join(r.scenario for r in adm.itertuples() if not r.admissible)
+                            + " (each with its figures in the scenario table)") if not adm["admissible"].all() else "none"}
     values["vm_takeaway"] = (VM_TAKEAWAY_NONE if values["n_inside_1"] == 0 else
                              VM_TAKEAWAY_SOME.format(n=values["n_inside_1"], of=values["n_admitted"]))
     bm = v.bare_metal()
