@@ -15,20 +15,24 @@ import sys  # noqa: E402
 
 import pytest  # noqa: E402
 
+from onceper import once_per_session  # noqa: E402
+
 
 def run_book(target, tmp_path_factory, build):
-    """Execute every chapter under `target` into a fresh run folder: (process, manifest, run folder).
-    With `build`, the site goes into the run folder's parent (<runs>/_build/html, beside the run), never
-    into the repository's _build/, which belongs to the reader's own `make book`."""
+    """Execute every chapter under `target` into a fresh run folder, once per test session: (process, manifest,
+    run folder). With `build`, the site goes into the run folder's parent (<runs>/_build/html, beside the run),
+    never into the repository's _build/, which belongs to the reader's own `make book`."""
     from helpers import repo_root
 
-    runs = tmp_path_factory.mktemp(f"runs-{target}")
-    args = [sys.executable, "-m", "helpers.book.runbook", "--target", target, "--runs-dir", str(runs),
-            "--run-id", target]
-    args += ["--out-dir", str(runs)] if build else ["--no-build"]
-    proc = subprocess.run(args, capture_output=True, text=True, cwd=repo_root(), timeout=1800)
-    manifest = json.loads((runs / target / "manifest.json").read_text())
-    return proc, manifest, runs / target
+    def execute(runs):
+        args = [sys.executable, "-m", "helpers.book.runbook", "--target", target, "--runs-dir", str(runs),
+                "--run-id", target]
+        args += ["--out-dir", str(runs)] if build else ["--no-build"]
+        proc = subprocess.run(args, capture_output=True, text=True, cwd=repo_root(), timeout=1800)
+        manifest = json.loads((runs / target / "manifest.json").read_text())
+        return proc, manifest, runs / target
+
+    return once_per_session(tmp_path_factory, f"runs-{target}", execute)
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +43,47 @@ def recorded_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def auto_run(tmp_path_factory):
     return run_book("auto", tmp_path_factory, build=True)
+
+
+# --------------------------------------------------------------------------- each committed run built once
+# The strict build of a committed run (runs/<id>, tracked by git) takes tens of seconds; test_runbook.py reads
+# its status page and test_book_site.py checks it in the browser, so each run is built once per session into
+# a folder of its own and shared. The tests read the site; the browser check adds screenshots beside it.
+@pytest.fixture(scope="session")
+def committed_site(tmp_path_factory):
+    """committed_site(run_id): the html folder of runs/<run_id> built strictly (-W -n), once per session."""
+    from helpers import repo_root
+    from helpers.book import runbook
+
+    def site(run_id):
+        root = repo_root()
+        return once_per_session(tmp_path_factory, f"site-{run_id}", lambda out: runbook.build(
+            root / "runs" / run_id, root, strict=True, echo=lambda *a: None, out_dir=out).parent)
+    return site
+
+
+# --------------------------------------------------------------------------- several processes (`make test`)
+# `make test` runs the suite in worker processes (pytest-xdist, --dist loadgroup): most tests wait on
+# processes, servers, kernels and sleeps, so they overlap even on 2 cores. A module-scoped fixture is made
+# once per process that runs a test of its module, so every test using one is kept with the rest of its
+# module in one worker (an xdist_group named after the module), and an expensive session-wide result is made
+# once for all workers (once_per_session). A module whose module fixture is cheap next to its tests sets
+# SPREAD_ACROSS_WORKERS = True and has its tests spread out. Without xdist the groups change nothing.
+def pytest_configure(config):
+    import onceper
+
+    onceper.IN_WORKER = hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is None or getattr(module, "SPREAD_ACROSS_WORKERS", False):
+            continue
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        if any(d.scope in ("module", "class", "package") for fds in defs.values() for d in fds):
+            item.add_marker(pytest.mark.xdist_group(module.__name__))
 
 
 # --------------------------------------------------------------------------- the scaled-down model, computed once
