@@ -91,19 +91,20 @@ def pytest_collection_modifyitems(config, items):
 # (seconds each): the files that read them (test_fp8.py, test_stepreport.py; integration tests) share one
 # computation per session. The tables are read, never changed.
 @pytest.fixture(scope="session")
-def glm5_mini_fp8_check():
-    """step.fp8_check("glm5-mini", 4, 32): the FP8 step against fp32, and a wrong scale caught."""
+def glm5_mini_fp8_check(tmp_path_factory):
+    """step.fp8_check("glm5-mini", 4, 32): the FP8 step against fp32, and a wrong scale caught (once per
+    session, for every worker)."""
     from helpers.model import step
 
-    return step.fp8_check("glm5-mini", 4, 32)
+    return once_per_session(tmp_path_factory, "glm5-mini-fp8-check", lambda _: step.fp8_check("glm5-mini", 4, 32))
 
 
 @pytest.fixture(scope="session")
-def glm5_mini_fp8_product_errors():
-    """step.fp8_product_errors("glm5-mini"): each FP8 product against fp32 and bf16."""
+def glm5_mini_fp8_product_errors(tmp_path_factory):
+    """step.fp8_product_errors("glm5-mini"): each FP8 product against fp32 and bf16 (once per session)."""
     from helpers.model import step
 
-    return step.fp8_product_errors("glm5-mini")
+    return once_per_session(tmp_path_factory, "glm5-mini-fp8-products", lambda _: step.fp8_product_errors("glm5-mini"))
 
 
 # --------------------------------------------------------------------------- the unit tier's rule, enforced
