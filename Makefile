@@ -94,10 +94,10 @@ browser:
 check-site: install-site
 	$(BIN)/python -m helpers.book.browser _build/html
 
-# The whole suite in TEST_WORKERS processes (pytest-xdist, the `test` extra): most of its time is spent waiting on
-# processes, kernels, servers and sleeps, so 4 workers overlap well on 2 cores. --dist loadgroup keeps the tests
-# of a module that share a module fixture in one worker, and the costly session results (the book executed per
-# target, each committed run built) are made once for all workers (tests/conftest.py, tests/onceper.py).
+# The whole suite in TEST_WORKERS processes (pytest-xdist, the `test` extra): many tests wait on processes,
+# kernels, servers and sleeps, so 4 workers keep 2 cores busy. --dist loadgroup (tests/conftest.py's scheduler)
+# runs a module with a module fixture whole in one worker, and the costly session results (the book executed
+# per target, each committed run built) are made once for all workers (tests/onceper.py).
 # TEST_WORKERS=0 runs it in this one process.
 TEST_WORKERS ?= 4
 test: install

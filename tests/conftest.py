@@ -10,8 +10,10 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # Executing the whole book takes tens of seconds, so each target runs at most once per session; the
 # chapter tests (test_notebooks.py, test_chapter_values.py) share these runs.
 import json  # noqa: E402
+import re  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -63,27 +65,49 @@ def committed_site(tmp_path_factory):
 
 
 # --------------------------------------------------------------------------- several processes (`make test`)
-# `make test` runs the suite in worker processes (pytest-xdist, --dist loadgroup): most tests wait on
-# processes, servers, kernels and sleeps, so they overlap even on 2 cores. A module-scoped fixture is made
-# once per process that runs a test of its module, so every test using one is kept with the rest of its
-# module in one worker (an xdist_group named after the module), and an expensive session-wide result is made
-# once for all workers (once_per_session). A module whose module fixture is cheap next to its tests sets
-# SPREAD_ACROSS_WORKERS = True and has its tests spread out. Without xdist the groups change nothing.
+# `make test` runs the suite in worker processes (pytest-xdist, `-n 4 --dist loadgroup`). A module-scoped
+# fixture is made once per process that runs a test of its module, so a module that defines one (the
+# cpu-demo run, the replay run, the fp8 tables) runs whole in one worker; the tests of every other module are
+# handed out one by one. An expensive session-wide result is made once for all workers (tests/onceper.py).
+# A module whose module fixture is cheap next to its tests, or made once per session anyway, sets
+# SPREAD_ACROSS_WORKERS = True and has its tests spread out. (xdist's own xdist_group marks are not used: with
+# pytest 9 they no longer reach the scheduler.) Without xdist this changes nothing.
+MODULE_FIXTURE = re.compile(r"""@pytest\.fixture\(\s*scope\s*=\s*["'](module|class|package)["']""")
+
+
 def pytest_configure(config):
     import onceper
 
     onceper.IN_WORKER = hasattr(config, "workerinput")
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        module = getattr(item, "module", None)
-        if module is None or getattr(module, "SPREAD_ACROSS_WORKERS", False):
-            continue
-        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
-        if any(d.scope in ("module", "class", "package") for fds in defs.values() for d in fds):
-            item.add_marker(pytest.mark.xdist_group(module.__name__))
+def keeps_together(module_path) -> bool:
+    """Whether the tests of this module run in one worker: it defines a module- (or class-, package-) scoped
+    fixture and does not set SPREAD_ACROSS_WORKERS = True."""
+    try:
+        text = Path(module_path).read_text()
+    except OSError:
+        return False
+    return bool(MODULE_FIXTURE.search(text)) and not re.search(r"^SPREAD_ACROSS_WORKERS\s*=\s*True", text, re.M)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadgroup: tests one by one, a module that keeps together as one unit (keeps_together)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleFixtureScheduling(LoadScopeScheduling):
+        _together: dict = {}
+
+        def _split_scope(self, nodeid):
+            path = nodeid.split("::", 1)[0]
+            if path not in self._together:
+                self._together[path] = keeps_together(config.rootpath / path)
+            return path if self._together[path] else nodeid
+
+    return ModuleFixtureScheduling(config, log)
 
 
 # --------------------------------------------------------------------------- the scaled-down model, computed once

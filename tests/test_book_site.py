@@ -13,6 +13,9 @@ from helpers.book import browser, runbook, site
 ROOT = repo_root()
 #: the run the published site shows (Makefile: SITE_RUN)
 SITE_RUN = re.search(r"^SITE_RUN\s*\?=\s*runs/(\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+#: its module fixture is the session's one build of SITE_RUN (tests/conftest.py, committed_site), so its tests
+#: may run in different workers under `make test` (pytest-xdist)
+SPREAD_ACROSS_WORKERS = True
 
 
 @pytest.fixture(scope="module")
