@@ -94,8 +94,14 @@ browser:
 check-site: install-site
 	$(BIN)/python -m helpers.book.browser _build/html
 
+# The whole suite in TEST_WORKERS processes (pytest-xdist, the `test` extra): many tests wait on processes,
+# kernels, servers and sleeps, so 4 workers keep 2 cores busy. --dist loadgroup (tests/conftest.py's scheduler)
+# runs a module with a module fixture whole in one worker, and the costly session results (the book executed
+# per target, each committed run built) are made once for all workers (tests/onceper.py).
+# TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= 4
 test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
 
 # The tiers by cost (CONTRIBUTING.md, "Tests"): the unit tier (test-fast: deterministic, no process, no
 # model built or run, no sleep; tests/conftest.py fails a unit test that does any of these; under a minute),

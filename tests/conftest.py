@@ -10,25 +10,31 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # Executing the whole book takes tens of seconds, so each target runs at most once per session; the
 # chapter tests (test_notebooks.py, test_chapter_values.py) share these runs.
 import json  # noqa: E402
+import re  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+from onceper import once_per_session  # noqa: E402
+
 
 def run_book(target, tmp_path_factory, build):
-    """Execute every chapter under `target` into a fresh run folder: (process, manifest, run folder).
-    With `build`, the site goes into the run folder's parent (<runs>/_build/html, beside the run), never
-    into the repository's _build/, which belongs to the reader's own `make book`."""
+    """Execute every chapter under `target` into a fresh run folder, once per test session: (process, manifest,
+    run folder). With `build`, the site goes into the run folder's parent (<runs>/_build/html, beside the run),
+    never into the repository's _build/, which belongs to the reader's own `make book`."""
     from helpers import repo_root
 
-    runs = tmp_path_factory.mktemp(f"runs-{target}")
-    args = [sys.executable, "-m", "helpers.book.runbook", "--target", target, "--runs-dir", str(runs),
-            "--run-id", target]
-    args += ["--out-dir", str(runs)] if build else ["--no-build"]
-    proc = subprocess.run(args, capture_output=True, text=True, cwd=repo_root(), timeout=1800)
-    manifest = json.loads((runs / target / "manifest.json").read_text())
-    return proc, manifest, runs / target
+    def execute(runs):
+        args = [sys.executable, "-m", "helpers.book.runbook", "--target", target, "--runs-dir", str(runs),
+                "--run-id", target]
+        args += ["--out-dir", str(runs)] if build else ["--no-build"]
+        proc = subprocess.run(args, capture_output=True, text=True, cwd=repo_root(), timeout=1800)
+        manifest = json.loads((runs / target / "manifest.json").read_text())
+        return proc, manifest, runs / target
+
+    return once_per_session(tmp_path_factory, f"runs-{target}", execute)
 
 
 @pytest.fixture(scope="session")
@@ -41,24 +47,88 @@ def auto_run(tmp_path_factory):
     return run_book("auto", tmp_path_factory, build=True)
 
 
+# --------------------------------------------------------------------------- each committed run built once
+# The strict build of a committed run (runs/<id>, tracked by git) takes tens of seconds; test_runbook.py reads
+# its status page and test_book_site.py checks it in the browser, so each run is built once per session into
+# a folder of its own and shared. The tests read the site; the browser check adds screenshots beside it.
+@pytest.fixture(scope="session")
+def committed_site(tmp_path_factory):
+    """committed_site(run_id): the html folder of runs/<run_id> built strictly (-W -n), once per session."""
+    from helpers import repo_root
+    from helpers.book import runbook
+
+    def site(run_id):
+        root = repo_root()
+        return once_per_session(tmp_path_factory, f"site-{run_id}", lambda out: runbook.build(
+            root / "runs" / run_id, root, strict=True, echo=lambda *a: None, out_dir=out).parent)
+    return site
+
+
+# --------------------------------------------------------------------------- several processes (`make test`)
+# `make test` runs the suite in worker processes (pytest-xdist, `-n 4 --dist loadgroup`). A module-scoped
+# fixture is made once per process that runs a test of its module, so a module that defines one (the
+# cpu-demo run, the replay run, the fp8 tables) runs whole in one worker; the tests of every other module are
+# handed out one by one. An expensive session-wide result is made once for all workers (tests/onceper.py).
+# A module whose module fixture is cheap next to its tests, or made once per session anyway, sets
+# SPREAD_ACROSS_WORKERS = True and has its tests spread out. (xdist's own xdist_group marks are not used: with
+# pytest 9 they no longer reach the scheduler.) Without xdist this changes nothing.
+MODULE_FIXTURE = re.compile(r"""@pytest\.fixture\(\s*scope\s*=\s*["'](module|class|package)["']""")
+
+
+def pytest_configure(config):
+    import onceper
+
+    onceper.IN_WORKER = hasattr(config, "workerinput")
+
+
+def keeps_together(module_path) -> bool:
+    """Whether the tests of this module run in one worker: it defines a module- (or class-, package-) scoped
+    fixture and does not set SPREAD_ACROSS_WORKERS = True."""
+    try:
+        text = Path(module_path).read_text()
+    except OSError:
+        return False
+    return bool(MODULE_FIXTURE.search(text)) and not re.search(r"^SPREAD_ACROSS_WORKERS\s*=\s*True", text, re.M)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadgroup: tests one by one, a module that keeps together as one unit (keeps_together)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleFixtureScheduling(LoadScopeScheduling):
+        _together: dict = {}
+
+        def _split_scope(self, nodeid):
+            path = nodeid.split("::", 1)[0]
+            if path not in self._together:
+                self._together[path] = keeps_together(config.rootpath / path)
+            return path if self._together[path] else nodeid
+
+    return ModuleFixtureScheduling(config, log)
+
+
 # --------------------------------------------------------------------------- the scaled-down model, computed once
 # The FP8 accuracy checks of the scaled-down GLM-5 (data/models/glm5-mini.yaml) build and run the decode step
 # (seconds each): the files that read them (test_fp8.py, test_stepreport.py; integration tests) share one
 # computation per session. The tables are read, never changed.
 @pytest.fixture(scope="session")
-def glm5_mini_fp8_check():
-    """step.fp8_check("glm5-mini", 4, 32): the FP8 step against fp32, and a wrong scale caught."""
+def glm5_mini_fp8_check(tmp_path_factory):
+    """step.fp8_check("glm5-mini", 4, 32): the FP8 step against fp32, and a wrong scale caught (once per
+    session, for every worker)."""
     from helpers.model import step
 
-    return step.fp8_check("glm5-mini", 4, 32)
+    return once_per_session(tmp_path_factory, "glm5-mini-fp8-check", lambda _: step.fp8_check("glm5-mini", 4, 32))
 
 
 @pytest.fixture(scope="session")
-def glm5_mini_fp8_product_errors():
-    """step.fp8_product_errors("glm5-mini"): each FP8 product against fp32 and bf16."""
+def glm5_mini_fp8_product_errors(tmp_path_factory):
+    """step.fp8_product_errors("glm5-mini"): each FP8 product against fp32 and bf16 (once per session)."""
     from helpers.model import step
 
-    return step.fp8_product_errors("glm5-mini")
+    return once_per_session(tmp_path_factory, "glm5-mini-fp8-products", lambda _: step.fp8_product_errors("glm5-mini"))
 
 
 # --------------------------------------------------------------------------- the unit tier's rule, enforced

@@ -13,13 +13,15 @@ from helpers.book import browser, runbook, site
 ROOT = repo_root()
 #: the run the published site shows (Makefile: SITE_RUN)
 SITE_RUN = re.search(r"^SITE_RUN\s*\?=\s*runs/(\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+#: its module fixture is the session's one build of SITE_RUN (tests/conftest.py, committed_site), so its tests
+#: may run in different workers under `make test` (pytest-xdist)
+SPREAD_ACROSS_WORKERS = True
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    out = tmp_path_factory.mktemp("site")
-    index = runbook.build(ROOT / "runs" / SITE_RUN, ROOT, strict=True, echo=lambda *a: None, out_dir=out)
-    return index.parent
+def built(committed_site):
+    """SITE_RUN built strictly, once per session (tests/conftest.py: committed_site; test_runbook.py reads it too)."""
+    return committed_site(SITE_RUN)
 
 
 def test_mathjax_ships_from_the_package():
@@ -76,7 +78,7 @@ OTHER_RUNS, NO_GIT = committed.runs_or_reason(ROOT)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("run_id", [r for r in OTHER_RUNS if r != SITE_RUN])
-def test_every_other_committed_run_passes_the_browser_check(run_id, tmp_path):
+def test_every_other_committed_run_passes_the_browser_check(run_id, committed_site):
     """Issue 24: the browser check passes on every committed run, not only the published one (which
     test_every_page_in_a_real_browser checks): a run made by an older book is presented again by
     `runbook --replay` or retired from the tree (runs/README.md)."""
@@ -84,7 +86,7 @@ def test_every_other_committed_run_passes_the_browser_check(run_id, tmp_path):
         pytest.fail(NO_GIT)
     if not browser.find_chromium():
         pytest.skip(browser.INSTALL_HINT)
-    html = runbook.build(ROOT / "runs" / run_id, ROOT, strict=True, echo=lambda *a: None, out_dir=tmp_path).parent
+    html = committed_site(run_id)   # built strictly once per session, shared with test_runbook.py
     # these runs' tables were executed before the tables helper wrote missing values as n/a (issue 35): their
     # blank cells are as executed and pass here; the published run (above) is held to n/a, and nan/None fail
     report = browser.check_site(html, echo=lambda *a: None, blank_cells=False)

@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from helpers import repo_root
+from onceper import once_per_session
 from proctags import tagged
 
 ROOT = repo_root()
@@ -46,6 +47,10 @@ AFFECTED = ["tests/test_runbook.py", "tests/test_packaging.py", "tests/test_book
 #: (the published site's run among them); the others execute the book or build SITE_RUN into folders of
 #: their own and run once, in `make test` itself
 SLOW_READERS = ["tests/test_runbook.py::test_every_committed_run_renders_strictly_at_this_commit"]
+
+#: its three tests are minutes each and its module fixture (clean_ids) is made once per session: under
+#: `make test` (pytest-xdist) they run in parallel workers (tests/conftest.py)
+SPREAD_ACROSS_WORKERS = True
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1500),
               pytest.mark.skipif(not (VENV / ".installed").exists(),
@@ -87,9 +92,10 @@ def collected(clone: Path, tmp: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def clean_ids(tmp_path_factory):
-    """What the suite collects in a clone where nothing was run."""
-    d = tmp_path_factory.mktemp("clean")
-    return collected(clone_of_head(d / "clone"), d / "pytest")
+    """What the suite collects in a clone where nothing was run (once per session, shared by the workers
+    that run this module's tests: tests/onceper.py)."""
+    return once_per_session(tmp_path_factory, "readers-clean-clone",
+                            lambda d: collected(clone_of_head(d / "clone"), d / "pytest"))
 
 
 def check_suite(clone: Path, tmp: Path, clean_ids: list[str]) -> None:

@@ -147,14 +147,15 @@ COMMITTED_RUNS, NO_GIT = committed.runs_or_reason(runbook.repo_root())
 
 @pytest.mark.slow
 @pytest.mark.parametrize("run_id", COMMITTED_RUNS)
-def test_every_committed_run_renders_strictly_at_this_commit(run_id, tmp_path):
+def test_every_committed_run_renders_strictly_at_this_commit(run_id, committed_site):
     """A committed run is rendered by the current main with the strict build (-W -n), into a build
-    folder of its own; its status page says which commit it was made from."""
+    folder of its own (once per session: tests/conftest.py, committed_site; test_book_site.py checks the same
+    builds in the browser); its status page says which commit it was made from."""
     if NO_GIT:
         pytest.fail(NO_GIT)
     root = runbook.repo_root()
     run = root / "runs" / run_id
-    html = runbook.build(run, root, strict=True, echo=lambda *a: None, out_dir=tmp_path).parent
+    html = committed_site(run_id)
     status = (html / "appendix" / "status.html").read_text()
     assert run_id in status and "made from" in status
     made_after_recording = str(runbook.read_manifest(run).get("started", "")) >= "2026-12-01"
