@@ -100,12 +100,14 @@ def test_measured_compute_picks_every_budget_by_its_id(rec):
 
 def test_the_projection_is_kept_only_where_both_checks_pass(rec, monkeypatch):
     """Issue 35 item 5: bf16 and FP8 sweeps of one checkpoint project within 15 % of each other and every
-    component within 1.5x of the recorded GPU's kernels, both ways; the recorded study fails the first
-    (1.61x at one stream) and the second (the shared expert about 10x), and the sentence says both."""
+    component within 1.5x of the recorded GPU's kernels, both ways (routed and shared experts together, as the
+    kernel budget hides one beside the other); the recorded study fails the first (1.61x at one stream) and the
+    second (the indexer about 2.2x), and the sentence says both."""
     from helpers.chapters.diagnosis import budget_sections as bs
 
     v = bs.projection_validity(rec)
-    assert v["pj_kept"] == "not used" and v["pj_prec_1"] > bs.PJ_PRECISION_TOL and v["pj_comp_hi"] > 1.5
+    assert v["pj_kept"] == "not used" and v["pj_prec_1"] > bs.PJ_PRECISION_TOL and 1.5 < v["pj_comp_hi"] < 3
+    assert "indexer" in v["pj_validity_text"] and "shared/dense" not in v["pj_validity_text"]
     assert "1.61x apart at one stream" in v["pj_validity_text"] and "allowed 1/1.5 to 1.5" in v["pj_validity_text"]
     monkeypatch.setattr(bs, "PJ_PRECISION_TOL", 2.0)                 # loosened: only the component check fails
     v = bs.projection_validity(rec)

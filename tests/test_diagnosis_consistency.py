@@ -123,7 +123,8 @@ def test_a_range_changed_after_a_comparison_is_shown_with_the_band_as_first_regi
     vals = bare_metal_band(diagnosis).values
     assert vals["bmf_inside_64"] == "outside" and "is a finding" in vals["first_band_text"]
     assert vals["bm_where_64"].startswith("above it") and "faster than the inputs in hand explain" in vals["bm_where_64"]
-    assert vals["bm_where_1"].startswith("below it") and "774-890" in vals["bm_history"]
+    assert vals["bm_where_1"].startswith("below it") and "774-890 at 64, the observation outside" in vals["bm_history"]
+    assert "48.4-55.1 at one stream, the observation inside it" in vals["bm_history"]
     assert "reference itself ran outside" in vals["bm_takeaway"]
 
 
@@ -133,8 +134,10 @@ def test_where_an_observation_sits_is_worded_from_its_percentile():
     assert where_in_band(33.0, True, 1) == "inside it, at percentile 33 of the draws"
     assert where_in_band(100.0, False, 64).startswith("above it") and "faster" in where_in_band(100.0, False, 64)
     assert where_in_band(0.0, False, 1).startswith("below it") and "slower" in where_in_band(0.0, False, 1)
-    assert band_history(0, 1, 2, True) == "no range changed after a comparison"
-    assert "1 input range changed" in band_history(1, 774, 890, False) and "outside it" in band_history(1, 774, 890, False)
+    assert band_history(0, {64: (1, 2, True)}) == "no range changed after a comparison"
+    h = band_history(1, {1: (48.4, 55.1, True), 64: (774, 890, False)})
+    assert "1 input range changed" in h and h.endswith("48.4-55.1 at one stream, the observation inside it; 774-890 at 64, "
+                                                         "the observation outside it")
 
 
 def test_a_range_changed_without_a_reason_is_refused():

@@ -40,13 +40,15 @@ def where_in_band(pctile: float, inside: bool, c: int) -> str:
             f"hand explain")
 
 
-def band_history(n_changed: int, lo: float, hi: float, inside: bool) -> str:
-    """The clause page 1 and the summary give the band's history at 64 (the ranges changed after a comparison)."""
+def band_history(n_changed: int, first: dict) -> str:
+    """The clause page 1 and the summary give the band's history: how many ranges changed after a comparison,
+    and the band as first registered at each end (`first`: concurrency -> (low, high, inside))."""
     if not n_changed:
         return "no range changed after a comparison"
+    ends = "; ".join(f"{lo:.{1 if c == 1 else 0}f}-{hi:.{1 if c == 1 else 0}f} at {'one stream' if c == 1 else c}, "
+                     f"the observation {'inside' if inside else 'outside'} it" for c, (lo, hi, inside) in first.items())
     return (f"{n_changed} input range{'s' if n_changed != 1 else ''} changed after a comparison, each shown with its "
-            f"first value and reason; as first registered the band at 64 was {lo:.0f}-{hi:.0f}, the observation "
-            f"{'inside' if inside else 'outside'} it")
+            f"first value and reason; as first registered the band was {ends}")
 
 
 BAND_COLUMNS = ["concurrency", "observed_tok_s", "predicted_tok_s", "band_low_tok_s", "band_high_tok_s",
@@ -104,8 +106,8 @@ def bare_metal_band(d: Diagnosis) -> Part:
                              f"the healthy reference itself ran outside that band ({step_obs_1:.1f} ms), so hold a "
                              f"deployment to the reference's own step rather than to the band: one well above "
                              f"{step_obs_1:.1f} ms is losing time outside the kernels")
-    values["bm_history"] = band_history(len(changed), values["bmf_lo_64"], values["bmf_hi_64"],
-                                        values["bmf_inside_64"] == "inside")
+    values["bm_history"] = band_history(len(changed), {c: (values[f"bmf_lo_{c}"], values[f"bmf_hi_{c}"],
+                                                           values[f"bmf_inside_{c}"] == "inside") for c in ENDS})
     values["first_band_text"] = FIRST_BAND_TEXT[(values["bmf_inside_64"] == "inside", values["bmb_inside_64"] == "inside")]
     peer = peer_on_glm5_graph(d)
     for r in peer.itertuples():
