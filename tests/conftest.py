@@ -17,6 +17,13 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+# An xdist worker runs with SIGINT ignored, and an ignored signal stays ignored across fork and exec: every
+# process a test started there would shrug off the Ctrl-C the interruption tests send. Give workers Python's own.
+import signal as _signal  # noqa: E402
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+
 from onceper import once_per_session  # noqa: E402
 
 

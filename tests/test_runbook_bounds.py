@@ -128,4 +128,6 @@ def test_the_serving_estimate_is_below_the_published_runs_measured_sweep():
     values = {**checks.defaults, **step["parameters"]}
     est = ch.PLAN_TIME({k: s.check(values[k]) for k, s in checks.specs.items()})
     measured = pd.read_csv(run / "results" / "03_baselines_tuning" / "sweep.csv").point_s.sum()
-    assert est is not None and 0 < est.seconds < measured, (est, measured)
+    # the plan also counts the load study's own bound (load_time_s, issue 38); sweep.csv holds the sweep only
+    load = float(values["load_time_s"]) if str(values.get("load_modes", "off")) == "on" else 0.0
+    assert est is not None and 0 < est.seconds - load < measured, (est, load, measured)
