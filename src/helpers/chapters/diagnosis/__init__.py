@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from helpers.chapters.diagnosis.answer import HEADERS, SHOWN, Folded, answer, folded, headers, human
 from helpers.chapters.diagnosis.budget_sections import (BASELINE_COLUMNS, BUDGET_COLUMNS, BUDGET_KEYS, COLL_TEXT_NONE,
-                                                        COLL_TEXT_ONE_OP, COLL_TEXT_RATIO, COMPARISON_COLUMNS,
+                                                        COLL_TEXT_NO_RANKS, COLL_TEXT_ONE_OP, COLL_TEXT_RATIO,
+                                                        COMPARISON_COLUMNS,
                                                         GOAL_TEXT, MAPPING_TOKENS, OBSERVATION_COLUMNS,
                                                         PJ_TABLES_ALL_KEPT, PJ_TABLES_NONE, PJ_TABLES_SOME,
                                                         PJ_VERDICT, PROJECTION_CHECK_COLUMNS, RUN_COLUMNS,
@@ -72,7 +73,8 @@ __all__ = ["AnswerValues", "Folded", "HEADERS", "SHOWN", "answer", "folded", "he
            "OBSERVATION_COLUMNS", "OverviewValues", "PARAMS", "PJ_TABLES_ALL_KEPT", "PJ_TABLES_NONE",
            "PJ_TABLES_SOME", "PJ_VERDICT", "POINTS", "PROJECTION_CHECK_COLUMNS", "Part", "ProjectionCheckValues",
            "RECORDED_STEP_TEXT", "REMEDY_COLUMNS", "RUN_COLUMNS", "RUN_STEP_TEXT", "RUN_TEXT_LINK",
-           "RUN_TEXT_NO_FITS", "RUN_TEXT_NO_LINK", "RUN_TEXT_RECORDED", "RemedyValues", "RunLinkValues", "VM",
+           "RUN_TEXT_NO_FITS", "COLL_TEXT_NO_RANKS", "RUN_TEXT_NO_LINK", "RUN_TEXT_RECORDED", "RemedyValues",
+           "RunLinkValues", "VM",
            "VM_COLUMNS", "VM_TAKEAWAY_NONE", "VM_TAKEAWAY_SOME", "VmPredictedValues", "aiconfigurator_outcome",
            "attribution", "bare_metal_band", "guest_context", "baseline", "ceilings", "check", "collective_points", "collectives",
            "decision", "fits_on_gpus", "goal_text", "inputs", "mapping", "measured_compute", "overview",

@@ -225,7 +225,8 @@ def projection_validity(d: Diagnosis) -> dict:
     comp_ok = lo[0] >= 1 / tol and hi[0] <= tol
     why = []
     if not prec_ok:
-        why.append("projecting the bf16 and the FP8 sweep of the same checkpoint gives steps "
+        why.append("projecting the bf16 and the FP8 sweep of the same checkpoint (the committed fused study, not "
+                   "this run) gives steps "
                    + (f"{prec[1]:.2f}x apart at one stream and {prec[64]:.2f}x at 64 (the check allows "
                       f"{PJ_PRECISION_TOL:.2f}x)" if worst_prec == worst_prec else "that cannot be compared (no study "
                       "holds both sweeps)"))
@@ -373,10 +374,12 @@ def run_link_admissibility(d: Diagnosis) -> str:
 
 COLL_TEXT_NONE = "No collective sweep was run in this run, so there is no live all-to-all vs all-reduce comparison."
 COLL_TEXT_ONE_OP = "The run's collective sweep lacks one of all-to-all and all-reduce, so they are not compared."
-COLL_TEXT_RATIO = ("The run's collective sweep has both all-to-all and all-reduce; at decode message sizes the "
-                   "all-to-all took {ratio:.2f} times the all-reduce's time (median over sizes and backends, "
-                   "measured on this run's machine), to set beside the byte and round counts of the "
-                   "expert-parallelism chapter.")
+COLL_TEXT_RATIO = ("The run's collective sweep has both all-to-all and all-reduce over two ranks or more; at decode "
+                   "message sizes the all-to-all took, against the all-reduce (median over sizes, measured on this "
+                   "run's machine): {ratios}; to set beside the byte and round counts of the expert-parallelism "
+                   "chapter.")
+COLL_TEXT_NO_RANKS = ("The run's collective sweep ran on one rank only, where a collective moves nothing between GPUs, "
+                      "so its all-to-all and all-reduce are not compared.")
 
 
 def collective_points(sweep: pd.DataFrame) -> pd.DataFrame:
@@ -400,8 +403,14 @@ def collectives(d: Diagnosis) -> Part:
     if not len(dec):
         raise FindingError(f"the run's collective sweep has no point between {lo:.0f} and {hi:.0f} B (the decode "
                            f"sizes); its sizes: {sorted(piv.size_bytes.unique())}")
-    ratio = (dec.all_to_all / dec.all_reduce).median()
-    return Part({"coll_text": COLL_TEXT_RATIO.format(ratio=ratio)}, shown={"collective_points": piv})
+    # a one-rank collective moves nothing between GPUs: the ratio is taken per backend over two ranks or more, and
+    # a backend is named with its own figure (a median over unlike backends describes neither; issue 35)
+    dec = dec[dec["world_size"] >= 2]
+    if not len(dec):
+        return Part({"coll_text": COLL_TEXT_NO_RANKS}, shown={"collective_points": piv})
+    per = [f"{b} over {int(g.world_size.max())} ranks {(g.all_to_all / g.all_reduce).median():.2f}x"
+           for b, g in dec.groupby("backend")]
+    return Part({"coll_text": COLL_TEXT_RATIO.format(ratios="; ".join(per))}, shown={"collective_points": piv})
 
 
 # ------------------------------------------------------------------------------------------ weights per GPU

@@ -188,6 +188,7 @@ class BareMetalBandValues:
     bmf_hi_64: float
     bmf_pctile_64: float
     bmf_inside_64: str
+    hidden_where: str
     split_attention_what: str
     bm_where_1: str
     bm_where_64: str
