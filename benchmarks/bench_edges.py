@@ -39,7 +39,7 @@ YAML_PROBE = textwrap.dedent("""
         t = runbook.load_target(sys.argv[1], repo_root())
         runbook.apply_overrides(t, sys.argv[2:])
         runbook.plan(t, repo_root(), only=["03_baselines_tuning"])
-        said = "planned (not refused)"
+        said = "planned"
     except runbook.RunbookError as e:
         said = str(e)
     print(json.dumps({"s": time.perf_counter() - t0, "said": said,
@@ -74,8 +74,9 @@ WATCHER = textwrap.dedent("""
         pass
     tail = srv.log_text()
     print(json.dumps({"rss_mb": int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024,
-                      "s": time.perf_counter() - t0, "log_bytes": log.stat().st_size,
-                      "cut": "line cut: longer than" in tail, "after": "the line after the flood" in tail}))
+                      "s": time.perf_counter() - t0, "log_bytes": log.stat().st_size, "tail_chars": len(tail),
+                      "cut": "line cut: longer than" in tail, "after": "the line after the flood" in tail,
+                      "dropped": "more bytes, not kept" in tail}))
 """)
 
 

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -16,39 +15,21 @@ from helpers.serving import server
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-#: the server: FLOOD bytes without a newline, then a newline and a last line, then it serves /health
-FLOOD_SERVER = textwrap.dedent("""
-    import sys, http.server
-    port, n = int(sys.argv[1]), int(sys.argv[2])
-    block = b"x" * (1 << 20)
-    for _ in range(n >> 20):
-        sys.stdout.buffer.write(block)
-    sys.stdout.buffer.write(b"\\nthe line after the flood\\n")
-    sys.stdout.buffer.flush()
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200); self.end_headers()
-        def log_message(self, *a):
-            pass
-    http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
-""")
+def _bench():
+    """benchmarks/bench_edges.py, loaded by path (as test_fidelity loads its benchmark): the flooding server and
+    its watcher are written once, there; this test runs them at 256 MiB, the benchmark at 1 GiB."""
+    import importlib.util
 
-#: the watcher: starts the server, waits for it, stops it; prints its own peak RSS and what the log holds
-WATCHER = textwrap.dedent("""
-    import json, resource, sys
-    from pathlib import Path
-    from helpers.serving.server import Server, ServerSpec, free_port
-    code, n, log = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
-    port = free_port()
-    with Server(ServerSpec(argv=[sys.executable, "-c", code, str(port), str(n)], port=port, name="flood"), log,
-                startup_timeout_s=120, stop_grace_s=1) as srv:
-        pass
-    tail = srv.log_text()       # stopped: its log copied to the end
-    print(json.dumps({"rss_mb": int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024,
-                      "log_bytes": log.stat().st_size, "tail_chars": len(tail),
-                      "after": "the line after the flood" in tail, "cut": "line cut: longer than" in tail,
-                      "dropped": "more bytes, not kept" in tail}))
-""")
+    spec = importlib.util.spec_from_file_location("bench_edges", repo_root() / "benchmarks" / "bench_edges.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+#: the server (FLOOD bytes without a newline, then a newline and a last line, then it serves /health) and the
+#: watcher (starts it, waits for it, stops it; prints its own peak RSS and what the log holds)
+BENCH = _bench()
+FLOOD_SERVER, WATCHER = BENCH.FLOOD_SERVER, BENCH.WATCHER
 
 
 def watch(tmp_path, nbytes):

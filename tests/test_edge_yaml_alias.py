@@ -8,7 +8,6 @@ import os
 import resource
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -19,31 +18,19 @@ ROOT = repo_root()
 pytestmark = pytest.mark.timeout(180)
 
 
-def alias_tree(levels: int = 16, width: int = 4) -> str:
-    """A list of `width` items nested `levels` deep, each level's first item defining the alias that its other
-    items repeat: width^levels numbers in a few hundred bytes (a width of at most 4 is what params.short renders
-    whole, so 8874c48 expanded it all in a message)."""
-    s = "[" + ",".join(["1"] * width) + "]"
-    for i in range(levels - 1):
-        s = f"[&a{i} {s}, " + ", ".join([f"*a{i}"] * (width - 1)) + "]"
-    return s
+def _bench():
+    """benchmarks/bench_edges.py, loaded by path (as test_fidelity loads its benchmark): the alias tree and the
+    planning probe are written once, there, and the benchmark measures what this test holds."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_edges", ROOT / "benchmarks" / "bench_edges.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
-PROBE = textwrap.dedent("""
-    import json, resource, sys, time
-    from helpers import repo_root
-    from helpers.book import runbook
-    t0 = time.perf_counter()
-    try:
-        t = runbook.load_target(sys.argv[1], repo_root())
-        runbook.apply_overrides(t, sys.argv[2:])
-        runbook.plan(t, repo_root(), only=["03_baselines_tuning"])
-        said = "planned"
-    except runbook.RunbookError as e:
-        said = str(e)
-    print(json.dumps({"s": time.perf_counter() - t0, "said": said,
-                      "rss_mb": int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024}))
-""")
+BENCH = _bench()
+alias_tree, PROBE = BENCH.alias_tree, BENCH.YAML_PROBE
 
 
 def _limit():
