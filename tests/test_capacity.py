@@ -96,3 +96,34 @@ def test_the_search_finds_where_a_planted_service_level_breaks_every_point_kept(
     always, _ = planted(10 ** 6)
     top = search(always, 1, 0.9, limit=8)
     assert top["capacity"] == 8 and top["hit_limit"]
+
+
+def test_a_search_seeded_by_a_sweep_measures_only_between_its_last_pass_and_first_failure():
+    """The rate sweep's open points at the same SLO are known: passes at 0.7 and 1.9, failures at 5.4 and 15
+    (planted knee 3.3); the search measures only inside (1.9, 5.4) and finds the knee within its tolerance."""
+    known = [{"load": 0.7, "good_share": 1.0}, {"load": 1.9, "good_share": 1.0},
+             {"load": 5.4, "good_share": 0.5}, {"load": 15.0, "good_share": 0.0}]
+    m, calls = planted(3.3)
+    out = search(m, 0.7, 0.9, limit=30.0, integer=False, rel_tol=0.15, known=known)
+    assert calls and all(1.9 < c < 5.4 for c in calls), calls
+    assert out["complete"] and 3.3 * 0.85 <= out["capacity"] <= 3.3 < out["first_failed"] <= 5.4
+    assert sum(p.get("from_known", False) for p in out["points"]) == 4
+    unseeded, calls2 = planted(3.3)
+    search(unseeded, 0.7, 0.9, limit=30.0, integer=False, rel_tol=0.15)
+    assert len(calls2) > len(calls)
+    # a known failure below the planted knee is believed (the search assumes a monotone service level)
+    m3, calls3 = planted(3.3)
+    out3 = search(m3, 0.7, 0.9, limit=30.0, integer=False, known=[{"load": 1.0, "good_share": 0.0}])
+    assert calls3[0] == 0.7 and all(c < 1.0 for c in calls3) and out3["first_failed"] <= 1.0
+
+
+def test_the_capacity_table_says_which_points_the_rate_sweep_measured():
+    from helpers.chapters.serving_load import capacity_view
+
+    m, _ = planted(3.3)
+    out = search(m, 0.7, 0.9, limit=30.0, integer=False, rel_tol=0.15,
+                 known=[{"load": 0.7, "good_share": 1.0}, {"load": 5.4, "good_share": 0.25}])
+    view = capacity_view({"capacity_rate": out}, "capacity_rate").set_index("request rate (requests/s)")
+    assert view.loc[0.7, "measured by"] == view.loc[5.4, "measured by"] == "the rate sweep"
+    assert view.loc[5.4, "held"] == "no" and view.loc[5.4, "inside SLOs (%)"] == 25.0
+    assert (view.drop([0.7, 5.4])["measured by"] == "the search").all() and len(view) > 2

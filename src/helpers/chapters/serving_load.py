@@ -90,6 +90,7 @@ def capacity_view(study: dict, which: str) -> pd.DataFrame:
     pts = study.get(which, {}).get("points", [])
     return pd.DataFrame([{unit: p["load"], "inside SLOs (%)": _pct(p.get("good_share")),
                           "held": "yes" if p.get("passed") else "no",
+                          "measured by": "the rate sweep" if p.get("from_known") else "the search",
                           "median TTFT (ms)": p.get("median_ttft_ms"), "median TPOT (ms)": p.get("median_tpot_ms"),
                           "error": (p.get("error") or "")[:80]} for p in pts])
 

@@ -1,12 +1,16 @@
 """Capacity at a service level: the highest load (concurrency or request rate) at which a stated share of
 requests meets the SLO, found by a ramp (doubling) then bisection, with the points it rests on.
 
-    search(measure, start, good_share, limit, integer=True, points_file=None, time_limit_s=...)
+    search(measure, start, good_share, limit, integer=True, points_file=None, time_limit_s=..., known=())
 
 `measure(x)` runs one point at load x and returns its row (with `good_share`, from openloop.run_spec).
 Each measured point is appended to `points_file` (JSON lines) as it ends; a rerun reads them back and does
 not measure those loads again (resumable like the other sweeps). The search stops at the time limit and
 says so (complete False). A point that raises ends as failed (good_share 0) and keeps the rows measured.
+`known` rows (each with `load` and `good_share`, e.g. the rate sweep's open points at the same SLO and
+request count) count as measured points: the ramp does not measure a load at or above a known failed one (it
+takes that one as its first failure, the monotonicity bisection assumes anyway), so a search seeded by a sweep
+only bisects between the sweep's last pass and first failure. Those rows say `from_known: True`.
 """
 from __future__ import annotations
 
@@ -30,13 +34,20 @@ def _load(points_file) -> dict:
 
 
 def search(measure: Callable[[float], dict], start: float, good_share: float, limit: float,
-           integer: bool = True, rel_tol: float = 0.1, points_file=None, time_limit_s: float = 600.0) -> dict:
+           integer: bool = True, rel_tol: float = 0.1, points_file=None, time_limit_s: float = 600.0,
+           known=()) -> dict:
     """Ramp from `start` doubling up to `limit` until a point fails, then bisect; see the module docstring."""
     if not (start > 0 and limit >= start):
         raise LoadSpecError(f"capacity search start = {start}, limit = {limit}: expected 0 < start <= limit")
     if not 0 < good_share <= 1:
         raise LoadSpecError(f"capacity search good_share = {good_share}: expected a share in (0, 1]")
     points = _load(points_file)
+    for row in known:
+        if row.get("good_share") is None or row.get("load") is None:
+            continue
+        key = int(row["load"]) if integer else round(float(row["load"]), 6)
+        points.setdefault(key, {**row, "load": key, "passed": bool(row["good_share"] >= good_share),
+                                "from_known": True})
     deadline = time.monotonic() + time_limit_s
 
     def ok_at(x) -> bool | None:
@@ -68,7 +79,11 @@ def search(measure: Callable[[float], dict], start: float, good_share: float, li
         passed = x
         if x >= limit:
             break
-        x = min(limit, x * 2)
+        # a point already known (measured by a sweep, or before a resume): the ramp moves to the highest known
+        # pass below the first known failure above x without measuring, and never doubles past that failure
+        fail_above = min((k for k, p in points.items() if k > x and not p["passed"]), default=math.inf)
+        passes = [k for k, p in points.items() if x < k < fail_above and p["passed"] and k <= limit]
+        x = max(passes) if passes else min(limit, x * 2, fail_above)
     while complete and passed is not None and failed is not None:  # bisect
         if (integer and failed - passed <= 1) or (not integer and failed - passed <= rel_tol * passed):
             break

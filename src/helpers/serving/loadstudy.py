@@ -71,7 +71,7 @@ def load_study(P: dict, run: layout.Run) -> dict | None:
             out["capacity_concurrency"] = _search_concurrency(url, model, wl, slo, P, top, run, SHARES[1] * total)
             ends = [r.get("request_throughput") for r in out["rate_sweep"][:2]]
             left = max(0.0, total - (time.monotonic() - t0) - 10.0)   # 10 s kept for the overhead rows
-            out["capacity_rate"] = _search_rate(url, model, wl, slo, P, ends, run, left)
+            out["capacity_rate"] = _search_rate(url, model, wl, slo, P, ends, run, left, out["rate_sweep"])
     except Exception as e:  # noqa: BLE001 - a server that would not start or fell over: the rows kept say so
         out["failed"] = f"{type(e).__name__}: {e}"[:400]
     out["client_overhead"] = client_overhead((1, 4, 16), tokens=32, per_concurrency=2)
@@ -89,8 +89,13 @@ def _search_concurrency(url, model, wl, slo, P, top, run, limit_s) -> dict:
                   time_limit_s=limit_s)
 
 
-def _search_rate(url, model, wl, slo, P, ends, run, limit_s) -> dict:
+def _search_rate(url, model, wl, slo, P, ends, run, limit_s, sweep_rows=()) -> dict:
+    """The highest request rate inside the SLOs. The rate sweep's open points (same workload, SLO, request count
+    and burstiness) are known points of the search: it starts at the lowest and measures only where the sweep
+    left the answer open."""
     lo, hi = ends
+    known = [{**_slim(r), "load": r["request_rate"]} for r in sweep_rows
+             if r.get("sweep_role") == "open" and r.get("good_share") is not None and not r.get("failed_point")]
     if not (lo and hi and lo > 0 and hi > 0):
         return {"capacity": float("nan"), "complete": False, "points": [], "first_failed": None,
                 "hit_limit": False, "why": "the rate sweep's ends were not measured"}
@@ -99,8 +104,10 @@ def _search_rate(url, model, wl, slo, P, ends, run, limit_s) -> dict:
         spec = LoadSpec(wl, OpenLoop(float(r), P["burstiness"]), num_requests=P["load_requests"], slo=slo,
                         time_limit_s=P["request_timeout_s"])
         return _slim(run_spec(url, model, spec)[0])
-    return search(measure, lo / 2, P["slo_share"], limit=2 * max(lo, hi), integer=False, rel_tol=0.15,
-                  points_file=run.path("capacity_rate"), time_limit_s=limit_s)
+    lowest = min(known, key=lambda k: k["load"], default=None)   # where the sweep's lowest rate failed, go below
+    start = lowest["load"] if lowest and lowest["good_share"] >= P["slo_share"] else lo / 2
+    return search(measure, start, P["slo_share"], limit=2 * max(lo, hi), integer=False, rel_tol=0.15,
+                  points_file=run.path("capacity_rate"), time_limit_s=limit_s, known=known)
 
 
 def _slim(row: dict) -> dict:
