@@ -27,6 +27,7 @@ def test_load_study_finds_the_stand_ins_knee_and_resumes(tmp_path):
     roles = [r["sweep_role"] for r in study["rate_sweep"]]
     assert roles[:2] == ["one-at-a-time", "max-throughput"] and roles[2:] in (["open"], ["open", "open"])
     assert len(study["client_overhead"]) == 3
+    assert study["warmup"]["concurrency"] == 4 and study["warmup"]["completed"] == 4   # one wave, not in any point
     # the rate search starts from the sweep's open points (same SLO, requests and arrivals) instead of measuring them
     seeded = [p["load"] for p in study["capacity_rate"]["points"] if p.get("from_known")]
     assert seeded == sorted(r["request_rate"] for r in study["rate_sweep"] if r["sweep_role"] == "open")

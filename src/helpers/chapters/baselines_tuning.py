@@ -414,6 +414,7 @@ class LoadFacts:
     ld_ovh_16: str          # the same at 16
     ld_max_rate: str        # the max-throughput probe's request rate (measured, closed loop)
     ld_one_rate: str        # one request at a time's request rate (measured)
+    ld_warm: str            # the warm-up wave before the study's first point (not counted)
 
 
 def load_facts(study: dict | None) -> LoadFacts:

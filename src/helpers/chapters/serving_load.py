@@ -115,7 +115,7 @@ def facts(study: dict | None) -> dict:
     """The numbers the section's prose cites (measured, or derived from the measured points); 'n/a' without."""
     if study is None:
         return {k: "n/a" for k in ("ld_slo", "ld_share", "ld_cap_c", "ld_cap_r", "ld_short_points", "ld_points",
-                                   "ld_ovh_1", "ld_ovh_16", "ld_max_rate", "ld_one_rate")}
+                                   "ld_ovh_1", "ld_ovh_16", "ld_max_rate", "ld_one_rate", "ld_warm")}
     opens = [r for r in study.get("rate_sweep", []) if r.get("sweep_role") == "open" and "rate_short" in r]
     ends = study.get("rate_sweep", [])[:2]
     ovh = {r["concurrency"]: r["overhead_per_request_ms"] for r in study["client_overhead"]}
@@ -135,7 +135,16 @@ def facts(study: dict | None) -> dict:
             "ld_short_points": f"{sum(bool(r['rate_short']) for r in opens)} of {len(opens)}",
             "ld_points": f"{len(opens)}",
             "ld_ovh_1": f"{ovh.get(1, float('nan')):.1f} ms", "ld_ovh_16": f"{ovh.get(16, float('nan')):.1f} ms",
-            "ld_one_rate": _rate(ends[0] if ends else {}), "ld_max_rate": _rate(ends[1] if len(ends) > 1 else {})}
+            "ld_one_rate": _rate(ends[0] if ends else {}), "ld_max_rate": _rate(ends[1] if len(ends) > 1 else {}),
+            "ld_warm": _warm(study.get("warmup"))}
+
+
+def _warm(w: dict | None) -> str:
+    if not w:
+        return "no warm-up"
+    if w.get("error"):
+        return f"a warm-up of {w['requests']} requests that failed ({w['error'][:80]})"
+    return f"a warm-up wave of {w['requests']} requests, not counted"
 
 
 def _rate(r: dict) -> str:
