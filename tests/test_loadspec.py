@@ -21,6 +21,16 @@ def test_schedule_mean_gap_and_cv(burstiness):
     assert gaps.std() / gaps.mean() == pytest.approx(1 / np.sqrt(burstiness), rel=0.05)
 
 
+@pytest.mark.parametrize("burstiness", [1.0, 0.5])
+def test_a_short_schedule_sends_its_nominal_rate_whatever_the_seed(burstiness):
+    """8 requests (a load-study point): every seed's schedule spans exactly 7 / rate, the gaps still differ."""
+    for seed in range(20):
+        t = arrival_schedule(OpenLoop(1.2, burstiness), 8, seed=seed)
+        assert achieved_rate(t) == pytest.approx(1.2, rel=1e-9)
+    a, b = (np.diff(arrival_schedule(OpenLoop(1.2, burstiness), 8, seed=s)) for s in (0, 1))
+    assert not np.allclose(a, b) and a.std() > 0
+
+
 def test_schedule_is_seeded():
     a = arrival_schedule(OpenLoop(2.0), 50, seed=3)
     assert np.array_equal(a, arrival_schedule(OpenLoop(2.0), 50, seed=3))

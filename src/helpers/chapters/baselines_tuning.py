@@ -408,7 +408,7 @@ class LoadFacts:
     ld_share: str           # the share of requests that must meet them (`slo_share`), in %
     ld_cap_c: str           # capacity over concurrency (measured, with how the search ended)
     ld_cap_r: str           # capacity over request rate (measured)
-    ld_short_points: str    # open-loop points more than 10 % short of their drawn rate, "k of n"
+    ld_short_points: str    # open-loop points more than 10 % short of their nominal rate, "k of n"
     ld_points: str          # open-loop points measured
     ld_ovh_1: str           # the client's overhead per request at concurrency 1 (measured on the stand-in)
     ld_ovh_16: str          # the same at 16
