@@ -102,3 +102,21 @@ def test_nothing_left_running_after_the_serving_chapters(demo_run):
             if models in cmd:
                 alive.append(f"{proc.name}: {cmd[:200]}")
     assert alive == [], alive
+
+
+@pytest.mark.slow
+def test_the_load_study_shows_a_rate_sweep_goodput_and_capacity_each_with_its_points(demo_run):
+    """Issue 38 on the CPU machine: the open-loop points were measured (each with its achieved rate and goodput
+    at the target's SLOs), and both capacity searches ended with the points they rest on."""
+    _, _, run = demo_run
+    study = json.loads((run / "results" / "03_baselines_tuning" / "load_study.json").read_text())
+    assert "failed" not in study and study["warmup"]["completed"] == study["warmup"]["requests"]
+    opens = [r for r in study["rate_sweep"] if r["sweep_role"] == "open"]
+    assert len(opens) >= 2 and all("skipped" not in r for r in opens), opens
+    for r in opens:
+        assert r["achieved_rate"] > 0 and 0 <= r["good_share"] <= 1 and "good_tokens_per_s" in r
+        assert r["scheduled_rate"] == pytest.approx(r["request_rate"], rel=1e-6)   # the schedule sends its rate
+    for which in ("capacity_concurrency", "capacity_rate"):
+        cap = study[which]
+        assert cap["points"] and cap["complete"], (which, cap)
+        assert all("good_share" in p and "passed" in p for p in cap["points"])
