@@ -28,6 +28,12 @@ def test_load_study_finds_the_stand_ins_knee_and_resumes(tmp_path):
     assert roles[:2] == ["one-at-a-time", "max-throughput"] and roles[2:] in (["open"], ["open", "open"])
     assert len(study["client_overhead"]) == 3
     assert study["warmup"]["concurrency"] == 4 and study["warmup"]["completed"] == 4   # one wave, not in any point
+    # every rate-sweep point also saved as `vllm bench serve --save-result` JSON, its figures the row's
+    saved_vllm = {f.stem: json.loads(f.read_text()) for f in run.path("vllm_results").glob("*.json")}
+    assert len(saved_vllm) == len(study["rate_sweep"])
+    one = saved_vllm["one-at-a-time"]
+    assert one["completed"] == study["rate_sweep"][0]["completed"] and len(one["ttfts"]) == one["num_prompts"]
+    assert one["median_ttft_ms"] == study["rate_sweep"][0]["median_ttft_ms"]
     # the rate search starts from the sweep's open points (same SLO, requests and arrivals) instead of measuring them
     seeded = [p["load"] for p in study["capacity_rate"]["points"] if p.get("from_known")]
     assert seeded == sorted(r["request_rate"] for r in study["rate_sweep"] if r["sweep_role"] == "open")

@@ -79,6 +79,9 @@ RESULTS: dict[tuple[str, str], Result] = {
                 "power_pct_of_limit", "sm_clock_mhz")),
         Result("03_baselines_tuning", "rate_rows", "rate_sweep.jsonl",
                "the open-loop rate sweep's finished points, one JSON line each (resumed from; issue 38)"),
+        Result("03_baselines_tuning", "vllm_results", "vllm",
+               "the rate sweep's points as `vllm bench serve --save-result` JSON files, one per point "
+               "(helpers.serving.formats), for readers who load results in vllm's tools"),
         Result("03_baselines_tuning", "capacity_concurrency", "capacity_concurrency.jsonl",
                "the capacity search's points over concurrency, one JSON line each (resumed from)"),
         Result("03_baselines_tuning", "capacity_rate", "capacity_rate.jsonl",

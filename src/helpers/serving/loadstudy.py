@@ -68,7 +68,7 @@ def load_study(P: dict, run: layout.Run) -> dict | None:
             out["rate_sweep"] = rate_sweep(
                 url, model, wl, points=P["rate_points"], slo=slo, requests_per_point=P["load_requests"],
                 max_concurrency_probe=top, burstiness=P["burstiness"], time_limit_s=SHARES[0] * total,
-                points_file=run.path("rate_rows"))
+                points_file=run.path("rate_rows"), vllm_dir=run.path("vllm_results"))
             out["capacity_concurrency"] = _search_concurrency(url, model, wl, slo, P, top, run, SHARES[1] * total)
             ends = [r.get("request_throughput") for r in out["rate_sweep"][:2]]
             left = max(0.0, total - (time.monotonic() - t0) - 10.0)   # 10 s kept for the overhead rows

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -94,14 +95,15 @@ def run_spec(base_url: str, model: str, spec: LoadSpec, tokenizer=None, chat: bo
 
 def rate_sweep(base_url: str, model: str, workload, points: int = 4, slo=None, requests_per_point: int = 16,
                max_concurrency_probe: int = 16, burstiness: float = 1.0, seed: int = 0,
-               time_limit_s: float = 600.0, chat: bool = False, points_file=None) -> list[dict]:
+               time_limit_s: float = 600.0, chat: bool = False, points_file=None, vllm_dir=None) -> list[dict]:
     """Open-loop rates from one-at-a-time to the measured maximum throughput (geometric steps).
 
     The ends are measured first: the request rate with one request in flight (closed loop, concurrency 1)
     and with `max_concurrency_probe` in flight; `points` rates between them run open loop with seeded
     Poisson/gamma arrivals. Each row says which kind it is (`sweep_role`). Stops at the time limit. With
     `points_file` (JSON lines) every finished point is appended at once and a rerun measures only the points
-    not there. A point that raises (a server that fell over) is kept as failed with its error."""
+    not there. A point that raises (a server that fell over) is kept as failed with its error. With `vllm_dir`
+    each measured point is also saved there as `vllm bench serve --save-result` JSON (helpers.serving.formats)."""
     from .loadspec import SLO, LoadSpecError
 
     if isinstance(points, bool) or not isinstance(points, int) or points < 2:
@@ -114,10 +116,16 @@ def rate_sweep(base_url: str, model: str, workload, points: int = 4, slo=None, r
         if key in done:
             return done[key]
         try:
-            row, _ = run_spec(base_url, model, spec, chat=chat)
+            row, results = run_spec(base_url, model, spec, chat=chat)
         except Exception as e:  # noqa: BLE001 - the point ends as failed; the rows measured stay
-            row = {"failed_point": f"{type(e).__name__}: {e}"[:300], "request_throughput": float("nan")}
+            row, results = {"failed_point": f"{type(e).__name__}: {e}"[:300], "request_throughput": float("nan")}, None
         row = {**row, "sweep_role": role, "key": key}
+        if vllm_dir and results is not None:
+            from .formats import vllm_result
+
+            Path(vllm_dir).mkdir(parents=True, exist_ok=True)
+            name = key.replace(" ", "-") + ".json"
+            (Path(vllm_dir) / name).write_text(json.dumps(vllm_result(row, results, model), default=str))
         if points_file:
             with open(points_file, "a") as f:
                 f.write(json.dumps(row, default=str) + "\n")
