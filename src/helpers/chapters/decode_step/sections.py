@@ -2,11 +2,10 @@
 with the values its prose glues (dataclasses of helpers.chapters.decode_step.values: the notebook
 glue_alls each), the tables the run keeps (`save`), the tables the page shows, in page order, each with
 helpers.core.tables.show's arguments, the data its figure is drawn from, and what a later section reads
-(`data`). The notebook keeps the parameters, the calls, the figures, the glue and the display."""
+(`data`): helpers.chapters.parts. The notebook keeps the parameters, the calls, the figures, the glue and the display."""
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
 from typing import Mapping
 
 import pandas as pd
@@ -16,29 +15,11 @@ from helpers.chapters.decode_step import measurement as me
 from helpers.chapters.decode_step import precision as pr
 from helpers.chapters.decode_step import shown as sh
 from helpers.chapters.decode_step import values as va
+from helpers.chapters.parts import Part, save  # noqa: F401 - reached as ch.Part, ch.save
 from helpers.model import arith as ma
 from helpers.model import fp8 as fp8mod
 from helpers.model import measured as mb
 from helpers.model import step as stp
-
-
-@dataclass(frozen=True)
-class Part:
-    """What one section shows: `values` (dataclass instances whose fields are glue keys), `tables` (result
-    name -> DataFrame, declared in helpers.core.layout for 07_decode_step: `save`), `shown` ((DataFrame,
-    helpers.core.tables.show keywords) in page order), `figure` (figure name -> the data it is drawn from)
-    and `data` (what a later section reads)."""
-    values: tuple = ()
-    tables: dict = field(default_factory=dict)
-    shown: tuple = ()
-    figure: dict = field(default_factory=dict)
-    data: dict = field(default_factory=dict)
-
-
-def save(run, part: Part) -> None:
-    """Write the part's tables into the run (`run`: this chapter's helpers.core.layout.Run)."""
-    for name, table in part.tables.items():
-        run.save(name, table)
 
 
 def _stderr(line: str) -> None:
