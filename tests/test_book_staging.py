@@ -4,6 +4,7 @@ import json
 import pandas as pd
 
 from helpers.book import staging
+from helpers.book.manifest import Manifest
 from helpers.book.runbook import status_page
 
 CTX = staging.RunContext(run_id="gpu-run", target="multi-gpu", roots=["/work/main", "/home/me/book"],
@@ -97,14 +98,14 @@ def test_glued_figures_get_their_alt_text():
 def test_context_from_a_manifest_knows_the_run_machine_folder():
     m = {"run_id": "r1", "target": "t", "hardware": {"hostname": "box.example"},
          "chapters": [{"parameters": {"run_dir": "/srv/book/runs/r1"}}]}
-    ctx = staging.RunContext.from_manifest(m)
+    ctx = staging.RunContext.from_manifest(Manifest(**m))
     assert "/srv/book" in ctx.roots and "box" in ctx.hostnames
 
 
 def test_status_page_leaves_the_host_name_out():
     m = {"run_id": "r", "target": "t", "chapters": [], "hardware": {"hostname": "secret-host", "gpu_count": 2},
          "versions": {}}
-    page = status_page(m, {})
+    page = status_page(Manifest(**m), {})
     assert "secret-host" not in page and "hostname" not in page and "gpu_count" in page
 
 
@@ -120,13 +121,13 @@ def test_the_first_page_can_name_the_run_it_shows():
     m = {"run_id": "h200x2-x", "target": "multi-gpu", "started": "2026-11-29T21:10:51+00:00",
          "hardware": {"gpu_count": 2, "gpu_names": ["NVIDIA H200", "NVIDIA H200"],
                       "virtualization": "container in vm (Firecracker)"},
-         "versions": {"book_commit": "6e11e7c+dirty"}}
-    subs = staging.run_substitutions(m)
+         "versions": {"book_commit": "6e11e7c+dirty"}, "chapters": []}
+    subs = staging.run_substitutions(Manifest(**m))
     assert subs == {"site_run": "h200x2-x", "site_target": "multi-gpu",
                     "site_machine": "2 x NVIDIA H200, container in vm (Firecracker)",
                     "site_date": "2026-11-29", "site_commit": "commit 6e11e7c with local changes"}
     assert set(subs) == set(staging.SUBSTITUTION_KEYS)
-    assert staging.run_substitutions({"run_id": "r"})["site_commit"] == "an unrecorded commit"
+    assert staging.run_substitutions(Manifest(run_id="r", target="", chapters=[]))["site_commit"] == "an unrecorded commit"
 
 
 def test_the_config_has_a_default_for_every_run_substitution():
@@ -149,9 +150,9 @@ def test_glued_figures_are_exported_for_other_pages(tmp_path):
 
 
 def test_a_run_outside_a_checkout_and_the_environment_leave_no_absolute_path():
-    m = {"run_id": "r2", "chapters": [{"parameters": {"run_dir": "/scratch/tmp/r2"}}],
+    m = {"run_id": "r2", "target": "t", "chapters": [{"parameters": {"run_dir": "/scratch/tmp/r2"}}],
          "environment": {"prefix": "/opt/book/.venv", "python": "/opt/book/.venv/bin/python"}}
-    ctx = staging.RunContext.from_manifest(m, local_root="/work/main")
+    ctx = staging.RunContext.from_manifest(Manifest(**m), local_root="/work/main")
     assert "/scratch/tmp" not in ctx.roots  # a folder holding runs is no checkout: nothing else is cut
     t = staging.public_text("wrote /scratch/tmp/r2/results/x.csv with /opt/book/.venv/bin/python; /scratch/tmp/other", ctx)
     assert t == "wrote runs/r2/results/x.csv with .venv/bin/python; /scratch/tmp/other"

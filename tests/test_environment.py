@@ -112,12 +112,12 @@ def test_the_status_page_shows_the_environment_and_says_when_a_run_predates_it()
                                    "from": "outside this environment (the host's Python)"},
                          "sglang": None, "nccl": {"version": "2.28.9", "location": "/opt", "from": "outside"},
                          "driver": DRIVER}}
-    page = runbook.status_page(m, {})
+    page = runbook.status_page(runbook.Manifest(**m), {})
     assert "## Environment" in page and "`host`" in page and "driver 580.159.04 answers" in page
     assert "2.11.0, CUDA 13.0 (outside this environment (the host's Python)" in page
     assert env.sentence(m["environment"]).startswith("Executed in the host environment (/work/.venv/bin/python, "
                                                      "torch 2.11.0 (CUDA 13.0) from outside this environment")
-    old = runbook.status_page({**m, "environment": None}, {})
+    old = runbook.status_page(runbook.Manifest(**{**m, "environment": None}), {})
     assert "Not recorded: this run predates environment records" in old
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers.book import gputier
+from helpers.book.manifest import Manifest
 from helpers.model import firstcall
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,13 +37,17 @@ def _manifest(rec=None, commit="abc1234"):
     return m
 
 
+def _typed(rec=None, commit="abc1234"):
+    return Manifest.from_dict(_manifest(rec, commit), "a test's manifest")
+
+
 def test_a_passed_tier_at_the_measuring_commit_lets_a_run_be_published():
-    assert gputier.problems(_manifest(_rec()), "r") == []
-    assert "**passed** at `abc1234`: 1 passed, 0 failed, 0 skipped" in gputier.summary(_manifest(_rec()))
+    assert gputier.problems(_typed(_rec()), "r") == []
+    assert "**passed** at `abc1234`: 1 passed, 0 failed, 0 skipped" in gputier.summary(_typed(_rec()))
 
 
 def test_a_run_without_a_tier_record_is_refused_with_the_command():
-    found = gputier.problems(_manifest(), "r")
+    found = gputier.problems(_typed(), "r")
     assert len(found) == 1 and "no record of the GPU test tier" in found[0]
     assert "python -m helpers.book.gputier runs/r" in found[0] and "abc1234" in found[0]
 
@@ -50,18 +55,18 @@ def test_a_run_without_a_tier_record_is_refused_with_the_command():
 def test_a_failed_tier_is_refused_naming_the_tests():
     rec = _rec(failed=("tests/test_fp8.py::test_gpu_fp8_step", "tests/test_step.py::test_gpu_graph"), code=1)
     assert not rec["ok"]
-    found = gputier.problems(_manifest(rec), "r")
+    found = gputier.problems(_typed(rec), "r")
     assert any("tests/test_fp8.py::test_gpu_fp8_step" in p and "tests/test_step.py::test_gpu_graph" in p
                for p in found), found
 
 
 def test_a_tier_run_at_another_commit_or_running_nothing_or_skipping_without_cause_is_refused():
-    assert any("not at the commit that measured" in p for p in gputier.problems(_manifest(_rec(commit="fff0000")), "r"))
-    assert any("ran no test" in p for p in gputier.problems(_manifest(_rec(passed=(), code=5)), "r"))
+    assert any("not at the commit that measured" in p for p in gputier.problems(_typed(_rec(commit="fff0000")), "r"))
+    assert any("ran no test" in p for p in gputier.problems(_typed(_rec(passed=(), code=5)), "r"))
     off = _rec(skipped=[("t.py::b", "flaky here")])
-    assert not off["ok"] and any("other than missing hardware: t.py::b" in p for p in gputier.problems(_manifest(off), "r"))
+    assert not off["ok"] and any("other than missing hardware: t.py::b" in p for p in gputier.problems(_typed(off), "r"))
     hw = _rec(skipped=[("t.py::c", "one GPU: needs two GPUs")])
-    assert hw["ok"] and gputier.problems(_manifest(hw), "r") == []
+    assert hw["ok"] and gputier.problems(_typed(hw), "r") == []
 
 
 def test_the_first_call_verdicts():
@@ -128,7 +133,7 @@ def test_the_tier_runs_real_pytest_records_names_and_fails_a_skip_without_cause(
     assert not rec["ok"] and rec["exit_code"] == 1 and rec["commit"] == "abc1234"
     saved = json.loads(run.joinpath("manifest.json").read_text())["gpu_tier"]
     assert saved == rec and (run / gputier.JUNIT).exists() and (run / gputier.LOG).exists()
-    found = gputier.problems({**_manifest(), "gpu_tier": saved}, "r")
+    found = gputier.problems(Manifest.from_dict({**_manifest(), "gpu_tier": saved}, "a test's manifest"), "r")
     assert any("test_fails" in p and "test_skips_for_no_good_reason" in p for p in found)
     cli = subprocess.run([sys.executable, "-m", "helpers.book.gputier", str(tmp_path / "nope")],
                          capture_output=True, text=True, cwd=src, timeout=60)

@@ -14,6 +14,7 @@ import pytest
 
 from helpers import repo_root
 from helpers.book import replay
+from helpers.book.manifest import Manifest
 from helpers.book.statuspage import status_page
 from helpers.book.targets import RunbookError
 from helpers.chapters import module
@@ -62,7 +63,7 @@ def test_results_are_byte_identical_and_the_manifest_keeps_the_measurement(runs)
     rp = now["replayed"]
     assert rp["chapters"] == list(CHAPTERS) and rp["modes"] == {s: "replay" for s in CHAPTERS}
     assert rp["book_commit"] and rp["presentation_rewritten"] == [] and rp["started"] >= was["finished"]
-    page = status_page(now, {})
+    page = status_page(Manifest.load(run), {})
     assert "presented again by commit" in page and "| presented by |" in page
 
 

@@ -125,7 +125,7 @@ def test_status_page_lists_every_chapter():
          "chapters": [{"stem": "a", "status": "ok", "duration_s": 1.5, "parameters": {"mode": "auto"}},
                       {"stem": "b", "status": "failed", "duration_s": 2.0, "parameters": {},
                        "error": {"ename": "E", "evalue": "bad | thing"}}]}
-    page = runbook.status_page(m, {"a": "Chapter A"})
+    page = runbook.status_page(runbook.Manifest(**m), {"a": "Chapter A"})
     assert "Chapter A" in page and "**failed**" in page and "bad \\| thing" in page
     assert "1 ok, 1 failed, 0 skipped" in page and "gpu_count" in page
 
@@ -136,8 +136,8 @@ def test_status_page_lists_every_chapter():
 def test_status_page_says_which_commit_a_run_was_made_from(commit, clean, says):
     m = {"run_id": "x", "target": "auto", "status": "ok", "chapters": [],
          "versions": {"book_commit": commit} if commit else {}}
-    assert runbook.commit_provenance(m)[1] is clean
-    assert says in runbook.status_page(m, {})
+    assert runbook.commit_provenance(runbook.Manifest(**m))[1] is clean
+    assert says in runbook.status_page(runbook.Manifest(**m), {})
 
 
 # The runs git tracks, not every runs/*/manifest.json: the reader's own runs (`make book`, an interrupted
@@ -160,7 +160,7 @@ def test_every_committed_run_renders_strictly_at_this_commit(run_id, committed_s
     assert run_id in status and "made from" in status
     made_after_recording = str(runbook.read_manifest(run).get("started", "")) >= "2026-12-01"
     if made_after_recording:
-        assert runbook.commit_provenance(runbook.read_manifest(run))[1], f"{run_id} is not from a clean commit"
+        assert runbook.commit_provenance(runbook.Manifest.load(run))[1], f"{run_id} is not from a clean commit"
 
 
 @pytest.mark.integration

@@ -201,9 +201,9 @@ def sentence(rec: dict | None = None) -> str:
             f"{str(rec.get('reason', '')).rstrip('.')}.")
 
 
-def lines(manifest: dict) -> list[str]:
-    """The status page's environment section (Markdown lines)."""
-    rec = manifest.get("environment")
+def lines(manifest) -> list[str]:
+    """The status page's environment section (Markdown lines) of a run's helpers.book.manifest.Manifest."""
+    rec = manifest.environment
     out = ["", "## Environment", ""]
     if not rec:
         return out + ["Not recorded: this run predates environment records (its software versions are above).", ""]

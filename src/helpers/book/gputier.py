@@ -111,10 +111,10 @@ def run(run_dir: Path, root: Path, timeout_s: float = 600.0, pytest_args: tuple[
     return rec
 
 
-def problems(m: dict, name: str) -> list[str]:
+def problems(m: mf.Manifest, name: str) -> list[str]:
     """What keeps a run's GPU tier record from letting it be published (empty where nothing does)."""
-    rec = m.get("gpu_tier")
-    measured = str((m.get("versions") or {}).get("book_commit") or "")
+    rec = m.gpu_tier
+    measured = str((m.versions or {}).get("book_commit") or "")
     how = (f"run `python -m helpers.book.gputier runs/{name}` on the GPU host at commit {measured or 'the run’s'} "
            f"(scripts/device-run.sh runs it after the chapters)")
     if not rec:
@@ -136,9 +136,9 @@ def problems(m: dict, name: str) -> list[str]:
     return out
 
 
-def summary(m: dict) -> str:
+def summary(m: mf.Manifest) -> str:
     """One line for the status page: what the GPU tier found, or that the run has no record of it."""
-    rec = m.get("gpu_tier")
+    rec = m.gpu_tier
     if not rec:
         return "not recorded for this run (CI has no GPU; `python -m helpers.book.gputier` records it on a GPU host)"
     said = (f"{len(rec.get('passed', []))} passed, {len(rec.get('failed', []))} failed, "

@@ -64,11 +64,11 @@ def versions(root: Path) -> dict:
     return out
 
 
-def commit_provenance(manifest: dict) -> tuple[str, bool]:
+def commit_provenance(manifest: "Manifest") -> tuple[str, bool]:
     """(what the status page says of the commit a run was made from, whether it is a recorded clean
     commit). Only a commit read from git with no modified tracked file counts as clean; a commit the
     sender named (BOOK_COMMIT, unverified), a modified tree or none at all is said to be so."""
-    commit = str((manifest.get("versions") or {}).get("book_commit") or "")
+    commit = str((manifest.versions or {}).get("book_commit") or "")
     if not commit:
         return "made from an unrecorded commit (this run predates commit recording)", False
     if commit.endswith("+dirty"):

@@ -36,30 +36,30 @@ def problems(run_dir: Path, root: Path | None = None, check_sources: bool = True
     """What keeps `run_dir` from being the published site; empty where nothing does."""
     root = root or repo_root()
     run_dir = Path(run_dir)
-    m = runbook.read_manifest(run_dir)
+    m = runbook.Manifest.load(run_dir)
     out = []
     said, clean = runbook.commit_provenance(m)
     if not clean:
         out.append(f"{run_dir.name}: its status page says it was {said}; make the run from a clean commit "
                    f"(scripts/device-run.sh does, from a clean copy)")
     try:
-        skip = set(runbook.load_target(m["target"], root).skip)
+        skip = set(runbook.load_target(m.target, root).skip)
     except runbook.RunbookError:
         skip = set()
-    recs = {c["stem"]: c for c in m["chapters"]}
+    recs = {c["stem"]: c for c in m.chapters}
     for doc in runbook.chapters(root):
         s = runbook.stem(doc)
         if s in skip:
             continue
         rec = recs.get(s)
         if rec is None:
-            out.append(f"{run_dir.name}: chapter {s} is in _toc.yml but not in the run (target {m['target']} "
+            out.append(f"{run_dir.name}: chapter {s} is in _toc.yml but not in the run (target {m.target} "
                        f"runs it); the site would show it as skipped")
         elif rec.get("status") != "ok":
-            out.append(f"{run_dir.name}: chapter {s} is {rec.get('status')} in the run (target {m['target']} "
+            out.append(f"{run_dir.name}: chapter {s} is {rec.get('status')} in the run (target {m.target} "
                        f"runs it)")
     out += gputier.problems(m, run_dir.name)
-    rep = m.get("replayed")
+    rep = m.replayed
     if rep and not rep.get("clean"):
         out.append(f"{run_dir.name}: it was presented again (runbook --replay) from a modified tree at "
                    f"{rep.get('book_commit')}; replay it from a clean commit")
@@ -68,12 +68,12 @@ def problems(run_dir: Path, root: Path | None = None, check_sources: bool = True
     return out
 
 
-def _sources_by_commit(m: dict, recs: dict) -> dict[str, list[str]]:
+def _sources_by_commit(m: runbook.Manifest, recs: dict) -> dict[str, list[str]]:
     """commit -> the chapter sources the notebooks executed at that commit must still match: each chapter's
     notebook under the commit that executed it (a replay's, for the chapters it executed), _toc.yml under
     the last presentation's."""
-    measured = str(m["versions"]["book_commit"])
-    rep = m.get("replayed")
+    measured = str(m.versions["book_commit"])
+    rep = m.replayed
     executed = set(rep.get("chapters", ())) - set(rep.get("kept", {})) if rep else set()
     by: dict[str, list[str]] = {}
     for s in recs:

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from helpers.book.lock import RunLock
-from helpers.book.manifest import utc_now, read_manifest, versions, write_manifest
+from helpers.book.manifest import Manifest, utc_now, versions
 from helpers.book.planning import ALWAYS, chapters, declared_parameters, stem
 from helpers.book import precheck
 from helpers.book.targets import RunbookError
@@ -50,11 +50,11 @@ def replay_mode(chapter: str, mode) -> str | None:
     return layout.REPLAY_MODE
 
 
-def plan(run_dir: Path, root: Path, allow_dirty: bool = False) -> tuple[dict, list[dict], dict, list[dict]]:
+def plan(run_dir: Path, root: Path, allow_dirty: bool = False) -> tuple[Manifest, list[dict], dict, list[dict]]:
     """(the run's manifest, the steps to execute, the book's versions, the chapters kept as measured) for
     replaying `run_dir`; every
     problem refused at once, before any work, as one RunbookError naming the input and the fix."""
-    manifest = read_manifest(run_dir)   # refuses a folder without manifest.json
+    manifest = Manifest.load(run_dir)   # refuses a folder without manifest.json, or a malformed one, naming it
     vers = versions(root)
     commit = str(vers.get("book_commit") or "")
     if commit.endswith("+dirty") and not allow_dirty:
@@ -64,7 +64,7 @@ def plan(run_dir: Path, root: Path, allow_dirty: bool = False) -> tuple[dict, li
                            "manifest then records the commit as +dirty, as a run made from such a tree)")
     docs = {stem(d): d for d in chapters(root)}
     steps, problems, kept = [], [], []
-    for rec in manifest.get("chapters") or []:
+    for rec in manifest.chapters or []:
         if rec.get("status") != "ok":
             continue
         s = rec["stem"]
@@ -121,7 +121,7 @@ def changed_measurements(before: dict[str, str], after: dict[str, str]) -> list[
                   if before.get(rel) != after.get(rel) and not presentation(rel))
 
 
-def replay(run_dir: Path, root: Path, allow_dirty: bool = False, echo=print) -> dict:
+def replay(run_dir: Path, root: Path, allow_dirty: bool = False, echo=print) -> Manifest:
     """Replay `run_dir` (see the module's docstring); return its manifest with the `replayed` entry."""
     from helpers.book.execution import stderr_to   # the runbook's own way of logging a chapter's stderr
 
@@ -155,8 +155,8 @@ def replay(run_dir: Path, root: Path, allow_dirty: bool = False, echo=print) -> 
                                    "as it was (the chapters' logs are in logs/)")
             for st in steps:
                 shutil.copyfile(out / f"{st['stem']}.ipynb", run_dir / "notebooks" / f"{st['stem']}.ipynb")
-        manifest["replayed"] = _entry(manifest, steps, vers, kept, started, before, digest(run_dir))
-        write_manifest(run_dir, manifest)
+        manifest.replayed = _entry(manifest, steps, vers, kept, started, before, digest(run_dir))
+        manifest.save(run_dir)
         return manifest
     finally:
         lock.release()
@@ -188,12 +188,12 @@ def _restore(run_dir: Path, saved: Path) -> None:
         shutil.copytree(saved, run_dir / "results", symlinks=True)
 
 
-def _entry(manifest: dict, steps: list[dict], vers: dict, kept: list[dict], started: str, before: dict,
+def _entry(manifest: Manifest, steps: list[dict], vers: dict, kept: list[dict], started: str, before: dict,
            after: dict) -> dict:
     """The manifest's `replayed` entry: who presented the run again, when, and how (an earlier replay is
     kept under `previous`)."""
     commit = str(vers.get("book_commit") or "unrecorded")
-    prev = manifest.get("replayed")
+    prev = manifest.replayed
     entry = {"book_commit": commit, "clean": bool(vers.get("book_commit")) and not commit.endswith("+dirty")
              and "BOOK_COMMIT" not in commit, "started": started, "finished": utc_now(),
              "chapters": [st["stem"] for st in steps],

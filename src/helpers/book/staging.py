@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from helpers.book.manifest import read_manifest
+from helpers.book.manifest import Manifest
 from helpers.book.planning import stem, toc_entries
 from helpers.book.statuspage import problem_page, status_page  # noqa: F401 (status_page: runbook imports it here)
 from helpers.book.targets import TARGETS_DIR
@@ -62,12 +62,12 @@ class RunContext:
     run_dirs: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_manifest(cls, manifest: dict, local_root=None, local_run_dir=None) -> "RunContext":
+    def from_manifest(cls, manifest: Manifest, local_root=None, local_run_dir=None) -> "RunContext":
         import socket
         from pathlib import PurePosixPath
 
         roots, run_dirs = set(), set()
-        run_id = manifest.get("run_id", "")
+        run_id = manifest.run_id
 
         def add_run_dir(rd):
             p = PurePosixPath(str(rd))
@@ -75,7 +75,7 @@ class RunContext:
             if p.parent.name == "runs":  # runs/<id> inside a checkout: the checkout is a root
                 roots.add(str(p.parent.parent))
 
-        for c in manifest.get("chapters", []):
+        for c in manifest.chapters:
             rd = (c.get("parameters") or {}).get("run_dir")
             if rd and str(rd).startswith("/"):
                 add_run_dir(rd)
@@ -83,16 +83,16 @@ class RunContext:
             add_run_dir(Path(local_run_dir).resolve())
         if local_root:
             roots.add(str(Path(local_root).resolve()))
-        env = manifest.get("environment") or {}
+        env = manifest.environment or {}
         if str(env.get("prefix") or "").startswith("/"):  # the venv's folder: `.venv/bin/python` remains
             roots.add(str(PurePosixPath(env["prefix"]).parent))
-        hosts = {(manifest.get("hardware") or {}).get("hostname"), socket.gethostname()}
+        hosts = {(manifest.hardware or {}).get("hostname"), socket.gethostname()}
         hosts |= {h.split(".")[0] for h in hosts if h}
 
         def clean(xs):
             return sorted((x for x in xs if x not in ("", "/")), key=len, reverse=True)
 
-        return cls(run_id, manifest.get("target", ""), clean(roots),
+        return cls(run_id, manifest.target, clean(roots),
                    sorted(h for h in hosts if h and len(h) >= 2), clean(run_dirs))
 
 
@@ -343,10 +343,10 @@ def _clean_output(o: dict, ctx: RunContext) -> dict | None:
 SUBSTITUTION_KEYS = ("site_run", "site_target", "site_machine", "site_date", "site_commit")
 
 
-def run_substitutions(manifest: dict) -> dict[str, str]:
+def run_substitutions(manifest: Manifest) -> dict[str, str]:
     """What the first page says of the run the site was rendered from: its id, target, machine
     (GPUs, virtualization), date and commit, from the run's manifest."""
-    hw = manifest.get("hardware") or {}
+    hw = manifest.hardware or {}
     names = hw.get("gpu_names") or []
     count = hw.get("gpu_count") or len(names)
     if names and len(set(names)) == 1:
@@ -357,7 +357,7 @@ def run_substitutions(manifest: dict) -> dict[str, str]:
         gpus = "no GPU"
     virt = hw.get("virtualization")
     machine = gpus + (f", {virt}" if virt and virt not in ("none", "bare metal") else "")
-    commit = str((manifest.get("versions") or {}).get("book_commit") or "")
+    commit = str((manifest.versions or {}).get("book_commit") or "")
     if not commit:
         commit_text = "an unrecorded commit"
     else:
@@ -365,8 +365,8 @@ def run_substitutions(manifest: dict) -> dict[str, str]:
         commit_text = f"commit {clean.replace('+dirty', '')}" + (
             " with local changes" if clean.endswith("+dirty") else "") + (
             " (named by the sender)" if "BOOK_COMMIT" in commit else "")
-    return {"site_run": str(manifest.get("run_id", "")), "site_target": str(manifest.get("target", "")),
-            "site_machine": machine, "site_date": str(manifest.get("started") or "")[:10] or "an unknown date",
+    return {"site_run": str(manifest.run_id), "site_target": str(manifest.target),
+            "site_machine": machine, "site_date": str(manifest.started or "")[:10] or "an unknown date",
             "site_commit": commit_text}
 
 
@@ -467,7 +467,7 @@ def _stage_notebook(src: Path, dst: Path, ctx=None) -> None:
 
 def stage(run_dir: Path, root: Path, stage_dir: Path) -> Path:
     """Lay out a buildable book in stage_dir from the repository's pages and the run's notebooks."""
-    manifest = read_manifest(run_dir)
+    manifest = Manifest.load(run_dir)
     if stage_dir.exists():
         shutil.rmtree(stage_dir)
     stage_dir.mkdir(parents=True)
@@ -485,7 +485,7 @@ def stage(run_dir: Path, root: Path, stage_dir: Path) -> Path:
     if (root / "_static").is_dir():  # the book's CSS (jupyter-book includes every .css in it)
         shutil.copytree(root / "_static", stage_dir / "_static")
     ctx = RunContext.from_manifest(manifest, local_root=root, local_run_dir=run_dir)
-    recs = {c["docname"]: c for c in manifest["chapters"]}
+    recs = {c["docname"]: c for c in manifest.chapters}
     titles = {}
     for doc in toc_entries(root):
         src_nb, src_md = root / f"{doc}.ipynb", root / f"{doc}.md"

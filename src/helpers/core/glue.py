@@ -82,13 +82,16 @@ def read_glued(nb_path) -> dict[str, str]:
     return out
 
 
-def glue_all(values: Any) -> None:
+def glue_all(values: Any, *more: Any) -> None:
     """Glue every field of a dataclass of values (a chapter module's, helpers.chapters) under the field's
-    name: the dataclass is where a reader finds each key the page cites."""
+    name: the dataclass is where a reader finds each key the page cites. Several dataclasses (a section's
+    `Part.values`) are glued in order; every one is checked before any is glued."""
     import dataclasses
 
-    if not dataclasses.is_dataclass(values) or isinstance(values, type):
-        raise TypeError(f"glue_all takes a dataclass instance of glued values, not {type(values).__name__}; "
-                        "declare the chapter's values as a dataclass in helpers.chapters.<chapter>")
-    for f in dataclasses.fields(values):
-        glue(f.name, getattr(values, f.name))
+    for v in (values, *more):
+        if not dataclasses.is_dataclass(v) or isinstance(v, type):
+            raise TypeError(f"glue_all takes dataclass instances of glued values, not {type(v).__name__}; "
+                            "declare the chapter's values as a dataclass in helpers.chapters.<chapter>")
+    for v in (values, *more):
+        for f in dataclasses.fields(v):
+            glue(f.name, getattr(v, f.name))

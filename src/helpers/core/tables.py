@@ -520,3 +520,10 @@ def show(df: pd.DataFrame, **kw) -> None:
         display(df)
         return
     display(table(df, **kw))
+
+
+def show_all(shown) -> None:
+    """Display each (DataFrame, keyword arguments of `show`) pair in order: the tables a chapter's section
+    function returns for the page (helpers.chapters: a `Part`'s `shown`)."""
+    for df, kw in shown:
+        show(df, **kw)

@@ -6,7 +6,8 @@ values live in submodules, every public name re-exported here (`from helpers.cha
 as ch`): `measurement` (the bytes, the step, its split, fidelity, tuning bounds), `precision` (bf16 against
 FP8, the shared expert's overlap), `fusion` (what fusion bought, kernels against SGLang's op list, the
 engine composite), `shown` (the page's tables with human headers, the answer's ratios, the Summary's
-sentence on the two-rank check) and `values` (one frozen dataclass per group of glue keys).
+sentence on the two-rank check), `values` (one frozen dataclass per group of glue keys) and `sections` (one
+function per section of the page, each returning a `Part`: its values, tables, shown tables and figure data).
 """
 from __future__ import annotations
 
@@ -25,10 +26,13 @@ from helpers.chapters.decode_step.precision import (FP8_VERDICTS, PRECISION_KEYS
                                                     overlap_steps, precision_bytes, precision_configs,
                                                     precision_experts_impl, precision_source, precision_split, precision_steps,
                                                     precision_values, time_precisions)
+from helpers.chapters.decode_step.sections import (Part, bytes_section, fidelity_section, fp8_bytes_accuracy,
+                                                   fp8_timings, fusion_section, save, split_section, steps_section,
+                                                   tuning_section)
 from helpers.chapters.decode_step.shown import (BYTES_SHOWN, CHECK_SUMMARY_FAILED, HEADERS, headers, CHECK_SUMMARY_NOT_RUN, CHECK_SUMMARY_PASSED,
                                                 FIDELITY_SHOWN, SPLIT_SHOWN_HUMAN, STEPS_SHOWN, TUNING_SHOWN,
                                                 answer_values, check_summary, human)
-from helpers.chapters.decode_step.values import (AnswerValues, ByteValues, EngineValues, FidelityValues, Fp8AccuracyValues, Fp8NumericsValues,
+from helpers.chapters.decode_step.values import (AnswerValues, ByteValues, CheckValues, Fp8Texts, SplitTexts, StepTexts, EngineValues, FidelityValues, Fp8AccuracyValues, Fp8NumericsValues,
                                                  FusionValues, KernelValues, MeasurementValues, PrecisionByteValues,
                                                  PrecisionValues, Shapes, SplitValues, TuningValues)
 from helpers.core import params
@@ -65,7 +69,9 @@ def plan_time(v: dict) -> params.Estimate | None:
 #: the least time the CPU sweep these values plan takes in its cell (the runbook refuses a plan over the limit)
 PLAN_TIME = plan_time
 
-__all__ = ["AnswerValues", "BYTES_SHOWN", "HEADERS", "headers", "CHECK_SUMMARY_FAILED", "CHECK_SUMMARY_NOT_RUN", "CHECK_SUMMARY_PASSED",
+__all__ = ["Part", "bytes_section", "fidelity_section", "fp8_bytes_accuracy", "fp8_timings", "fusion_section",
+           "save", "split_section", "steps_section", "tuning_section", "CheckValues", "Fp8Texts", "SplitTexts",
+           "StepTexts", "AnswerValues", "BYTES_SHOWN", "HEADERS", "headers", "CHECK_SUMMARY_FAILED", "CHECK_SUMMARY_NOT_RUN", "CHECK_SUMMARY_PASSED",
            "FIDELITY_SHOWN", "SPLIT_SHOWN_HUMAN", "STEPS_SHOWN", "TUNING_SHOWN", "answer_values", "check_summary",
            "human", "BYTES_BATCHES", "CHAPTER", "CHECK_NOT_RUN", "CHECK_RAN", "CPU_TEXT", "EAGER_TEXT", "EAGER_TEXT_NONE",
            "FP8_VERDICTS", "FUSION_COLUMNS", "KERNEL_COLUMNS", "PARAMS", "PLAN_TIME", "PRECISION_KEYS",

@@ -222,3 +222,43 @@ class AnswerValues:
 
     floor_x_1: float
     floor_x_64: float
+
+
+@dataclass(frozen=True)
+class CheckValues:
+    """The two-rank check of section 1 in the page's words, and the tolerance it is held to (bytes_section)."""
+
+    check_text: str
+    check_summary: str
+    tol: float
+
+
+@dataclass(frozen=True)
+class StepTexts:
+    """The step's own settings and the CPU sentence (steps_section)."""
+
+    overlap_main: str
+    meas_fusion: str
+    cpu_text: str
+
+
+@dataclass(frozen=True)
+class SplitTexts:
+    """The split's takeaway, chosen by the measured step's fusion (split_section)."""
+
+    split_takeaway: str
+
+
+@dataclass(frozen=True)
+class Fp8Texts:
+    """Where the FP8 timings come from, whether this run tried them, and the settings the prose names
+    (fp8_section)."""
+
+    prec_source: str
+    overlap_source: str
+    prec_experts_impl: str
+    fp8_trial: str
+    dual_threshold: int
+    quant_kernels: int
+    fp8_verdict: str
+    cpu_layers: int

@@ -15,7 +15,7 @@ instead of dropping a number. Sentences whose wording depends on the mode or the
 The code is split by section: `answer` (the page's opening, predicted against observed per point, and
 the page's views of the tables: at most seven columns, human headers), `build` (the Diagnosis, Part, save, the page-wide values),
 `budget_sections` (the page's sections 1 and 2: the first budget and the budget on measured compute; in
-section 5: this run's link and collectives), `verdict_sections` (sections 3 to 6, from helpers.model.verdict) and `values` (one frozen dataclass per section: its fields are the glue
+section 5: this run's link and collectives), `verdict_sections` (sections 3 to 6, from helpers.model.verdict), `folds` (each section's folded tables as the page shows them) and `values` (one frozen dataclass per section: its fields are the glue
 keys). Every public name is re-exported here: `from helpers.chapters import diagnosis as ch`. `PARAMS`
 is the chapter's parameter spec (the runbook checks a run's values against it before the run starts).
 """
@@ -37,6 +37,8 @@ from helpers.chapters.diagnosis.budget_sections import (BASELINE_COLUMNS, BUDGET
 from helpers.chapters.diagnosis.build import (BARE, CHAPTER, ENDS, FALLBACK_STEP_TEXT, POINTS, RECORDED_STEP_TEXT,
                                               RUN_STEP_TEXT, VM, Diagnosis, DiagnosisError, Part, overview,
                                               run_measurements, save, step_source_text)
+from helpers.chapters.diagnosis.folds import (attribution_fold, band_fold, decision_fold, first_budget_fold,
+                                              measured_compute_fold, remedies_fold, run_fold, vm_predicted_fold)
 from helpers.chapters.diagnosis.values import (AnswerValues, AttributionValues, BareMetalBandValues, BaselineValues, CeilingValues,
                                                CheckValues, CollectivesValues, DecisionValues, InputsValues,
                                                MappingValues, MeasuredComputeValues, OverviewValues,
@@ -65,7 +67,8 @@ PARAMS = {"mode": params.choice("recorded", "auto"), "run_dir": params.string(),
           "vm_allreduce_12k_us": params.number(0.0, 1e6),
           "vm_allreduce_768k_us": params.depends(params.number(0.0, 1e6), "vm_allreduce_12k_us", _both_or_neither)}
 
-__all__ = ["AnswerValues", "Folded", "HEADERS", "SHOWN", "answer", "folded", "headers", "human", "AttributionValues", "BAND_COLUMNS", "BAND_TEXT", "BARE", "BASELINE_COLUMNS", "BUDGET_COLUMNS",
+__all__ = ["attribution_fold", "band_fold", "decision_fold", "first_budget_fold", "measured_compute_fold",
+           "remedies_fold", "run_fold", "vm_predicted_fold", "AnswerValues", "Folded", "HEADERS", "SHOWN", "answer", "folded", "headers", "human", "AttributionValues", "BAND_COLUMNS", "BAND_TEXT", "BARE", "BASELINE_COLUMNS", "BUDGET_COLUMNS",
            "BUDGET_KEYS", "BareMetalBandValues", "BaselineValues", "CEILING_TAKEAWAY", "CHAPTER", "COLL_TEXT_NONE",
            "COLL_TEXT_ONE_OP", "COLL_TEXT_RATIO", "COMPARISON_COLUMNS", "CeilingValues", "CheckValues",
            "CollectivesValues", "DecisionValues", "Diagnosis", "DiagnosisError", "ENDS", "FALLBACK_STEP_TEXT",

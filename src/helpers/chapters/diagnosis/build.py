@@ -56,12 +56,13 @@ class Part:
 CHAPTER = "07_diagnosis"
 
 
-def save(run, part: Part) -> None:
-    """Write the part's tables into the run: `run` is this chapter's helpers.core.layout.Run (or the run
+def save(run, part: Part, *more: Part) -> None:
+    """Write the parts' tables into the run: `run` is this chapter's helpers.core.layout.Run (or the run
     folder, for which one is made); a name helpers.core.layout does not declare is an error."""
     run = run if isinstance(run, layout.Run) else layout.Run(run, CHAPTER)
-    for name, table in part.tables.items():
-        run.save(name, table)
+    for p in (part, *more):
+        for name, table in p.tables.items():
+            run.save(name, table)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ module per group of sections and are all reachable from here:
 - `hostpath`: section 9 (the host-path study);
 - `figures`: the copy figure and the fidelity-ratio figure;
 - `replay`: what `auto` saves beside the suite's tables, and mode `replay`, which loads them back.
+- `sections`: the sections that gather several of these pieces (the page's opening values, section 8,
+  section 9), one function each returning a helpers.chapters.parts.Part.
 
 Glued values are frozen dataclasses whose fields are the glue keys (`glue_all(ch.recorded_link(...))`);
 sentences that depend on the machine or the mode are whole variants chosen by a tested function, and
@@ -38,6 +40,9 @@ from helpers.chapters.vm_p2p.link import (  # noqa: F401
     p2p_panel, recorded_link, where_measured)
 from helpers.chapters.vm_p2p.replay import SavedSuite, cuda_p2p, measure, saved_hostpath, saved_suite  # noqa: F401
 from helpers.chapters.vm_p2p.words import md  # noqa: F401
+from helpers.chapters.vm_p2p.sections import (  # noqa: F401
+    HostpathTexts, OverviewTexts, fidelity_section, hostpath_section, overview_section)
+from helpers.chapters.parts import Part, save  # noqa: F401
 from helpers.chapters.vm_p2p.sweeps import (  # noqa: F401
     Variants, collective_text, decode_collectives, fit_text, fits_table, plan_text, variant_figure_rows, variants)
 

@@ -1,0 +1,95 @@
+"""The diagnosis page's folded tables, one function per section: each takes the section's `Part`s (what
+its section functions returned) and gives the one toggle the page shows (answer.Folded; `tables.show`
+displays it), with the titles, headers and digits the page prints. The notebook calls the section, saves,
+glues and shows; what each toggle holds is written here once."""
+from __future__ import annotations
+
+from helpers.chapters.diagnosis.answer import Folded, folded, headers, human
+from helpers.chapters.diagnosis.build import Part
+from helpers.core import tables
+
+
+def _t(df, **kw):
+    return tables.table(df, fold_after=None, **kw)
+
+
+def first_budget_fold(inputs: Part, mapping: Part, baseline: Part, check: Part) -> Folded:
+    """Section 1: the inputs, the mapping, the budget's terms and its check against every observed figure."""
+    cmp = check.tables["comparison"]
+    table = mapping.tables["collective_mapping"]
+    return folded("the first budget: its inputs, the mapping, its terms and its check against every observed figure", [
+        ("the inputs: value, unit, kind (measured, derived, assumed, reference), source",
+         _t(human(inputs.tables["inputs"], "inputs"))),
+        ("one 8-GPU all-reduce by mapping and message size (µs)", _t(table, rename=headers(table))),
+        ("the budget by term and batch", _t(human(baseline.tables["budget_baseline"], "baseline"))),
+        ("every observed figure in the sources", _t(human(check.shown["observations"], "observations"))),
+        ("the budget against each chosen figure", _t(human(cmp, "comparison"))),
+        ("the same as step times: what is missing", _t(human(cmp, "comparison_ms")))])
+
+
+def measured_compute_fold(mc: Part, pj: Part) -> Folded:
+    """Section 2: the budget on measured compute and the projection's check."""
+    return folded("the budget on measured compute: components, every budget against the observations, the projection's check", [
+        ("each component's time at 1 and 64 (ms): bare metal's budget on measured kernels", _t(mc.shown["components"])),
+        ("every budget against the observations", _t(human(mc.tables["budgets"], "budgets"))),
+        ("where the measured-kernel budget misses", _t(human(mc.tables["goal"], "goal"))),
+        ("the projection operation by operation against the kernels measured on the recorded GPU",
+         _t(human(pj.tables["projection_check"], "projection_check")))])
+
+
+def band_fold(band: Part, ceil: Part) -> Folded:
+    """Section 3: each unmeasured input's range, the bare-metal band, aiconfigurator's estimate, the ceiling."""
+    return folded("the band: each unmeasured input's range, the bare-metal band, aiconfigurator's estimate, the ceiling", [
+        ("each unmeasured input: its low, mid and high value and why",
+         _t(human(band.tables["verdict_inputs"], "verdict_inputs"))),
+        ("bare metal predicted with its 5-95 % band",
+         _t(human(band.shown["bare_metal_band"], "bare_metal_band"), digits={"error (%)": 0})),
+        ("aiconfigurator's own estimator on GLM-5's graph (its DSA op as dense MLA; section 2: on DeepSeek-V3's)",
+         _t(human(band.shown["peer"], "peer"), digits={"this book's error (%)": 0, "aiconfigurator's error (%)": 0})),
+        ("every observed and predicted point as a fraction of the physical ceiling",
+         _t(human(ceil.tables["ceilings"], "ceilings"), digits={"of the ceiling (%)": 0}))])
+
+
+def vm_predicted_fold(s: Part) -> Folded:
+    """Section 3: the host-path models and every recorded VM observation against each model's band."""
+    scenarios = s.shown["scenarios"]
+    return folded("the host-path models, and every recorded VM observation against each model's band", [
+        ("the host-path models and the evidence each rests on", _t(scenarios, rename=headers(scenarios))),
+        ("every recorded VM observation against each band (tokens/s)", _t(human(s.shown["vm_scores"], "vm_scores")))])
+
+
+def attribution_fold(s: Part) -> Folded:
+    """Section 4: each host-path model's share of the VM's lost time, and what is left."""
+    return folded("each host-path model's share of the VM's lost time, and what is left", [
+        ("each model's share of the lost time, with its band", _t(human(s.shown["attribution"], "attribution"), digits=0)),
+        ("what is left beyond predicted compute with bare metal's collectives",
+         _t(human(s.shown["residuals"], "residuals")))])
+
+
+def decision_fold(s: Part) -> Folded:
+    """Section 5: the thresholds, each model's all-reduce at those sizes, and what each outcome means."""
+    return folded("the thresholds, each host-path model's all-reduce at those sizes, and what each outcome means", [
+        ("what an 8-rank all-reduce must cost to explain 80 % or 25 % of the loss",
+         _t(human(s.shown["thresholds"], "thresholds"), units={"message": "bytes"}, digits=0)),
+        ("each model's all-reduce at those sizes (its share of the loss: section 4)",
+         _t(human(s.shown["evidence"], "evidence"), units={"message": "bytes"}, digits=0)),
+        ("what the decisive measurement's two figures mean, and what to run next", _t(s.shown["outcomes"]))])
+
+
+def run_fold(link: Part, coll: Part) -> Folded | None:
+    """Section 5: this run's own link and collectives in the budget; None where it measured neither (the
+    page shows nothing)."""
+    run_tables = [*link.shown.values(), *coll.shown.values()]
+    if not run_tables:
+        return None
+    return folded("this run's own link and collectives in the budget",
+                  [("", _t(t, rename=headers(t))) for t in run_tables])
+
+
+def remedies_fold(s: Part) -> Folded:
+    """Section 6: the remedies ranked, how each is priced and what the investigation found."""
+    return folded("the remedies ranked, how each is priced and what the investigation found", [
+        ("tokens/s for one stream (with the band over the scenarios) and at 64",
+         _t(human(s.shown["remedies"], "remedies"), digits=1)),
+        ("how each is priced, and what the investigation found when it tried it",
+         _t(human(s.shown["remedies"], "remedy_findings")))])
