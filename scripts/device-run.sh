@@ -9,7 +9,7 @@
 # reads the commit and checks the tree itself (how runs/h200-20261202f was made), or set BOOK_COMMIT to
 # the commit sent (recorded as unverified). Where there is no make, runs what `make run` runs.
 # After the chapters it runs the GPU test tier (pytest -m gpu, helpers.book.gputier) at the same commit and
-# records it in the run's manifest: publish refuses a run without it. The h200 target takes about 9
+# records it in the run's manifest: publish refuses a run without it. The h200 target takes about 10
 # minutes on one H200 (serving chapters about 5), the tier about 2 to 3 more; where one call cannot hold both
 # (the device tool's 10-minute limit), run the chapters with GPU_TIER=0, then the tier alone with TIER_ONLY=1
 # on the same run folder (the same commit; a fresh machine works too, with runs/<RUN_ID>/ sent along).

@@ -1,4 +1,5 @@
 """Open-loop points against a real local stand-in server streaming on a known schedule."""
+import numpy as np
 import pytest
 
 from helpers.serving.client import Workload
@@ -71,7 +72,10 @@ def test_rate_sweep_spans_one_at_a_time_to_max_throughput():
     ends, opens = rows[:2], rows[2:]
     assert [r["sweep_role"] for r in ends] == ["one-at-a-time", "max-throughput"]
     assert ends[1]["request_throughput"] > ends[0]["request_throughput"]
-    assert len(opens) == 3 and all(r["mode"] == "open" and r["completed"] == 8 for r in opens)
+    from helpers.serving.openloop import open_requests
+
+    assert len(opens) == 3 and all(r["mode"] == "open" for r in opens)
+    assert all(r["completed"] == r["num_requests"] == open_requests(r["request_rate"], 8) for r in opens), opens
     assert opens[0]["request_rate"] == pytest.approx(ends[0]["request_throughput"])
     assert opens[-1]["request_rate"] == pytest.approx(ends[1]["request_throughput"])
     assert all("good_share" in r and "achieved_rate" in r for r in opens)
@@ -127,3 +131,12 @@ def test_rate_sweep_resumes_from_its_points_and_keeps_a_failed_point(tmp_path):
     assert new or first[1].get("probe_below_one_at_a_time")
     assert all(r.get("failed_point") or r.get("failed", 0) > 0 for r in new)
     assert len(f.read_text().splitlines()) == len(first) + len(new)
+
+
+def test_an_open_loop_point_spans_at_least_its_minimum_seconds_of_arrivals():
+    """A few requests at a high rate arrive as one burst; a point sends at least MIN_SPAN_S of arrivals."""
+    from helpers.serving.openloop import MIN_SPAN_S, open_requests
+
+    assert open_requests(0.5, 8) == 8                                 # 8 requests already span 14 s
+    assert open_requests(17.6, 8) == int(np.ceil(17.6 * MIN_SPAN_S))  # not 8 requests in 0.4 s
+    assert open_requests(17.6, 8) / 17.6 >= MIN_SPAN_S

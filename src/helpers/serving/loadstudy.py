@@ -18,7 +18,7 @@ from helpers.core import layout
 from . import client as cl, live, sweep
 from .capacity import search
 from .loadspec import SLO, ClosedLoop, LoadSpec, OpenLoop
-from .openloop import rate_sweep, run_spec
+from .openloop import open_requests, rate_sweep, run_spec
 from .overhead import client_overhead
 
 #: shares of the study's time: the rate sweep, then the concurrency search, then the rate search (the rest)
@@ -120,7 +120,8 @@ def _search_rate(url, model, wl, slo, P, ends, run, limit_s, sweep_rows=()) -> d
                 "hit_limit": False, "why": "the rate sweep's ends were not measured"}
 
     def measure(r):
-        spec = LoadSpec(wl, OpenLoop(float(r), P["burstiness"]), num_requests=P["load_requests"], slo=slo,
+        n = open_requests(r, P["load_requests"])
+        spec = LoadSpec(wl, OpenLoop(float(r), P["burstiness"]), num_requests=n, slo=slo,
                         time_limit_s=P["request_timeout_s"])
         return _slim(run_spec(url, model, spec)[0])
     lowest = min(known, key=lambda k: k["load"], default=None)   # where the sweep's lowest rate failed, go below
