@@ -298,8 +298,9 @@ def _estimate(model_path: str, system: str, per_op: str = "static", **kw) -> lis
 
 # GLM-5's own graph with only the attention module swapped. aiconfigurator models GLM-5 with DeepSeekV32Model,
 # whose decode attention is one GenerationDSAModule op priced from dsa_generation_module_perf.parquet; the
-# rtx_pro_6000_server tables have no such rows (SGLang 0.5.14's DSA sub-backend raises on SM120), and SGLang
-# runs GLM-5's attention densely there. The stand-in is aiconfigurator's own granular MLA decode ops (the ones
+# rtx_pro_6000_server tables have no such rows (SGLang 0.5.14's DSA sub-backend raises on SM120), and the
+# bare-metal reference ran GLM-5's attention densely there (its release unnamed; the investigation's nightly of
+# early 2026 ran the sparse path). The stand-in is aiconfigurator's own granular MLA decode ops (the ones
 # its DeepSeekModel uses) at GLM-5's widths, true local head count (64 heads / TP8 = 8), bf16 projections
 # (the checkpoint excludes self_attn from NVFP4) and bf16 KV cache (the only MLA rows this system has).
 GLM5_ATTENTION = {  # (op, n, k) of the GEMMs; heads per rank for the MLA ops
@@ -387,8 +388,8 @@ def estimate_rows(site: Path) -> pd.DataFrame:
         (tmp / "config.json").write_text(json.dumps(cfg))
         shutil.copy(cfg_dir / "nvidia--GLM-5-NVFP4_hf_quant_config.json", tmp / "hf_quant_config.json")
         sub = "DeepseekV3ForCausalLM graph, bf16 KV cache"
-        desc = ("GLM-5-NVFP4 config with architecture DeepseekV3ForCausalLM: dense MLA decode (as SGLang runs GLM-5 "
-               "on SM120) in place of DSA; bf16 KV cache and bf16 attention; aiconfigurator's DeepSeek-V3 graph keeps "
+        desc = ("GLM-5-NVFP4 config with architecture DeepseekV3ForCausalLM: dense MLA decode (as the bare-metal reference "
+               "ran GLM-5 on SM120, its SGLang release unnamed) in place of DSA; bf16 KV cache and bf16 attention; aiconfigurator's DeepSeek-V3 graph keeps "
                "DeepSeek's fixed attention widths (qkv_a 2112, q_lora 1536, v_head 128) and has no indexer")
         for r in _estimate(str(tmp), "rtx_pro_6000_server", kvcache_quant_mode="bfloat16",
                            fmha_quant_mode="bfloat16"):

@@ -206,3 +206,28 @@ def test_this_runs_link_is_held_to_the_set_aside_rule(diagnosis):
     assert run_link_admissibility(dataclasses.replace(diagnosis, run_link=slow)).startswith("By the rule")
     text = run_link_admissibility(dataclasses.replace(diagnosis, run_link=fast))
     assert text.startswith("Set aside") and "faster than bare metal's NCCL over P2P" in text
+
+
+def test_the_one_stream_step_is_labelled_by_the_figure_it_is(diagnosis):
+    """Issue 35 item 7: 'the one-stream step, 18.2 ms (shares at every input's middle value)' was the band
+    median's step while the shares were of the step at the middle values (18.3 ms); each is now glued under its
+    own name, and each is the step of the figure it is named for."""
+    from helpers.chapters import diagnosis as ch
+
+    v = ch.bare_metal_band(diagnosis).values
+    for c in (1, 64):
+        assert v[f"split_step_{c}"] == pytest.approx(c * 1e3 / v[f"bmb_pt_{c}"])          # the band's median
+        assert v[f"split_step_mid_{c}"] == pytest.approx(c * 1e3 / v[f"bmb_atmid_{c}"])   # every input at its middle
+    assert round(v["split_step_1"], 1) != round(v["split_step_mid_1"], 1)   # the two differ as printed: both named
+
+
+def test_the_fold_s_fixed_time_per_forward_is_the_data_s(diagnosis):
+    """Issue 35 item 8: the '~14 ms' of rtx6kpro issue #25 was typed in a fold; it is a row of
+    data/reference/baremetal.csv with its source, glued."""
+    from helpers.chapters import diagnosis as ch
+    from helpers.core import recorded
+
+    ref = pd.read_csv(recorded.data_dir() / "reference" / "baremetal.csv")
+    row = ref[ref.source == "rtx6kpro-issue25"]
+    assert len(row) == 1 and row.unit.iloc[0] == "ms" and "rtx6kpro-issue25" in recorded.sources()
+    assert ch.attribution(diagnosis).values["issue25_ms"] == row.value.iloc[0]

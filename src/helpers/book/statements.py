@@ -41,9 +41,9 @@ STATEMENTS = (
     Statement(INTRO, ("step_1", "split_experts_1", "split_ar_1", "split_attention_1", "split_rest_1"),
               r"one-stream step of {n} ms is experts {n} %, all-reduces {n} %, the attention core[^%]*? {n} %, "
               r"the rest \(the attention's projections among it\) {n} %"),
-    Statement(DIAG, ("step_1", "split_experts_1", "split_ar_1", "split_attention_1", "split_rest_1"),
-              r"The one-stream step, {n} ms \(shares at every input's middle value\), is experts {n} %, all-reduces "
-              r"{n} %, the attention core[^%]*? {n} % and the rest {n} %"),
+    Statement(DIAG, ("step_1", "step_mid_1", "split_experts_1", "split_ar_1", "split_attention_1", "split_rest_1"),
+              r"The one-stream step, {n} ms \(the band's median; the shares are of the step at every input's middle "
+              r"value, {n} ms\), is experts {n} %, all-reduces {n} %, the attention core[^%]*? {n} % and the rest {n} %"),
     Statement(DIAG, ("step_1",), r"a bare-metal step is {n} ms for one stream"),
     Statement(DIAG, ("step_1",), r"a bare-metal GLM-5 step on these GPUs should take {n} ms for one stream"),
     # the VM's loss and the host path's share of it
@@ -51,11 +51,15 @@ STATEMENTS = (
     Statement(DIAG, ("loss_1",), r"of the {n} ms lost per token"),
     Statement(INTRO, ("share_lo_1", "share_hi_1"), r"the host-memory all-reduce causes: {n} % to {n} % for one"),
     Statement(DIAG, ("share_lo_1", "share_hi_1"), r"the VM's host path explains {n} % to {n} % of the"),
-    # the decision rule's thresholds (at 12 KiB: explains, cannot explain)
+    # the decision rule's thresholds (explains, cannot explain), stated at both sizes wherever the rule is stated
     Statement(INTRO, ("thr_explains_1", "thr_explains_64", "thr_cannot_1", "thr_cannot_64"),
               r"{n} µs and {n} µs or more means the host path is the loss; {n} µs and {n} µs or less"),
-    Statement(DIAG, ("thr_explains_1", "thr_cannot_1"),
-              r"of 12 KiB that takes {n} µs or more means the host path is the loss; {n} µs or less means it is not"),
+    Statement(DIAG, ("thr_explains_1", "thr_explains_64", "thr_cannot_1", "thr_cannot_64"),
+              r"all-reduce that takes {n} µs or more at 12 KiB and {n} µs at 768 KiB means the host path is the loss; "
+              r"{n} µs and {n} µs or less means it is not"),
+    Statement(DIAG, ("thr_explains_1", "thr_explains_64", "thr_cannot_1", "thr_cannot_64"),
+              r"all-reduce at {n} µs or more at 12 KiB and {n} µs at 768 KiB on your VM means its host path is the "
+              r"loss; at {n} µs and {n} µs or less"),
     # the H200 pair's all-reduce the P2P chapter answers with (nccl-tests, 16 KiB, P2P on and off)
     Statement(INTRO, ("h200_ar_p2p", "h200_ar_nop2p"), r"{n} µs over NVLink and {n} µs with P2P off"),
     Statement(P2P, ("h200_ar_p2p", "h200_ar_nop2p"),

@@ -202,12 +202,14 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
 @dataclass(frozen=True)
 class HostChecks:
     """The reference figures of page 1's host checks (intro.md, "On your host"), each from data/: a
-    16-byte GPU-to-GPU copy with and without peer-to-peer (p2pBandwidthLatencyTest on RTX PRO 6000 pairs),
+    16-byte GPU-to-GPU copy with and without peer-to-peer (p2pBandwidthLatencyTest on RTX PRO 6000 pairs), a copy
+    in a guest once P2P was exposed (community),
     an all-reduce at one token's size on 2 H200s with NVLink and with P2P off (measured by this project),
     and on 8 GPUs behind PCIe switches (community)."""
     chk_p2p_lo: float
     chk_p2p_hi: float
     chk_nop2p: float
+    chk_p2p_guest: float
     chk_ar_kib: float
     chk_h200_nvl: float
     chk_h200_nop2p: float
@@ -221,6 +223,8 @@ class HostChecks:
 H200_NVLINK = "2x NVIDIA H200 (lent nvidia-h200-x2), NCCL default (NVLink P2P)"
 H200_NO_P2P = "2x NVIDIA H200 (lent nvidia-h200-x2), NCCL P2P_DISABLE=1"
 PCIE8 = "8 GPUs behind PCIe switches"
+#: a copy between two GPUs in a guest once P2P was exposed (data/reference/baremetal.csv): check 3's middle outcome
+P2P_GUEST = "GPU pair in a Proxmox q35 guest with the GPUDirect clique"
 
 
 def host_checks(tables: dict[str, pd.DataFrame]) -> HostChecks:
@@ -240,6 +244,7 @@ def host_checks(tables: dict[str, pd.DataFrame]) -> HostChecks:
         chk_p2p_lo=value(ref, "value_low", system="RTX PRO 6000 pair with P2P", metric="p2p_latency"),
         chk_p2p_hi=value(ref, "value_high", system="RTX PRO 6000 pair with P2P", metric="p2p_latency"),
         chk_nop2p=value(ref, system="RTX PRO 6000 pair without P2P", metric="p2p_latency"),
+        chk_p2p_guest=value(ref, system=P2P_GUEST, metric="p2p_latency"),
         chk_ar_kib=one_token / 1024,
         chk_h200_nvl=value(ar, "time_us", system=H200_NVLINK, message_bytes=one_token),
         chk_h200_nop2p=value(ar, "time_us", system=H200_NO_P2P, message_bytes=one_token),

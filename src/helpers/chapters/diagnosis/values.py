@@ -200,12 +200,14 @@ class BareMetalBandValues:
     n_samples: int
     band_seed: int
     hidden_mid_pct: float
-    split_step_1: float
+    split_step_1: float        # the band median's step (the prediction's)
+    split_step_mid_1: float    # the step at every input's middle value, whose shares the split gives
     split_experts_1: float
     split_collectives_1: float
     split_other_1: float
     split_attention_1: float
     split_step_64: float
+    split_step_mid_64: float
     split_experts_64: float
     split_collectives_64: float
     split_other_64: float
@@ -262,6 +264,7 @@ class AttributionValues:
     ratio_relation: str
     ratio_implication: str
     bm_growth_64: float
+    issue25_ms: float    # the fixed time per forward a healthy bare-metal host paid (reference, rtx6kpro issue #25)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import pandas as pd
 
 from helpers.chapters.diagnosis.budget_sections import fits_on_gpus
 from helpers.chapters.diagnosis.build import BARE, ENDS, VM, Diagnosis, Part
+from helpers.core import recorded
 from helpers.core.pick import PickError as FindingError, one, rows
 from helpers.model import budget as bd
 from helpers.model import kernels as kt
@@ -83,8 +84,9 @@ def bare_metal_band(d: Diagnosis) -> Part:
     for c in ENDS:
         sp = v.split(c)
         # the step stated is the prediction's (the band's median), as the answer box states it; the split's
-        # shares are those of the step at every input's middle value
+        # shares are those of the step at every input's middle value, stated beside it under its own name
         values[f"split_step_{c}"] = c * 1e3 / values[f"bmb_pt_{c}"]
+        values[f"split_step_mid_{c}"] = float(sp["step"])
         for k in ("experts", "collectives", "other"):
             values[f"split_{k}_{c}"] = 100 * sp[k] / sp["step"]
         values[f"split_attention_{c}"] = 100 * (sp["attention"] + sp["indexer"]) / sp["step"]
@@ -188,6 +190,10 @@ def vm_predicted(d: Diagnosis) -> Part:
 
 
 # ------------------------------------------------------------------------------------------ 8. attribution
+#: the source of the fixed time per forward a healthy bare-metal host paid (data/reference/baremetal.csv)
+ISSUE25 = "rtx6kpro-issue25"
+
+
 def attribution(d: Diagnosis) -> Part:
     """The VM's lost time per step against bare metal and the share each scenario explains (with its band),
     what is left; and the left-over beyond predicted compute at batch 1 and 17."""
@@ -216,6 +222,8 @@ def attribution(d: Diagnosis) -> Part:
         "it shrink: from one stream to 64 the VM's extra time grew as bare metal's step did, though the residual "
         "above falls from batch 1 to 17, so these points do not settle which it is")
     values["bm_growth_64"] = 64 * d.observed(BARE, 1) / d.observed(BARE, 64)
+    values["issue25_ms"] = recorded.value(recorded.load("reference/baremetal.csv"), source=ISSUE25,
+                                          metric="fixed_time_per_forward")
     shown = a[["concurrency", "scenario", "lost_ms_per_step", "host_path_excess_ms", "share_explained", "share_low",
                "share_high", "unexplained"]].copy()
     shown["scenario"] = [s_ if ok else f"{s_} (set aside: faster than P2P, sets no bound)"

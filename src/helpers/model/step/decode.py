@@ -25,7 +25,7 @@ class DecodeStep(UnfusedProgram, FusedProgram):
     """One decode step of `batch` sequences at `context` tokens of context on one rank.
 
     `group`: a torch.distributed process group for the TP collectives (None: left out).
-    `attention`: "dense" reads the whole KV cache (as SGLang runs GLM-5 on SM120); "sparse" reads the
+    `attention`: "dense" reads the whole KV cache (as the bare-metal reference ran GLM-5 on SM120); "sparse" reads the
     indexer's top-k entries (DSA).
     `moe_impl`: see MOE_IMPLS.
     `shared_overlap`: "auto" runs the shared expert beside the routed ones on a second CUDA stream as
