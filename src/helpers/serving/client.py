@@ -246,7 +246,7 @@ async def sse_data(chunks):
                     yield b"\n".join(data).decode("utf-8", "replace")
                     data = []
             elif line.startswith(b"data:"):
-                data.append(line[5:].lstrip(b" ") if line[5:6] == b" " else line[5:])
+                data.append(line[6:] if line[5:6] == b" " else line[5:])   # one space after the colon is not data
     if data:
         yield b"\n".join(data).decode("utf-8", "replace")
 
