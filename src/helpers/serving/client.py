@@ -1,8 +1,9 @@
 """The load generator: concurrent streaming requests, each on a connection of its own over asyncio streams
 (helpers.serving.fetch.open_stream: HTTP/1.1, server-sent events read as they arrive), and the metrics of
-sglang's bench_serving computed from them. (Until issue 38 the requests went through `openai.AsyncOpenAI`;
-its per-request cost, a name lookup on a worker thread for every new connection and the SDK's request
-building, sat inside every TTFT: up to several ms on a loaded 2-core machine, see benchmarks/bench_parity.py.)
+sglang's bench_serving computed from them. (Until issue 38 the requests went through `openai.AsyncOpenAI`: what
+it did before a request's first byte was written, the SDK's request building and httpx/anyio's connection set-up,
+sat inside every TTFT and E2E; measured on the 2-core machine at load 2-5, medians of 1.7-4.6 ms at concurrency 1
+and 12.4 ms at 4 (0.6 and 1.4-1.6 ms now), 30-85 ms for a run's first request; benchmarks/bench_parity.py.)
 
 Definitions (as in `python -m sglang.bench_serving`, which also opens a connection per request):
 - TTFT: from the start of a request (before its connection is set up) to its first non-empty streamed chunk.
