@@ -94,6 +94,14 @@ ROWS = (("ttft", "ttft_send_ms", "ttft_ms"), ("itl", "itl_ms", "itl_ms"), ("tpot
         ("e2e", "e2e_send_ms", "e2e_ms"))
 
 
+def point_rows(c: int, rep: int, load: float, book: dict, ref: dict) -> list[dict]:
+    """One point as tidy rows (one per metric) for --out."""
+    return [{"concurrency": c, "repeat": rep, "metric": name, "book_ms": book[own], "book_from_send_ms": book[like],
+             "guidellm_ms": ref[f"{name}_ms"], "ratio": book[like] / ref[f"{name}_ms"],
+             "ratio_book_as_defined": book[own] / ref[f"{name}_ms"], "book_completed": book["completed"],
+             "guidellm_completed": ref["completed"], "load_average_1min": load} for name, like, own in ROWS]
+
+
 def print_point(c: int, rep: int, load: float, book: dict, ref: dict, secs: float) -> dict:
     """One point's table; returns its ratios (like with like, and on the book's own definition)."""
     print(f"\nconcurrency {c}, repeat {rep} ({secs:.0f} s, load average before {load:.2f}): completed book "
@@ -120,6 +128,7 @@ def main(argv=None) -> int:
     ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--ttft-s", type=float, default=0.02)
     ap.add_argument("--interval-s", type=float, default=0.01)
+    ap.add_argument("--out", help="also write every point's medians and ratios to this CSV (tidy: one row per metric)")
     a = ap.parse_args(argv)
     if a.repeats < 1 or a.requests < 1:
         raise SystemExit(f"--repeats {a.repeats} / --requests {a.requests}: expected 1 or more")
@@ -129,6 +138,7 @@ def main(argv=None) -> int:
           f"{a.input_tokens}/{a.output_tokens} tokens per point, {a.repeats} repeats; {os.cpu_count()} CPUs; "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     ratios: dict = {}
+    rows: list = []
     try:
         for rep in range(1, a.repeats + 1):
             for c in (int(x) for x in a.concurrencies.split(",")):
@@ -142,9 +152,16 @@ def main(argv=None) -> int:
                     ref, book = run_ref(), run_book()
                 for k, v in print_point(c, rep, load, book, ref, time.time() - t0).items():
                     ratios.setdefault((c, k), []).append(v)
+                rows += point_rows(c, rep, load, book, ref)
     finally:
         proc.terminate()
         proc.wait(10)
+    if a.out:
+        import csv
+        with open(a.out, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
     print(f"\nratios book / guidellm over {a.repeats} repeats (median [min - max]); load average now "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for (c, k), v in ratios.items():
