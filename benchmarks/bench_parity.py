@@ -102,17 +102,18 @@ def point_rows(c: int, rep: int, load: float, book: dict, ref: dict) -> list[dic
              "guidellm_completed": ref["completed"], "load_average_1min": load} for name, like, own in ROWS]
 
 
-def print_point(c: int, rep: int, load: float, book: dict, ref: dict, secs: float) -> dict:
-    """One point's table; returns its ratios (like with like, and on the book's own definition)."""
+def print_point(c: int, rep: int, load: float, book: dict, ref: dict, secs: float, sched: dict) -> dict:
+    """One point's table, with the stand-in's schedule beside it (what both should read, before the server's own
+    thread scheduling); returns its ratios (like with like, and on the book's own definition)."""
     print(f"\nconcurrency {c}, repeat {rep} ({secs:.0f} s, load average before {load:.2f}): completed book "
           f"{book['completed']}, guidellm {ref['completed']}; book's connection set-up (start to first byte "
           f"written) median {book['sent_ms']:.2f} ms, max {book['sent_max_ms']:.2f} ms")
-    print(f"{'median':<6} {'book (ms)':>10} {'book from send':>15} {'guidellm (ms)':>14} {'ratio':>7} "
+    print(f"{'median':<6} {'schedule':>9} {'book (ms)':>10} {'book from send':>15} {'guidellm (ms)':>14} {'ratio':>7} "
           f"{'ratio (book as defined)':>24}")
     out = {}
     for name, like, own in ROWS:
         r, r_own = book[like] / ref[f"{name}_ms"], book[own] / ref[f"{name}_ms"]
-        print(f"{name:<6} {book[own]:>10.2f} {book[like]:>15.2f} {ref[name + '_ms']:>14.2f} {r:>7.3f} {r_own:>24.3f}")
+        print(f"{name:<6} {sched[name]:>9.2f} {book[own]:>10.2f} {book[like]:>15.2f} {ref[name + '_ms']:>14.2f} {r:>7.3f} {r_own:>24.3f}")
         out[name], out[name + " (as defined)"] = r, r_own
     return out
 
@@ -139,6 +140,8 @@ def main(argv=None) -> int:
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     ratios: dict = {}
     rows: list = []
+    sched = {"ttft": a.ttft_s * 1e3, "itl": a.interval_s * 1e3, "tpot": a.interval_s * 1e3,
+             "e2e": (a.ttft_s + (a.output_tokens - 1) * a.interval_s) * 1e3}
     try:
         for rep in range(1, a.repeats + 1):
             for c in (int(x) for x in a.concurrencies.split(",")):
@@ -150,9 +153,9 @@ def main(argv=None) -> int:
                     book, ref = run_book(), run_ref()
                 else:
                     ref, book = run_ref(), run_book()
-                for k, v in print_point(c, rep, load, book, ref, time.time() - t0).items():
+                for k, v in print_point(c, rep, load, book, ref, time.time() - t0, sched).items():
                     ratios.setdefault((c, k), []).append(v)
-                rows += point_rows(c, rep, load, book, ref)
+                rows += [{**r, "scheduled_ms": sched[r["metric"]]} for r in point_rows(c, rep, load, book, ref)]
     finally:
         proc.terminate()
         proc.wait(10)
