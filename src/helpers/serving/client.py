@@ -320,6 +320,8 @@ def _chunk(d, now: float, chat: bool, res: RequestResult, state: dict, parts: li
             res.itl_s.append(now - state["last"])
         state["last"] = now
         parts.append(str(text))
+
+
 def _tokens(usage, name: str):
     """`usage.<name>` as a whole number, or None where it is missing or not a whole number."""
     v = getattr(usage, name, None)
