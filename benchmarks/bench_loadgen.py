@@ -3,7 +3,7 @@
 
 The server is a minimal OpenAI-compatible stub (stdlib asyncio, no model): every /v1/completions request
 is answered with a stream of `--chunks` chunks and a usage chunk, so all time measured is the client's
-(openai.AsyncOpenAI + httpx + this module's bookkeeping) plus the loopback. Run:
+(its asyncio streaming path, helpers.serving.fetch.open_stream, and its bookkeeping) plus the loopback. Run:
 
     python benchmarks/bench_loadgen.py [--requests 2000] [--concurrency 64] [--chunks 16]
 

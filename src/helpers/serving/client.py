@@ -1,11 +1,17 @@
-"""The load generator: concurrent streaming requests through `openai.AsyncOpenAI`, and the metrics
-of sglang's bench_serving computed from them.
+"""The load generator: concurrent streaming requests, each on a connection of its own over asyncio streams
+(helpers.serving.fetch.open_stream: HTTP/1.1, server-sent events read as they arrive), and the metrics of
+sglang's bench_serving computed from them. (Until issue 38 the requests went through `openai.AsyncOpenAI`: what
+it did before a request's first byte was written, the SDK's request building and httpx/anyio's connection set-up,
+sat inside every TTFT and E2E; measured on the 2-core machine at load 2-5, medians of 1.7-4.6 ms at concurrency 1
+and 12.4 ms at 4 (0.6 and 1.4-1.6 ms now), 30-85 ms for a run's first request; benchmarks/bench_parity.py.)
 
-Definitions (as in `python -m sglang.bench_serving`):
-- TTFT: from sending a request to its first non-empty streamed chunk.
+Definitions (as in `python -m sglang.bench_serving`, which also opens a connection per request):
+- TTFT: from the start of a request (before its connection is set up) to its first non-empty streamed chunk.
+  Each result also keeps `sent_s`, the time to its first byte written: GuideLLM starts its clock there
+  (at the first header write), so its TTFT and E2E leave the connection's set-up out.
 - ITL: the gaps between successive non-empty chunks of a request (a chunk may hold several tokens).
 - TPOT of a request: (E2E latency - TTFT) / (output tokens - 1), for requests with more than one token.
-- E2E latency: from sending to the last chunk.
+- E2E latency: from the start of a request (as TTFT) to the end of its stream.
 - duration: from the start of the point to the completion of its last request.
 - output throughput: sum of output tokens / duration; total throughput: (input + output) / duration;
   request throughput: completed requests / duration.
@@ -25,14 +31,16 @@ no throughput rests on its count) and "exception".
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Sequence
 
 import numpy as np
 
-from helpers.serving.fetch import Deadlines, RequestTimeout, fetch, run as _run_coro
+from helpers.serving.fetch import Deadlines, Endpoint, RequestTimeout, fetch, open_stream, run as _run_coro
 
 STATS = ("mean", "median", "p90", "p99")
 
@@ -82,6 +90,7 @@ class Workload:
 class RequestResult:
     ok: bool
     start_s: float = 0.0                 # seconds from the point's start
+    sent_s: float = float("nan")         # from the request's start to its first byte written (connection set up)
     ttft_s: float = float("nan")
     e2e_s: float = float("nan")
     itl_s: list[float] = field(default_factory=list)
@@ -197,53 +206,84 @@ class _WholeReply(Exception):
         self.kind, self.error = kind, error
 
 
-async def one_request(client, model: str, prompt: str, max_tokens: int, t_origin: float, deadlines: Deadlines,
-               chat: bool) -> RequestResult:
-    import openai
+class _StatusError(Exception):
+    """A reply whose status is not 200: the status and the start of its body."""
 
+    def __init__(self, status: int, body: str):
+        super().__init__(f"HTTP {status}: {body}")
+        self.status, self.body = status, body
+
+
+class _StreamError(Exception):
+    """An error object inside a 200 stream (`data: {"error": {...}}`)."""
+
+    def __init__(self, err):
+        msg = err.get("message") if isinstance(err, dict) else None
+        self.detail = json.dumps(err, default=str)[:300]
+        super().__init__(msg or "an error occurred during streaming")
+
+
+def request_body(model: str, prompt: str, max_tokens: int, chat: bool) -> tuple[str, dict]:
+    """(path, JSON body) of one streamed completion request, usage included (stream_options.include_usage)."""
+    body = {"model": model, "max_tokens": max_tokens, "stream": True, "stream_options": {"include_usage": True}}
+    if chat:
+        return "/v1/chat/completions", {**body, "messages": [{"role": "user", "content": prompt}]}
+    return "/v1/completions", {**body, "prompt": prompt}
+
+
+async def sse_data(chunks):
+    """The `data:` payloads of a server-sent event stream (the body's bytes as they arrive), one per event;
+    comments (`: keep-alive`) and other fields are skipped."""
+    buf, data = b"", []
+    async for piece in chunks:
+        buf += piece
+        while True:
+            line, sep, rest = buf.partition(b"\n")
+            if not sep:
+                break
+            buf, line = rest, line.rstrip(b"\r")
+            if not line:
+                if data:
+                    yield b"\n".join(data).decode("utf-8", "replace")
+                    data = []
+            elif line.startswith(b"data:"):
+                data.append(line[6:] if line[5:6] == b" " else line[5:])   # one space after the colon is not data
+    if data:
+        yield b"\n".join(data).decode("utf-8", "replace")
+
+
+async def one_request(endpoint: Endpoint, model: str, prompt: str, max_tokens: int, t_origin: float,
+                      deadlines: Deadlines, chat: bool) -> RequestResult:
+    """One streamed request on a connection of its own (fetch.open_stream): its timings, text and usage. The
+    clock starts before the connection is set up (as sglang's bench_serving, which opens a session per
+    request); `sent_s` says when the request's first byte was written (where GuideLLM starts its clock)."""
     res = RequestResult(ok=False)
     t0 = time.perf_counter()
     res.start_s = t0 - t_origin
-    state = {"last": None, "chunks": 0, "headers_s": None}
-    parts = []
-    usages = []
+    state = {"last": None, "chunks": 0, "headers_s": None, "t0": t0}
+    parts, usages = [], []
+    path, body = request_body(model, prompt, max_tokens, chat)
 
     async def stream_it():
-        kw = dict(model=model, max_tokens=max_tokens, stream=True, stream_options={"include_usage": True},
-                  timeout=deadlines.total_s)
-        if chat:
-            make = client.chat.completions.create(messages=[{"role": "user", "content": prompt}], **kw)
-        else:
-            make = client.completions.create(prompt=prompt, **kw)
+        reply = await open_stream(endpoint, path, body, deadlines, t0)
+        state["headers_s"] = reply.headers_at - t0
+        res.sent_s = reply.sent_at - t0
         try:
-            stream = await asyncio.wait_for(make, deadlines.first_byte_s)
-        except asyncio.TimeoutError:
-            raise RequestTimeout("the completions endpoint", "first byte", deadlines.first_byte_s,
-                                 time.perf_counter() - t0) from None
-        state["headers_s"] = time.perf_counter() - t0
-        response = getattr(stream, "response", None)
-        ctype = response.headers.get("content-type", "") if response is not None else ""
-        if "json" in ctype and "event-stream" not in ctype:   # not a stream: read it as the smoke test does
-            body = (await response.aread()).decode("utf-8", "replace")
-            _, kind, err = parse_reply(response.status_code, body, chat)
-            raise _WholeReply(kind or "bad-body", err or f"the server answered a stream request with a whole JSON "
-                              f"reply instead of a stream: {body[:200]!r}")
-        async for chunk in stream:
-            now = time.perf_counter()
-            state["chunks"] += 1
-            if chunk.usage is not None:
-                usages.append(chunk.usage)
-            text = ""
-            if chunk.choices:
-                c = chunk.choices[0]
-                text = (c.delta.content or "") if chat else (c.text or "")
-            if text:
-                if state["last"] is None:
-                    res.ttft_s = now - t0
-                else:
-                    res.itl_s.append(now - state["last"])
-                state["last"] = now
-                parts.append(text)
+            ctype = reply.headers.get("content-type", "")
+            if reply.status != 200:
+                raise _StatusError(reply.status, _error_text((await reply.read(1 << 16)).decode("utf-8", "replace")))
+            if "json" in ctype and "event-stream" not in ctype:   # not a stream: read it as the smoke test does
+                text = (await reply.read()).decode("utf-8", "replace")
+                _, kind, err = parse_reply(reply.status, text, chat)
+                raise _WholeReply(kind or "bad-body", err or f"the server answered a stream request with a whole JSON "
+                                  f"reply instead of a stream: {text[:200]!r}")
+            async for data in sse_data(reply.chunks()):
+                now = time.perf_counter()
+                if data.startswith("[DONE]"):
+                    break
+                _chunk(json.loads(data), now, chat, res, state, parts, usages)
+        finally:
+            reply.close()
 
     try:
         await asyncio.wait_for(stream_it(), deadlines.total_s)
@@ -252,10 +292,34 @@ async def one_request(client, model: str, prompt: str, max_tokens: int, t_origin
         _count(res, usages, state, max_tokens)
     except Exception as e:  # noqa: BLE001 - every failure is recorded, none stops the point
         res.e2e_s = time.perf_counter() - t0
-        if isinstance(e, (asyncio.TimeoutError, RequestTimeout, openai.APITimeoutError)):
+        if isinstance(e, (asyncio.TimeoutError, RequestTimeout)):
             res.text = "".join(parts)
         res.error_kind, res.error = _failure(e, deadlines, state, res.text)
     return res
+
+
+def _chunk(d, now: float, chat: bool, res: RequestResult, state: dict, parts: list, usages: list) -> None:
+    """Take one streamed chunk (parsed JSON) received at `now`: its usage, its content's timing and text."""
+    if isinstance(d, dict) and d.get("error"):
+        raise _StreamError(d["error"])
+    state["chunks"] += 1
+    if not isinstance(d, dict):
+        return
+    if d.get("usage") is not None:
+        u = d["usage"]
+        usages.append(SimpleNamespace(**u) if isinstance(u, dict) else SimpleNamespace())
+    text = ""
+    choices = d.get("choices")
+    if choices and isinstance(choices[0], dict):
+        c = choices[0]
+        text = ((c.get("delta") or {}).get("content") or "") if chat else (c.get("text") or "")
+    if text:
+        if state["last"] is None:
+            res.ttft_s = now - state["t0"]
+        else:
+            res.itl_s.append(now - state["last"])
+        state["last"] = now
+        parts.append(str(text))
 
 
 def _tokens(usage, name: str):
@@ -313,28 +377,25 @@ def _count(res: RequestResult, usages: list, state: dict, max_tokens: int) -> No
 
 def _failure(e: Exception, deadlines: Deadlines, state: dict, text: str) -> tuple[str, str]:
     """(error_kind, error) of a request that raised `e`; `text`: the content that came before it."""
-    import openai
-
-    if isinstance(e, (asyncio.TimeoutError, RequestTimeout, openai.APITimeoutError)):
-        if isinstance(e, RequestTimeout):
-            return "timeout", str(e)
+    if isinstance(e, RequestTimeout):
+        return "timeout", str(e)
+    if isinstance(e, asyncio.TimeoutError):
         heads = "no headers" if state["headers_s"] is None else f"headers after {state['headers_s']:.2f} s"
         return "timeout", (f"timeout: the reply did not finish within {deadlines.total_s:g} s (total deadline; "
                            f"{heads}, {state['chunks']} chunk(s), {len(text)} characters of content)")
     if isinstance(e, _WholeReply):
         return e.kind, e.error[:500]
-    if isinstance(e, openai.APIStatusError):
-        return "http", f"HTTP {e.status_code}: {_body_text(e)}"[:500]
-    if isinstance(e, openai.APIConnectionError):   # "Connection error." alone: say what the cause said
+    if isinstance(e, _StatusError):
+        return "http", str(e)[:500]
+    if isinstance(e, _StreamError):
+        return "error-body", f"error in the reply: {e} {e.detail}"[:500]
+    if isinstance(e, OSError) and state["headers_s"] is None:   # refused, reset, closed before a reply
         return "connect", f"{type(e).__name__}: {e}{_causes(e)}"[:500]
-    if isinstance(e, openai.APIError):   # an error object inside a 200 stream
-        return "error-body", f"error in the reply: {e.message} {_body_text(e)}"[:500]
     return "exception", f"{type(e).__name__}: {e}"[:500]
 
 
 def _causes(e: BaseException) -> str:
-    """' (Cause: message; ...)' from the exceptions that caused `e` (httpx's, then the socket's: 'connection
-    refused'), or '' where there are none."""
+    """' (Cause: message; ...)' from the exceptions that caused `e`, or '' where there are none."""
     said, seen, c = [], set(), e.__cause__ or e.__context__
     while c is not None and id(c) not in seen and len(said) < 3:
         seen.add(id(c))
@@ -345,16 +406,15 @@ def _causes(e: BaseException) -> str:
     return f" ({'; '.join(said)})" if said else ""
 
 
-def _body_text(e) -> str:
-    import json
-
-    body = getattr(e, "body", None)
-    if body is None and getattr(e, "response", None) is not None:
-        try:
-            return e.response.text[:300]
-        except Exception:  # noqa: BLE001
-            return ""
-    return json.dumps(body, default=str)[:300] if not isinstance(body, str) else body[:300]
+def _error_text(body: str) -> str:
+    """An error reply's body for the message: its `error` object (as JSON) where it has one, else its text."""
+    try:
+        d = json.loads(body)
+    except ValueError:
+        return body[:300]
+    if isinstance(d, dict) and "error" in d:
+        d = d["error"]
+    return json.dumps(d, default=str)[:300] if not isinstance(d, str) else d[:300]
 
 
 async def run_requests(base_url: str, model: str, prompts: Sequence[str], max_tokens: int, concurrency: int,
@@ -365,28 +425,23 @@ async def run_requests(base_url: str, model: str, prompts: Sequence[str], max_to
     runs within `deadlines` (default: Deadlines.from_timeout(timeout_s)) and, with `until` (a time.monotonic()
     instant: the end of the phase the requests belong to), ends by then: a request that could not start
     before it is not sent."""
-    from openai import AsyncOpenAI
-
     (concurrency,) = check_concurrencies([concurrency])
     d = deadlines or Deadlines.from_timeout(timeout_s)
-    client = AsyncOpenAI(base_url=base_url.rstrip("/") + "/v1", api_key=api_key, max_retries=0, timeout=d.total_s)
+    endpoint = await Endpoint.resolve(base_url, api_key)
     sem = asyncio.Semaphore(concurrency)
     t_origin = time.perf_counter()
 
     async def gated(p):
         async with sem:
             if until is None:
-                return await one_request(client, model, p, max_tokens, t_origin, d, chat)
+                return await one_request(endpoint, model, p, max_tokens, t_origin, d, chat)
             left = until - time.monotonic()
             if left <= 0:
                 return RequestResult(ok=False, error_kind="timeout", start_s=time.perf_counter() - t_origin,
                                      error="not sent: the time limit of its phase had passed")
-            return await one_request(client, model, p, max_tokens, t_origin, d.within(left), chat)
+            return await one_request(endpoint, model, p, max_tokens, t_origin, d.within(left), chat)
 
-    try:
-        results = await asyncio.gather(*(gated(p) for p in prompts))
-    finally:
-        await client.close()
+    results = await asyncio.gather(*(gated(p) for p in prompts))
     return list(results), time.perf_counter() - t_origin
 
 

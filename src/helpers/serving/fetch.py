@@ -139,6 +139,8 @@ async def _read_head(url: str, reader, writer, headers: dict) -> int:
     """Send what was written, read the status line and the headers (into `headers`); returns the status."""
     await writer.drain()
     line = await reader.readline()
+    if not line:
+        raise ConnectionError(f"{url}: the server closed the connection without sending a reply")
     parts = line.decode("latin-1").split(None, 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/"):
         raise ValueError(f"{url}: not an HTTP reply: {line[:80]!r}")
@@ -171,6 +173,123 @@ async def _read_body(reader, headers: dict, got: bytearray, max_bytes: int) -> N
             if not chunk:
                 return
             got.extend(chunk)
+
+
+@dataclass
+class Endpoint:
+    """Where a run's requests go: the server's base URL, its host resolved once (so no request waits for a
+    name lookup on a worker thread), and the headers every request carries."""
+
+    base_url: str
+    host: str
+    port: int
+    ssl: bool
+    addrs: list
+    api_key: str = "none"
+
+    @classmethod
+    async def resolve(cls, base_url: str, api_key: str = "none") -> "Endpoint":
+        """The endpoint of `base_url` (http://HOST:PORT) with its host's addresses; a host that does not resolve
+        is kept by name, so each request fails with the lookup's own error (a connect failure), not the run."""
+        import socket
+
+        u = urllib.parse.urlsplit(base_url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"URL {base_url!r}: expected http://HOST:PORT")
+        port = u.port or (443 if u.scheme == "https" else 80)
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(u.hostname, port, type=socket.SOCK_STREAM)
+            addrs = list(dict.fromkeys(i[4][0] for i in infos)) or [u.hostname]
+        except OSError:
+            addrs = [u.hostname]
+        return cls(base_url.rstrip("/"), u.hostname, port, u.scheme == "https", addrs, api_key)
+
+    async def connect(self):
+        """(reader, writer) of a new connection: the addresses in turn, the one that answered first next time."""
+        for i, addr in enumerate(self.addrs):
+            try:
+                rw = await asyncio.open_connection(addr, self.port, ssl=self.ssl or None,
+                                                   server_hostname=self.host if self.ssl else None)
+            except OSError:
+                if i == len(self.addrs) - 1:
+                    raise
+                continue
+            if i:
+                self.addrs.insert(0, self.addrs.pop(i))
+            return rw
+
+
+class StreamReply:
+    """An open reply whose status line and headers are in: `status`, `headers`, `sent_at` (time.perf_counter()
+    when the request's first byte was written, after the connection was set up), `headers_at` (when the
+    headers were in); `chunks()` yields the body as it arrives, `read(max_bytes)` all of it; `close()`."""
+
+    def __init__(self, reader, writer, status: int, headers: dict, sent_at: float, headers_at: float):
+        self.reader, self.writer, self.status, self.headers = reader, writer, status, headers
+        self.sent_at, self.headers_at = sent_at, headers_at
+
+    async def chunks(self):
+        """The body's bytes as they arrive: chunked transfer coding decoded, by Content-Length, or to the end
+        of the connection."""
+        r = self.reader
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            while True:
+                size_line = await r.readline()
+                if not size_line:
+                    return
+                size = int(size_line.split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    return
+                yield await r.readexactly(size)
+                await r.readline()
+        n = int(self.headers.get("content-length", "-1") or -1)
+        got = 0
+        while n < 0 or got < n:
+            data = await r.read(65536 if n < 0 else min(65536, n - got))
+            if not data:
+                return
+            got += len(data)
+            yield data
+
+    async def read(self, max_bytes: int = 1 << 20) -> bytes:
+        out = bytearray()
+        async for data in self.chunks():
+            out.extend(data)
+            if len(out) >= max_bytes:
+                break
+        return bytes(out)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def open_stream(ep: Endpoint, path: str, body, deadlines: Deadlines, t0: float) -> StreamReply:
+    """POST `body` (JSON) to `path` of `ep` on a connection of its own and return once the reply's headers are
+    in, within `deadlines` counted from `t0` (a time.perf_counter() instant: the request's start). Raises
+    RequestTimeout (connect or first byte), OSError / ConnectionError (refused; closed before a reply) or
+    ValueError (a reply that is not HTTP)."""
+    url = ep.base_url + path
+    data = json.dumps(body).encode()
+    try:
+        reader, writer = await asyncio.wait_for(ep.connect(), max(deadlines.connect_s - (time.perf_counter() - t0), 0))
+    except asyncio.TimeoutError:
+        raise RequestTimeout(url, "connect", deadlines.connect_s, time.perf_counter() - t0) from None
+    head = [f"POST {path} HTTP/1.1", f"Host: {ep.host}:{ep.port}", "Connection: close",
+            "Accept: text/event-stream, application/json", "User-Agent: glm5-book", "Content-Type: application/json",
+            f"Authorization: Bearer {ep.api_key}", f"Content-Length: {len(data)}"]
+    try:
+        sent_at = time.perf_counter()
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
+        headers: dict = {}
+        try:
+            status = await asyncio.wait_for(_read_head(url, reader, writer, headers),
+                                            max(deadlines.first_byte_s - (time.perf_counter() - t0), 0))
+        except asyncio.TimeoutError:
+            raise RequestTimeout(url, "first byte", deadlines.first_byte_s, time.perf_counter() - t0) from None
+    except BaseException:
+        writer.close()
+        raise
+    return StreamReply(reader, writer, status, headers, sent_at, time.perf_counter())
 
 
 def run(coro):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .client import Deadlines, RequestResult, make_prompts, run_requests, run_sync, summarize
+from .client import Deadlines, Endpoint, RequestResult, make_prompts, run_requests, run_sync, summarize
 from .client import one_request  # the closed-loop path's single request, reused unchanged
 from .loadspec import (RATE_SHORTFALL, ClosedLoop, LoadSpec, OpenLoop, achieved_rate, goodput, rate_short,
                        tpot_s)
@@ -22,10 +22,8 @@ from .loadspec import (RATE_SHORTFALL, ClosedLoop, LoadSpec, OpenLoop, achieved_
 async def run_open(base_url: str, model: str, prompts, max_tokens: int, load: OpenLoop, schedule,
                    timeout_s: float = 600.0, chat: bool = False) -> tuple[list[RequestResult], float]:
     """Start prompt i at schedule[i] seconds (at most load.max_concurrency in flight); (results, duration_s)."""
-    from openai import AsyncOpenAI
-
     d = Deadlines.from_timeout(timeout_s)
-    client = AsyncOpenAI(base_url=base_url.rstrip("/") + "/v1", api_key="none", max_retries=0, timeout=d.total_s)
+    client = await Endpoint.resolve(base_url)
     sem = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
     t_origin = time.perf_counter()
 
@@ -36,10 +34,7 @@ async def run_open(base_url: str, model: str, prompts, max_tokens: int, load: Op
         async with sem:
             return await one_request(client, model, p, max_tokens, t_origin, d, chat)
 
-    try:
-        results = await asyncio.gather(*(at(p, float(t)) for p, t in zip(prompts, schedule)))
-    finally:
-        await client.close()
+    results = await asyncio.gather(*(at(p, float(t)) for p, t in zip(prompts, schedule)))
     return list(results), time.perf_counter() - t_origin
 
 
