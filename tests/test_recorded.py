@@ -138,3 +138,29 @@ def test_source_url_reads_the_url_field_of_a_temporary_sources_file(tmp_path, mo
     finally:
         recorded.sources.cache_clear()
     assert recorded.source_url("ref-a", {"ref-a": {"url": " https://x.org "}}) == "https://x.org"
+
+
+def test_a_table_loaded_again_is_a_fresh_copy_and_a_rewritten_file_is_read_again(tmp_path, monkeypatch):
+    """load() validates a file's bytes once a process (the unit tier loads the same tables hundreds of times):
+    what it hands out is a copy, and a file rewritten with other bytes of the same size, at once (within the
+    clock's tick, where a modification time would not change), is read and validated again."""
+    name = "recorded/hardware.csv"
+    (tmp_path / "recorded").mkdir()
+    text = (recorded.data_dir() / name).read_text()
+    recorded.schema(), recorded.sources()                     # the committed ones, read before the move
+    monkeypatch.setattr(recorded, "data_dir", lambda: tmp_path)
+    (tmp_path / name).write_text(text)
+    first = recorded.load(name)
+    first.loc[0, "source"] = "changed by the caller"
+    again = recorded.load(name)
+    assert again.loc[0, "source"] != "changed by the caller"
+    assert again.equals(recorded.validate(name, _raw_from(tmp_path / name)))
+    source = again.loc[0, "source"]
+    bad = text.replace(source, "x" * len(source), 1)          # same size, an unknown source
+    (tmp_path / name).write_text(bad)
+    with pytest.raises(recorded.DataError, match="is not an id in data/sources.yaml"):
+        recorded.load(name)
+
+
+def _raw_from(path):
+    return pd.read_csv(path, dtype=str, keep_default_na=False)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from helpers.core import results
-from helpers.serving import client as cl, demo, sweep, transformers_serve as ts
+from helpers.serving import client as cl, sweep, tiny_model, transformers_serve as ts
 from helpers.serving.server import Server, free_port
 
 pytestmark = pytest.mark.timeout(300)
@@ -70,8 +70,8 @@ def test_parse_bench_serving_jsonl(tmp_path):
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    models = demo.models(tmp_path_factory.getbasetemp() / "serving-models")
-    model = str(models["healthy"])
+    # the demo's healthy model alone (demo.models would also build and teach the nan and untrained ones)
+    model = str(tiny_model.build(tmp_path_factory.getbasetemp() / "serving-models" / "healthy"))
     spec = ts.spec(ts.TransformersServeConfig(model=model, continuous_batching=True), name="bench")
     with Server(spec, tmp_path_factory.mktemp("logs") / "bench.log", startup_timeout_s=90) as srv:
         from transformers import AutoTokenizer
