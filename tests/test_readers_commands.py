@@ -25,6 +25,7 @@ The other documented commands a reader may run first, and why they need no test 
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,8 +46,12 @@ AFFECTED = ["tests/test_runbook.py", "tests/test_packaging.py", "tests/test_book
             "tests/test_recorded_labels.py"]
 #: of their slow tests, the one that reads committed runs at run time: each committed run rendered strictly
 #: (the published site's run among them); the others execute the book or build SITE_RUN into folders of
-#: their own and run once, in `make test` itself
+#: their own and run once, in `make test` itself. After `make book TARGET=recorded` (a run folder, runs/latest
+#: and _build/ left behind: every kind of leftover the other commands leave) every committed run is rendered;
+#: after the other two commands the published run only (each render is about 25 s of CPU, and what decides
+#: whether leftovers reach a render, the runs it lists and the folder it builds into, is the same for every run)
 SLOW_READERS = ["tests/test_runbook.py::test_every_committed_run_renders_strictly_at_this_commit"]
+SITE_RUN_ID = re.search(r"^SITE_RUN\s*\?=\s*runs/(\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
 
 #: its three tests are minutes each and its module fixture (clean_ids) is made once per session: under
 #: `make test` (pytest-xdist) they run in parallel workers (tests/conftest.py)
@@ -98,16 +103,18 @@ def clean_ids(tmp_path_factory):
                             lambda d: collected(clone_of_head(d / "clone"), d / "pytest"))
 
 
-def check_suite(clone: Path, tmp: Path, clean_ids: list[str]) -> None:
+def check_suite(clone: Path, tmp: Path, clean_ids: list[str], every_run: bool = False) -> None:
     """After a reader's command: no tracked file changed, the same tests collected as in a clean clone,
-    and the affected modules pass in the clone."""
+    and the affected modules pass in the clone (the strict render of every committed run with `every_run`,
+    else of the published one: SLOW_READERS)."""
     changed = subprocess.run(["git", "-C", str(clone), "status", "--porcelain", "--untracked-files=no"],
                              capture_output=True, text=True, check=True).stdout
     assert changed == "", f"the command changed files git tracks:\n{changed}"
     ids = collected(clone, tmp / "collect")
     assert ids == clean_ids, (f"collected only after the command: {sorted(set(ids) - set(clean_ids))[:10]}; "
                               f"only before: {sorted(set(clean_ids) - set(ids))[:10]}")
-    for name, args in (("fast", ["-m", "not slow", *AFFECTED]), ("slow", SLOW_READERS)):
+    slow = SLOW_READERS if every_run else [*SLOW_READERS, "-k", SITE_RUN_ID]
+    for name, args in (("fast", ["-m", "not slow", *AFFECTED]), ("slow", slow)):
         p = pytest_in(clone, tmp / name, "-q", *args)
         assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-2000:]
         assert " passed" in p.stdout.splitlines()[-1], p.stdout[-2000:]
@@ -121,7 +128,7 @@ def test_make_book_target_recorded_then_the_tests(tmp_path, clean_ids):
     latest = clone / "runs" / "latest"
     assert latest.is_symlink() and json.loads((latest / "manifest.json").read_text())["status"] == "ok"
     assert (clone / "_build" / "html" / "index.html").exists()
-    check_suite(clone, tmp_path, clean_ids)
+    check_suite(clone, tmp_path, clean_ids, every_run=True)
 
 
 def test_make_book_interrupted_in_chapter_06_then_the_tests(tmp_path, clean_ids):
