@@ -127,3 +127,20 @@ def test_the_capacity_table_says_which_points_the_rate_sweep_measured():
     assert view.loc[0.7, "measured by"] == view.loc[5.4, "measured by"] == "the rate sweep"
     assert view.loc[5.4, "held"] == "no" and view.loc[5.4, "inside SLOs (%)"] == 25.0
     assert (view.drop([0.7, 5.4])["measured by"] == "the search").all() and len(view) > 2
+
+
+def test_the_capacity_phrase_names_the_load_that_did_not_hold_and_the_slos_are_labelled_assumed():
+    from helpers.chapters.serving_load import facts, rate_view
+
+    m, _ = planted(3)
+    study = {"slo": "ttft:250", "slo_share": 0.9, "client_overhead": [], "rate_sweep": [],
+             "capacity_concurrency": search(m, 1, 0.9, limit=64), "capacity_rate": {}}
+    f = facts(study)
+    assert f["ld_cap_c"] == "3 requests in flight (4 did not hold)" and "assumed" in f["ld_slo"]
+    study["rate_sweep"] = [{"sweep_role": "max-throughput", "concurrency": 64, "num_requests": 128,
+                            "request_throughput": 9.1},
+                           {"sweep_role": "open", "request_rate": 3.2, "achieved_rate": 3.2, "request_throughput": 1.4,
+                            "num_requests": 13, "rate_short": False}]
+    v = rate_view(study)
+    assert list(v["point"]) == ["top concurrency (closed loop)", "open loop"]   # a probe, not a "maximum"
+    assert v.loc[1, "sent rate (requests/s)"] == 3.2 and v.loc[1, "completed rate (requests/s)"] == 1.4

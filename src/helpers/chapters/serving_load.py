@@ -52,21 +52,29 @@ def plan_time(v: dict, base: "params.Estimate | None") -> "params.Estimate | Non
 def status(study: dict | None, live: bool) -> str:
     """Why the load study did or did not run here (one phrase)."""
     if study is None:
-        return ("not run here: load_modes is 'off' (the default target keeps its time; the cpu-demo and GPU "
+        return ("not run here: load_modes is 'off' (the default target keeps its time; the cpu-demo and h200 "
                 "targets run it)") if live else ("not run here: the chapter's sweep does not run live on this machine (the load study runs "
-                     "with it: the cpu-demo and GPU targets)")
+                     "with it: the cpu-demo and h200 targets)")
     if study.get("failed"):
         return f"run, and ended early: {study['failed'][:200]}"
     return f"measured on this machine in {study['study_s']:.0f} s"
+
+
+#: how the rate table names the sweep's points: the closed-loop end at the top concurrency is a probe at that
+#: concurrency, not a maximum (throughput may still grow past it)
+ROLES = {"one-at-a-time": "one at a time (closed loop)", "max-throughput": "top concurrency (closed loop)",
+         "open": "open loop"}
 
 
 def rate_view(study: dict) -> pd.DataFrame:
     rows = []
     for r in study.get("rate_sweep", []):
         nominal = r.get("request_rate", r.get("request_throughput"))
-        rows.append({"point": r.get("sweep_role", ""), "concurrency cap": r.get("concurrency", r.get("max_concurrency")),
-                     "nominal rate (requests/s)": nominal,
-                     "achieved rate (requests/s)": r.get("achieved_rate", r.get("request_throughput")),
+        rows.append({"point": ROLES.get(r.get("sweep_role", ""), r.get("sweep_role", "")),
+                     "concurrency cap": r.get("concurrency", r.get("max_concurrency")),
+                     "requests": r.get("num_requests"), "nominal rate (requests/s)": nominal,
+                     "sent rate (requests/s)": r.get("achieved_rate", r.get("request_throughput")),
+                     "completed rate (requests/s)": r.get("request_throughput"),
                      "short of nominal (>10 %)": _short(r), "median TTFT (ms)": r.get("median_ttft_ms"),
                      "median TPOT (ms)": r.get("median_tpot_ms"), "inside SLOs (%)": _pct(r.get("good_share")),
                      "goodput (good tokens/s)": r.get("good_tokens_per_s"),
@@ -126,9 +134,11 @@ def facts(study: dict | None) -> dict:
             return "none (even the first point missed the SLOs)" if c.get("points") else "not measured"
         more = "" if c.get("complete", False) else " (search stopped at its time limit)"
         top = " (the search's top: it held there)" if c.get("hit_limit") else ""
-        return fmt.format(v) + top + more
+        nxt = c.get("first_failed")
+        edge = f" ({fmt.format(nxt).split(' ')[0]} did not hold)" if nxt is not None and not top else ""
+        return fmt.format(v) + edge + top + more
 
-    return {"ld_slo": study["slo"], "ld_share": f"{100 * study['slo_share']:.0f} %",
+    return {"ld_slo": f"{study['slo']} (assumed: set by the target)", "ld_share": f"{100 * study['slo_share']:.0f} %",
             "ld_cap_c": cap("capacity_concurrency", "{:.0f} requests in flight"),
             "ld_cap_r": cap("capacity_rate", "{:.2f} requests/s"),
             "ld_short_points": f"{sum(bool(r['rate_short']) for r in opens)} of {len(opens)}",
