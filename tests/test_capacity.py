@@ -29,6 +29,11 @@ def test_rate_search_within_tolerance():
     m, _ = planted(3.3)
     out = search(m, 0.5, 0.9, limit=100.0, integer=False, rel_tol=0.05)
     assert 3.3 * 0.95 <= out["capacity"] <= 3.3 < out["first_failed"] <= 3.3 * 1.1
+    # the capacity and the first failure are loads of measured points (keyed to 6 decimals), not unrounded midpoints
+    m, _ = planted(3.3)
+    third = search(m, 1 / 3, 0.9, limit=100.0, integer=False, rel_tol=0.05)
+    loads = {p["load"] for p in third["points"]}
+    assert third["capacity"] in loads and third["first_failed"] in loads, (third["capacity"], sorted(loads))
 
 
 def test_limit_reached_and_failure_kept():

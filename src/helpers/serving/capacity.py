@@ -67,7 +67,10 @@ def search(measure: Callable[[float], dict], start: float, good_share: float, li
                     f.write(json.dumps(row, default=str) + "\n")
         return points[key]["passed"]
 
-    passed, failed, x, complete = None, None, start, True
+    def norm(v):   # the load a point is keyed by, so a capacity is always one of its points' loads
+        return int(v) if integer else round(float(v), 6)
+
+    passed, failed, x, complete = None, None, norm(start), True
     while True:  # ramp
         r = ok_at(x)
         if r is None:
@@ -83,11 +86,11 @@ def search(measure: Callable[[float], dict], start: float, good_share: float, li
         # pass below the first known failure above x without measuring, and never doubles past that failure
         fail_above = min((k for k, p in points.items() if k > x and not p["passed"]), default=math.inf)
         passes = [k for k, p in points.items() if x < k < fail_above and p["passed"] and k <= limit]
-        x = max(passes) if passes else min(limit, x * 2, fail_above)
+        x = max(passes) if passes else norm(min(limit, x * 2, fail_above))
     while complete and passed is not None and failed is not None:  # bisect
         if (integer and failed - passed <= 1) or (not integer and failed - passed <= rel_tol * passed):
             break
-        mid = (passed + failed) // 2 if integer else (passed + failed) / 2
+        mid = (passed + failed) // 2 if integer else norm((passed + failed) / 2)
         r = ok_at(mid)
         if r is None:
             complete = False
