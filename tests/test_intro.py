@@ -171,3 +171,22 @@ def test_the_p2p_chapter_s_rule_says_the_link_it_was_timed_on():
     what that means on PCIe."""
     box = next(p for p in _paragraphs("06_vm_p2p.ipynb") if "ans_ar_host_us" in p and "book-answer" in p)
     assert "NVLink" in box and "PCIe" in box
+
+
+def test_page_1_s_labels_and_check_4_say_what_the_figures_are():
+    """Reading items 13, 14 and 17: the labels list names 'reference' and the committed study; check 3 calls the
+    H200 pair's copy a committed study's and states its fail side without a typed threshold; check 4's low side
+    says the share it means (the diagnosis's CANNOT), not 'it is not'."""
+    labels = next(p for p in _paragraphs() if "**recorded**" in p)
+    assert "**reference**" in labels and "**measured (committed study)**" in labels
+    row3 = next(ln for ln in INTRO.splitlines() if ln.startswith("| 3 |"))
+    assert "fid_lat_tool_us:.2f` µs on two H200s over NVLink (measured, committed study)" in row3
+    assert "about {glue:text}`notebooks/90_provenance.ipynb::chk_nop2p" not in row3
+    for p in [p for p in _paragraphs() if "t25_64" in p] + [ln for ln in INTRO.splitlines() if ln.startswith("| 4 |")]:
+        assert "07_diagnosis.ipynb::cannot_pct:.0f` % or less" in p and "means it is not" not in p, p
+
+
+def test_the_eager_all_reduce_floor_is_labelled_the_committed_study_s():
+    """Reading item 19: 06's takeaway gave the two-GPU study's eager floor as if this run's table measured it."""
+    p = next(p for p in _paragraphs("06_vm_p2p.ipynb") if "Takeaway" in p and "fid_eager_floor_us" in p)
+    assert p.index("committed study") < p.index("fid_eager_floor_us") and "fid_setup_multi" in p
