@@ -178,7 +178,7 @@ def test_page_1_s_labels_and_check_4_say_what_the_figures_are():
     H200 pair's copy a committed study's and states its fail side without a typed threshold; check 4's low side
     says the share it means (the diagnosis's CANNOT), not 'it is not'."""
     labels = next(p for p in _paragraphs() if "**recorded**" in p)
-    assert "**reference**" in labels and "**measured (committed study)**" in labels
+    assert "**reference**" in labels and "*committed study*" in labels
     row3 = next(ln for ln in INTRO.splitlines() if ln.startswith("| 3 |"))
     assert "fid_lat_tool_us:.2f` µs on two H200s over NVLink (measured, committed study)" in row3
     assert "about {glue:text}`notebooks/90_provenance.ipynb::chk_nop2p" not in row3
