@@ -121,7 +121,7 @@ def _variant_timing(var: pd.DataFrame) -> str:
 def fits_table(fits: pd.DataFrame) -> pd.DataFrame:
     """The fits as shown: a fit is derived from the points it was fitted to (kind 'measured' in the data, which
     selects the link; shown as 'derived: fit to measured'); a one-rank collective moves no bytes between GPUs,
-    so its beta is blank (fit_text says why)."""
+    so its beta is blank (the table's summary says why)."""
     one_rank = (fits.scope == "collective") & (fits.world_size == 1)
     show = fits.assign(beta_GBps=fits.beta_GBps.replace(np.inf, np.nan).mask(one_rank),
                        kind=fits.kind.replace({"measured": "derived: fit to measured"}))
@@ -130,18 +130,15 @@ def fits_table(fits: pd.DataFrame) -> pd.DataFrame:
 
 
 def fit_text(fits: pd.DataFrame, recorded_fit: pd.Series) -> str:
-    """This machine's host-bounce fit beside the recorded VM's, or why there is none; and why a one-rank
-    collective's beta is blank."""
+    """This machine's host-bounce fit beside the recorded VM's, or why there is none."""
     hb = fits[(fits.path == "host_bounce") & (fits.harness == "eager")]
-    one = " A one-rank collective moves no bytes between GPUs: its beta is blank." if (
-        (fits.scope == "collective") & (fits.world_size == 1)).any() else ""
     if not len(hb):
         return ("This run has no host-bounce measurement (it needs a GPU), so only the recorded fit can be "
-                "compared with later chapters." + one)
+                "compared with later chapters.")
     return (f"Through host memory, issued from Python, this machine's copies fit alpha = {hb.alpha_us.iloc[0]:.1f} us "
             f"and beta = {hb.beta_GBps.iloc[0]:.1f} GB/s (measured, fitted), against alpha = "
             f"{recorded_fit.alpha_us:.1f} us and beta = {recorded_fit.beta_GBps:.1f} GB/s for the original VM's "
-            "GPU-to-GPU copies (recorded, fitted)." + one)
+            "GPU-to-GPU copies (recorded, fitted).")
 
 
 def variant_figure_rows(v: Variants, most: int = 5) -> pd.DataFrame | None:
