@@ -187,14 +187,19 @@ def test_outcome_words_are_the_recorded_matrix_words():
 
 
 def test_ep_chapters_answer_and_memory_table():
-    """Chapter 05's answer box (158 collectives x the recorded one-token copy), its range wording (never
+    """Chapter 05's answer box (157 all-reduces x the recorded one-token copy), its range wording (never
     '0 % above') and the memory-fit table as shown: seven columns, with fits and the KV cache visible."""
     m = arith.load_model("glm5")
     claims, copy = recorded.load("recorded/model_claims.csv"), recorded.load("recorded/copy_sweep.csv")
     a = expert_parallelism.answer_facts(m, copy, claims)
     one = float(copy[copy.tokens == 1].latency_us.iloc[0])
     assert (a.ans_msg_kib, a.ans_copy_us) == (12.0, one)
-    assert a.ans_coll_ms == pytest.approx(arith.collectives_per_step(m) * one / 1000)
+    # reading item 16: the answer multiplies the step's all-reduces (the collectives less the logits' all-gather),
+    # as the diagnosis counts them, not all the collectives
+    assert a.ans_n_ar == arith.collectives_per_step(m) - 1
+    assert a.ans_coll_ms == pytest.approx(a.ans_n_ar * one / 1000)
+    box = "".join(json.loads((ROOT / "notebooks" / "05_expert_parallelism.ipynb").read_text())["cells"][0]["source"])
+    assert "`ans_n_ar` all-reduces of" in box and "`n_coll` collectives of" not in box and "`repl_GB:.0f` GB against" in box
     assert a.moe_over_pct == pytest.approx(11.1, abs=0.05)       # 453 GB recorded against 408 GB derived
     with pytest.raises(DataError, match="one-token rows"):
         expert_parallelism.answer_facts(m, copy[copy.tokens != 1], claims)

@@ -236,6 +236,24 @@ def test_fit_table_columns_and_recorded_row():
     assert list(t.columns) == ic.FIT_COLUMNS and t.iloc[0].scope == "copy" and t.iloc[0].kind == "measured"
 
 
+def test_the_fits_table_shows_no_beta_for_one_rank_and_labels_fits_derived():
+    """Reading items 13 and 20: chapter 06 showed a one-rank NCCL all-reduce's beta (410346 GB/s: nothing crosses
+    a link) and labelled fits of measured points 'measured'."""
+    from helpers.chapters import vm_p2p
+    sizes = [1024, 65536, 2**20]
+    coll = pd.DataFrame([{"op": "all_reduce", "method": "eager", "variant": "default", "backend": "nccl",
+                          "world_size": n, "harness": "eager", "device": "GPU", "size_bytes": b,
+                          "time_us": 30.0 + b / (1e3 * n)} for n in (1, 2) for b in sizes])
+    fits = ic.fit_table(None, coll)
+    shown = vm_p2p.fits_table(fits)
+    one, two = shown[shown.world_size == 1].iloc[0], shown[shown.world_size == 2].iloc[0]
+    assert np.isnan(one.beta_GBps) and two.beta_GBps > 0
+    assert set(shown.kind) == {"derived: fit to measured"}
+    from helpers import repo_root
+    nb = repo_root() / "notebooks" / "06_vm_p2p.ipynb"
+    assert "one rank: no beta" in nb.read_text()   # the table's summary says why
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU: needs an NVIDIA GPU")
 @pytest.mark.timeout(180)

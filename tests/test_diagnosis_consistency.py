@@ -132,6 +132,7 @@ def test_where_an_observation_sits_is_worded_from_its_percentile():
     from helpers.chapters.diagnosis.verdict_sections import band_history, where_in_band
 
     assert where_in_band(33.0, True, 1) == "inside it, at percentile 33 of the draws"
+    assert "at percentile 0.2 of the draws" in where_in_band(0.2, False, 1)   # reading item 21: as the table shows it
     assert where_in_band(100.0, False, 64).startswith("above it") and "faster" in where_in_band(100.0, False, 64)
     assert where_in_band(0.0, False, 1).startswith("below it") and "slower" in where_in_band(0.0, False, 1)
     assert band_history(0, {64: (1, 2, True)}) == "no range changed after a comparison"

@@ -70,14 +70,23 @@ def test_the_host_check_figures_are_the_rows_they_cite():
     import pandas as pd
     c = provenance.host_checks(provenance.all_tables())
     ref = pd.read_csv(recorded.data_dir() / "reference" / "baremetal.csv")
-    ar = pd.read_csv(recorded.data_dir() / "reference" / "host_allreduce.csv")
     p2p = ref[(ref.metric == "p2p_latency") & ref.system.str.contains("with P2P")].iloc[0]
     assert (c.chk_p2p_lo, c.chk_p2p_hi) == (p2p.value_low, p2p.value_high)
     assert c.chk_nop2p == ref[(ref.metric == "p2p_latency") & ref.system.str.contains("without")].value.iloc[0]
-    at12 = ar[(ar.message_bytes == 12288) & (ar.gpus == 2)]
-    assert c.chk_h200_nvl == at12[at12.variant == "default"].time_us.iloc[0]
-    assert c.chk_h200_nop2p == at12[at12.variant == "P2P_DISABLE=1"].time_us.iloc[0]
     assert c.chk_ar_kib == 12 and c.chk_pcie8 == ref[ref.metric == "allreduce_time"].value.iloc[0]
+
+
+def test_the_provenance_table_of_page_1_figures_lists_what_page_1_shows():
+    """Reading item 12: 90_provenance's "Every figure page 1 takes from this page" listed the H200 pair's
+    all-reduce at 12 KiB (7.88, 14.25 us) while page 1 shows chapter 06's at 16 KiB; the table now holds exactly
+    the keys intro.md glues from that page, plus the NaN-fix flags its code block carries verbatim."""
+    t = provenance.all_tables()
+    h, c = provenance.headline(t), provenance.host_checks(t)
+    table = provenance.headline_table(h, c)
+    glued = set(re.findall(r"90_provenance\.ipynb::([a-z0-9_]+)", INTRO))
+    assert set(table.key) - glued == {"chk_nan_then", "chk_nan_now"}, set(table.key) - glued
+    assert glued <= set(table.key)
+    assert c.chk_nan_then in "\n".join(BLOCKS) and c.chk_nan_now in "\n".join(BLOCKS)
 
 
 def test_a_missing_rename_of_a_nan_fix_flag_fails_naming_it():
@@ -162,3 +171,22 @@ def test_the_p2p_chapter_s_rule_says_the_link_it_was_timed_on():
     what that means on PCIe."""
     box = next(p for p in _paragraphs("06_vm_p2p.ipynb") if "ans_ar_host_us" in p and "book-answer" in p)
     assert "NVLink" in box and "PCIe" in box
+
+
+def test_page_1_s_labels_and_check_4_say_what_the_figures_are():
+    """Reading items 13, 14 and 17: the labels list names 'reference' and the committed study; check 3 calls the
+    H200 pair's copy a committed study's and states its fail side without a typed threshold; check 4's low side
+    says the share it means (the diagnosis's CANNOT), not 'it is not'."""
+    labels = next(p for p in _paragraphs() if "**recorded**" in p)
+    assert "**reference**" in labels and "*committed study*" in labels
+    row3 = next(ln for ln in INTRO.splitlines() if ln.startswith("| 3 |"))
+    assert "fid_lat_tool_us:.2f` µs on two H200s over NVLink (measured, committed study)" in row3
+    assert "about {glue:text}`notebooks/90_provenance.ipynb::chk_nop2p" not in row3
+    for p in [p for p in _paragraphs() if "t25_64" in p] + [ln for ln in INTRO.splitlines() if ln.startswith("| 4 |")]:
+        assert "07_diagnosis.ipynb::cannot_pct:.0f` % or less" in p and "means it is not" not in p, p
+
+
+def test_the_eager_all_reduce_floor_is_labelled_the_committed_study_s():
+    """Reading item 19: 06's takeaway gave the two-GPU study's eager floor as if this run's table measured it."""
+    p = next(p for p in _paragraphs("06_vm_p2p.ipynb") if "Takeaway" in p and "fid_eager_floor_us" in p)
+    assert p.index("committed study") < p.index("fid_eager_floor_us") and "fid_setup_multi" in p

@@ -33,9 +33,10 @@ def test_one_row_per_target_with_a_time_that_says_where_it_comes_from():
     for name, (_, hw, time, without) in rows.items():
         assert hw and without, name
         if name in runs:
-            said = ("the published run (SITE_RUN)" if runs[name].run_id == published   # its id: SITE_RUN only
+            said = ("the published run" if runs[name].run_id == published   # its id: SITE_RUN only
                     else f"run `{runs[name].run_id}`")
             assert f"measured ({said}" in time, (name, time)
+            assert "SITE_RUN" not in time, (name, time)   # reading item 21: a variable's name reads as unfilled
         else:
             assert f"(stated in targets/{name}.yaml)" in time or time == "not stated, no committed run", (name, time)
 

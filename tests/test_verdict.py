@@ -211,3 +211,12 @@ def test_the_ceiling_is_the_bytes_over_the_bandwidth():
     c = vd.ceiling(m, 1)
     assert math.isclose(c["floor_ms"], c["bytes_per_gpu_GB"] * 1e9 / (c["bandwidth_GBps"] * 1e9) * 1e3)
     assert vd.ceiling(m, 64)["ceiling_tok_s"] > c["ceiling_tok_s"]
+
+
+def test_the_copy_scenarios_say_their_alpha_was_timed_from_python():
+    """Reading item 15: the ring scenario's share rests on the recorded copy's alpha, timed eagerly from Python
+    with the harness's cost in it (chapter 06 puts most of it down to the harness); its evidence says so."""
+    from helpers.model import arith as ma
+    from helpers.model.verdict import scenarios
+    for h in scenarios.copy_scenarios(ma.load_model("glm5")):
+        assert "timed eagerly from Python, harness cost included" in h.evidence, h.key

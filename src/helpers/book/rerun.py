@@ -128,7 +128,7 @@ def run_time(m: Manifest, published: str | None = None) -> str:
     machine = f"{hw.get('gpu_count') or len(names)} x {names[0]}" if names and len(set(names)) == 1 else (
         ", ".join(names) or "no GPU")
     wall = (datetime.fromisoformat(m.finished) - datetime.fromisoformat(m.started)).total_seconds()
-    which = "the published run (SITE_RUN)" if m.run_id == published else f"run `{m.run_id}`"
+    which = "the published run" if m.run_id == published else f"run `{m.run_id}`"
     return f"{_minutes(wall)}, measured ({which} on {machine})"
 
 

@@ -52,11 +52,12 @@ STATEMENTS = (
     Statement(INTRO, ("share_lo_1", "share_hi_1"), r"the host-memory all-reduce causes: {n} % to {n} % for one"),
     Statement(DIAG, ("share_lo_1", "share_hi_1"), r"the VM's host path explains {n} % to {n} % of the"),
     # the decision rule's thresholds (explains, cannot explain), stated at both sizes wherever the rule is stated
-    Statement(INTRO, ("thr_explains_1", "thr_explains_64", "thr_cannot_1", "thr_cannot_64"),
-              r"{n} µs and {n} µs or more means the host path is the loss; {n} µs and {n} µs or less"),
-    Statement(DIAG, ("thr_explains_1", "thr_explains_64", "thr_cannot_1", "thr_cannot_64"),
+    Statement(INTRO, ("thr_explains_1", "thr_explains_64", "thr_cannot_1", "thr_cannot_64", "cannot_pct"),
+              r"{n} µs and {n} µs or more means the host path is the loss; {n} µs and {n} µs or less means it "
+              r"explains {n} % or less"),
+    Statement(DIAG, ("thr_explains_1", "thr_explains_64", "thr_cannot_1", "thr_cannot_64", "cannot_pct"),
               r"all-reduce that takes {n} µs or more at 12 KiB and {n} µs at 768 KiB means the host path is the loss; "
-              r"{n} µs and {n} µs or less means it is not"),
+              r"{n} µs and {n} µs or less means it explains {n} % or less"),
     Statement(DIAG, ("thr_explains_1", "thr_explains_64", "thr_cannot_1", "thr_cannot_64"),
               r"all-reduce at {n} µs or more at 12 KiB and {n} µs at 768 KiB on your VM means its host path is the "
               r"loss; at {n} µs and {n} µs or less"),

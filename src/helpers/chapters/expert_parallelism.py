@@ -67,6 +67,7 @@ class MemoryFacts:
     mem_frac: float
     gpu_mem: float
     repl_GiB: float
+    repl_GB: float
     tp8_GiB: float
     tp8_GB: float
     tp8_ref_GB: float
@@ -140,7 +141,8 @@ class AnswerFacts:
     original VM's one-token copy (recorded) as a floor for that cost."""
     ans_msg_kib: float      # one token's hidden state in bf16 (derived)
     ans_copy_us: float      # the original VM's one-token GPU-to-GPU copy (recorded)
-    ans_coll_ms: float      # n_coll x that copy: a floor on the collectives' time per decode step (derived)
+    ans_n_ar: int           # the all-reduces of a decode step (n_coll less the logits' all-gather; derived)
+    ans_coll_ms: float      # ans_n_ar x that copy: a floor on the all-reduces' time per decode step (derived)
     moe_over_pct: float     # how far the status report's expert figure is above the configuration's (derived)
 
 
@@ -151,10 +153,11 @@ def answer_facts(m: ma.ModelConfig, copies: pd.DataFrame, claims: pd.DataFrame) 
     if len(one) != 1:
         raise DataError(f"data/recorded/copy_sweep.csv has {len(one)} one-token rows; expected one")
     us = float(one.latency_us.iloc[0])
+    n_ar = sum(c.per_step for c in ma.collective_schedule(m) if c.kind == "all_reduce")
     routed = float(value(ma.parameter_table(m).assign(GB=lambda d: d.bytes / ma.GB), "GB", group="routed experts"))
     claim = float(value(claims, quantity="moe_expert_weights"))
     return AnswerFacts(ans_msg_kib=m.hidden * 2 / 1024, ans_copy_us=us,
-                       ans_coll_ms=ma.collectives_per_step(m) * us / 1000,
+                       ans_n_ar=n_ar, ans_coll_ms=n_ar * us / 1000,
                        moe_over_pct=100 * (claim - routed) / routed)
 
 
@@ -207,6 +210,7 @@ def memory_facts(m: ma.ModelConfig, fit: pd.DataFrame, system: str, footprint: p
     return MemoryFacts(
         kv_tok_KiB=float(ma.kv_bytes_per_token(m).bytes.sum()) / 1024, mem_frac=mem_fraction,
         gpu_mem=gpu_memory, repl_GiB=float(repl.weights_per_gpu_GiB),
+        repl_GB=float(repl.weights_per_gpu_GiB) * ma.GiB / ma.GB,
         tp8_GiB=float(tp8.weights_per_gpu_GiB), tp8_GB=float(tp8.weights_per_gpu_GiB) * ma.GiB / ma.GB,
         tp8_ref_GB=float(value(footprint, "value_low", metric="weights_per_gpu_tp8")),
         tp8_kv_tokens=float(tp8.kv_tokens_per_gpu), tp8_seqs=float(tp8.sequences_at_context),

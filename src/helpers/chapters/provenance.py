@@ -39,15 +39,11 @@ class Headline:
     """The figures the book's first page (intro.md) quotes from this page, each from data/."""
     arc_gpu_count: int
     arc_gpu_model: str
-    arc_gpu_arch: str
-    arc_model: str
     arc_params_b: float
     arc_single_stream: float
     arc_out64: float
     arc_tot64: float
     arc_target_single: float
-    arc_target_total: float
-    arc_copy_label: str
     arc_copy_latency: float
     arc_p2p: str
     arc_virt: str
@@ -186,14 +182,12 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
     bare = {"system": BAREMETAL, "metric": "output_throughput"}
     return Headline(
         arc_gpu_count=int(item("gpu_count")), arc_gpu_model=item("gpu_model"),
-        arc_gpu_arch=item("gpu_architecture"), arc_model=item("model"),
         arc_params_b=recorded.model_config("glm5")["published"]["total_parameters"] / 1e9,
         arc_single_stream=value(serving, **sweep, metric="output_throughput", concurrency=1),
         arc_out64=value(serving, **sweep, metric="output_throughput", concurrency=64),
         arc_tot64=value(serving, **sweep, metric="total_throughput", concurrency=64),
         arc_target_single=value(serving, experiment="target", metric="output_throughput"),
-        arc_target_total=value(serving, experiment="target", metric="total_throughput"),
-        arc_copy_label=value(copy, "label", **small), arc_copy_latency=value(copy, "latency_us", **small),
+        arc_copy_latency=value(copy, "latency_us", **small),
         arc_p2p=item("p2p_read_all_pairs"), arc_virt=item("virtualization"),
         arc_bare_single=value(ref, **bare, concurrency=1), arc_bare_out64=value(ref, **bare, concurrency=64),
     )
@@ -203,25 +197,21 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
 class HostChecks:
     """The reference figures of page 1's host checks (intro.md, "On your host"), each from data/: a
     16-byte GPU-to-GPU copy with and without peer-to-peer (p2pBandwidthLatencyTest on RTX PRO 6000 pairs), a copy
-    in a guest once P2P was exposed (community),
-    an all-reduce at one token's size on 2 H200s with NVLink and with P2P off (measured by this project),
-    and on 8 GPUs behind PCIe switches (community)."""
+    in a guest once P2P was exposed (community) and an all-reduce on 8 GPUs behind PCIe switches (community).
+    Only what intro.md shows (tests/test_intro.py holds the two to each other); its H200 pair's all-reduce is
+    chapter 06's glue, not this page's."""
     chk_p2p_lo: float
     chk_p2p_hi: float
     chk_nop2p: float
     chk_p2p_guest: float
     chk_ar_kib: float
-    chk_h200_nvl: float
-    chk_h200_nop2p: float
     chk_pcie8: float
     chk_nan_then: str
     chk_nan_now: str
     chk_sglang_now: str
 
 
-#: the all-reduce rows page 1 quotes (data/reference/host_allreduce.csv and baremetal.csv)
-H200_NVLINK = "2x NVIDIA H200 (lent nvidia-h200-x2), NCCL default (NVLink P2P)"
-H200_NO_P2P = "2x NVIDIA H200 (lent nvidia-h200-x2), NCCL P2P_DISABLE=1"
+#: the all-reduce row page 1 quotes for scale (data/reference/baremetal.csv)
 PCIE8 = "8 GPUs behind PCIe switches"
 #: a copy between two GPUs in a guest once P2P was exposed (data/reference/baremetal.csv): check 3's middle outcome
 P2P_GUEST = "GPU pair in a Proxmox q35 guest with the GPUDirect clique"
@@ -229,7 +219,7 @@ P2P_GUEST = "GPU pair in a Proxmox q35 guest with the GPUDirect clique"
 
 def host_checks(tables: dict[str, pd.DataFrame]) -> HostChecks:
     """Page 1's reference figures for the checks a reader runs on their host, each picked from data/."""
-    ref, ar = tables["reference/baremetal.csv"], tables["reference/host_allreduce.csv"]
+    ref = tables["reference/baremetal.csv"]
     launch = tables["recorded/launch_config.csv"]
     one_token = int(ma.allreduce_bytes(ma.load_model("glm5"), 1))  # one token of hidden size in bf16
     fix = launch[(launch.kind == "flag") & (launch.note == "the NaN fix")]
@@ -246,8 +236,6 @@ def host_checks(tables: dict[str, pd.DataFrame]) -> HostChecks:
         chk_nop2p=value(ref, system="RTX PRO 6000 pair without P2P", metric="p2p_latency"),
         chk_p2p_guest=value(ref, system=P2P_GUEST, metric="p2p_latency"),
         chk_ar_kib=one_token / 1024,
-        chk_h200_nvl=value(ar, "time_us", system=H200_NVLINK, message_bytes=one_token),
-        chk_h200_nop2p=value(ar, "time_us", system=H200_NO_P2P, message_bytes=one_token),
         chk_pcie8=value(ref, system=PCIE8, metric="allreduce_time", message_bytes=32768),
         chk_nan_then=" ".join(f"{n} {v}" for n, v in zip(fix.name, fix.value)),
         chk_nan_now=" ".join(f"{n} {v}" for n, v in zip(now.flag_now, fix.value)),

@@ -279,6 +279,7 @@ class DecisionValues:
     seed_floor_ms: float
     seed_floor_pct: float
     n_ar: int
+    cannot_pct: float
     t80_1: float
     t25_1: float
     kib_1: float

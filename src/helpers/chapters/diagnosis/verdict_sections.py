@@ -33,11 +33,13 @@ FIRST_BAND_TEXT = {
     (True, False): "The band at 64 contained the observation as first registered, and no longer does.",
 }
 def where_in_band(pctile: float, inside: bool, c: int) -> str:
-    """Where an observation sits against its band, in words chosen from its percentile among the draws."""
+    """Where an observation sits against its band, in words chosen from its percentile among the draws (to one
+    decimal, as the band table shows it: 0.2 is not 0)."""
+    p = f"{round(pctile, 1):g}"
     if inside:
-        return f"inside it, at percentile {pctile:.0f} of the draws"
+        return f"inside it, at percentile {p} of the draws"
     side, speed = ("above", "faster") if pctile >= 50 else ("below", "slower")
-    return (f"{side} it, at percentile {pctile:.0f} of the draws: bare metal at {c} is {speed} than the inputs in "
+    return (f"{side} it, at percentile {p} of the draws: bare metal at {c} is {speed} than the inputs in "
             f"hand explain")
 
 
@@ -245,7 +247,7 @@ def decision(d: Diagnosis) -> Part:
     values = {"conclusion_case": case, "conclusion_text": text, "page1_status": vd.STATUS[case],
               "cmd_nccl": vd.MEASURE_COMMANDS[0], "copy_alpha": link.alpha_us, "seed_floor_ms": seed_ms,
               "seed_floor_pct": 100 * seed_ms / float(t1["lost_ms_per_step"]),
-              "n_ar": int(t1["all_reduces_per_step"])}
+              "n_ar": int(t1["all_reduces_per_step"]), "cannot_pct": 100 * vd.CANNOT}
     for t in th.itertuples():
         c = int(t.concurrency)
         values.update({f"t80_{c}": t.explains_80_us, f"t25_{c}": t.explains_25_us, f"kib_{c}": t.message_bytes / 1024,

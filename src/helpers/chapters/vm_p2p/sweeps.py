@@ -119,7 +119,12 @@ def _variant_timing(var: pd.DataFrame) -> str:
 
 # ------------------------------------------------------------------------------------------ 7. fits
 def fits_table(fits: pd.DataFrame) -> pd.DataFrame:
-    show = fits.assign(beta_GBps=fits.beta_GBps.replace(np.inf, np.nan))
+    """The fits as shown: a fit is derived from the points it was fitted to (kind 'measured' in the data, which
+    selects the link; shown as 'derived: fit to measured'); a one-rank collective moves no bytes between GPUs,
+    so its beta is blank (the table's summary says why)."""
+    one_rank = (fits.scope == "collective") & (fits.world_size == 1)
+    show = fits.assign(beta_GBps=fits.beta_GBps.replace(np.inf, np.nan).mask(one_rank),
+                       kind=fits.kind.replace({"measured": "derived: fit to measured"}))
     return show[["scope", "path", "method", "variant", "backend", "world_size", "alpha_us", "beta_GBps",
                  "median_rel_err", "max_rel_err", "n_points", "kind"]].round(3)
 

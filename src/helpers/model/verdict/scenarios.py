@@ -73,7 +73,8 @@ def copy_scenarios(m: ma.ModelConfig) -> list[HostPath]:
             return np.maximum(0.0, mid * (1 - rel)), mid, mid * (1 + rel)
         return ar
 
-    ev = (f"the recorded two-GPU copy through host memory ({len(pts)} sizes, seed), alpha {link.alpha_us:.1f} us, "
+    ev = (f"the recorded two-GPU copy through host memory, timed eagerly from Python, harness cost included "
+          f"({len(pts)} sizes, seed), alpha {link.alpha_us:.1f} us, "
           f"beta {link.beta_GBps:.1f} GB/s")
     return [HostPath("copy_ring", "recorded copy, mapped by a ring", ev + "; 2(n-1) steps of 1/n of the message",
                      "derived", make("ring")),
