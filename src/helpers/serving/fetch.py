@@ -153,26 +153,35 @@ async def _read_head(url: str, reader, writer, headers: dict) -> int:
     return int(parts[1])
 
 
-async def _read_body(reader, headers: dict, got: bytearray, max_bytes: int) -> None:
-    """Read the body into `got` (chunked or by Content-Length, at most about `max_bytes`), so that what came
-    before a deadline is kept."""
+async def _body(reader, headers: dict):
+    """The body's bytes as they arrive: chunked transfer coding decoded, by Content-Length, or to the end of
+    the connection."""
     if "chunked" in headers.get("transfer-encoding", "").lower():
-        while len(got) < max_bytes:
+        while True:
             size_line = await reader.readline()
             if not size_line:
                 return
             size = int(size_line.split(b";")[0].strip() or b"0", 16)
             if size == 0:
                 return
-            got.extend(await reader.readexactly(size))
+            yield await reader.readexactly(size)
             await reader.readline()
-    else:
-        n = int(headers.get("content-length", "-1") or -1)
-        while (n < 0 or len(got) < n) and len(got) < max_bytes:
-            chunk = await reader.read(65536 if n < 0 else min(65536, n - len(got)))
-            if not chunk:
-                return
-            got.extend(chunk)
+    n = int(headers.get("content-length", "-1") or -1)
+    got = 0
+    while n < 0 or got < n:
+        data = await reader.read(65536 if n < 0 else min(65536, n - got))
+        if not data:
+            return
+        got += len(data)
+        yield data
+
+
+async def _read_body(reader, headers: dict, got: bytearray, max_bytes: int) -> None:
+    """Read the body into `got` (at most about `max_bytes`), so that what came before a deadline is kept."""
+    async for data in _body(reader, headers):
+        got.extend(data)
+        if len(got) >= max_bytes:
+            return
 
 
 @dataclass
@@ -228,28 +237,9 @@ class StreamReply:
         self.reader, self.writer, self.status, self.headers = reader, writer, status, headers
         self.sent_at, self.headers_at = sent_at, headers_at
 
-    async def chunks(self):
-        """The body's bytes as they arrive: chunked transfer coding decoded, by Content-Length, or to the end
-        of the connection."""
-        r = self.reader
-        if "chunked" in self.headers.get("transfer-encoding", "").lower():
-            while True:
-                size_line = await r.readline()
-                if not size_line:
-                    return
-                size = int(size_line.split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    return
-                yield await r.readexactly(size)
-                await r.readline()
-        n = int(self.headers.get("content-length", "-1") or -1)
-        got = 0
-        while n < 0 or got < n:
-            data = await r.read(65536 if n < 0 else min(65536, n - got))
-            if not data:
-                return
-            got += len(data)
-            yield data
+    def chunks(self):
+        """The body's bytes as they arrive (an async iterator; see _body)."""
+        return _body(self.reader, self.headers)
 
     async def read(self, max_bytes: int = 1 << 20) -> bytes:
         out = bytearray()
