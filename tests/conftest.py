@@ -4,6 +4,12 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Under `make test` several worker processes (pytest-xdist) share the cores: one OpenMP thread per process and
+# per process it starts (servers, ranks, kernels), where torch would start one per core in each and the threads
+# spin-wait on one another. The whole suite on the 2-core machine: 1,062 s of CPU and 712 s wall with it, 1,291 s
+# and 821 s without (fresh clones at 3eb6554+1). A single-process run (the GPU tier among them) keeps the default.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 # --------------------------------------------------------------------------- one execution of the book per target
@@ -98,21 +104,80 @@ def keeps_together(module_path) -> bool:
     return bool(MODULE_FIXTURE.search(text)) and not re.search(r"^SPREAD_ACROSS_WORKERS\s*=\s*True", text, re.M)
 
 
+#: the order units are handed out in, by the tier of their costliest test: minutes-long slow tests first, so
+#: that none of them starts last beside idle workers, then integration tests, and the unit tier's milliseconds
+#: fill the end (longest first: xdist's own order, modules by test count, once left a module of minutes to
+#: start whenever its turn came)
+UNIT_ORDER = {"slow": 0, "integration": 1}
+
+
+def _marks(node) -> set:
+    """The names X of `pytest.mark.X` written in a decorator list or an expression (ast)."""
+    import ast
+
+    return {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Attribute)
+            and n.value.attr == "mark"}
+
+
+def tier_ranks(module_path) -> dict:
+    """{test name (a class's as Class::name): its rank in UNIT_ORDER (2 for the unit tier)} of a test module,
+    read from its source: the marks of the module's `pytestmark`, its classes' and its functions' decorators."""
+    import ast
+
+    try:
+        tree = ast.parse(Path(module_path).read_text())
+    except (OSError, SyntaxError):
+        return {}
+    module = set().union(*[_marks(n) for n in tree.body if isinstance(n, ast.Assign)
+                           and any(getattr(t, "id", None) == "pytestmark" for t in n.targets)])
+
+    def rank(marks):
+        return min([UNIT_ORDER[m] for m in marks if m in UNIT_ORDER], default=2)
+
+    out = {}
+    for n in tree.body:
+        funcs = [(n.name, n, set())] if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
+        if isinstance(n, ast.ClassDef):
+            cls = set().union(*[_marks(d) for d in n.decorator_list])
+            funcs = [(f"{n.name}::{f.name}", f, cls) for f in n.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for name, f, outer in funcs:
+            if f.name.startswith("test"):
+                out[name] = rank(module | outer | set().union(*[_marks(d) for d in f.decorator_list]))
+    return out
+
+
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
-    """--dist loadgroup: tests one by one, a module that keeps together as one unit (keeps_together)."""
+    """--dist loadgroup: tests one by one, a module that keeps together as one unit (keeps_together); the
+    units handed out slowest tier first (UNIT_ORDER)."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class ModuleFixtureScheduling(LoadScopeScheduling):
         _together: dict = {}
+        _ranks: dict = {}
 
         def _split_scope(self, nodeid):
             path = nodeid.split("::", 1)[0]
             if path not in self._together:
                 self._together[path] = keeps_together(config.rootpath / path)
             return path if self._together[path] else nodeid
+
+        def _rank(self, scope):
+            """A unit's rank: its costliest test's (a test not found in the source counts as integration)."""
+            path, _, name = scope.partition("::")
+            if path not in self._ranks:
+                self._ranks[path] = tier_ranks(config.rootpath / path)
+            ranks = self._ranks[path]
+            if not name:
+                return min(ranks.values(), default=1)
+            return ranks.get(name.split("[", 1)[0], 1)
+
+        def _assign_work_unit(self, node):
+            first = min(self.workqueue, key=self._rank)   # the first of the lowest rank: min keeps the order
+            self.workqueue.move_to_end(first, last=False)
+            super()._assign_work_unit(node)
 
     return ModuleFixtureScheduling(config, log)
 

@@ -59,7 +59,7 @@ def test_kill_9_during_a_serving_sweep_of_a_launched_server_then_resume(tmp_path
             "-p", "03_baselines_tuning.concurrencies=[1,2,4,8]", "-p", "03_baselines_tuning.workloads=['16/96']",
             "-p", "03_baselines_tuning.variants=[batched]", "-p", "03_baselines_tuning.requests_per_concurrency=3",
             "-p", "03_baselines_tuning.request_timeout_s=60",
-            # the load study after the sweep is not what is killed here (test_cpu_demo runs it, test_loadstudy
+            # the load study after the sweep is not what is killed here (test_cpu_demo_baselines runs it, test_loadstudy
             # resumes it): off, the resumed chapter ends with the sweep
             "-p", "03_baselines_tuning.load_modes='off'"]
     rows = runs / rid / "results" / "03_baselines_tuning" / "sweep.jsonl"

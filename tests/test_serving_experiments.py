@@ -1,5 +1,5 @@
 """The serving chapters' live plans (helpers.serving.experiments); the live runs themselves are exercised
-end to end by tests/test_cpu_demo.py, the chapters' parameter specs by tests/test_serving_chapters.py."""
+end to end by tests/test_cpu_demo_*.py, the chapters' parameter specs by tests/test_serving_chapters.py."""
 import pytest
 
 from helpers.core import params

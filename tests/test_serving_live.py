@@ -1,6 +1,6 @@
 """Real processes, no mocks: servers are stopped as whole process groups, also after timeouts, exceptions
 and the parent's death. (Each demo configuration's outcome class is checked on the cpu-demo run's own
-attempts, in tests/test_cpu_demo.py, so the demo servers are started once per test session.)"""
+attempts, in tests/test_cpu_demo_*.py, so the demo servers are started once per test session.)"""
 import os
 import signal
 import subprocess
