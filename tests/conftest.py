@@ -61,7 +61,7 @@ def auto_run(tmp_path_factory):
 
 
 # --------------------------------------------------------------------------- each committed run built once
-# The strict build of a committed run (runs/<id>, tracked by git) takes tens of seconds; test_runbook.py reads
+# The strict build of a committed run (runs/<id>, tracked by git) takes tens of seconds; test_committed_runs.py reads
 # its status page and test_book_site.py checks it in the browser, so each run is built once per session into
 # a folder of its own and shared. The tests read the site; the browser check adds screenshots beside it.
 @pytest.fixture(scope="session")
@@ -104,45 +104,61 @@ def keeps_together(module_path) -> bool:
     return bool(MODULE_FIXTURE.search(text)) and not re.search(r"^SPREAD_ACROSS_WORKERS\s*=\s*True", text, re.M)
 
 
-#: the order units are handed out in, by the tier of their costliest test: minutes-long slow tests first, so
-#: that none of them starts last beside idle workers, then integration tests, and the unit tier's milliseconds
-#: fill the end (longest first: xdist's own order, modules by test count, once left a module of minutes to
-#: start whenever its turn came)
+#: the order units are handed out in: longest first, so that no minutes-long test starts last beside idle
+#: workers (xdist's own order, modules by test count, once left a module of minutes to start whenever its turn
+#: came). A test's cost is read from its source: its tier (slow, then integration, then the unit tier's
+#: milliseconds, which fill the end), then, within a tier, its time limit (pytest.mark.timeout), highest first.
 UNIT_ORDER = {"slow": 0, "integration": 1}
+UNIT_TIER_RANK = 2
 
 
-def _marks(node) -> set:
-    """The names X of `pytest.mark.X` written in a decorator list or an expression (ast)."""
+def _marks(node) -> dict:
+    """{X: its call} for each `pytest.mark.X` or `pytest.mark.X(...)` written in a node (ast), the call None
+    where X is not called."""
     import ast
 
-    return {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Attribute)
-            and n.value.attr == "mark"}
+    calls = {id(n.func): n for n in ast.walk(node) if isinstance(n, ast.Call)}
+    return {n.attr: calls.get(id(n)) for n in ast.walk(node) if isinstance(n, ast.Attribute)
+            and isinstance(n.value, ast.Attribute) and n.value.attr == "mark"}
 
 
-def tier_ranks(module_path) -> dict:
-    """{test name (a class's as Class::name): its rank in UNIT_ORDER (2 for the unit tier)} of a test module,
-    read from its source: the marks of the module's `pytestmark`, its classes' and its functions' decorators."""
+def unit_costs(module_path, default_timeout: float = 600) -> dict:
+    """{test name (a class's as Class::name): (tier rank, minus its time limit)} of a test module, read from its
+    source: the marks of the module's `pytestmark`, its classes' and its functions' decorators (a sort key:
+    lowest first)."""
     import ast
 
     try:
         tree = ast.parse(Path(module_path).read_text())
     except (OSError, SyntaxError):
         return {}
-    module = set().union(*[_marks(n) for n in tree.body if isinstance(n, ast.Assign)
-                           and any(getattr(t, "id", None) == "pytestmark" for t in n.targets)])
 
-    def rank(marks):
-        return min([UNIT_ORDER[m] for m in marks if m in UNIT_ORDER], default=2)
+    def marks(nodes):
+        out = {}
+        for n in nodes:
+            out.update(_marks(n))
+        return out
+
+    module = marks(n for n in tree.body if isinstance(n, ast.Assign)
+                   and any(getattr(t, "id", None) == "pytestmark" for t in n.targets))
+
+    def cost(m):
+        rank = min([UNIT_ORDER[k] for k in m if k in UNIT_ORDER], default=UNIT_TIER_RANK)
+        call = m.get("timeout")
+        limit = default_timeout
+        if call is not None and call.args and isinstance(call.args[0], ast.Constant):
+            limit = float(call.args[0].value)
+        return rank, -limit
 
     out = {}
     for n in tree.body:
-        funcs = [(n.name, n, set())] if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
+        funcs = [(n.name, n, {})] if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
         if isinstance(n, ast.ClassDef):
-            cls = set().union(*[_marks(d) for d in n.decorator_list])
-            funcs = [(f"{n.name}::{f.name}", f, cls) for f in n.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            funcs = [(f"{n.name}::{f.name}", f, marks(n.decorator_list)) for f in n.body
+                     if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
         for name, f, outer in funcs:
             if f.name.startswith("test"):
-                out[name] = rank(module | outer | set().union(*[_marks(d) for d in f.decorator_list]))
+                out[name] = cost({**module, **outer, **marks(f.decorator_list)})
     return out
 
 
@@ -156,7 +172,7 @@ def pytest_xdist_make_scheduler(config, log):
 
     class ModuleFixtureScheduling(LoadScopeScheduling):
         _together: dict = {}
-        _ranks: dict = {}
+        _costs: dict = {}
 
         def _split_scope(self, nodeid):
             path = nodeid.split("::", 1)[0]
@@ -164,18 +180,19 @@ def pytest_xdist_make_scheduler(config, log):
                 self._together[path] = keeps_together(config.rootpath / path)
             return path if self._together[path] else nodeid
 
-        def _rank(self, scope):
-            """A unit's rank: its costliest test's (a test not found in the source counts as integration)."""
+        def _cost(self, scope):
+            """A unit's sort key: its costliest test's (unit_costs; a test not found in the source counts as an
+            integration test with the default limit)."""
             path, _, name = scope.partition("::")
-            if path not in self._ranks:
-                self._ranks[path] = tier_ranks(config.rootpath / path)
-            ranks = self._ranks[path]
+            if path not in self._costs:
+                self._costs[path] = unit_costs(config.rootpath / path, float(config.getini("timeout") or 600))
+            costs, unknown = self._costs[path], (UNIT_ORDER["integration"], -float(config.getini("timeout") or 600))
             if not name:
-                return min(ranks.values(), default=1)
-            return ranks.get(name.split("[", 1)[0], 1)
+                return min(costs.values(), default=unknown)
+            return costs.get(name.split("[", 1)[0], unknown)
 
         def _assign_work_unit(self, node):
-            first = min(self.workqueue, key=self._rank)   # the first of the lowest rank: min keeps the order
+            first = min(self.workqueue, key=self._cost)   # the first of the costliest: min keeps the order
             self.workqueue.move_to_end(first, last=False)
             super()._assign_work_unit(node)
 

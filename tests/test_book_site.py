@@ -20,7 +20,7 @@ SPREAD_ACROSS_WORKERS = True
 
 @pytest.fixture(scope="module")
 def built(committed_site):
-    """SITE_RUN built strictly, once per session (tests/conftest.py: committed_site; test_runbook.py reads it too)."""
+    """SITE_RUN built strictly, once per session (tests/conftest.py: committed_site; test_committed_runs.py reads it too)."""
     return committed_site(SITE_RUN)
 
 
@@ -86,7 +86,7 @@ def test_every_other_committed_run_passes_the_browser_check(run_id, committed_si
         pytest.fail(NO_GIT)
     if not browser.find_chromium():
         pytest.skip(browser.INSTALL_HINT)
-    html = committed_site(run_id)   # built strictly once per session, shared with test_runbook.py
+    html = committed_site(run_id)   # built strictly once per session, shared with test_committed_runs.py
     # these runs' tables were executed before the tables helper wrote missing values as n/a (issue 35): their
     # blank cells are as executed and pass here; the published run (above) is held to n/a, and nan/None fail
     report = browser.check_site(html, echo=lambda *a: None, blank_cells=False)

@@ -41,7 +41,7 @@ from proctags import tagged
 ROOT = repo_root()
 VENV = Path(sys.prefix)
 #: the modules that read runs/ or _build/, or list what they test from them
-AFFECTED = ["tests/test_runbook.py", "tests/test_packaging.py", "tests/test_book_site.py",
+AFFECTED = ["tests/test_committed_runs.py", "tests/test_packaging.py", "tests/test_book_site.py",
             "tests/test_notebooks.py", "tests/test_diagnosis.py", "tests/test_findings.py",
             "tests/test_recorded_labels.py"]
 #: of their slow tests, the one that reads committed runs at run time: each committed run rendered strictly
@@ -50,7 +50,7 @@ AFFECTED = ["tests/test_runbook.py", "tests/test_packaging.py", "tests/test_book
 #: and _build/ left behind: every kind of leftover the other commands leave) every committed run is rendered;
 #: after the other two commands the published run only (each render is about 25 s of CPU, and what decides
 #: whether leftovers reach a render, the runs it lists and the folder it builds into, is the same for every run)
-SLOW_READERS = ["tests/test_runbook.py::test_every_committed_run_renders_strictly_at_this_commit"]
+SLOW_READERS = ["tests/test_committed_runs.py::test_every_committed_run_renders_strictly_at_this_commit"]
 SITE_RUN_ID = re.search(r"^SITE_RUN\s*\?=\s*runs/(\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
 
 #: its three tests are minutes each and its module fixture (clean_ids) is made once per session: under
