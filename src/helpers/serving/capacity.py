@@ -11,6 +11,9 @@ says so (complete False). A point that raises ends as failed (good_share 0) and 
 request count) count as measured points: the ramp does not measure a load at or above a known failed one (it
 takes that one as its first failure, the monotonicity bisection assumes anyway), so a search seeded by a sweep
 only bisects between the sweep's last pass and first failure. Those rows say `from_known: True`.
+`held_above_failure` lists the loads that held above the first failure: the points are not monotonic (on a
+shared machine, its load changed between points), and the capacity, the highest pass below the first failure
+(none where the first point failed), is the cautious reading of them.
 """
 from __future__ import annotations
 
@@ -99,5 +102,7 @@ def search(measure: Callable[[float], dict], start: float, good_share: float, li
         else:
             failed = mid
     rows = [points[k] for k in sorted(points)]
+    above = sorted(k for k, p in points.items() if failed is not None and k > failed and p["passed"])
     return {"capacity": passed if passed is not None else math.nan, "first_failed": failed,
-            "complete": complete, "hit_limit": failed is None and passed == limit, "points": rows}
+            "complete": complete, "hit_limit": failed is None and passed == limit, "points": rows,
+            "held_above_failure": above}
