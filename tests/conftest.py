@@ -184,9 +184,10 @@ def pytest_xdist_make_scheduler(config, log):
             """A unit's sort key: its costliest test's (unit_costs; a test not found in the source counts as an
             integration test with the default limit)."""
             path, _, name = scope.partition("::")
+            limit = float(config.getini("timeout") or 600)
             if path not in self._costs:
-                self._costs[path] = unit_costs(config.rootpath / path, float(config.getini("timeout") or 600))
-            costs, unknown = self._costs[path], (UNIT_ORDER["integration"], -float(config.getini("timeout") or 600))
+                self._costs[path] = unit_costs(config.rootpath / path, limit)
+            costs, unknown = self._costs[path], (UNIT_ORDER["integration"], -limit)
             if not name:
                 return min(costs.values(), default=unknown)
             return costs.get(name.split("[", 1)[0], unknown)

@@ -1,6 +1,7 @@
 """`make test`'s scheduler (tests/conftest.py): which tests keep together in one worker and the order units are
 handed out in, read from each test's source."""
 import textwrap
+from pathlib import Path
 
 import conftest
 
@@ -52,7 +53,7 @@ def test_each_tests_cost_is_its_tier_then_its_time_limit(tmp_path):
 def test_the_suites_costliest_tests_are_handed_out_first():
     """The minutes-long tests (the cpu-demo chapters, the readers' commands) sort before every other test of
     the suite, and the unit tier after every integration test."""
-    root = conftest.Path(conftest.__file__).parent
+    root = Path(conftest.__file__).parent
     costs = {(f.name, name): c for f in sorted(root.glob("test_*.py")) for name, c in conftest.unit_costs(f).items()}
     first = sorted(costs, key=costs.get)[:15]
     assert {f for f, _ in first} == {"test_cpu_demo_nan_crash.py", "test_cpu_demo_baselines.py",
