@@ -82,9 +82,41 @@ def test_capacity_on_standin_with_known_knee():
     # (90 ms of margin for the client's overhead on a loaded machine; overhead only adds, so 4 still fails)
     with StandIn(ttft_s=0.15, interval_s=0.005, knee=3) as srv:
         def measure(c):
-            return run_spec(srv.url, "standin", LoadSpec(Workload(8, 4), ClosedLoop(c), num_requests=c, slo=slo))[0]
+            n0 = len(srv.loads)
+            row = run_spec(srv.url, "standin", LoadSpec(Workload(8, 4), ClosedLoop(c), num_requests=c, slo=slo))[0]
+            assert max(srv.loads[n0:]) <= c, f"concurrency {c} put {srv.loads[n0:]} in flight at the stand-in"
+            return row
         out = search(measure, 1, 0.9, limit=16, time_limit_s=60)
-    assert out["capacity"] == 3 and out["first_failed"] == 4
+    assert out["capacity"] == 3 and out["first_failed"] == 4, out["points"]
+
+
+@pytest.mark.integration
+def test_the_stand_in_counts_a_request_out_of_flight_before_its_client_can_read_the_end():
+    """A closed-loop client sends its next request the moment it reads [DONE]. Were the stand-in still counting
+    the finished request then (its handler thread not yet run on a loaded machine), the next one would arrive
+    past the knee and a load that holds would fail: the capacity tests' 3 read as 2 under the full suite. Before
+    the fix this check saw a request still in flight after [DONE] 91 times in 200 on a quiet machine."""
+    import http.client
+    import json
+
+    from helpers.serving.standin import StandIn
+
+    seen = []
+    with StandIn(ttft_s=0.0, interval_s=0.0, knee=1) as srv:
+        host, port = srv.url.rsplit("/", 1)[1].split(":")
+        for _ in range(100):
+            conn = http.client.HTTPConnection(host, int(port), timeout=10)
+            conn.request("POST", "/v1/completions", body=json.dumps({"max_tokens": 2}),
+                         headers={"content-type": "application/json"})
+            resp, buf = conn.getresponse(), b""
+            while b"[DONE]" not in buf:
+                chunk = resp.read1(65536)
+                assert chunk, f"the stream ended without [DONE]: {buf!r}"
+                buf += chunk
+            seen.append(srv.httpd.in_flight)
+            conn.close()
+    assert seen == [0] * 100, f"requests still counted in flight after their [DONE]: {sum(map(bool, seen))} of 100"
+    assert srv.loads == [1] * 100
 
 
 def test_the_search_finds_where_a_planted_service_level_breaks_every_point_kept():

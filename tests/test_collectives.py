@@ -335,11 +335,9 @@ def test_nccl_api_worker_refuses_gloo_with_a_clear_error(tmp_path):
 @pytest.mark.integration
 def test_aligned_start_across_hosts_is_refused_by_the_worker(tmp_path):
     # torchrun says 1 of the 2 ranks is on this node: the ranks do not share one clock
-    import socket
+    from helpers.serving.server import free_port
 
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        port = sk.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "0",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONPATH": os.pathsep.join(sys.path)}
     p = subprocess.run([sys.executable, "-m", "helpers.interconnect.worker", "--backend", "gloo", "--sizes", "64",

@@ -4,7 +4,6 @@ suite.run_suite, the other through the join command), a node that never joins, a
 number of processes, and a join command with nothing to join."""
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,16 +18,11 @@ from helpers.book import precheck
 from helpers.interconnect import collectives, launchlog, nodes as multinode, suite as ic, worker
 from helpers.interconnect.method import Method
 from helpers.interconnect.nodes import Nodes, NodesError
+from helpers.serving.server import free_port   # below the kernel's own port range: no client takes it first
 from proctags import tagged
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "notebooks" / "06_vm_p2p.ipynb"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------- the rendezvous and its command lines

@@ -118,3 +118,22 @@ def test_bad_specs_are_clear_errors(tmp_path):
         ServerSpec(argv=["x"], port=1, memory_mb=float("nan"))
     with pytest.raises(ValueError, match="unknown demo configuration 'bogus'"):
         demo.server_spec("bogus", {})
+
+
+def test_free_port_draws_below_the_kernels_own_range_and_falls_back_to_its_pick(monkeypatch):
+    """A port the kernel picked can be picked again for a client connection before the server binds it (a
+    server once exited with "address already in use" under the full suite); free_port's ports are below the
+    range the kernel hands out, free when drawn, and spread (two workers rarely draw the same one)."""
+    import socket
+
+    from helpers.serving import server as sv
+
+    low, high = sv.FREE_PORT_LOW, sv._ephemeral_low()
+    ports = [free_port() for _ in range(40)]
+    assert all(low <= p < high for p in ports), (low, high, ports)
+    assert len(set(ports)) >= 35
+    for p in ports[:5]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))
+    monkeypatch.setattr(sv, "FREE_PORT_LOW", high - 10)      # too few ports below the range: the kernel's pick
+    assert free_port() >= high

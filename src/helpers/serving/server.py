@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import collections
 import os
+import random
 import shutil
 import signal
 import socket
@@ -56,8 +57,34 @@ class StartupTimeout(ServerError):
     """The server did not answer its health URL within the time limit."""
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out on its own (bind to 0, connect); 32768 where it cannot be read."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+FREE_PORT_LOW = 15000   # free_port draws from FREE_PORT_LOW up to the kernel's ephemeral range
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on `host` right now."""
+    """A TCP port that is free on `host` right now, drawn at random from below the kernel's ephemeral range.
+
+    A port the kernel picked (bind to port 0) is one it may pick again for any other socket - every client
+    connection takes one - in the moment between this check and the server's own bind, and the server then
+    exits with "address already in use" (seen under the full test suite). Ports below the ephemeral range are
+    never handed out by the kernel, so only another caller of this function drawing the same one of ~17,000
+    ports at the same moment could take it. Where that range is too small, the kernel's pick is the fallback."""
+    low, high = FREE_PORT_LOW, _ephemeral_low()
+    if high - low >= 1000:
+        for port in random.sample(range(low, high), 64):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]

@@ -40,6 +40,14 @@ class _Handler(BaseHTTPRequestHandler):
         with srv.lock:
             srv.in_flight += 1
             load = srv.in_flight
+            srv.loads.append(load)
+        left = []
+
+        def leave():
+            if not left:
+                left.append(True)
+                with srv.lock:
+                    srv.in_flight -= 1
         try:
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
@@ -55,14 +63,17 @@ class _Handler(BaseHTTPRequestHandler):
                 step = min(k, n - sent)
                 self._event({"choices": [{"index": 0, "text": " t" * step, "finish_reason": None}]})
                 sent += step
+            # out of flight before the client can see the end: a closed-loop client sends its next request the
+            # moment it reads [DONE], and a count still holding this one would put that request past the knee
+            # (a handler thread waiting for the GIL on a loaded machine once did, and a held load "failed")
+            leave()
             self._event({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": n + 4}})
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):   # the client hung up mid-stream: its choice, not an error
             self.close_connection = True
         finally:
-            with srv.lock:
-                srv.in_flight -= 1
+            leave()
         self.close_connection = True
 
     def _event(self, payload):
@@ -87,8 +98,15 @@ class StandIn:
         h = self.httpd
         h.ttft_s, h.interval_s, h.tokens_per_chunk, h.knee = ttft_s, interval_s, tokens_per_chunk, knee
         h.in_flight, h.lock = 0, threading.Lock()
+        h.loads = []       # the number in flight, this request included, as each request arrived
         self.url = f"http://{host}:{h.server_address[1]}"
         self._t = threading.Thread(target=h.serve_forever, daemon=True)
+
+    @property
+    def loads(self) -> list[int]:
+        """The number of requests in flight, each one included, as each arrived (in order of arrival)."""
+        with self.httpd.lock:
+            return list(self.httpd.loads)
 
     def __enter__(self):
         self._t.start()
