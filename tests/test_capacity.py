@@ -57,6 +57,21 @@ def test_resumes_from_points_file(tmp_path):
     assert calls and not calls2 and again["capacity"] == first["capacity"] == 5
 
 
+def test_a_failed_first_point_bisects_up_from_a_pass_known_below_it(tmp_path):
+    """A resumed points file (or seeded rows) can hold a pass below a first point that fails: the search
+    bisects up from the highest such pass to the lowest failure above it, not "no capacity"."""
+    f = tmp_path / "points.jsonl"
+    f.write_text('{"load": 2, "good_share": 1.0, "passed": true}\n{"load": 3, "good_share": 1.0, "passed": true}\n'
+                 '{"load": 12, "good_share": 0.5, "passed": false}\n')
+    m, calls = planted(6)
+    out = search(m, 16, 0.9, limit=64, points_file=f)
+    assert out["capacity"] == 6 and out["first_failed"] == 7 and out["complete"], out
+    assert calls[0] == 16 and all(3 < c < 12 for c in calls[1:]), calls
+    never, calls2 = planted(0)
+    nothing = search(never, 4, 0.9, limit=64, known=[{"load": 8, "good_share": 0.0}])
+    assert math.isnan(nothing["capacity"]) and nothing["first_failed"] == 4 and calls2 == [4]
+
+
 def test_time_limit_stops_and_says_so():
     m, calls = planted(50)
     out = search(m, 1, 0.9, limit=64, time_limit_s=0)

@@ -10,10 +10,11 @@ says so (complete False). A point that raises ends as failed (good_share 0) and 
 `known` rows (each with `load` and `good_share`, e.g. the rate sweep's open points at the same SLO and
 request count) count as measured points: the ramp does not measure a load at or above a known failed one (it
 takes that one as its first failure, the monotonicity bisection assumes anyway), so a search seeded by a sweep
-only bisects between the sweep's last pass and first failure. Those rows say `from_known: True`.
+only bisects between the sweep's last pass and first failure. Those rows say `from_known: True`. Where the
+first point fails and a pass is known below it, the search bisects up from that pass.
 `held_above_failure` lists the loads that held above the first failure: the points are not monotonic (on a
 shared machine, its load changed between points), and the capacity, the highest pass below the first failure
-(none where the first point failed), is the cautious reading of them.
+(none where the first point failed and no pass is known below it), is the cautious reading of them.
 """
 from __future__ import annotations
 
@@ -90,6 +91,13 @@ def search(measure: Callable[[float], dict], start: float, good_share: float, li
         fail_above = min((k for k, p in points.items() if k > x and not p["passed"]), default=math.inf)
         passes = [k for k, p in points.items() if x < k < fail_above and p["passed"] and k <= limit]
         x = max(passes) if passes else norm(min(limit, x * 2, fail_above))
+    if passed is None and failed is not None:
+        # the first point failed, and a pass is known below it (a resumed points file, seeded rows): bisect up
+        # from the highest such pass to the lowest failure above it instead of reporting no capacity
+        below = [k for k, p in points.items() if k < failed and p["passed"]]
+        if below:
+            passed = max(below)
+            failed = min(k for k, p in points.items() if passed < k <= failed and not p["passed"])
     while complete and passed is not None and failed is not None:  # bisect
         if (integer and failed - passed <= 1) or (not integer and failed - passed <= rel_tol * passed):
             break
