@@ -10,6 +10,7 @@ for testing capacity searches and measuring the client's own overhead.
 """
 from __future__ import annotations
 
+import collections
 import json
 import threading
 import time
@@ -65,7 +66,7 @@ class _Handler(BaseHTTPRequestHandler):
                 sent += step
             # out of flight before the client can see the end: a closed-loop client sends its next request the
             # moment it reads [DONE], and a count still holding this one would put that request past the knee
-            # (a handler thread waiting for the GIL on a loaded machine once did, and a held load "failed")
+            # (on a loaded machine a handler thread often ran again only after that, and a load that holds "failed")
             leave()
             self._event({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": n + 4}})
             self.wfile.write(b"data: [DONE]\n\n")
@@ -98,13 +99,13 @@ class StandIn:
         h = self.httpd
         h.ttft_s, h.interval_s, h.tokens_per_chunk, h.knee = ttft_s, interval_s, tokens_per_chunk, knee
         h.in_flight, h.lock = 0, threading.Lock()
-        h.loads = []       # the number in flight, this request included, as each request arrived
+        h.loads = collections.deque(maxlen=100_000)   # in flight, this one included, as each request arrived
         self.url = f"http://{host}:{h.server_address[1]}"
         self._t = threading.Thread(target=h.serve_forever, daemon=True)
 
     @property
     def loads(self) -> list[int]:
-        """The number of requests in flight, each one included, as each arrived (in order of arrival)."""
+        """The number of requests in flight, each one included, as each arrived (the last 100,000, in order)."""
         with self.httpd.lock:
             return list(self.httpd.loads)
 
