@@ -128,17 +128,20 @@ def facts(study: dict | None) -> dict:
     ovh = {r["concurrency"]: r["overhead_per_request_ms"] for r in study["client_overhead"]}
 
     def cap(which, fmt):
+        def num(x):   # the figure alone, without its unit
+            return fmt.format(x).split(" ")[0]
+
         c = study.get(which, {})
         v = c.get("capacity", float("nan"))
         above = c.get("held_above_failure") or []
-        odd = (f"; {', '.join(fmt.format(a).split(' ')[0] for a in above)} held above that failure: not "
+        odd = (f"; {', '.join(num(a) for a in above)} held above that failure: not "
                f"monotonic, a sign the machine's load changed between points") if above else ""
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return f"none (even the first point missed the SLOs{odd})" if c.get("points") else "not measured"
         more = "" if c.get("complete", False) else " (search stopped at its time limit)"
         top = " (the search's top: it held there)" if c.get("hit_limit") else ""
         nxt = c.get("first_failed")
-        edge = f" ({fmt.format(nxt).split(' ')[0]} did not hold{odd})" if nxt is not None and not top else ""
+        edge = f" ({num(nxt)} did not hold{odd})" if nxt is not None and not top else ""
         return fmt.format(v) + edge + top + more
 
     return {"ld_slo": f"{study['slo']} (assumed: set by the target)", "ld_share": f"{100 * study['slo_share']:.0f} %",

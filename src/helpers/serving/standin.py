@@ -42,13 +42,7 @@ class _Handler(BaseHTTPRequestHandler):
             srv.in_flight += 1
             load = srv.in_flight
             srv.loads.append(load)
-        left = []
-
-        def leave():
-            if not left:
-                left.append(True)
-                with srv.lock:
-                    srv.in_flight -= 1
+        self._counted = True
         try:
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
@@ -67,15 +61,22 @@ class _Handler(BaseHTTPRequestHandler):
             # out of flight before the client can see the end: a closed-loop client sends its next request the
             # moment it reads [DONE], and a count still holding this one would put that request past the knee
             # (on a loaded machine a handler thread often ran again only after that, and a load that holds "failed")
-            leave()
+            self._leave()
             self._event({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": n + 4}})
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):   # the client hung up mid-stream: its choice, not an error
             self.close_connection = True
         finally:
-            leave()
+            self._leave()
         self.close_connection = True
+
+    def _leave(self):
+        """Take this request out of the in-flight count, once."""
+        if self._counted:
+            self._counted = False
+            with self.server.lock:
+                self.server.in_flight -= 1
 
     def _event(self, payload):
         payload = {"id": "cmpl-standin", "object": "text_completion", "created": 0, "model": "standin", **payload}
