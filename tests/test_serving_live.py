@@ -135,5 +135,13 @@ def test_free_port_draws_below_the_kernels_own_range_and_falls_back_to_its_pick(
     for p in ports[:5]:
         with socket.socket() as s:
             s.bind(("127.0.0.1", p))
+    # a seeded `random` module does not repeat the draws (under `make test` the unit tier seeds it with 0 before
+    # every test, and two workers then drew the same port: a server answered for another worker's)
+    import random
+
+    random.seed(0)
+    first = [free_port() for _ in range(5)]
+    random.seed(0)
+    assert [free_port() for _ in range(5)] != first
     monkeypatch.setattr(sv, "FREE_PORT_LOW", high - 10)      # too few ports below the range: the kernel's pick
     assert free_port() >= high

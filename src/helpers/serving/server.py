@@ -75,10 +75,13 @@ def free_port(host: str = "127.0.0.1") -> int:
     connection takes one - in the moment between this check and the server's own bind, and the server then
     exits with "address already in use" (seen under the full test suite). Ports below the ephemeral range are
     never handed out by the kernel, so only another caller of this function drawing the same one of ~17,000
-    ports at the same moment could take it. Where that range is too small, the kernel's pick is the fallback."""
+    ports at the same moment could take it. The draw is the operating system's randomness, not the `random`
+    module's: a process that seeds that one (the test suite's unit tier seeds it with 0 before every test) would
+    draw the same ports as every other process that did. Where the range is too small, the kernel's pick is the
+    fallback."""
     low, high = FREE_PORT_LOW, _ephemeral_low()
     if high - low >= 1000:
-        for port in random.sample(range(low, high), 64):
+        for port in random.SystemRandom().sample(range(low, high), 64):
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 try:
                     s.bind((host, port))
