@@ -220,6 +220,12 @@ class _StatusError(Exception):
         self.status, self.body = status, body
 
 
+class _TooMany(Exception):
+    """A stream that carried more events than a request of its max_tokens can have (EVENTS_PER_TOKEN)."""
+
+    kind = "too-large"
+
+
 class _StreamError(Exception):
     """An error object inside a 200 stream (`data: {"error": {...}}`)."""
 
@@ -240,6 +246,10 @@ def request_body(model: str, prompt: str, max_tokens: int, chat: bool) -> tuple[
 #: the most body bytes one stream may send: STREAM_BYTES_BASE plus STREAM_BYTES_PER_TOKEN for each token asked
 #: for (a chunk of one token is some 100-300 bytes of JSON; this leaves room for logprobs and long ids)
 STREAM_BYTES_BASE, STREAM_BYTES_PER_TOKEN = 1 << 20, 16 << 10
+#: the most events one stream may carry: EVENTS_PER_TOKEN for each token asked for, and EVENTS_EXTRA more (a
+#: role chunk, a finish chunk, usage): a server streams at most one event a token, so a flood of events is cut
+#: off as soon as it is one, not held until the request's deadline
+EVENTS_PER_TOKEN, EVENTS_EXTRA = 4, 16
 
 
 async def one_request(endpoint: Endpoint, model: str, prompt: str, max_tokens: int, t_origin: float,
@@ -250,7 +260,8 @@ async def one_request(endpoint: Endpoint, model: str, prompt: str, max_tokens: i
     res = RequestResult(ok=False)
     t0 = time.perf_counter()
     res.start_s = t0 - t_origin
-    state = {"last": None, "chunks": 0, "headers_s": None, "t0": t0, "done": False, "chunks_at": []}
+    state = {"last": None, "chunks": 0, "headers_s": None, "t0": t0, "done": False, "chunks_at": [],
+             "most": EVENTS_PER_TOKEN * max_tokens + EVENTS_EXTRA, "most_tokens": max_tokens}
     parts, usages, seen = [], [], {}
     path, body = request_body(model, prompt, max_tokens, chat)
 
@@ -306,6 +317,10 @@ def _chunk(d, now: float, chat: bool, res: RequestResult, state: dict, parts: li
     if isinstance(d, dict) and d.get("error"):
         raise _StreamError(d["error"])
     state["chunks"] += 1
+    if state["chunks"] > state["most"]:
+        raise _TooMany(f"the stream carried more than {state['most']} events for a request of at most "
+                       f"{state['most_tokens']} tokens (at most {EVENTS_PER_TOKEN} events a token and "
+                       f"{EVENTS_EXTRA} more are read): the server sends more than it was asked for")
     if not isinstance(d, dict):
         return
     text = ""
@@ -365,7 +380,7 @@ def _failure(e: Exception, deadlines: Deadlines, state: dict, text: str) -> tupl
         heads = "no headers" if state["headers_s"] is None else f"headers after {state['headers_s']:.2f} s"
         return "timeout", (f"timeout: the reply did not finish within {deadlines.total_s:g} s (total deadline; "
                            f"{heads}, {state['chunks']} chunk(s), {len(text)} characters of content)")
-    if isinstance(e, (ReplyError, EventTooLong)):   # not HTTP, past a limit, or cut short: what arrived is named
+    if isinstance(e, (ReplyError, EventTooLong, _TooMany)):   # not HTTP, past a limit, cut short: what came is named
         return e.kind, (f"{e} ({state['chunks']} chunk(s), {len(text)} characters of content had been read)")[:500]
     if isinstance(e, _WholeReply):
         return e.kind, e.error[:500]

@@ -239,8 +239,8 @@ async def _open(s: aiohttp.ClientSession, url: str, method: str, data: bytes | N
     except aiohttp.ServerDisconnectedError:
         raise ConnectionError(f"{url}: the server closed the connection without sending a reply") from None
     except aiohttp.ClientResponseError as e:   # aiohttp's parser refused the status line or the headers
-        raise ReplyError(url, "protocol", f"not a valid HTTP/1.1 reply (at most {MAX_HEADERS} header lines of "
-                         f"{MAX_HEADER_LINE} bytes each are read): {_said(e)}") from None
+        raise ReplyError(url, "protocol", f"not a valid HTTP/1.1 reply: {_said(e)} (this client reads at most "
+                         f"{MAX_HEADERS} header lines of {MAX_HEADER_LINE} bytes each)") from None
     return StreamReply(url, resp, mark.sent_at or time.perf_counter(), time.perf_counter())
 
 
@@ -311,7 +311,9 @@ class Endpoint:
 
     def answered(self, reply: StreamReply) -> None:
         """The address that answered `reply` goes first next time."""
-        peer = reply.resp.connection.transport.get_extra_info("peername") if reply.resp.connection else None
+        conn = reply.resp.connection
+        transport = conn.transport if conn is not None else None   # None where the reply was in before this
+        peer = transport.get_extra_info("peername") if transport is not None else None
         if peer and peer[0] in self.addrs and self.addrs[0] != peer[0]:
             self.addrs.insert(0, self.addrs.pop(self.addrs.index(peer[0])))
 
