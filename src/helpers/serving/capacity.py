@@ -71,9 +71,7 @@ def search(measure: Callable[[float], dict], start: float, good_share: float, li
             if row.get("cut_short"):   # its time ran out inside it: no evidence, measured again by a rerun
                 not_run.append(key)
                 return None
-            row["load"] = key
-            row["passed"] = bool(row.get("good_share", 0.0) >= good_share)
-            points[key] = row
+            points[key] = row = {**row, "load": key, "passed": bool(row.get("good_share", 0.0) >= good_share)}
             if points_file:
                 with open(points_file, "a") as f:
                     f.write(json.dumps(row, default=str) + "\n")
