@@ -92,6 +92,8 @@ def test_more_content_chunks_than_tokens_is_bad_usage(tmp_path, mode, max_tokens
     ("html", "error", "text/html"),              # 1beba90: wrong-answer, "`[DONE]` first"
     ("cr-only", "ok", "concurrent decodes"),     # 1beba90: wrong-answer, "`[DONE]` first"
     ("truncated-length", "error", "cut short"),  # 1beba90: error, blamed on include_usage
+    ("bad-status", "error", "its status line is b'HTTX/1.1 2OO OK"),               # 1beba90: raw ValueError text
+    ("bad-chunk-size", "error", "the chunk-size line b'zz\\r\\n' is not a hexadecimal size"),   # int() ValueError
 ])
 def test_each_fault_is_classed_by_its_cause(tmp_path, mode, outcome, said):
     a = classify.attempt(mode, spec(mode), "fake", tmp_path, startup_timeout_s=30, decode_concurrency=2,
