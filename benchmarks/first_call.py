@@ -41,13 +41,14 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--only", default="", help="KEY=VALUE,... keep the configurations matching these")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds for one configuration")
+    ap.add_argument("--jobs", type=int, default=1, help="configurations in fresh processes at once (default 1)")
     ap.add_argument("--out", help="write the rows as CSV here")
     args = ap.parse_args(argv)
     only = dict(kv.split("=", 1) for kv in args.only.split(",") if kv)
-    rows = []
-    for cfg in configs(args.model, args.batches, args.contexts, args.device, only):
-        rows.append(firstcall.run_fresh(cfg, args.timeout))
-        print(json.dumps(rows[-1]), flush=True)
+    rows = firstcall.run_fresh_all(configs(args.model, args.batches, args.contexts, args.device, only),
+                                   args.timeout, args.jobs)
+    for row in rows:
+        print(json.dumps(row), flush=True)
     if args.out:
         import pandas as pd
         pd.DataFrame(rows).to_csv(args.out, index=False)
