@@ -128,6 +128,30 @@ class Prediction:
         return bool(self.band[0] <= float(observed_tok_s) <= self.band[1])
 
 
+#: the deployments data/reference/engine_settings.csv records, by name
+REFERENCE = "bare-metal reference"
+
+
+def deployment_settings(deployment: str = REFERENCE) -> EngineSettings:
+    """The EngineSettings a recorded deployment ran with (data/reference/engine_settings.csv: each setting with its
+    source, and what prices it); PredictorError naming the deployments there where the name is not one."""
+    import ast
+
+    from helpers.core import recorded
+    t = recorded.load("reference/engine_settings.csv")
+    rows = t[t["deployment"] == deployment]
+    if not len(rows):
+        raise PredictorError(f"no deployment {deployment!r} in data/reference/engine_settings.csv; it has "
+                             f"{sorted(t['deployment'].unique())}")
+    fields = {}
+    for r in rows.itertuples():
+        if isinstance(r.field, str) and r.field.strip():
+            if r.field not in EngineSettings.__dataclass_fields__:
+                raise PredictorError(f"engine_settings.csv: {deployment!r} sets unknown field {r.field!r}")
+            fields[r.field] = ast.literal_eval(str(r.field_value))
+    return EngineSettings(**fields, label=deployment).check()
+
+
 def system_name(system: str) -> str:
     """The book's name of a system given by either name (KernelTableError-like PredictorError otherwise)."""
     if system in kt.SYSTEMS.values():
