@@ -52,3 +52,20 @@ def test_a_holdout_without_a_registered_band_is_refused(monkeypatch):
     monkeypatch.setattr(cb.recorded, "load", fake)
     with pytest.raises(VerdictInputError, match="b200_c1"):
         cb.holdout_table()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_registered_bands_are_what_the_predictor_gives_today():
+    """A change to the predictor after the comparison shows up here: then the page must show the band it replaced
+    and why (house style), and this test is updated with that history, not silently."""
+    from helpers.model.verdict import predictor as pr
+
+    h = recorded.load("reference/holdouts.csv").set_index("key")
+    for b in recorded.load("reference/holdout_bands.csv").itertuples():
+        r = h.loc[b.key]
+        s = pr.EngineSettings(**{**pr.as_dict(pr.deployment_settings(r["deployment"])), "checkpoint": r["checkpoint"]})
+        p = pr.predict(r["model"], r["system"], 8, int(r["concurrency"]), int(r["context"]), s)
+        scale = 1.0 / int(r["concurrency"]) if b.per == "stream" else 1.0
+        assert p.tok_s * scale == pytest.approx(float(b.point), rel=1e-4), b.key
+        assert (p.band[0] * scale, p.band[1] * scale) == pytest.approx((float(b.band_low), float(b.band_high)), rel=1e-4)
