@@ -28,15 +28,16 @@ GOAL = 0.02
 
 def one_run(setting: str, a, out: Path) -> dict[int, float]:
     """{batch: median step time in us} of one bench_step.py process under `setting`."""
-    cmd = [sys.executable, str(Path(__file__).with_name("bench_step.py")), "--device", "cuda",
-           "--precision", a.precision, "--batches", a.batches, "--contexts", a.contexts, "--modes", "graph",
-           "--no-components", "--op-level", "none", "--sparse", "none", "--out", str(out)]
+    cmd = [sys.executable, str(Path(__file__).with_name("bench_step.py")), "--device", a.device,
+           "--precision", a.precision, "--batches", a.batches, "--contexts", a.contexts,
+           "--modes", "graph" if a.device.startswith("cuda") else "eager", "--no-components", "--op-level", "none",
+           "--sparse", "none", "--out", str(out)] + (["--moe-held", str(a.moe_held)] if a.moe_held else [])
     r = subprocess.run(cmd, env={**os.environ, "BOOK_STEP_DYNAMIC": setting}, capture_output=True, text=True,
                        timeout=a.timeout)
     if r.returncode != 0:
         raise SystemExit(f"bench_step ({setting}) exited {r.returncode}:\n{r.stderr[-3000:]}")
     with open(out / "timings.csv") as f:
-        rows = [x for x in csv.DictReader(f) if x["what"] == "step" and x["mode"] == "graph"]
+        rows = [x for x in csv.DictReader(f) if x["what"] == "step"]
     return {int(x["batch"]): float(x["median_us"]) for x in rows}
 
 
@@ -47,6 +48,9 @@ def main(argv=None) -> int:
     ap.add_argument("--contexts", default="384")
     ap.add_argument("--precision", default="bf16")
     ap.add_argument("--timeout", type=float, default=400.0, help="seconds for one run")
+    ap.add_argument("--device", default="cuda", help="cuda (the comparison); cpu only checks the harness (nothing "
+                    "is compiled there, so the settings do not differ)")
+    ap.add_argument("--moe-held", type=int, default=8, help="distinct MoE layers bench_step holds (default 8)")
     ap.add_argument("--out", default=None, help="also write the runs as CSV (runs.csv) here")
     a = ap.parse_args(argv)
     runs = []
@@ -66,7 +70,8 @@ def main(argv=None) -> int:
             w.writerows(runs)
     med = {(s, b): statistics.median(r["median_us"] for r in runs if (r["setting"], r["batch"]) == (s, b))
            for s in SETTINGS for b in sorted({r["batch"] for r in runs})}
-    print(f"\nstep (ms, median over {a.rounds} rounds; {a.precision}, CUDA graphs, context {a.contexts}) and ratio to auto")
+    mode = "CUDA graphs" if a.device.startswith("cuda") else "eager"
+    print(f"\nstep (ms, median over {a.rounds} rounds; {a.precision}, {mode}, context {a.contexts}) and ratio to auto")
     ok = True
     for b in sorted({b for _, b in med}):
         line = f"batch {b:3d}: " + "  ".join(f"{s} {med[s, b] / 1e3:.2f} ({med[s, b] / med['auto', b]:.3f})"
