@@ -25,8 +25,10 @@ more than 5 % at 64 in flight. aiohttp 3.14 (its C parser, one session per run, 
 same client code above it) did: benchmarks/bench_http_layer.py on the 2-core machine (load 6-9, 6 pairs, the
 stand-in at TTFT 50 ms), median TTFT 85 ms against this module's 62 (per-pair ratio of this module's to
 aiohttp's 0.85, range 0.47-1.05), CPU 1.47 against 1.27 ms a request; against 1beba90's client, aiohttp read TTFT
-+15 % and +39 % (two sessions) where this module reads +2 % (range -19 % to +50 %, 8 pairs at load 7) and CPU
--3 %. httpcore parses with h11, in pure Python (some 15-35 us a chunk measured here). The limits are therefore
++15 % and +39 % (two sessions) where this module reads -2 % to +5 % (medians of three sessions of 8-12 pairs at
+load 4-7) and CPU -3 % to +13 %; benchmarks/bench_loadgen.py (64 in flight, a stub answering at once) 0.61 ms of
+CPU a request against 1beba90's 0.58. httpcore parses with h11, in pure Python (some 15-35 us a chunk measured
+here). The limits are therefore
 written here, each as the RFC 9112 rule it checks and each with a test against a real hostile server
 (tests/test_serving_hostile.py; the aiohttp variant is commit 01cf463 of issue 47's branch).
 """
