@@ -25,7 +25,8 @@ from .loadspec import SLO, ClosedLoop, LoadSpec, OpenLoop
 from .openloop import open_requests, rate_sweep, run_spec
 from .overhead import client_overhead
 
-#: shares of the study's time: the rate sweep, then the concurrency search, then the rate search (the rest)
+#: shares of the study's measuring time (after the server's start and the warm-up, less OVERHEAD_S): the rate sweep,
+#: then the concurrency search, then the rate search (the rest)
 SHARES = (0.4, 0.3)
 #: the largest concurrency the study probes or searches (a cap on the chapter's concurrencies)
 MAX_CONCURRENCY = 64
@@ -71,15 +72,17 @@ def load_study(P: dict, run: layout.Run) -> dict | None:
     try:
         with _server(P, run) as (url, model, _):
             out["warmup"] = _warm_up(url, model, wl, P, top, end)
+            t1 = time.monotonic()   # the parts share what is left for measuring (the server's start, the warm-up done)
+            left = max(0.0, end - OVERHEAD_S - t1)
             out["rate_sweep"] = rate_sweep(
                 url, model, wl, points=P["rate_points"], slo=slo, requests_per_point=P["load_requests"],
-                max_concurrency_probe=top, burstiness=P["burstiness"], time_limit_s=_part(t0, SHARES[0] * total, end),
+                max_concurrency_probe=top, burstiness=P["burstiness"], time_limit_s=_part(t1, SHARES[0] * left, end),
                 points_file=run.path("rate_rows"), vllm_dir=run.path("vllm_results"),
                 request_timeout_s=P["request_timeout_s"], until=end - OVERHEAD_S)
             out["capacity_concurrency"] = _search_concurrency(url, model, wl, slo, P, top, run,
-                                                              _part(t0, sum(SHARES) * total, end), end)
+                                                              _part(t1, sum(SHARES) * left, end), end)
             ends = [r.get("request_throughput") for r in out["rate_sweep"][:2]]
-            out["capacity_rate"] = _search_rate(url, model, wl, slo, P, ends, run, _part(t0, total, end),
+            out["capacity_rate"] = _search_rate(url, model, wl, slo, P, ends, run, _part(t1, left, end),
                                                 out["rate_sweep"], end)
     except Exception as e:  # noqa: BLE001 - a server that would not start or fell over: the rows kept say so
         out["failed"] = f"{type(e).__name__}: {e}"[:400]
@@ -98,8 +101,8 @@ OVERHEAD_S = 10.0
 
 
 def _part(t0: float, share_end_s: float, end: float) -> float:
-    """Seconds from now to where a part of the study must stop: `share_end_s` after the study's start, and
-    OVERHEAD_S before its end."""
+    """Seconds from now to where a part of the study must stop: `share_end_s` after `t0`, and at most OVERHEAD_S
+    before the study's end."""
     return max(0.0, min(t0 + share_end_s, end - OVERHEAD_S) - time.monotonic())
 
 
