@@ -277,6 +277,15 @@ def measure(out_dir: str | Path, sizes, timeout_s: float = 300.0) -> dict:
     return {**rep, "returncode": p.returncode, "output": (text or "")[-2000:]}
 
 
+def gpu_count() -> int:
+    """The GPUs torch sees here (0 without torch or CUDA)."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def load(out_dir: str | Path) -> dict:
     """What `measure` left in out_dir: copies, writes, allreduce (DataFrames or None), meta (dict or None) and
     the NCCL log (text or None)."""

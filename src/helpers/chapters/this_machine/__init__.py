@@ -12,8 +12,8 @@ the thresholds, all from this machine's numbers; (5) the remedies its failed che
 from __future__ import annotations
 
 from helpers.chapters.this_machine.build import predict_decode, verdict
-from helpers.chapters.this_machine.parts import (Inputs, MachineVerdict, Values, answer_values, inputs, observation,
-                                                 typed_observation)
+from helpers.chapters.this_machine.parts import (FormulaValues, Inputs, MachineVerdict, Values, answer_values,
+                                                 formula_values, inputs, observation, pair_check, typed_observation)
 from helpers.core import params
 from helpers.model import arith as ma
 
@@ -25,5 +25,5 @@ PARAMS = {"mode": params.choice("recorded", "auto", "replay"), "run_dir": params
           "observed_tok_s_max": params.number(0.0, 1e9),
           "observed_concurrency_max": params.number(0, 100_000, integer=True)}
 
-__all__ = ["CHAPTER", "PARAMS", "Inputs", "MachineVerdict", "Values", "answer_values", "inputs", "observation",
-           "predict_decode", "typed_observation", "verdict"]
+__all__ = ["CHAPTER", "PARAMS", "FormulaValues", "formula_values", "Inputs", "MachineVerdict", "Values", "answer_values", "inputs", "observation",
+           "pair_check", "predict_decode", "typed_observation", "verdict"]

@@ -9,7 +9,7 @@ import pandas as pd
 
 from helpers.core import layout
 from helpers.interconnect import pairs as pc
-from helpers.interconnect import studies
+from helpers.interconnect import recorded_labels, studies
 from helpers.machine import virt
 from helpers.model import arith as ma
 from helpers.model import thismachine as tm
@@ -76,8 +76,23 @@ def inputs(run: layout.Run, mode: str, typed: tm.Observation | None = None, chec
     if copies is None:
         copies, how = _copies_from_06(run.need("06_vm_p2p", "copy_sweep")), "chapter 06's copy sweep (GPU 0 to GPU 1)"
     return Inputs(mode, probe, gpus, device, grant, copies, how, checked.get("writes"), checked.get("log"),
-                  checked.get("allreduce"), run.need("06_vm_p2p", "collective_sweep"),
+                  checked.get("allreduce"), run.need("06_vm_p2p", "collective_sweep", adapt=recorded_labels.from_tidy),
                   run.need("03_baselines_tuning", "served"), typed)
+
+
+def pair_check(run: layout.Run, mode: str, model: str = "glm5", timeout_s: float = 300.0) -> dict | None:
+    """This chapter's own measurement: in mode auto, on two GPUs or more, every pair checked four ways and the
+    decisive recipe's all-reduce at the decode sizes (helpers.interconnect.pairs.measure, a child process);
+    in mode replay, what auto left in the run; otherwise (recorded, or fewer than two GPUs) None."""
+    folder = run.path("pair_check")
+    if mode == "replay":
+        return pc.load(folder) if folder.exists() else None
+    if mode != "auto" or pc.gpu_count() < 2:
+        return None
+    rep = pc.measure(folder, tm.decode_sizes(ma.load_model(model)), timeout_s=timeout_s)
+    got = pc.load(folder)
+    got["report"] = rep
+    return got
 
 
 def typed_observation(tok_1: float, tok_max: float, conc_max: int) -> tm.Observation | None:
@@ -155,3 +170,18 @@ def answer_values(v: MachineVerdict) -> Values:
     return Values(v.lines["vm"], v.lines["p2p"], v.lines["allreduce"], v.lines["predicted"], v.lines["observed"],
                   v.lines.get("thresholds", v.lines["observed"]), v.lines["remedy"], v.values["chk1"],
                   v.values["system"])
+
+
+@dataclass(frozen=True)
+class FormulaValues:
+    """The formula's constants as the page states them: all-reduces per decode step (derived from the model)
+    and the two marks (the diagnosis's, helpers.model.verdict)."""
+    tm_n_ar: int
+    tm_explains_pct: float
+    tm_cannot_pct: float
+
+
+def formula_values(model: str = "glm5") -> FormulaValues:
+    from helpers.model.verdict.ranges import CANNOT, EXPLAINS
+
+    return FormulaValues(tm.all_reduces_per_step(ma.load_model(model)), 100 * EXPLAINS, 100 * CANNOT)
