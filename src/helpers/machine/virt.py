@@ -72,7 +72,7 @@ class VirtVerdict:
             said = [s.what for s in self.signals if s.says in (NO_VM, NO_CONTAINER, NO_BOTH)]
             return f"{self.kind}: no signal names a hypervisor ({', '.join(said)} say so)"
         named = f" ({self.hypervisor})" if self.hypervisor else ""
-        return f"{self.kind}{named}: found by the {' and the '.join(self.vm_signals)}"
+        return f"{self.kind}{named}: found by {', '.join(self.vm_signals)}"
 
 
 def _systemd(out: str | None, container_ok: bool) -> str:
@@ -109,7 +109,9 @@ def judge(v: dict | None) -> VirtVerdict:
     found = tuple(s.what for s in sig if s.says == VM)
     container = any(s.says == CONTAINER for s in sig)
     read_no = any(s.says in (NO_VM, NO_BOTH) for s in sig if s.key in VM_SIGNALS)
-    names = [n for n in ((v or {}).get("hypervisor"),
+    systemd = [(v or {}).get(k) for k in ("vm", "systemd_detect_virt")]
+    names = [n for n in ((v or {}).get("hypervisor"), *(x for x in systemd if x and x != "none"
+                                                         and x not in SYSTEMD_CONTAINERS),
                          dmi_hypervisor((v or {}).get("dmi_product_name"), (v or {}).get("dmi_sys_vendor")))
              if n]
     if found:
