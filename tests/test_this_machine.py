@@ -194,3 +194,18 @@ def test_the_healthy_pair_is_read_by_the_recipe_slower_than_the_table():
     does not flag a machine."""
     h = ch.parts.healthy_recipe(tm.decode_sizes(tm.ma.load_model("glm5")))
     assert h is not None and (h["ratio"] > 1).all() and np.isfinite(h["recipe_us"]).all()
+
+
+def test_the_published_run_is_predicted_by_the_predictor_on_its_own_gpu_kind():
+    """Part 3 on the published one-GPU run: GLM-5 at TP8 on eight H200s from helpers.model.verdict.predictor (the
+    FP8 checkpoint: the H200's tables price no NVFP4 MoE), with the graph floor 07_decode_step measured there; the
+    all-reduces are the table's, said so."""
+    from helpers.model.verdict import predictor as pr
+
+    inp = ch.inputs(layout.Run(repo_root() / PUBLISHED, ch.CHAPTER), "replay")
+    assert inp.floor_us is not None
+    v = ch.verdict(inp)
+    p1 = pr.predict("glm5", kt.H200, 8, 1, 0, pr.EngineSettings(checkpoint="fp8"), floor_us=inp.floor_us)
+    assert v.lines["predicted"].startswith(f"GLM-5 at TP8 on 8 x NVIDIA H200: {p1.tok_s:.1f} tokens/s for one stream "
+                                           f"(band {p1.band[0]:.1f}-{p1.band[1]:.1f})")
+    assert "FP8 checkpoint" in v.lines["predicted"] and "not measured here (1 GPU ran)" in v.lines["predicted"]

@@ -304,6 +304,9 @@ NEEDS: dict[str, tuple[Need, ...]] = {
                                               "check alone"),
         Need("03_baselines_tuning", "served", "no serving record: the observation comes from the typed parameters, "
                                               "or there is none"),
+        Need("07_decode_step", "step_times", _STEP_FALLBACK, "decode-step"),
+        Need("07_decode_step", "step_bytes", _STEP_FALLBACK, "decode-step"),
+        Need("07_decode_step", "step_meta", _STEP_FALLBACK, "decode-step"),
     ),
 }
 #: Chapters whose needs are waived in a mode that uses recorded inputs only.

@@ -30,7 +30,8 @@ from helpers.model.verdict.ranges import CANNOT, EXPLAINS
 DECODE_TOKENS = (1, 4, 16, 64)
 #: aiconfigurator's collection host for each system it ships NCCL tables for, and the link between its GPUs
 REFERENCE_HOSTS = {kt.RTX: "aiconfigurator's rtx_pro_6000_server host (PCIe, P2P on)",
-                   kt.H200: "aiconfigurator's h200_sxm host (NVLink)"}
+                   kt.H200: "aiconfigurator's h200_sxm host (NVLink)",
+                   kt.B200: "aiconfigurator's b200_sxm host (NVLink)"}
 #: the GPU counts its NCCL tables hold
 REFERENCE_GPUS = (2, 4, 8)
 

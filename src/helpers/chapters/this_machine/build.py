@@ -21,44 +21,36 @@ def verdict(inp: Inputs, model: str = "glm5", predictor=None) -> MachineVerdict:
     vm_part(v, inp)
     p2p_part(v, inp)
     allreduce_part(v, inp, m)
-    predicted_part(v, inp, m, predictor or predict_decode)
+    predicted_part(v, inp, m, predictor or (lambda s, b: predict_decode(s, b, inp.floor_us)))
     observed_part(v, inp, m)
     remedy_part(v, inp)
     return v
 
 
-def predict_decode(system: str | None, batch: float):
-    """GLM-5 at TP8 on eight GPUs of `system` at a decode batch (tokens/s with its band), or why not. The book
-    prices GLM-5 from kernel tables for the RTX PRO 6000 only (helpers.model.verdict's bare-metal band: the
-    diagnosis's prediction, at the batches it draws)."""
-    from helpers.model import kernels as kt
-    from helpers.model import verdict as vd
-
-    if system != kt.RTX:
-        return (f"no GLM-5 decode prediction for {system or 'this GPU'} in this book: it prices GLM-5 from "
-                f"kernel tables of the {kt.RTX} only")
-    b = int(round(batch))
-    ver = _bare_verdict()
-    obs = vd.Observation(f"here_{b}", vd.BARE, f"batch {b}", b, float("nan"), False, "this machine")
-    p = ver.predict(obs)
-    return tm.Predicted(float(b), p["predicted_tok_s"], p["band_low_tok_s"], p["band_high_tok_s"],
-                        "derived: the diagnosis's bare-metal prediction (kernels timed on the RTX PRO 6000, "
-                        "aiconfigurator's tables, with its 5-95 % band)")
+#: the checkpoints tried on a system, in order: NVFP4 where its tables price it, else the FP8 checkpoint
+CHECKPOINTS = ("nvfp4", "fp8")
 
 
-_VERDICT: list = []
+def predict_decode(system: str | None, batch: float, floor_us: float | None = None, context: int = 0):
+    """GLM-5 at TP8 on eight GPUs of `system` at a decode batch (aggregate tokens/s with its 5-95 % band,
+    helpers.model.verdict.predictor.predict with SGLang's default settings, the model's own error in the band),
+    or why not. The checkpoint is NVFP4 where the system's tables price it, else FP8 (said in `how`);
+    `floor_us`: the graph-replay floor measured on this run's GPU (07_decode_step), None the committed one."""
+    from helpers.model.verdict import predictor as pr
 
-
-def _bare_verdict():
-    """The diagnosis's Verdict on the committed inputs (built once a process)."""
-    if not _VERDICT:
-        from helpers.model import budget as bd
-        from helpers.model import measured as mb
-        from helpers.model import verdict as vd
-
-        base = bd.baseline_scenario(ma.load_model("glm5"))
-        _VERDICT.append(vd.Verdict.build("glm5", int(base.context.value), mb.step_measurement(None).floor_us(),
-                                         mb.precision_study(None)))
-    return _VERDICT[0]
-
-
+    if system is None:
+        return "no GLM-5 decode prediction for this GPU: the book has kernel tables for " + ", ".join(
+            sorted(tm.REFERENCE_HOSTS))
+    why = ""
+    for ck in CHECKPOINTS:
+        try:
+            p = pr.predict("glm5", system, 8, max(1, int(round(batch))), context, pr.EngineSettings(checkpoint=ck),
+                           floor_us=floor_us)
+        except pr.PredictorError as e:
+            why = str(e)
+            continue
+        floor = "the graph floor measured on this run's GPU" if floor_us is not None else "the committed graph floor"
+        return tm.Predicted(float(batch), p.tok_s, p.band[0], p.band[1],
+                            f"derived: the {ck.upper()} checkpoint priced from aiconfigurator's kernel tables for "
+                            f"{system} (SGLang's default settings; {floor}; the model's own error in the band)")
+    return f"no GLM-5 decode prediction for {system}: {why}"

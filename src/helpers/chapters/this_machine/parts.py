@@ -40,6 +40,7 @@ class Inputs:
     sweep: pd.DataFrame | None = None
     served: dict | None = None
     typed: tm.Observation | None = None
+    floor_us: float | None = None       # the graph floor 07_decode_step measured on this run's GPU (None: not here)
 
 
 def _copies_from_06(cs: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -77,7 +78,15 @@ def inputs(run: layout.Run, mode: str, typed: tm.Observation | None = None, chec
         copies, how = _copies_from_06(run.need("06_vm_p2p", "copy_sweep")), "chapter 06's copy sweep (GPU 0 to GPU 1)"
     return Inputs(mode, probe, gpus, device, grant, copies, how, checked.get("writes"), checked.get("log"),
                   checked.get("allreduce"), run.need("06_vm_p2p", "collective_sweep", adapt=recorded_labels.from_tidy),
-                  run.need("03_baselines_tuning", "served"), typed)
+                  run.need("03_baselines_tuning", "served"), typed, _run_floor(run))
+
+
+def _run_floor(run: layout.Run) -> float | None:
+    """The graph-replay floor 07_decode_step measured on this run's GPU, where it timed the real shapes there."""
+    from helpers.model import measured as mb
+
+    meas = mb.step_measurement(run.root, reader=CHAPTER)
+    return meas.floor_us() if meas.where == "this run" else None
 
 
 def pair_check(run: layout.Run, mode: str, model: str = "glm5", timeout_s: float = 300.0) -> dict | None:
