@@ -209,3 +209,30 @@ def test_the_published_run_is_predicted_by_the_predictor_on_its_own_gpu_kind():
     assert v.lines["predicted"].startswith(f"GLM-5 at TP8 on 8 x NVIDIA H200: {p1.tok_s:.1f} tokens/s for one stream "
                                            f"(band {p1.band[0]:.1f}-{p1.band[1]:.1f})")
     assert "FP8 checkpoint" in v.lines["predicted"] and "not measured here (1 GPU ran)" in v.lines["predicted"]
+
+
+def test_chapter_03s_served_record_reads_one_stream_and_the_highest_concurrency():
+    from helpers.serving import observed
+
+    sweep = pd.DataFrame({"variant": ["v", "v", "v", "w"], "workload": ["256/256"] * 4, "concurrency": [1, 8, 64, 64],
+                          "completed": [5, 40, 320, 320], "output_throughput": [48.0, 300.0, 900.0, 10.0],
+                          "achieved_concurrency": [1.0, 7.9, 41.5, 60.0]})
+    s = observed.served(sweep, server_url="http://h:1", served_model="glm-5", engine="sglang", tp_size=8)
+    assert (s["single_stream_tok_s"], s["max_tok_s"], s["max_concurrency"], s["achieved_concurrency"]) == \
+        (48.0, 900.0, 64, 41.5)
+    assert s["is_model"] and s["server"] == "given"
+    tiny = observed.served(sweep, server_url="", served_model="", engine="transformers", tp_size=8)
+    assert not tiny["is_model"] and tiny["tp_size"] is None
+    assert observed.served(None, server_url="", served_model="", engine="sglang", tp_size=8) is None
+    obs, how = ch.observation(Inputs("auto", served=s))
+    assert how == "served" and obs.concurrency_max == 41.5   # the decode batch: the achieved concurrency
+
+
+@pytest.mark.integration
+def test_the_pair_check_child_process_measures_nothing_without_two_gpus(tmp_path):
+    """The child process really runs here (no GPU, or one): it writes its meta and no pair or all-reduce, and the
+    verdict then has nothing between GPUs to price."""
+    rep = pc.measure(tmp_path, [12288], timeout_s=120)
+    assert rep["returncode"] == 0, rep
+    got = pc.load(tmp_path)
+    assert got["meta"]["gpus"] < 2 and got["copies"] is None and got["allreduce"] is None
