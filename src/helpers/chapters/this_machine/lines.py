@@ -73,8 +73,8 @@ def _ref_words(system, gpus, t) -> str:
 def allreduce_part(v: MachineVerdict, inp: Inputs, m: ma.ModelConfig) -> None:
     """Part 2: the all-reduce at the decode sizes over this run's GPUs, beside the healthy reference."""
     if inp.gpus < 2:
-        v.lines["allreduce"] = ("not measured here: one GPU has no collective to time, and a one-rank all-reduce "
-                                f"moves nothing between GPUs, so nothing is priced from it; {FILL['pairs']} fills this part")
+        v.lines["allreduce"] = ("not measured here: one GPU has no collective to time (a one-rank all-reduce moves "
+                                f"nothing between GPUs, so nothing is priced from it); {FILL['pairs']} fills this part")
         return
     meas, how = tm.measured_allreduce(inp.recipe, inp.sweep)
     if meas is None:
@@ -109,11 +109,12 @@ def predicted_part(v: MachineVerdict, inp: Inputs, m: ma.ModelConfig, predictor)
     v.prediction = got
     p1, p64 = got[1], got[64]
     coll = ("" if inp.gpus >= TP else
-            f"; its all-reduces are the reference table's for {TP} of these GPUs, not measured here ({inp.gpus} GPU"
+            f"; its all-reduces are the reference table's, not measured here ({inp.gpus} GPU"
             f"{'s' if inp.gpus != 1 else ''} ran)")
+    v.values["pred_how"] = p1.how
     v.lines["predicted"] = (f"GLM-5 at TP{TP} on {TP} x {system}: {p1.tok_s:.1f} tokens/s for one stream (band "
-                            f"{p1.low:.1f}-{p1.high:.1f}) and {p64.tok_s:.0f} at 64 (band {p64.low:.0f}-{p64.high:.0f}), "
-                            f"{p1.how}{coll}")
+                            f"{p1.low:.1f}-{p1.high:.1f}) and {p64.tok_s:.0f} at 64 (band {p64.low:.0f}-{p64.high:.0f}; "
+                            f"derived){coll}")
 
 
 def observed_part(v: MachineVerdict, inp: Inputs, m: ma.ModelConfig) -> None:
@@ -121,8 +122,8 @@ def observed_part(v: MachineVerdict, inp: Inputs, m: ma.ModelConfig) -> None:
     obs, why = observation(inp)
     none = "no thresholds: they need this machine's observation and its prediction"
     if obs is None:
-        v.lines["observed"] = (f"nothing observed ({why}): serve GLM-5 here and run {FILL['serve']}, or give "
-                               "`observed_tok_s_1`, `observed_tok_s_max` and `observed_concurrency_max`")
+        v.lines["observed"] = (f"nothing observed ({why}): serve GLM-5 here and point {FILL['serve']}, or give "
+                               "the three `observed_*` parameters")
         v.lines["thresholds"] = none
         return
     said = (f"{obs.tok_s_1:.1f} tokens/s for one stream and {obs.tok_s_max:.0f} at a decode batch of "

@@ -16,8 +16,8 @@ from helpers.model import thismachine as tm
 
 CHAPTER = "08_this_machine"
 #: where a part could not be filled: the target that fills it (appendix/rerun.md says the same per target)
-FILL = {"gpu": "the `h200` target (or `auto`) on a GPU host", "pairs": "the `multi-gpu` target on a host with two "
-        "GPUs or more", "serve": "chapter 03 against your server (`-p 03_baselines_tuning.server_url=http://HOST:PORT`)"}
+FILL = {"gpu": "the `h200` target (or `auto`) on a GPU host", "pairs": "the `multi-gpu` target on two GPUs or more",
+        "serve": "chapter 03 against it (`server_url`)"}
 #: the committed study that timed the decisive recipe on a healthy pair (two H200s over NVLink)
 HEALTHY_STUDY, HEALTHY_SETTING = "fidelity-h200x2-20261129e", "-g 2, out-of-place"
 
@@ -173,12 +173,13 @@ class Values:
     tm_remedy: str
     chk1: str
     tm_system: str
+    tm_pred_how: str
 
 
 def answer_values(v: MachineVerdict) -> Values:
     return Values(v.lines["vm"], v.lines["p2p"], v.lines["allreduce"], v.lines["predicted"], v.lines["observed"],
                   v.lines.get("thresholds", v.lines["observed"]), v.lines["remedy"], v.values["chk1"],
-                  v.values["system"])
+                  v.values["system"], v.values.get("pred_how", "no prediction in this run"))
 
 
 @dataclass(frozen=True)
