@@ -17,13 +17,18 @@ from helpers.machine import virt
 from helpers.model import kernels as kt
 from helpers.model import thismachine as tm
 
-PUBLISHED = "runs/h200-20261204d"
 TWO_GPU = "runs/h200x2-20261129f"
 BARE_METAL_VIRT = {"cpuinfo_hypervisor_flag": False, "dmi_sys_vendor": "Supermicro", "dmi_product_name": "SYS-421GE-TNRT",
                    "systemd_detect_virt": "none", "vm": "none", "container": "none", "container_hints": [],
                    "kernel_hints": []}
 VM_VIRT = {"cpuinfo_hypervisor_flag": True, "dmi_sys_vendor": "QEMU", "dmi_product_name": "Standard PC (Q35 + ICH9, 2009)",
            "systemd_detect_virt": "kvm", "vm": "kvm", "container": "none", "container_hints": [], "kernel_hints": []}
+
+
+def _published() -> str:
+    from helpers.book.publish import site_run
+
+    return site_run(repo_root())
 
 
 def _probe(run):
@@ -62,8 +67,9 @@ def synthetic(gpus=8, code="NS", direct=(27.0, 27.5), write="ok", access=False, 
 
 
 # ------------------------------------------------------------------------------------------ check 1
-@pytest.mark.parametrize("run", [PUBLISHED, TWO_GPU])
+@pytest.mark.parametrize("run", ["published", TWO_GPU])
 def test_check_1_fails_on_the_committed_runs_own_probe(run):
+    run = _published() if run == "published" else run
     v = virt.judge(_probe(run)["virtualization"])
     assert (v.passes, v.kind) == (False, "container in a VM")
     assert "CPUID hypervisor bit" in v.vm_signals and "Firecracker" in v.line()
@@ -94,7 +100,7 @@ def test_transports_read_from_ncclss_log():
 
 # ------------------------------------------------------------------------------------------ the runs
 def test_published_one_gpu_run_prices_nothing_from_a_one_rank_link():
-    inp = ch.inputs(layout.Run(repo_root() / PUBLISHED, ch.CHAPTER), "replay")
+    inp = ch.inputs(layout.Run(repo_root() / _published(), ch.CHAPTER), "replay")
     assert inp.gpus == 1
     v = ch.verdict(inp, predictor=fake_predictor())
     assert v.lines["vm"].startswith("check 1 fails: container in a VM (Firecracker)")
@@ -151,6 +157,7 @@ def test_thresholds_move_with_the_observation():
     # nothing lost: no threshold to state
     v = ch.verdict(synthetic(typed=tm.Observation(60.0, 900.0, 64, "a test")), predictor=fake_predictor())
     assert v.lines["thresholds"].startswith("no thresholds: this machine runs at or above its prediction")
+    assert "this machine gains" in v.lines["observed"] and "(faster than predicted)" in v.lines["observed"]
 
 
 def test_synthetic_bare_metal_box_passes_every_check():
@@ -202,7 +209,7 @@ def test_the_published_run_is_predicted_by_the_predictor_on_its_own_gpu_kind():
     all-reduces are the table's, said so."""
     from helpers.model.verdict import predictor as pr
 
-    inp = ch.inputs(layout.Run(repo_root() / PUBLISHED, ch.CHAPTER), "replay")
+    inp = ch.inputs(layout.Run(repo_root() / _published(), ch.CHAPTER), "replay")
     assert inp.floor_us is not None
     v = ch.verdict(inp)
     p1 = pr.predict("glm5", kt.H200, 8, 1, 0, pr.EngineSettings(checkpoint="fp8"), floor_us=inp.floor_us)

@@ -206,7 +206,7 @@ def remedies(failed: dict[str, bool], is_vm: bool, loss: pd.DataFrame | None) ->
         if np.isfinite(r["measured_us"]) and np.isfinite(r["reference_us"]):
             excess_ms = max(0.0, (r["measured_us"] - r["reference_us"]) * r["all_reduces_per_step"] / 1e3)
             tok = 1e3 / (r["observed_step_ms"] - excess_ms)
-    moves = "the all-reduce, to the reference's time; one stream's tokens/s"
+    moves = "the all-reduce to the reference's time"
     out = []
     if failed.get("write"):
         out.append(Remedy("keep P2P off: the grant is false", "NCCL_P2P_DISABLE=1; --disable-custom-all-reduce",

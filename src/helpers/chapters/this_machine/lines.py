@@ -149,9 +149,14 @@ def observed_part(v: MachineVerdict, inp: Inputs, m: ma.ModelConfig) -> None:
     v.loss = loss
     one, hi = loss.iloc[0], loss.iloc[1]
     v.lines["observed"] = (f"observed {said}, against {one.predicted_tok_s:.1f} and {hi.predicted_tok_s:.0f} "
-                           f"predicted: this machine loses {one.loss_ms:.1f} ms per step for one stream and "
-                           f"{hi.loss_ms:.1f} ms at batch {obs.concurrency_max:g} (derived)")
+                           f"predicted: per step this machine {_lost(one.loss_ms)} for one stream and "
+                           f"{_lost(hi.loss_ms)} at batch {obs.concurrency_max:g} (derived)")
     v.lines["thresholds"] = _threshold_words(loss, meas)
+
+
+def _lost(ms: float) -> str:
+    """A loss per step in words: time lost, or gained where the machine beats its prediction."""
+    return f"loses {ms:.1f} ms" if ms >= 0 else f"gains {-ms:.1f} ms (faster than predicted)"
 
 
 def _threshold_words(loss, meas) -> str:
@@ -192,4 +197,4 @@ def remedy_part(v: MachineVerdict, inp: Inputs) -> None:
     top = rs[0]
     gain = (f", predicted {top.tok_s_1:.1f} tokens/s for one stream" if np.isfinite(top.tok_s_1)
             else ", not priced here (no measured all-reduce over eight GPUs and observation to price it from)")
-    v.lines["remedy"] = f"first, {top.what} (`{top.setting}`; moves {top.moves}{gain}; called for by the {top.why})"
+    v.lines["remedy"] = f"first, {top.what} (`{top.setting}`: moves {top.moves}{gain}; called for by the {top.why})"

@@ -17,7 +17,7 @@ from helpers.model import thismachine as tm
 CHAPTER = "08_this_machine"
 #: where a part could not be filled: the target that fills it (appendix/rerun.md says the same per target)
 FILL = {"gpu": "the `h200` target (or `auto`) on a GPU host", "pairs": "the `multi-gpu` target on two GPUs or more",
-        "serve": "chapter 03 against it (`server_url`)"}
+        "serve": "chapter 03 at it (`server_url`)"}
 #: the committed study that timed the decisive recipe on a healthy pair (two H200s over NVLink)
 HEALTHY_STUDY, HEALTHY_SETTING = "fidelity-h200x2-20261129e", "-g 2, out-of-place"
 
