@@ -28,6 +28,7 @@ Tensor parallelism 8 only: the op list and the tables' shapes are GLM-5's at TP8
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -128,6 +129,31 @@ class Prediction:
         return bool(self.band[0] <= float(observed_tok_s) <= self.band[1])
 
 
+#: the deployments data/reference/engine_settings.csv records, by name
+REFERENCE = "bare-metal reference"
+
+
+@lru_cache(maxsize=16)
+def deployment_settings(deployment: str = REFERENCE) -> EngineSettings:
+    """The EngineSettings a recorded deployment ran with (data/reference/engine_settings.csv: each setting with its
+    source, and what prices it); PredictorError naming the deployments there where the name is not one."""
+    import ast
+
+    from helpers.core import recorded
+    t = recorded.load("reference/engine_settings.csv")
+    rows = t[t["deployment"] == deployment]
+    if not len(rows):
+        raise PredictorError(f"no deployment {deployment!r} in data/reference/engine_settings.csv; it has "
+                             f"{sorted(t['deployment'].unique())}")
+    fields = {}
+    for r in rows.itertuples():
+        if isinstance(r.field, str) and r.field.strip():
+            if r.field not in EngineSettings.__dataclass_fields__:
+                raise PredictorError(f"engine_settings.csv: {deployment!r} sets unknown field {r.field!r}")
+            fields[r.field] = ast.literal_eval(str(r.field_value))
+    return EngineSettings(**fields, label=deployment).check()
+
+
 def system_name(system: str) -> str:
     """The book's name of a system given by either name (KernelTableError-like PredictorError otherwise)."""
     if system in kt.SYSTEMS.values():
@@ -166,7 +192,7 @@ def moe_runner_differs(system: str, fmt: str, settings: EngineSettings) -> bool:
     return table is None or settings.moe_runner not in SAME_RUNNER.get(table, ())
 
 
-def _range(ins: Inputs, name: str, system: str) -> Range:
+def range_for(ins: Inputs, name: str, system: str) -> Range:
     """The range of `name` for a prediction on `system`: the bare-metal reference's rows on the RTX PRO 6000 (its
     dense attention path: no indexer), the rows for all systems elsewhere (the indexer, inside the DSA module
     there, takes the dense path's row: it acts on nothing)."""
@@ -174,11 +200,13 @@ def _range(ins: Inputs, name: str, system: str) -> Range:
     return ins.get(name, key)
 
 
-def _draw(ins: Inputs, system: str, samples: int, seed: int, mids: bool) -> dict[str, np.ndarray]:
+def draw_inputs(ins: Inputs, system: str, samples: int, seed: int, mids: bool) -> dict[str, np.ndarray]:
+    """`samples` seeded draws of every input in DRAWN for a prediction on `system` (or each at its middle value
+    where `mids`); the Verdict draws bare metal through this, so its bands are predict()'s."""
     rng = np.random.default_rng(seed)
     d = {}
     for name in DRAWN:
-        r = _range(ins, name, system)
+        r = range_for(ins, name, system)
         d[name] = np.array([r.mid], dtype=float) if mids else r.draw(rng, samples)
     return d
 
@@ -238,14 +266,14 @@ def predict(model: str, system: str, tp: int, concurrency: int, context: int,
     except (kt.KernelTableError, mb.MeasuredBudgetError) as e:
         raise PredictorError(f"{sysname}, {cfg}, batch {concurrency}, context {context}: {e}") from None
     ins = _ranges(sysname, settings, mb.precision_study(None))
-    d, mid = _draw(ins, sysname, samples, seed, False), _draw(ins, sysname, samples, seed, True)
+    d, mid = draw_inputs(ins, sysname, samples, seed, False), draw_inputs(ins, sysname, samples, seed, True)
     steps = step_us(p, d, sysname, settings, fmt, floor)
     tok = concurrency * 1e6 / steps
     lo, med, hi = (float(x) for x in np.percentile(tok, [BAND[0], 50, BAND[1]]))
     at_mid = float(concurrency * 1e6 / step_us(p, mid, sysname, settings, fmt, floor)[0])
     rows = []
     for name in DRAWN:
-        r = _range(ins, name, sysname)
+        r = range_for(ins, name, sysname)
         rows.append({"input": name, "low": r.low, "mid": r.mid, "high": r.high, "unit": r.unit, "kind": r.kind,
                      "source": r.source, "registered": r.registered,
                      "acts": _acts(name, sysname, p, settings, int(concurrency), fmt)})
