@@ -100,6 +100,11 @@ def test_one_recipe_for_the_decisive_measurement():
     assert "vm-emulation" not in (root / "intro.md").read_text().split("What settles it")[1].split(":::")[0]
     diag = "".join("".join(c["source"]) for c in json.loads((root / "notebooks/07_diagnosis.ipynb").read_text())["cells"])
     assert cmd in diag
+    # chapter 08 times it so on this machine's GPUs and prints the same line (issue 44)
+    mine = "".join("".join(c["source"]) for c in json.loads((root / "notebooks/08_this_machine.ipynb").read_text())["cells"])
+    assert cmd in mine
+    from helpers.interconnect import pairs
+    assert pairs.RECIPE.format(gpus=8) == cmd and f"-w {pairs.WARMUP} -n {pairs.ITERS}" in cmd
     p2p = "".join(json.loads((root / "notebooks/06_vm_p2p.ipynb").read_text())["cells"][0]["source"])
     assert "-G 1` (CUDA-graph timing)" in p2p
 
