@@ -182,7 +182,7 @@ def tuned_scenario(m: ma.ModelConfig) -> list[HostPath]:
     message the extra falls to none at its low end and half the one-request extra at its middle (log-linear in
     size between one token and 64 tokens of hidden state); it is never priced below bare metal's own all-reduce."""
     t = recorded.load("reference/p2p_off_tuned.csv")
-    one = t[t["concurrency"] == 1].set_index("arm")["output_tok_s"]
+    one = t[t["concurrency"] == 1].set_index("p2p")["output_tok_s"]
     on, off = float(one["P2P on"]), float(one["P2P off (tuned)"])
     ref = recorded.load("reference/baremetal.csv")
     bm1 = ref[(ref["metric"] == "output_throughput") & (ref["concurrency"] == 1)]
