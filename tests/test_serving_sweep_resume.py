@@ -60,10 +60,11 @@ def test_a_server_that_stops_answering_is_not_asked_for_every_point(tmp_path, ca
     with server(tmp_path, "hang") as srv:
         df = sweep.sweep(rows, srv.spec.base_url, "fake", WL, [1, 2, 4], labels={"variant": "a"}, per_concurrency=1,
                          progress=False, timeout_s=2)
-    # the server's own record: the first point's warm-up request, which ran out of time (so the point's own
-    # request was not sent), and nothing for the two points after it (2 and 4 more requests, each with a warm-up)
+    # the server's own record: at most the first point's warm-up request, which ran out of time (so the point's
+    # own request was not sent), and nothing for the two points after it (2 and 4 more requests, each with a
+    # warm-up); on a starved machine the server can be stopped before its handler logged even the first
     asked = [line for line in srv.log_text().splitlines() if line.startswith("request ") and "completions" in line]
-    assert len(asked) == 1, asked
+    assert len(asked) <= 1, asked
     assert len(df) == 1 and df.completed.iloc[0] == 0 and df.timed_out.iloc[0] == 1
     assert "not answering" in capsys.readouterr().out
 
