@@ -71,3 +71,12 @@ def test_blank_lines_count_and_a_total_over_the_limit_is_refused():
     assert problems == ["the notebooks hold 720 lines of code, over 700 "
                         "(00.ipynb 180, 01.ipynb 180, 02.ipynb 180, 03.ipynb 180)"]
     assert size_problems(notebooks, max_total=720) == []
+
+
+def test_every_cell_has_an_id():
+    """nbformat 4.5 gives every cell an id; a cell without one (07_diagnosis's held-out cell, added by hand)
+    made nbformat print a warning on every runbook call before the runbook's own one-line refusal."""
+    for nb in sorted((repo_root() / "notebooks").glob("*.ipynb")):
+        cells = json.loads(nb.read_text())["cells"]
+        missing = [i for i, c in enumerate(cells) if not c.get("id")]
+        assert not missing, f"{nb.name}: cells {missing} have no id (open and save it with nbformat, or make strip)"
