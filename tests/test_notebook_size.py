@@ -79,4 +79,4 @@ def test_every_cell_has_an_id():
     for nb in sorted((repo_root() / "notebooks").glob("*.ipynb")):
         cells = json.loads(nb.read_text())["cells"]
         missing = [i for i, c in enumerate(cells) if not c.get("id")]
-        assert not missing, f"{nb.name}: cells {missing} have no id (open and save it with nbformat, or make strip)"
+        assert not missing, f"{nb.name}: cells {missing} have no id (open and save it in Jupyter, or give each a short unique \"id\")"
