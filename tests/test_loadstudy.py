@@ -1,46 +1,48 @@
 """Chapter 03's load study end to end against the stand-in server (a real local HTTP server) whose latency
-rises past a known concurrency: the capacity it reports, its points, the saved result, and a resume that
-measures nothing again."""
+rises past a known concurrency, given by its URL only: one answer per load, the capacity with its interval, the
+drift check, the exports, and a resume that measures nothing again."""
 import json
 
 import pytest
 
 from helpers.core import layout
+from helpers.serving.client import Workload
+from helpers.serving.config import ServerChoice, StudyConfig
+from helpers.serving.loadspec import SLO
 from helpers.serving.loadstudy import load_study
 from helpers.serving.standin import StandIn
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 
-def test_load_study_finds_the_stand_ins_knee_and_resumes(tmp_path):
-    P = dict(served_model="standin", load_modes="on", slo="ttft:760", slo_share=0.9, burstiness=1.0, rate_points=2,
-             load_requests=4, load_time_s=90, workloads=["8/4"], concurrencies=[1, 8], request_timeout_s=30)
+def test_load_study_finds_the_stand_ins_knee_measures_each_load_once_and_resumes(tmp_path):
+    cfg = StudyConfig(kind="on", slo=SLO.parse("ttft:380"), slo_text="ttft:380", slo_share=0.9, rate_points=1,
+                      load_requests=4, load_time_s=300, workload=Workload(8, 4), concurrencies=(1, 8), ramp_s=0.2)
     run = layout.Run(str(tmp_path), "03_baselines_tuning")
-    # TTFT 400 ms up to 3 in flight, 800 ms and more past them: 3 holds ttft:760 for every request, 4 does not
-    # (360 ms of margin for the client on a loaded 2-core machine; overhead only adds, so 4 still fails)
-    with StandIn(ttft_s=0.4, interval_s=0.005, knee=3) as srv:
-        study = load_study({**P, "server_url": srv.url}, run)
-    assert "failed" not in study
-    cap = study["capacity_concurrency"]
+    # TTFT 200 ms up to 3 in flight, 400 ms and more past them: 3 holds ttft:380 for every request, 4 does not
+    # (180 ms of margin for the client on a loaded machine; overhead only adds, so 4 still fails)
+    with StandIn(ttft_s=0.2, interval_s=0.005, knee=3) as srv:
+        server = ServerChoice(mode="live", url=srv.url, served_model="standin", request_timeout_s=30)
+        study = load_study(server, cfg, run)
+    assert study.failed == "" and study.kind == "full" and study.target.real and srv.url in study.target.what
+    keys = [p["key"] for p in study.points]
+    assert len(keys) == len(set(keys))                         # one answer per load
+    cap = study.capacity_concurrency
     assert cap["capacity"] == 3 and cap["first_failed"] == 4 and cap["complete"]
-    assert [p["load"] for p in cap["points"]] == [1, 2, 3, 4]     # ramp 1, 2, 4 (fails), bisect: 3
-    roles = [r["sweep_role"] for r in study["rate_sweep"]]
-    assert roles[:2] == ["one-at-a-time", "max-throughput"] and roles[2:] in (["open"], ["open", "open"])
-    assert len(study["client_overhead"]) == 3
-    assert study["warmup"]["concurrency"] == 4 and study["warmup"]["completed"] == 4   # one wave, not in any point
-    # every rate-sweep point also saved as `vllm bench serve --save-result` JSON, its figures the row's
-    saved_vllm = {f.stem: json.loads(f.read_text()) for f in run.path("vllm_results").glob("*.json")}
-    assert len(saved_vllm) == len(study["rate_sweep"])
-    one = saved_vllm["one-at-a-time"]
-    assert one["completed"] == study["rate_sweep"][0]["completed"] and len(one["ttfts"]) == one["num_prompts"]
-    assert one["median_ttft_ms"] == study["rate_sweep"][0]["median_ttft_ms"]
-    # the rate search starts from the sweep's open points (same SLO, requests and arrivals) instead of measuring them
-    seeded = [p["load"] for p in study["capacity_rate"]["points"] if p.get("from_known")]
-    assert seeded == sorted(r["request_rate"] for r in study["rate_sweep"] if r["sweep_role"] == "open")
+    assert [p["load"] for p in cap["points"]] == [1, 2, 3, 4, 8]   # the curve's 1 and 8, then bisection 4, 2, 3
+    assert cap["interval"][0] <= 3 <= cap["interval"][1]
+    assert study.rule_requests == 10 and study.requests_per_point == 10
+    for p in study.points:
+        assert len([r for r in p["records"] if not r["ramp"]]) == p["requests_measured"]
+        if p["kind"] == "closed":
+            assert p["requests_measured"] == 10 and p["ramp_requests"] == p["load"]
+    assert study.warmup["completed"] == study.warmup["requests"] == 5     # c=4 ramp wave and one request
+    assert study.drift is not None and study.drift["key"] == "c=1"
     saved = json.loads(run.path("load_study").read_text())
     assert saved["capacity_concurrency"]["capacity"] == 3
-    n_points = len(run.path("capacity_concurrency").read_text().splitlines())
-    # the server is gone: a resume finds every point in its files and measures none of them again
-    again = load_study({**P, "server_url": srv.url}, run)
-    assert again["capacity_concurrency"]["capacity"] == 3
-    assert len(run.path("capacity_concurrency").read_text().splitlines()) == n_points
+    n_points = len(run.path("study_points").read_text().splitlines())
+    assert n_points == len(study.points)
+    # the server is gone: a resume finds every point in its file and measures none of them again
+    again = load_study(server, cfg, run)
+    assert again.capacity_concurrency["capacity"] == 3
+    assert len(run.path("study_points").read_text().splitlines()) == n_points
