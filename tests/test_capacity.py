@@ -92,10 +92,11 @@ def test_capacity_on_standin_with_known_knee():
     from helpers.serving.openloop import run_spec
     from helpers.serving.standin import StandIn
 
-    slo = SLO.parse("ttft:380")
-    # ttft 200 ms up to 3 in flight, then 400 ms: concurrency 3 holds the SLO for every request, 4 does not
-    # (180 ms of margin for the client's overhead on a loaded machine; overhead only adds, so 4 still fails)
-    with StandIn(ttft_s=0.2, interval_s=0.005, knee=3) as srv:
+    slo = SLO.parse("ttft:600")
+    # TTFT 50 ms up to 3 in flight, 1 s past them (the stand-in's step): concurrency 4 fails the SLO whatever the
+    # client's overhead (overhead only adds), and 3 holds it unless the client adds 550 ms to a request, eleven
+    # times the server's own 50 ms: no margin to retune on a loaded machine
+    with StandIn(ttft_s=0.05, interval_s=0.005, knee=3, past_knee=20) as srv:
         def measure(c):
             n0 = len(srv.loads)
             row = run_spec(srv.url, "standin", LoadSpec(Workload(8, 4), ClosedLoop(c), num_requests=c, slo=slo))[0]

@@ -7,7 +7,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -49,10 +48,8 @@ def by_check(verdicts):
 # --------------------------------------------------------------------------- the live probe
 
 @pytest.mark.integration
-def test_live_probe_structure_and_speed():
-    t0 = time.perf_counter()
-    r = probe.probe()
-    took = time.perf_counter() - t0
+def test_live_probe_structure():
+    r = probe.probe()     # its speed (under 2 s without a GPU) is benchmarks/bench_probe.py's figure, not a test's
     assert TOP_KEYS <= set(r), f"missing keys {TOP_KEYS - set(r)}"
     assert r["schema_version"] == probe.SCHEMA_VERSION and r["source"] == "measured"
     json.dumps(r)  # JSON-able as it stands
@@ -64,8 +61,6 @@ def test_live_probe_structure_and_speed():
     assert {"python", "torch", "torch_cuda", "nccl", "driver", "cuda_driver", "sglang", "flashinfer",
             "transformers"} <= set(r["software"])
     assert "torch" not in sys.modules or r["software"]["torch"]
-    if not HAS_GPU:
-        assert took < 2.0, f"the probe took {took:.2f} s; it must stay under 2 s"
 
 
 @pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU")

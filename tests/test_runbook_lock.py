@@ -19,18 +19,24 @@ from proctags import tagged_pids as tagged
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300),
               pytest.mark.skipif(not procs.LINUX, reason="needs /proc")]
 
+POINTS = 10
 SLOW_BODY = """
 import json, os, time
+from pathlib import Path
 from helpers.core import results
 rows = out / "points.jsonl"
+hold = Path(os.environ["BOOK_ROOT"]) / "hold"     # while this file exists, no point after the first (120 s at most)
 done = {r["i"] for r in results.read_rows(rows)}
-for i in range(10):
+for i in range(%d):
     if i in done:
         continue
     time.sleep(0.4)
     results.append_row(rows, {"i": i, "pid": os.getpid()})
+    t_hold = time.monotonic()
+    while hold.exists() and time.monotonic() - t_hold < 120:
+        time.sleep(0.05)
 glue('answer', float(len(done)), display=False)
-"""
+""" % POINTS
 
 
 @pytest.fixture()
@@ -49,19 +55,21 @@ def test_a_second_process_on_a_running_run_is_refused_at_once_and_nothing_is_mea
     tag = uuid.uuid4().hex
     run = book / "runs" / "r"
     rows = run / "results" / "01_slow" / "points.jsonl"
-    first = runbook_proc(book, tag, "--target", "quick", "--run-id", "r")
+    (book / "hold").touch()           # the first run holds after its first point until the second is answered,
+    first = runbook_proc(book, tag, "--target", "quick", "--run-id", "r")   # however slowly the second starts
     wait_rows(rows, 1)
-    t0 = time.monotonic()
     second = runbook_proc(book, tag, "--resume", "r")
     out, err = second.communicate(timeout=60)
-    took = time.monotonic() - t0
     assert second.returncode == 2, out + err
     assert f"pid {first.pid}" in err and "--resume" in err and "kill" in err, err
-    assert took < 20, f"the refusal took {took:.1f} s"
+    # at once: refused while the first is still held at its first point, not after it ended (which a refusal
+    # that waited for the lock would have needed: the first holds for 120 s, longer than communicate's 60)
+    assert first.poll() is None and len(results.read_rows(rows)) == 1, "the refusal waited for the first run"
+    (book / "hold").unlink()
     out, err = first.communicate(timeout=120)
     assert first.returncode == 0, out + err
     got = [r["i"] for r in results.read_rows(rows)]
-    assert sorted(got) == list(range(10)) and len({r["pid"] for r in results.read_rows(rows)}) == 1
+    assert sorted(got) == list(range(POINTS)) and len({r["pid"] for r in results.read_rows(rows)}) == 1
     assert not (run / runbook.LOCK_NAME).exists()                    # released at exit
     m = json.loads((run / "manifest.json").read_text())
     assert len(m["sessions"]) == 1 and m["status"] == "ok"

@@ -131,7 +131,7 @@ def test_free_port_draws_below_the_kernels_own_range_and_falls_back_to_its_pick(
     low, high = sv.FREE_PORT_LOW, sv._ephemeral_low()
     ports = [free_port() for _ in range(40)]
     assert all(low <= p < high for p in ports), (low, high, ports)
-    assert len(set(ports)) >= 35
+    assert len(set(ports)) == 40                              # a port drawn once is claimed: never drawn again
     for p in ports[:5]:
         with socket.socket() as s:
             s.bind(("127.0.0.1", p))
@@ -145,3 +145,27 @@ def test_free_port_draws_below_the_kernels_own_range_and_falls_back_to_its_pick(
     assert [free_port() for _ in range(5)] != first
     monkeypatch.setattr(sv, "FREE_PORT_LOW", high - 10)      # too few ports below the range: the kernel's pick
     assert free_port() >= high
+
+
+@pytest.mark.integration
+def test_a_port_another_process_drew_is_not_drawn_here_until_that_process_ends(monkeypatch):
+    """Two processes (test workers, a chapter beside them) once drew the same port before either server bound it;
+    a drawn port is claimed for the drawing process's lifetime, and the claim ends with that process."""
+    from helpers.serving import server as sv
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; from helpers.serving.server import free_port; "
+                              "print(free_port(), flush=True); sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(child.stdout.readline())
+        others = [p for p in range(sv.FREE_PORT_LOW, sv.FREE_PORT_LOW + 200) if p != port]
+
+        class Draws:                                          # the child's port drawn first, then others
+            def sample(self, population, k):
+                return [port] + others[:k - 1]
+        monkeypatch.setattr(sv.random, "SystemRandom", Draws)
+        assert free_port() != port and not sv.claim_port(port)
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+    assert sv.claim_port(port)                                # released with the process that held it

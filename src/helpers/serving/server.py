@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import atexit
 import collections
+import fcntl
 import os
 import random
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import weakref
@@ -66,19 +68,42 @@ def _ephemeral_low() -> int:
 
 
 FREE_PORT_LOW = 15000   # free_port draws from FREE_PORT_LOW up to the kernel's ephemeral range
+#: where free_port's claims live: one file per port, locked (flock) by the process that drew it, for its lifetime
+PORT_CLAIMS = Path(tempfile.gettempdir()) / "helpers-free-ports"
+_CLAIMED: dict[int, int] = {}   # port -> the open, locked claim file's descriptor (released when this process ends)
+
+
+def claim_port(port: int) -> bool:
+    """Whether this process now holds `port`'s claim: an exclusive, non-blocking flock on its claim file, kept
+    until the process ends (the kernel drops the lock with the process, so no claim outlives its owner)."""
+    if port in _CLAIMED:
+        return False                    # drawn before by this process: its server may hold it now
+    try:
+        PORT_CLAIMS.mkdir(mode=0o777, exist_ok=True)
+        fd = os.open(PORT_CLAIMS / str(port), os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        return True                     # no claim folder to write: the bind check alone decides, as before
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _CLAIMED[port] = fd
+    return True
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on `host` right now, drawn at random from below the kernel's ephemeral range.
+    """A TCP port that is free on `host` right now and that no other process of this package will be given,
+    drawn at random from below the kernel's ephemeral range.
 
     A port the kernel picked (bind to port 0) is one it may pick again for any other socket - every client
     connection takes one - in the moment between this check and the server's own bind, and the server then
     exits with "address already in use" (seen under the full test suite). Ports below the ephemeral range are
-    never handed out by the kernel, so only another caller of this function drawing the same one of ~17,000
-    ports at the same moment could take it. The draw is the operating system's randomness, not the `random`
-    module's: a process that seeds that one (the test suite's unit tier seeds it with 0 before every test) would
-    draw the same ports as every other process that did. Where the range is too small, the kernel's pick is the
-    fallback."""
+    never handed out by the kernel. Two callers of this function (test workers, chapters, a session beside this
+    one) could still draw the same port before either server bound it; so each port drawn is claimed for the
+    drawing process's lifetime by a lock on a file in PORT_CLAIMS, which another process's draw skips. The draw is
+    the operating system's randomness, not the `random` module's (a process that seeds that one would draw the
+    same ports as every other that did). Where the range is too small, the kernel's pick is the fallback."""
     low, high = FREE_PORT_LOW, _ephemeral_low()
     if high - low >= 1000:
         for port in random.SystemRandom().sample(range(low, high), 64):
@@ -87,6 +112,7 @@ def free_port(host: str = "127.0.0.1") -> int:
                     s.bind((host, port))
                 except OSError:
                     continue
+            if claim_port(port):
                 return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))

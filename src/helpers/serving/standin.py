@@ -3,7 +3,10 @@
 Each request: the first chunk after `ttft_s`, then `tokens` chunks `interval_s` apart, each carrying
 `tokens_per_chunk` tokens of text, then a usage chunk and `data: [DONE]`. With `knee`, the interval grows
 with load: interval_s * (1 + max(0, in_flight - knee)) - a server whose latency rises at a known concurrency,
-for testing capacity searches and measuring the client's own overhead.
+for testing capacity searches and measuring the client's own overhead. With `past_knee` as well, every request
+that arrives past the knee is slowed by that one factor instead (a step: TTFT `ttft_s` up to the knee,
+`ttft_s * past_knee` past it), so a test can put an SLO far from both sides of the knee: the failing side fails
+whatever the client's overhead (overhead only adds), and the passing side has the gap between the two levels.
 
     with StandIn(ttft_s=0.02, interval_s=0.01) as srv:   # srv.url -> "http://127.0.0.1:PORT"
         ...
@@ -48,7 +51,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("content-type", "text/event-stream")
             self.send_header("connection", "close")
             self.end_headers()
-            slow = 1.0 + max(0, load - srv.knee) if srv.knee else 1.0
+            slow = srv.slowdown(load)
             time.sleep(srv.ttft_s * slow)
             k = srv.tokens_per_chunk
             sent = 0
@@ -85,6 +88,15 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class _Server(ThreadingHTTPServer):
+    knee: int | None = None
+    past_knee: float | None = None
+
+    def slowdown(self, load: int) -> float:
+        """The factor on a request's latency that arrived with `load` in flight (itself included)."""
+        if not self.knee or load <= self.knee:
+            return 1.0
+        return self.past_knee if self.past_knee is not None else 1.0 + (load - self.knee)
+
     # socketserver's default listen backlog is 5: a burst of more new connections than that while the accept
     # thread waits for the GIL (a loaded test process) has its extra SYNs dropped, and Linux resends them only
     # after 1 s - a concurrency-8 point then took ~1.08 s and read 7.4 requests/s against 24 one at a time
@@ -94,11 +106,13 @@ class _Server(ThreadingHTTPServer):
 
 class StandIn:
     def __init__(self, ttft_s: float = 0.02, interval_s: float = 0.01, tokens_per_chunk: int = 1,
-                 knee: int | None = None, host: str = "127.0.0.1"):
+                 knee: int | None = None, host: str = "127.0.0.1", past_knee: float | None = None):
+        if past_knee is not None and (knee is None or not past_knee >= 1):
+            raise ValueError(f"past_knee={past_knee!r}: a factor of at least 1, given with a knee")
         self.httpd = _Server((host, 0), _Handler)
         self.httpd.daemon_threads = True
         h = self.httpd
-        h.ttft_s, h.interval_s, h.tokens_per_chunk, h.knee = ttft_s, interval_s, tokens_per_chunk, knee
+        h.ttft_s, h.interval_s, h.tokens_per_chunk, h.knee, h.past_knee = ttft_s, interval_s, tokens_per_chunk, knee, past_knee
         h.in_flight, h.lock = 0, threading.Lock()
         h.loads = collections.deque(maxlen=100_000)   # in flight, this one included, as each request arrived
         self.url = f"http://{host}:{h.server_address[1]}"
@@ -121,11 +135,13 @@ class StandIn:
 
 
 class StandInProcess:
-    """The stand-in in a process of its own (`python -m helpers.serving.standin TTFT INTERVAL [KNEE]`), so that a
+    """The stand-in in a process of its own (`python -m helpers.serving.standin TTFT INTERVAL [KNEE [PAST_KNEE]]`), so that a
     client in this process does not share its interpreter lock with the server it measures."""
 
-    def __init__(self, ttft_s: float = 0.02, interval_s: float = 0.01, knee: int | None = None):
-        self.args = [str(ttft_s), str(interval_s)] + ([str(int(knee))] if knee else [])
+    def __init__(self, ttft_s: float = 0.02, interval_s: float = 0.01, knee: int | None = None,
+                 past_knee: float | None = None):
+        self.args = [str(ttft_s), str(interval_s)] + ([str(int(knee))] if knee else []) + \
+            ([str(past_knee)] if knee and past_knee else [])
         self.proc, self.url = None, ""
 
     def __enter__(self):
@@ -150,9 +166,10 @@ class StandInProcess:
                 self.proc.wait(10)
 
 
-if __name__ == "__main__":  # python -m helpers.serving.standin TTFT INTERVAL [KNEE]: serve until interrupted
+if __name__ == "__main__":  # python -m helpers.serving.standin TTFT INTERVAL [KNEE [PAST_KNEE]]: serve until interrupted
     import sys
-    a = sys.argv[1:4]
-    with StandIn(*(float(x) for x in a[:2]), knee=int(a[2]) if len(a) > 2 else None) as s:
+    a = sys.argv[1:5]
+    with StandIn(*(float(x) for x in a[:2]), knee=int(a[2]) if len(a) > 2 else None,
+                 past_knee=float(a[3]) if len(a) > 3 else None) as s:
         print(s.url, flush=True)
         threading.Event().wait()

@@ -33,7 +33,7 @@ class Target:
     def standin(cls, check: dict) -> "Target":
         return cls(f"the stand-in server (a few lines of Python streaming a token every "
                    f"{check['interval_s'] * 1e3:g} ms after a first chunk at {check['ttft_s'] * 1e3:g} ms, both "
-                   f"growing past {check['knee']} requests in flight)", "the stand-in (no model)", "none",
+                   f"{check['past_knee']:g} times longer for a request arriving past {check['knee']} in flight)", "the stand-in (no model)", "none",
                    "this machine's CPU", "built here with a known knee", False)
 
 
