@@ -230,8 +230,9 @@ class Endpoint:
 
 class StreamReply:
     """An open reply whose status line and headers are in: `status`, `headers`, `sent_at` (time.perf_counter()
-    when the request's first byte was written, after the connection was set up), `headers_at` (when the
-    headers were in); `chunks()` yields the body as it arrives, `read(max_bytes)` all of it; `close()`."""
+    when the request's first byte was written, after the connection was set up), `written_at` (its last byte
+    handed to the kernel), `headers_at` (when the headers were in); `chunks()` yields the body as it arrives,
+    `read(max_bytes)` all of it; `close()`."""
 
     def __init__(self, reader, writer, status: int, headers: dict, sent_at: float, headers_at: float):
         self.reader, self.writer, self.status, self.headers = reader, writer, status, headers
@@ -271,15 +272,22 @@ async def open_stream(ep: Endpoint, path: str, body, deadlines: Deadlines, t0: f
         sent_at = time.perf_counter()
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
         headers: dict = {}
+        written = []
+
+        async def head():   # the request's last byte handed to the kernel, then the reply's status and headers
+            await writer.drain()
+            written.append(time.perf_counter())
+            return await _read_head(url, reader, writer, headers)
         try:
-            status = await asyncio.wait_for(_read_head(url, reader, writer, headers),
-                                            max(deadlines.first_byte_s - (time.perf_counter() - t0), 0))
+            status = await asyncio.wait_for(head(), max(deadlines.first_byte_s - (time.perf_counter() - t0), 0))
         except asyncio.TimeoutError:
             raise RequestTimeout(url, "first byte", deadlines.first_byte_s, time.perf_counter() - t0) from None
     except BaseException:
         writer.close()
         raise
-    return StreamReply(reader, writer, status, headers, sent_at, time.perf_counter())
+    reply = StreamReply(reader, writer, status, headers, sent_at, time.perf_counter())
+    reply.written_at = written[0] if written else sent_at
+    return reply
 
 
 def run(coro):

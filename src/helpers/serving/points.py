@@ -132,8 +132,8 @@ def record(r: RequestResult, ramp: bool) -> dict:
         return None if x is None or not math.isfinite(x) else round(float(x), 6)
     return {"start_s": f(r.start_s), "ok": r.ok, "ramp": ramp, "ttft_s": f(r.ttft_s), "e2e_s": f(r.e2e_s),
             "tpot_s": f(tpot_s(r)), "input_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
-            "connected_s": f(r.sent_s), "written_s": f(getattr(r, "written_s", float("nan"))),
-            "first_byte_s": f(getattr(r, "headers_s", float("nan"))),
+            "connected_s": f(r.sent_s), "written_s": f(r.written_s),
+            "first_byte_s": f(r.headers_s),
             "itl_s": [round(x, 6) for x in r.itl_s], "error_kind": r.error_kind, "error": r.error[:200]}
 
 
