@@ -177,6 +177,7 @@ def load_study(server: ServerChoice, cfg: StudyConfig, run: layout.Run) -> LoadS
                 d = drift(first["key"], first["records"], again["records"])
                 out.drift = asdict(d) if d else None
             out.points = [_slim(r) | {"records": r.get("records", [])} for r in store.rows.values()]
+            export(out.points, model, run)
     except Exception as e:  # noqa: BLE001 - a server that would not start or fell over: the points kept say so
         out.failed = f"{type(e).__name__}: {e}"[:400]
     out.client_overhead = client_overhead((1, 4, 16), tokens=32, per_concurrency=2)
@@ -253,6 +254,25 @@ def _warm_up(url, model, plan: LoadPlan, top: int) -> dict:
                 "seconds": time.monotonic() - t0}
     done = sum(1 for r in row["records"] if r["ok"])
     return {"concurrency": c, "requests": len(row["records"]), "completed": done, "seconds": time.monotonic() - t0}
+
+
+def export(points: list[dict], model: str, run: layout.Run) -> None:
+    """Every point also as `vllm bench serve --save-result` JSON (vllm/<key>.json) and in AIPerf's export files
+    (aiperf/<key>/profile_export.jsonl and profile_export_aiperf.json); helpers.serving.formats."""
+    from .formats import aiperf_record, aiperf_summary, vllm_from_records
+
+    vdir, adir = run.path("vllm_results"), run.path("aiperf_results")
+    t0_ns = time.time_ns()
+    for p in points:
+        if not p.get("records"):
+            continue
+        name = p["key"].replace("=", "-").replace(":", "-")
+        vdir.mkdir(parents=True, exist_ok=True)
+        (vdir / f"{name}.json").write_text(json.dumps(vllm_from_records(p, model), default=str))
+        (adir / name).mkdir(parents=True, exist_ok=True)
+        (adir / name / "profile_export.jsonl").write_text("".join(
+            json.dumps(aiperf_record(i, r, t0_ns)) + "\n" for i, r in enumerate(p["records"])))
+        (adir / name / "profile_export_aiperf.json").write_text(json.dumps(aiperf_summary(p), default=str))
 
 
 def save(study: LoadStudy, run: layout.Run) -> None:
