@@ -96,15 +96,21 @@ def status(study, live: bool) -> str:
     if study.failed:
         return f"run, and ended early: {study.failed[:200]}"
     kind = "in full" if study.kind == "full" else "as a harness check"
-    return f"run {kind} in {study.study_s:.0f} s"
+    spent = sum(float(p.get("point_s") or 0) for p in study.points)
+    return f"run {kind}, {spent:.0f} s of measuring"
 
 
 #: what each kind of study can and cannot show (the section's first sentence names what it measured)
-CAN = {"full": "its figures are that server's at this workload and these assumed SLOs, on this day; they say nothing "
+CAN = {"full": "Its figures are that server's at this workload and these assumed SLOs, on this day; they say nothing "
                "about GLM-5, eight GPUs or a VM unless that is what the server runs",
-       "check": "this shows that the client, the ramp, the searches, the interval and the drift check work on a server "
+       "check": "This shows that the client, the ramp, the searches, the interval and the drift check work on a server "
                 "whose answer is known (its knee); it measures nothing about GLM-5, SGLang, a GPU or a VM. Give "
                 "`server_url` (any OpenAI-compatible server, CPU included) for the study in full"}
+
+
+#: whose the SLO is
+SLO_WHOSE = {"full": "assumed: set by the target", "check": "the harness check's own: two of the stand-in's token "
+             "intervals, which a request past its knee takes three of"}
 
 
 def _num(x) -> float:
@@ -235,7 +241,7 @@ def facts(study) -> dict:
     warm = (f"a warm-up wave of {w['requests']} requests ({w.get('completed', 0)} completed), not counted"
             if w.get("requests") else "no warm-up (the study did not start)")
     return {"ld_what": study.target["what"] if isinstance(study.target, dict) else study.target.what,
-            "ld_can": CAN[study.kind], "ld_slo": f"{study.slo} (assumed: set by the target)",
+            "ld_can": CAN[study.kind], "ld_slo": f"{study.slo} ({SLO_WHOSE[study.kind]})",
             "ld_share": f"{100 * study.slo_share:.0f} %",
             "ld_rule": (f"{study.requests_per_point} measured requests a closed-loop point, at least "
                         f"{study.rule_requests} so that {100 * study.slo_share:.0f} % inside allows one request "
