@@ -86,6 +86,14 @@ RESULTS: dict[tuple[str, str], Result] = {
         Result("03_baselines_tuning", "aiperf_results", "aiperf",
                "the load study's points in AIPerf's export files (profile_export.jsonl per request and "
                "profile_export_aiperf.json per point, one folder per point; helpers.serving.formats)"),
+        # the load study's files before issue 46 (a run made before it holds them; the study now keeps every point
+        # in study_points.jsonl)
+        Result("03_baselines_tuning", "rate_rows", "rate_sweep.jsonl",
+               "the open-loop rate sweep's finished points (load studies before issue 46)"),
+        Result("03_baselines_tuning", "capacity_concurrency", "capacity_concurrency.jsonl",
+               "the capacity search's points over concurrency (load studies before issue 46)"),
+        Result("03_baselines_tuning", "capacity_rate", "capacity_rate.jsonl",
+               "the capacity search's points over request rate (load studies before issue 46)"),
         Result("03_baselines_tuning", "load_study", "load_study.json",
                "the load study: what it measured, its points, capacities with their intervals, the drift check, "
                "the client's overhead and the SLOs they were judged at"),
