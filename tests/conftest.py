@@ -16,10 +16,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # Executing the whole book takes tens of seconds, so each target runs at most once per session; the
 # chapter tests (test_notebooks.py, test_chapter_values.py) share these runs.
 import json  # noqa: E402
-import re  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -81,11 +79,11 @@ def committed_site(tmp_path_factory):
 # `make test` runs the suite in worker processes (pytest-xdist, `-n 4 --dist loadgroup`). A module-scoped
 # fixture is made once per process that runs a test of its module, so a module that defines one (the
 # cpu-demo run, the replay run, the fp8 tables) runs whole in one worker; the tests of every other module are
-# handed out one by one. An expensive session-wide result is made once for all workers (tests/onceper.py).
+# handed out one by one, costliest first (tests/scheduler.py, through xdist's public scheduler hook and its
+# scheduling protocol). An expensive session-wide result is made once for all workers (tests/onceper.py).
 # A module whose module fixture is cheap next to its tests, or made once per session anyway, sets
-# SPREAD_ACROSS_WORKERS = True and has its tests spread out. (xdist's own xdist_group marks are not used: with
-# pytest 9 they no longer reach the scheduler.) Without xdist this changes nothing.
-MODULE_FIXTURE = re.compile(r"""@pytest\.fixture\(\s*scope\s*=\s*["'](module|class|package)["']""")
+# SPREAD_ACROSS_WORKERS = True and has its tests spread out. Without xdist this changes nothing.
+import scheduler  # noqa: E402
 
 
 def pytest_configure(config):
@@ -94,110 +92,30 @@ def pytest_configure(config):
     onceper.IN_WORKER = hasattr(config, "workerinput")
 
 
-def keeps_together(module_path) -> bool:
-    """Whether the tests of this module run in one worker: it defines a module- (or class-, package-) scoped
-    fixture and does not set SPREAD_ACROSS_WORKERS = True."""
-    try:
-        text = Path(module_path).read_text()
-    except OSError:
-        return False
-    return bool(MODULE_FIXTURE.search(text)) and not re.search(r"^SPREAD_ACROSS_WORKERS\s*=\s*True", text, re.M)
+def _default_timeout(config) -> float:
+    return float(config.getini("timeout") or 600)
 
 
-#: the order units are handed out in: longest first, so that no minutes-long test starts last beside idle
-#: workers (xdist's own order, modules by test count, once left a module of minutes to start whenever its turn
-#: came). A test's cost is read from its source: its tier (slow, then integration, then the unit tier's
-#: milliseconds, which fill the end), then, within a tier, its time limit (pytest.mark.timeout), highest first.
-UNIT_ORDER = {"slow": 0, "integration": 1}
-UNIT_TIER_RANK = 2
-
-
-def _marks(node) -> dict:
-    """{X: its call} for each `pytest.mark.X` or `pytest.mark.X(...)` written in a node (ast), the call None
-    where X is not called."""
-    import ast
-
-    calls = {id(n.func): n for n in ast.walk(node) if isinstance(n, ast.Call)}
-    return {n.attr: calls.get(id(n)) for n in ast.walk(node) if isinstance(n, ast.Attribute)
-            and isinstance(n.value, ast.Attribute) and n.value.attr == "mark"}
-
-
-def unit_costs(module_path, default_timeout: float = 600) -> dict:
-    """{test name (a class's as Class::name): (tier rank, minus its time limit)} of a test module, read from its
-    source: the marks of the module's `pytestmark`, its classes' and its functions' decorators (a sort key:
-    lowest first)."""
-    import ast
-
-    try:
-        tree = ast.parse(Path(module_path).read_text())
-    except (OSError, SyntaxError):
-        return {}
-
-    def marks(nodes):
-        out = {}
-        for n in nodes:
-            out.update(_marks(n))
-        return out
-
-    module = marks(n for n in tree.body if isinstance(n, ast.Assign)
-                   and any(getattr(t, "id", None) == "pytestmark" for t in n.targets))
-
-    def cost(m):
-        rank = min([UNIT_ORDER[k] for k in m if k in UNIT_ORDER], default=UNIT_TIER_RANK)
-        call = m.get("timeout")
-        limit = default_timeout
-        if call is not None and call.args and isinstance(call.args[0], ast.Constant):
-            limit = float(call.args[0].value)
-        return rank, -limit
-
-    out = {}
-    for n in tree.body:
-        funcs = [(n.name, n, {})] if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
-        if isinstance(n, ast.ClassDef):
-            funcs = [(f"{n.name}::{f.name}", f, marks(n.decorator_list)) for f in n.body
-                     if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        for name, f, outer in funcs:
-            if f.name.startswith("test"):
-                out[name] = cost({**module, **outer, **marks(f.decorator_list)})
-    return out
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """In a worker of `--dist loadgroup`, the collection costliest first (scheduler.order_items): the order the
+    scheduler hands it out in. A run in one process keeps pytest's order."""
+    if hasattr(config, "workerinput") and config.workerinput.get("dist") == "loadgroup":
+        scheduler.order_items(items, _default_timeout(config))
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
-    """--dist loadgroup: tests one by one, a module that keeps together as one unit (keeps_together); the
-    units handed out slowest tier first (UNIT_ORDER)."""
+    """--dist loadgroup: scheduler.CostliestFirst (a module with a module fixture as one unit, costliest first)."""
     if config.getvalue("dist") != "loadgroup":
         return None
-    from xdist.scheduler import LoadScopeScheduling
+    return scheduler.CostliestFirst(config, int(config.getoption("numprocesses")), log=log)
 
-    class ModuleFixtureScheduling(LoadScopeScheduling):
-        _together: dict = {}
-        _costs: dict = {}
 
-        def _split_scope(self, nodeid):
-            path = nodeid.split("::", 1)[0]
-            if path not in self._together:
-                self._together[path] = keeps_together(config.rootpath / path)
-            return path if self._together[path] else nodeid
-
-        def _cost(self, scope):
-            """A unit's sort key: its costliest test's (unit_costs; a test not found in the source counts as an
-            integration test with the default limit)."""
-            path, _, name = scope.partition("::")
-            limit = float(config.getini("timeout") or 600)
-            if path not in self._costs:
-                self._costs[path] = unit_costs(config.rootpath / path, limit)
-            costs, unknown = self._costs[path], (UNIT_ORDER["integration"], -limit)
-            if not name:
-                return min(costs.values(), default=unknown)
-            return costs.get(name.split("[", 1)[0], unknown)
-
-        def _assign_work_unit(self, node):
-            first = min(self.workqueue, key=self._cost)   # the first of the costliest: min keeps the order
-            self.workqueue.move_to_end(first, last=False)
-            super()._assign_work_unit(node)
-
-    return ModuleFixtureScheduling(config, log)
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """The dist mode travels to every worker (its collection is ordered for it)."""
+    node.workerinput["dist"] = node.config.getvalue("dist")
 
 
 # --------------------------------------------------------------------------- the scaled-down model, computed once

@@ -1,9 +1,17 @@
-"""`make test`'s scheduler (tests/conftest.py): which tests keep together in one worker and the order units are
-handed out in, read from each test's source."""
+"""`make test`'s scheduler (tests/scheduler.py): the order of the collection as pytest resolves the tests' marks,
+which tests keep together in one worker, and how units reach workers through xdist's scheduling protocol."""
+import ast
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
-import conftest
+import pytest
+
+import scheduler
+
+pytest_plugins = ["pytester"]
 
 SOURCE = textwrap.dedent('''
     import pytest
@@ -27,35 +35,125 @@ SOURCE = textwrap.dedent('''
     def test_short():
         pass
 
+    @pytest.mark.slow
     class TestGroup:
         def test_inside(self):
             pass
-
-    def helper():
-        pass
 ''')
 
 
-def test_each_tests_cost_is_its_tier_then_its_time_limit(tmp_path):
+def test_each_tests_cost_is_its_tier_then_its_time_limit_as_pytest_reads_its_marks(pytester):
+    pytester.makepyfile(test_marked=SOURCE, test_unmarked=SOURCE.replace("pytestmark = pytest.mark.integration", ""))
+    collected, _ = pytester.inline_genitems()
+    items = [i for i in collected if i.module.__name__ == "test_marked"]
+    keys = {item.name: scheduler.cost_key(item, 600) for item in items}
+    assert keys == {"test_plain": (1, -600), "test_minutes[1]": (0, -1500.0), "test_minutes[2]": (0, -1500.0),
+                    "test_short": (1, -30.0), "test_inside": (0, -600)}     # the class's mark reaches its test
+    scheduler.order_items(items, 600)
+    assert [i.name for i in items] == ["test_minutes[1]", "test_minutes[2]", "test_inside", "test_plain",
+                                       "test_short"]                     # stable within a key
+    unit = next(i for i in collected if i.module.__name__ == "test_unmarked" and i.name == "test_plain")
+    assert scheduler.cost_key(unit, 600) == (2, -600)                       # the unit tier
+
+
+def test_a_module_with_a_module_fixture_keeps_together_unless_it_says_spread(tmp_path):
     path = tmp_path / "test_mod.py"
     path.write_text(SOURCE)
-    costs = conftest.unit_costs(path, default_timeout=600)
-    assert costs == {"test_plain": (1, -600), "test_minutes": (0, -1500.0), "test_short": (1, -30.0),
-                     "TestGroup::test_inside": (1, -600)}
-    assert sorted(costs, key=costs.get)[0] == "test_minutes"
-    assert conftest.keeps_together(path)
+    assert scheduler.keeps_together(path)
     path.write_text(SOURCE + "\nSPREAD_ACROSS_WORKERS = True\n")
-    assert not conftest.keeps_together(path)
-    path.write_text(SOURCE.replace("pytestmark = pytest.mark.integration", ""))
-    assert conftest.unit_costs(path)["test_plain"] == (2, -600)   # the unit tier
+    assert not scheduler.keeps_together(path)
+    path.write_text(SOURCE.replace('scope="module"', 'scope="function"'))
+    assert not scheduler.keeps_together(path)
 
 
-def test_the_suites_costliest_tests_are_handed_out_first():
-    """The minutes-long tests (the cpu-demo chapters, the readers' commands) sort before every other test of
-    the suite, and the unit tier after every integration test."""
-    root = Path(conftest.__file__).parent
-    costs = {(f.name, name): c for f in sorted(root.glob("test_*.py")) for name, c in conftest.unit_costs(f).items()}
-    first = sorted(costs, key=costs.get)[:15]
-    assert {f for f, _ in first} == {"test_cpu_demo_nan_crash.py", "test_cpu_demo_baselines.py",
-                                     "test_cpu_demo_moe_runners.py", "test_readers_commands.py"}, first
-    assert max(c for c in costs.values() if c[0] < 2) < min(c for c in costs.values() if c[0] == 2)
+def test_units_are_single_tests_or_whole_modules_placed_at_their_first_test():
+    collection = ["a.py::t1", "m.py::t1", "b.py::t1", "m.py::t2", "a.py::t2"]
+    assert scheduler.split_units(collection, lambda path: path == "m.py") == [[0], [1, 3], [2], [4]]
+
+
+class Worker:
+    """What the scheduler sees of an xdist worker (xdist's WorkerController): the tests sent and its shutdown."""
+
+    def __init__(self, name):
+        self.name, self.sent, self.shutting_down = name, [], False
+        self.gateway = type("Gateway", (), {"id": name})()
+
+    def send_runtest_some(self, indices):
+        self.sent += list(indices)
+
+    def shutdown(self):
+        self.shutting_down = True
+
+
+def test_the_costliest_units_go_to_the_workers_about_to_be_free(tmp_path):
+    """Eight tests costliest first (0 the costliest), two workers. Each holds two tests (the one it runs and the
+    next it must know): the costliest left for a worker whose tests in hand are all cheap ones, the cheapest
+    left as the next test of one still busy with a costly one. So 0 and 1 start at once on the two workers,
+    not one behind the other."""
+    collection = [f"t.py::t{i}" for i in range(8)]
+    sched = scheduler.CostliestFirst(None, 2, together=lambda path: False)
+    a, b = Worker("a"), Worker("b")
+    for w in (a, b):
+        sched.add_node(w)
+        sched.add_node_collection(w, collection)
+    assert sched.collection_is_completed and not sched.tests_finished
+    sched.schedule()
+    assert (a.sent, b.sent) == ([0, 7], [1, 6])
+    sched.mark_test_complete(a, 0)          # a now runs 7 (cheap): it gets the costliest left as its next
+    assert a.sent == [0, 7, 2]
+    sched.mark_test_complete(a, 7)          # a now runs 2 (costly): the cheapest left is its next
+    assert a.sent == [0, 7, 2, 5]
+    assert sched.remove_node(b) == "t.py::t1"   # b crashed running 1: 1 and 6 go back to the front
+    assert sched.units[0] == [1, 6] and sched.has_pending
+    for i in (2, 5):
+        sched.mark_test_complete(a, i)
+    assert a.sent == [0, 7, 2, 5, 1, 6] and not a.shutting_down   # the crashed unit, whole, once a is about free
+    for i in (1, 6):
+        sched.mark_test_complete(a, i)
+    assert a.sent == [0, 7, 2, 5, 1, 6, 4, 3] and a.shutting_down   # nothing left to give: a is shut down
+    for i in (4, 3):
+        sched.mark_test_complete(a, i)
+    assert sched.tests_finished and not sched.units and not sched.has_pending
+
+
+def test_a_worker_that_collected_other_tests_is_refused_naming_it():
+    sched = scheduler.CostliestFirst(None, 2, together=lambda path: False)
+    a, b = Worker("a"), Worker("b")
+    for w in (a, b):
+        sched.add_node(w)
+    sched.add_node_collection(a, ["t.py::x", "t.py::y"])
+    sched.schedule()
+    with pytest.raises(RuntimeError, match="worker b collected other tests"):
+        sched.add_node_collection(b, ["t.py::y", "t.py::x"])
+
+
+ORDER_PLUGIN = textwrap.dedent('''
+    import scheduler
+
+    def pytest_collection_finish(session):
+        items = list(session.items)
+        scheduler.order_items(items, 600)
+        print("ORDER", [(i.nodeid.split("::")[0], scheduler.cost_key(i, 600)) for i in items])
+''')
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_the_suites_costliest_tests_are_handed_out_first(tmp_path):
+    """The real suite, collected as a worker collects it: the minutes-long tests (the cpu-demo chapters, the
+    readers' commands) come before every other test, and the unit tier after every integration test."""
+    tests = Path(scheduler.__file__).parent
+    (tmp_path / "order_plugin.py").write_text(ORDER_PLUGIN)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{tests}"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "order_plugin",
+                        "-p", "no:cacheprovider", str(tests)], capture_output=True, text=True, timeout=280,
+                       cwd=tests.parent, env=env)
+    line = next((x for x in r.stdout.splitlines() if x.startswith("ORDER ")), None)
+    assert line, r.stdout[-2000:] + r.stderr[-2000:]
+    order = ast.literal_eval(line[len("ORDER "):])          # [(path, (rank, -limit)), ...] as the plugin printed
+    longest = {"test_cpu_demo_nan_crash.py", "test_cpu_demo_baselines.py", "test_cpu_demo_moe_runners.py",
+               "test_readers_commands.py"}
+    n = sum(path.split("/")[-1] in longest for path, _ in order)
+    assert {path.split("/")[-1] for path, _ in order[:n]} == longest, order[:n + 3]
+    ranks = [key[0] for _, key in order]
+    assert ranks == sorted(ranks) and ranks.count(2) > 500

@@ -98,6 +98,7 @@ class _ChunkedSSE:
         self.thread.join(5)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
 def test_a_chunked_stream_is_read_as_it_arrives(host):
     """Each request's first token is stamped before its server even wrote the second event, a whole GAP_S
