@@ -30,12 +30,12 @@ def external_run(tmp_path_factory):
     with Server(spec, runs / "server.log", startup_timeout_s=120) as srv:
         proc = subprocess.run(
             [sys.executable, "-m", "helpers.book.runbook", "--target", "cpu-demo", "--runs-dir", str(runs),
-             "--run-id", "ext", "--chapters", STEM, "--no-build", "-p", f"{STEM}.server_url={srv.base_url}",
+             "--run-id", "ext", "--chapters", STEM, "--no-build", "-p", f"{STEM}.server_url={spec.base_url}",
              "-p", f"{STEM}.concurrencies=[1,4]", "-p", f"{STEM}.workloads=['32/32']", "-p", f"{STEM}.load_time_s=60"],
             capture_output=True, text=True, cwd=repo_root(), timeout=1100,
             env={**os.environ, "BOOK_MODEL_CACHE": str(models)})
     run = runs / "ext"
-    return proc, json.loads((run / "manifest.json").read_text()), run, srv.base_url
+    return proc, json.loads((run / "manifest.json").read_text()), run, spec.base_url
 
 
 def test_the_chapter_runs_against_a_server_given_by_its_url_only(external_run):

@@ -172,7 +172,7 @@ def attempt(name: str, spec: ServerSpec, model: str, log_dir: str | Path, startu
         failed = [r for r in results if not r.ok and r.error_kind != "empty"]
         empty = [r for r in results if r.error_kind == "empty"]
         errors = ([sm.error] if sm.error else []) + [r.error for r in failed]
-        timed_out = sm.kind == "timeout" or any(r.error_kind == "timeout" for r in failed)
+        timed_out = sm.kind == "timeout" or any(r.error_kind in ("timeout", "not-run") for r in failed)
         if not a.evidence and failed:
             a.evidence = failed[0].error[:300]
         time.sleep(0.2)  # let the log pump catch up with the server's traceback
@@ -183,7 +183,7 @@ def attempt(name: str, spec: ServerSpec, model: str, log_dir: str | Path, startu
         elif (o := classify_errors(errors, log, timed_out)) is not None:
             a.outcome = o
             if o == "hang":
-                n_to = sum(r.error_kind == "timeout" for r in failed)
+                n_to = sum(r.error_kind in ("timeout", "not-run") for r in failed)
                 a.detail = (f"up but no complete reply within {request_timeout_s:g} s: "
                             + (f"smoke request cut off after {sm.elapsed_s:.1f} s" if sm.kind == "timeout"
                                else f"{n_to} of {len(results)} decode requests cut off")

@@ -23,10 +23,13 @@ Every request runs within overall deadlines (helpers.serving.fetch.Deadlines, fr
 time limit): to connect, to the reply's headers, and for the whole stream. A server that trickles bytes
 or sends SSE keep-alive comments only is cut off at the limit, and the failure says so
 (`error_kind` "timeout"); the other kinds are "connect", "http", "error-body" (an error inside a 200
-reply), "empty" (a well-formed reply with no content, or a stream that ended before its first chunk),
-"no-usage", "bad-usage" (token counts that cannot be right: more completion tokens than `max_tokens` asked
-for, zero or negative while content streamed, two usage reports that disagree; such a request is not ok, so
-no throughput rests on its count) and "exception".
+reply), "bad-body" (a 200 reply that is not an event stream: a web page, events that are not JSON), "protocol"
+(not valid HTTP/1.1, or past its header limits: helpers.serving.fetch), "too-large" (more body, or a longer
+event, than the client reads), "truncated" (the connection ended inside the body: short of its Content-Length or
+inside a chunk), "empty" (a well-formed reply with no content, or a stream that ended before its first chunk),
+"no-usage", "bad-usage" (token counts that cannot be right: helpers.serving.usage; such a request is not ok, so
+no throughput rests on its count), "not-run" (a request its point's time limit kept from starting: counted as
+`not_run`, not as failed) and "exception".
 """
 from __future__ import annotations
 
@@ -40,7 +43,10 @@ from typing import Sequence
 
 import numpy as np
 
-from helpers.serving.fetch import Deadlines, Endpoint, RequestTimeout, fetch, open_stream, run as _run_coro
+from helpers.serving.fetch import (Deadlines, Endpoint, ReplyError, RequestTimeout, fetch, open_stream,
+                                   run as _run_coro)
+from helpers.serving.sse import EventTooLong, sse_data
+from helpers.serving.usage import tokens, usage_problem
 
 STATS = ("mean", "median", "p90", "p99")
 
@@ -216,6 +222,12 @@ class _StatusError(Exception):
         self.status, self.body = status, body
 
 
+class _TooMany(Exception):
+    """A stream that carried more events than a request of its max_tokens can have (EVENTS_PER_TOKEN)."""
+
+    kind = "too-large"
+
+
 class _StreamError(Exception):
     """An error object inside a 200 stream (`data: {"error": {...}}`)."""
 
@@ -233,25 +245,13 @@ def request_body(model: str, prompt: str, max_tokens: int, chat: bool) -> tuple[
     return "/v1/completions", {**body, "prompt": prompt}
 
 
-async def sse_data(chunks):
-    """The `data:` payloads of a server-sent event stream (the body's bytes as they arrive), one per event;
-    comments (`: keep-alive`) and other fields are skipped."""
-    buf, data = b"", []
-    async for piece in chunks:
-        buf += piece
-        while True:
-            line, sep, rest = buf.partition(b"\n")
-            if not sep:
-                break
-            buf, line = rest, line.rstrip(b"\r")
-            if not line:
-                if data:
-                    yield b"\n".join(data).decode("utf-8", "replace")
-                    data = []
-            elif line.startswith(b"data:"):
-                data.append(line[6:] if line[5:6] == b" " else line[5:])   # one space after the colon is not data
-    if data:
-        yield b"\n".join(data).decode("utf-8", "replace")
+#: the most body bytes one stream may send: STREAM_BYTES_BASE plus STREAM_BYTES_PER_TOKEN for each token asked
+#: for (a chunk of one token is some 100-300 bytes of JSON; this leaves room for logprobs and long ids)
+STREAM_BYTES_BASE, STREAM_BYTES_PER_TOKEN = 1 << 20, 16 << 10
+#: the most events one stream may carry: EVENTS_PER_TOKEN for each token asked for, and EVENTS_EXTRA more (a
+#: role chunk, a finish chunk, usage): a server streams at most one event a token, so a flood of events is cut
+#: off as soon as it is one, not held until the request's deadline
+EVENTS_PER_TOKEN, EVENTS_EXTRA = 4, 16
 
 
 async def one_request(endpoint: Endpoint, model: str, prompt: str, max_tokens: int, t_origin: float,
@@ -262,8 +262,9 @@ async def one_request(endpoint: Endpoint, model: str, prompt: str, max_tokens: i
     res = RequestResult(ok=False)
     t0 = time.perf_counter()
     res.start_s = t0 - t_origin
-    state = {"last": None, "chunks": 0, "headers_s": None, "t0": t0}
-    parts, usages = [], []
+    state = {"last": None, "chunks": 0, "headers_s": None, "t0": t0, "done": False, "chunks_at": [],
+             "most": EVENTS_PER_TOKEN * max_tokens + EVENTS_EXTRA, "most_tokens": max_tokens}
+    parts, usages, seen = [], [], {}
     path, body = request_body(model, prompt, max_tokens, chat)
 
     async def stream_it():
@@ -271,19 +272,7 @@ async def one_request(endpoint: Endpoint, model: str, prompt: str, max_tokens: i
         state["headers_s"] = res.headers_s = reply.headers_at - t0
         res.sent_s, res.written_s = reply.sent_at - t0, reply.written_at - t0
         try:
-            ctype = reply.headers.get("content-type", "")
-            if reply.status != 200:
-                raise _StatusError(reply.status, _error_text((await reply.read(1 << 16)).decode("utf-8", "replace")))
-            if "json" in ctype and "event-stream" not in ctype:   # not a stream: read it as the smoke test does
-                text = (await reply.read()).decode("utf-8", "replace")
-                _, kind, err = parse_reply(reply.status, text, chat)
-                raise _WholeReply(kind or "bad-body", err or f"the server answered a stream request with a whole JSON "
-                                  f"reply instead of a stream: {text[:200]!r}")
-            async for data in sse_data(reply.chunks()):
-                now = time.perf_counter()
-                if data.startswith("[DONE]"):
-                    break
-                _chunk(json.loads(data), now, chat, res, state, parts, usages)
+            await _read_stream(reply, chat, max_tokens, res, state, parts, usages, seen)
         finally:
             reply.close()
 
@@ -291,25 +280,51 @@ async def one_request(endpoint: Endpoint, model: str, prompt: str, max_tokens: i
         await asyncio.wait_for(stream_it(), deadlines.total_s)
         res.e2e_s = time.perf_counter() - t0
         res.text = "".join(parts)
-        _count(res, usages, state, max_tokens)
+        _count(res, usages, state, max_tokens, seen)
     except Exception as e:  # noqa: BLE001 - every failure is recorded, none stops the point
         res.e2e_s = time.perf_counter() - t0
-        if isinstance(e, (asyncio.TimeoutError, RequestTimeout)):
-            res.text = "".join(parts)
+        res.text = "".join(parts)
         res.error_kind, res.error = _failure(e, deadlines, state, res.text)
     return res
 
 
+async def _read_stream(reply, chat: bool, max_tokens: int, res: RequestResult, state: dict, parts: list,
+                       usages: list, seen: dict) -> None:
+    """Read one reply: an error status, a whole JSON reply or a body that is not an event stream raise; the
+    events of a stream are taken as they arrive, up to `[DONE]`."""
+    ctype = reply.headers.get("content-type", "").lower()
+    if reply.status != 200:
+        raise _StatusError(reply.status, _error_text((await reply.read(1 << 16)).decode("utf-8", "replace")))
+    if "json" in ctype and "event-stream" not in ctype:   # not a stream: read it as the smoke test does
+        text = (await reply.read()).decode("utf-8", "replace")
+        _, kind, err = parse_reply(reply.status, text, chat)
+        raise _WholeReply(kind or "bad-body", err or f"the server answered a stream request with a whole JSON "
+                          f"reply instead of a stream: {text[:200]!r}")
+    if ctype and "event-stream" not in ctype:             # a web page, plain text: named, not read as a stream
+        text = (await reply.read(1 << 12)).decode("utf-8", "replace")
+        raise _WholeReply("bad-body", f"HTTP 200 with Content-Type {ctype!r}, not an event stream "
+                          f"(text/event-stream): {text[:200]!r}")
+    cap = STREAM_BYTES_BASE + STREAM_BYTES_PER_TOKEN * max_tokens
+    async for data in sse_data(reply.chunks(cap), seen):
+        now = time.perf_counter()
+        if data.startswith("[DONE]"):
+            state["done"] = True
+            break
+        _chunk(json.loads(data), now, chat, res, state, parts, usages)
+
+
 def _chunk(d, now: float, chat: bool, res: RequestResult, state: dict, parts: list, usages: list) -> None:
-    """Take one streamed chunk (parsed JSON) received at `now`: its usage, its content's timing and text."""
+    """Take one streamed chunk (parsed JSON) received at `now`: its content's timing and text, then its usage
+    (with the content chunks so far, this one included: usage.usage_problem reads them)."""
     if isinstance(d, dict) and d.get("error"):
         raise _StreamError(d["error"])
     state["chunks"] += 1
+    if state["chunks"] > state["most"]:
+        raise _TooMany(f"the stream carried more than {state['most']} events for a request of at most "
+                       f"{state['most_tokens']} tokens (at most {EVENTS_PER_TOKEN} events a token and "
+                       f"{EVENTS_EXTRA} more are read): the server sends more than it was asked for")
     if not isinstance(d, dict):
         return
-    if d.get("usage") is not None:
-        u = d["usage"]
-        usages.append(SimpleNamespace(**u) if isinstance(u, dict) else SimpleNamespace())
     text = ""
     choices = d.get("choices")
     if choices and isinstance(choices[0], dict):
@@ -322,54 +337,36 @@ def _chunk(d, now: float, chat: bool, res: RequestResult, state: dict, parts: li
             res.itl_s.append(now - state["last"])
         state["last"] = now
         parts.append(str(text))
+    if d.get("usage") is not None:
+        u = d["usage"]
+        usages.append(SimpleNamespace(**u) if isinstance(u, dict) else SimpleNamespace())
+        state["chunks_at"].append(len(parts))
 
 
-def _tokens(usage, name: str):
-    """`usage.<name>` as a whole number, or None where it is missing or not a whole number."""
-    v = getattr(usage, name, None)
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def usage_problem(usages: list, max_tokens: int, streamed: bool) -> str | None:
-    """Why the usage reports of one stream cannot be its token counts (None where they can): two reports that
-    disagree, a count that is missing, negative or not whole, more completion tokens than `max_tokens` asked
-    for, or none while content streamed (`streamed`)."""
-    counts = [(_tokens(u, "prompt_tokens"), _tokens(u, "completion_tokens")) for u in usages]
-    if len(set(counts)) > 1:
-        return ("two usage reports of one stream disagree: completion_tokens " + ", then ".join(
-            str(c) for _, c in counts[:3]) + "; the server's counts cannot be trusted")
-    prompt, completion = counts[0]
-    if prompt is None or completion is None or prompt < 0 or completion < 0:
-        return (f"usage reports prompt_tokens {getattr(usages[0], 'prompt_tokens', None)!r} and completion_tokens "
-                f"{getattr(usages[0], 'completion_tokens', None)!r}: expected whole numbers >= 0")
-    if completion > max_tokens:
-        return (f"usage reports {completion} completion tokens for a request of at most max_tokens = {max_tokens}: "
-                "the server's count cannot be right")
-    if completion == 0 and streamed:
-        return "usage reports 0 completion tokens although content streamed: the server's count cannot be right"
-    return None
-
-
-def _count(res: RequestResult, usages: list, state: dict, max_tokens: int) -> None:
+def _count(res: RequestResult, usages: list, state: dict, max_tokens: int, seen: dict) -> None:
     """A stream that ended: its token counts from the usage chunk; ok unless it had no chunk at all, no usage,
-    usage that cannot be right (usage_problem) or no content."""
+    usage that cannot be right (usage.usage_problem) or no content."""
     if not usages:
         if state["chunks"] == 0:
-            res.error_kind = "empty"
-            res.error = ("the stream ended before its first chunk (the server sent `data: [DONE]` first, or closed "
-                         "the stream): no content and no token counts")
+            if seen.get("other"):
+                res.error_kind = "bad-body"
+                res.error = (f"the body is not an event stream: no `data:` event, and a line {seen['other']!r} "
+                             "(the server must stream text/event-stream)")
+            else:
+                res.error_kind = "empty"
+                res.error = ("the stream ended before its first chunk: " + (
+                    "the server sent `data: [DONE]` first" if state["done"] else
+                    "the server ended it without a `data:` event") + " (no content and no token counts)")
             return
         res.error_kind = "no-usage"
         res.error = "the stream carried no usage (token counts); the server must support stream_options.include_usage"
         return
-    why = usage_problem(usages, max_tokens, state["last"] is not None)
+    why = usage_problem(usages, max_tokens, len(res.itl_s) + (state["last"] is not None), state["chunks_at"])
     if why:
         res.error_kind, res.error = "bad-usage", why
         return
-    res.prompt_tokens = _tokens(usages[-1], "prompt_tokens")
-    res.output_tokens = _tokens(usages[-1], "completion_tokens")
+    res.prompt_tokens = tokens(usages[-1], "prompt_tokens")
+    res.output_tokens = tokens(usages[-1], "completion_tokens")
     if state["last"] is None:
         res.error_kind = "empty"
         res.error = f"empty reply: the stream was well formed but carried no content ({res.output_tokens} tokens)"
@@ -385,12 +382,16 @@ def _failure(e: Exception, deadlines: Deadlines, state: dict, text: str) -> tupl
         heads = "no headers" if state["headers_s"] is None else f"headers after {state['headers_s']:.2f} s"
         return "timeout", (f"timeout: the reply did not finish within {deadlines.total_s:g} s (total deadline; "
                            f"{heads}, {state['chunks']} chunk(s), {len(text)} characters of content)")
+    if isinstance(e, (ReplyError, EventTooLong, _TooMany)):   # not HTTP, past a limit, cut short: what came is named
+        return e.kind, (f"{e} ({state['chunks']} chunk(s), {len(text)} characters of content had been read)")[:500]
     if isinstance(e, _WholeReply):
         return e.kind, e.error[:500]
     if isinstance(e, _StatusError):
         return "http", str(e)[:500]
     if isinstance(e, _StreamError):
         return "error-body", f"error in the reply: {e} {e.detail}"[:500]
+    if isinstance(e, ValueError) and state["headers_s"] is not None:   # a `data:` event that is not JSON
+        return "bad-body", f"an event of the stream is not JSON ({type(e).__name__}: {e})"[:500]
     if isinstance(e, OSError) and state["headers_s"] is None:   # refused, reset, closed before a reply
         return "connect", f"{type(e).__name__}: {e}{_causes(e)}"[:500]
     return "exception", f"{type(e).__name__}: {e}"[:500]
@@ -419,31 +420,61 @@ def _error_text(body: str) -> str:
     return json.dumps(d, default=str)[:300] if not isinstance(d, str) else d[:300]
 
 
+@dataclass(frozen=True)
+class Window:
+    """When a point's requests may start and when they must end (time.monotonic() instants; None: no bound).
+    No request starts after `stop` (the point's own time limit: those in flight run on, within their own
+    deadlines, so a point ends at most one request time limit after it); none runs past `end` (the phase's or
+    the study's end: a request in flight there is cut off). A request that could not start is recorded as not
+    run (error_kind "not-run"), not as a failure of the server."""
+
+    stop: float | None = None
+    end: float | None = None
+
+    @classmethod
+    def of(cls, limit_s: float | None = None, until: float | None = None) -> "Window":
+        """The window of a point starting now with a time limit of `limit_s` seconds, inside a phase ending at `until`."""
+        stop = None if limit_s is None else time.monotonic() + float(limit_s)
+        if until is not None:
+            stop = until if stop is None else min(stop, until)
+        return cls(stop, until)
+
+    def deadlines(self, d: Deadlines) -> Deadlines | None:
+        """`d` for a request starting now (cut to the window's end), or None where it may not start."""
+        now = time.monotonic()
+        if (self.stop is not None and now >= self.stop) or (self.end is not None and now >= self.end):
+            return None
+        return d if self.end is None else d.within(self.end - now)
+
+    @staticmethod
+    def not_run(start_s: float) -> RequestResult:
+        return RequestResult(ok=False, error_kind="not-run", start_s=start_s,
+                             error="not run: the point's time limit had passed before it could start")
+
+
 async def run_requests(base_url: str, model: str, prompts: Sequence[str], max_tokens: int, concurrency: int,
                        timeout_s: float = 600.0, chat: bool = False, api_key: str = "none",
-                       deadlines: Deadlines | None = None, until: float | None = None
-                       ) -> tuple[list[RequestResult], float]:
+                       deadlines: Deadlines | None = None, until: float | None = None,
+                       limit_s: float | None = None) -> tuple[list[RequestResult], float]:
     """Send every prompt with at most `concurrency` in flight; return (results, duration_s). Each request
-    runs within `deadlines` (default: Deadlines.from_timeout(timeout_s)) and, with `until` (a time.monotonic()
-    instant: the end of the phase the requests belong to), ends by then: a request that could not start
-    before it is not sent."""
+    runs within `deadlines` (default: Deadlines.from_timeout(timeout_s)). With `limit_s` (seconds from now) no
+    request starts after it; with `until` (a time.monotonic() instant: the end of the phase the requests belong
+    to) none starts or runs past it (Window). A request that could not start is "not-run"."""
     (concurrency,) = check_concurrencies([concurrency])
     d = deadlines or Deadlines.from_timeout(timeout_s)
-    endpoint = await Endpoint.resolve(base_url, api_key)
+    window = Window.of(limit_s, until)
     sem = asyncio.Semaphore(concurrency)
     t_origin = time.perf_counter()
 
     async def gated(p):
         async with sem:
-            if until is None:
-                return await one_request(endpoint, model, p, max_tokens, t_origin, d, chat)
-            left = until - time.monotonic()
-            if left <= 0:
-                return RequestResult(ok=False, error_kind="timeout", start_s=time.perf_counter() - t_origin,
-                                     error="not sent: the time limit of its phase had passed")
-            return await one_request(endpoint, model, p, max_tokens, t_origin, d.within(left), chat)
+            dd = window.deadlines(d)
+            if dd is None:
+                return Window.not_run(time.perf_counter() - t_origin)
+            return await one_request(endpoint, model, p, max_tokens, t_origin, dd, chat)
 
-    results = await asyncio.gather(*(gated(p) for p in prompts))
+    async with await Endpoint.resolve(base_url, api_key) as endpoint:
+        results = await asyncio.gather(*(gated(p) for p in prompts))
     return list(results), time.perf_counter() - t_origin
 
 
@@ -464,12 +495,13 @@ def _stats(prefix: str, values_s: Sequence[float]) -> dict:
 def summarize(results: Sequence[RequestResult], duration_s: float) -> dict:
     """bench_serving's metrics for one point (see the module docstring for the definitions)."""
     ok = [r for r in results if r.ok]
+    not_run = sum(1 for r in results if r.error_kind == "not-run")
     out_tok = sum(r.output_tokens for r in ok)
     in_tok = sum(r.prompt_tokens for r in ok)
     tpot = [(r.e2e_s - r.ttft_s) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
     itl = [x for r in ok for x in r.itl_s]
     row = {
-        "completed": len(ok), "failed": len(results) - len(ok), "duration_s": duration_s,
+        "completed": len(ok), "failed": len(results) - len(ok) - not_run, "not_run": not_run, "duration_s": duration_s,
         "total_input_tokens": in_tok, "total_output_tokens": out_tok,
         "request_throughput": len(ok) / duration_s if duration_s > 0 else float("nan"),
         "output_throughput": out_tok / duration_s if duration_s > 0 else float("nan"),

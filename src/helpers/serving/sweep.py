@@ -120,7 +120,7 @@ def probe_point_s(base_url: str, model: str, w: cl.Workload, concurrency: int, n
     res, took = cl.run_sync(cl.run_requests(base_url, model, prompts, k, concurrency, timeout_s=limit,
                                             until=time.monotonic() + limit))
     how = f"a probe of {concurrency} request(s) of {k} token(s) at once took {took:.1f} s"
-    if any(r.error_kind == "timeout" for r in res):
+    if any(r.error_kind in ("timeout", "not-run") for r in res):
         if limit < budget_s:   # cut off by the request time limit, not the budget: a server not answering, whose
             return None, how   # point is run and its time-outs recorded, as any point's
         return math.inf, f"a probe of {concurrency} request(s) of {k} token(s) at once did not end within {limit:.0f} s"
