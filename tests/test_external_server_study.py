@@ -35,6 +35,7 @@ def external_run(tmp_path_factory):
             capture_output=True, text=True, cwd=repo_root(), timeout=1100,
             env={**os.environ, "BOOK_MODEL_CACHE": str(models)})
     run = runs / "ext"
+    assert (run / "manifest.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, json.loads((run / "manifest.json").read_text()), run, spec.base_url
 
 

@@ -50,9 +50,9 @@ def test_load_study_finds_the_stand_ins_knee_measures_each_load_once_and_resumes
     key = "c-1"
     v = json.loads((run.path("vllm_results") / f"{key}.json").read_text())
     first = next(p for p in study.points if p["key"] == "c=1")
-    assert v["completed"] == first["completed"] and v["median_ttft_ms"] == pytest.approx(first["median_ttft_ms"])
+    assert v["completed"] == first["completed"] and v["median_ttft_ms"] == pytest.approx(first["median_ttft_ms"], abs=0.01)
     a = json.loads((run.path("aiperf_results") / key / "profile_export_aiperf.json").read_text())
-    assert a["time_to_first_token"]["p50"] == pytest.approx(first["median_ttft_ms"])
+    assert a["time_to_first_token"]["p50"] == pytest.approx(first["median_ttft_ms"], abs=0.01)
     assert a["time_to_first_token"]["count"] == first["completed"]
     lines = (run.path("aiperf_results") / key / "profile_export.jsonl").read_text().splitlines()
     phases = [json.loads(x)["metadata"]["benchmark_phase"] for x in lines]

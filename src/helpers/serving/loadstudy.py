@@ -38,16 +38,17 @@ from .overhead import client_overhead
 from .points import Load, LoadPlan, measure, meets_of, rule_requests
 from .standin import StandInProcess
 from .target import Target, describe_given, describe_launched
+from .trace import read as read_trace
 
 #: the harness check: the stand-in's schedule (first chunk after ttft_s, a token every interval_s, both `past_knee`
 #: times longer for a request that arrives past `knee` requests in flight), its workload, concurrencies and SLO (2
 #: intervals per token: past the knee a request takes 3, whatever the client adds; below it the client has 20 ms)
 CHECK = {"ttft_s": 0.05, "interval_s": 0.02, "knee": 4, "past_knee": 3.0, "workload": cl.Workload(8, 8),
-         "concurrencies": (1, 2, 4, 8), "slo": "tpot:40", "rate_points": 2, "min_span_s": 2.0, "time_s": 45.0, "ramp_s": 0.5}
+         "concurrencies": (1, 2, 4, 8), "slo": "tpot:40", "rate_points": 2, "min_span_s": 2.0, "time_s": 50.0, "ramp_s": 0.5}
 #: the largest concurrency the study probes or searches
 MAX_CONCURRENCY = 64
-#: share of the study's time for the curve, rate sweep and searches; the rest keeps the drift check and overhead
-MAIN_SHARE = 0.8
+#: share of the study's time for the curve, rate sweep and searches; the rest keeps the drift check and the trace
+MAIN_SHARE = 0.6
 
 
 @dataclass
@@ -76,8 +77,10 @@ class LoadStudy:
 class PointStore:
     """Every point of one study, keyed by its load (Load.key), in a JSON-lines file a rerun resumes from."""
 
-    def __init__(self, path, url: str, model: str, plan: LoadPlan, deadline: float):
-        self.path, self.url, self.model, self.plan, self.deadline = path, url, model, plan, deadline
+    def __init__(self, path, url: str, model: str, plan: LoadPlan, deadline: float, end: float):
+        """`deadline`: no point starts after it; `end`: no request starts or runs past it (the study's end)."""
+        self.path, self.url, self.model, self.deadline = path, url, model, deadline
+        self.plan = replace(plan, until=end)
         self.rows: dict = {}
         if path.exists():
             for line in path.read_text().splitlines():
@@ -167,15 +170,21 @@ def load_study(server: ServerChoice, cfg: StudyConfig, run: layout.Run) -> LoadS
             out.target = target
             plan = LoadPlan(cfg.workload, cfg.slo, n, cfg.burstiness, timeout_s=server.request_timeout_s,
                             tokenizer=tok, **arrivals)
-            store = PointStore(run.path("study_points"), url, model, plan, t0 + MAIN_SHARE * total - 5.0)
-            out.warmup = _warm_up(url, model, plan, max(cfg.concurrencies))
+            store = PointStore(run.path("study_points"), url, model, plan, t0 + MAIN_SHARE * total - 5.0,
+                               t0 + total)
+            out.warmup = _warm_up(url, model, store.plan, max(cfg.concurrencies))
             _measure_all(store, cfg, out)
-            store.deadline = t0 + total - 5.0
+            store.deadline = t0 + total - 2.0
             again = store.get(Load.closed(min(cfg.concurrencies)), "drift check", key=f"again:c={min(cfg.concurrencies)}")
             first = store.rows.get(f"c={min(cfg.concurrencies)}")
             if again and first:
                 d = drift(first["key"], first["records"], again["records"])
                 out.drift = asdict(d) if d else None
+            if cfg.trace:   # last: it takes what time is left (its requests stop at the study's end)
+                entries = read_trace(cfg.trace)
+                out.trace = f"{len(entries)} requests over {entries[-1].t_s:.1f} s"
+                store.deadline = t0 + total
+                store.get(Load("trace", 1.0, name="trace"), "trace replay", trace=entries)
             out.points = [_slim(r) | {"records": r.get("records", [])} for r in store.rows.values()]
             export(out.points, model, run)
     except Exception as e:  # noqa: BLE001 - a server that would not start or fell over: the points kept say so
@@ -187,7 +196,7 @@ def load_study(server: ServerChoice, cfg: StudyConfig, run: layout.Run) -> LoadS
 
 
 def _measure_all(store: PointStore, cfg: StudyConfig, out: LoadStudy) -> None:
-    """The curve, the rate sweep, both capacity searches (with their intervals) and the trace replay."""
+    """The curve, the rate sweep and both capacity searches (with their intervals)."""
     concs = sorted({min(MAX_CONCURRENCY, int(c)) for c in cfg.concurrencies})
     for c in concs:
         store.get(Load.closed(c), "closed-loop curve")
@@ -201,12 +210,6 @@ def _measure_all(store: PointStore, cfg: StudyConfig, out: LoadStudy) -> None:
     out.capacity_concurrency = _capacity(store, cfg, "closed", concs)
     out.capacity_rate = _capacity(store, cfg, "open", concs, lo, hi) if lo and hi else \
         {"capacity": float("nan"), "complete": False, "points": [], "why": "the curve's ends were not measured"}
-    if cfg.trace:
-        from .trace import read
-
-        entries = read(cfg.trace)
-        out.trace = f"{len(entries)} requests over {entries[-1].t_s:.1f} s"
-        store.get(Load("trace", 1.0, name="trace"), "trace replay", trace=entries)
 
 
 def _capacity(store: PointStore, cfg: StudyConfig, kind: str, concs, lo=None, hi=None) -> dict:

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .client import Deadlines, Endpoint, RequestResult, Workload, make_prompts, one_request, run_sync, summarize
+from .client import (Deadlines, Endpoint, RequestResult, Window, Workload, make_prompts, one_request, run_sync,
+                     summarize)
 from .loadspec import SLO, OpenLoop, achieved_rate, arrival_schedule, goodput, meets, rate_short, tpot_s
 from .openloop import extra_stats
 
@@ -74,6 +75,7 @@ class LoadPlan:
     seed: int = 0
     tokenizer: object = None
     chat: bool = False
+    until: float | None = None      # a time.monotonic() instant no request starts or runs past (the study's end)
 
 
 def ramp_offsets(rate: float, ramp_s: float) -> np.ndarray:
@@ -91,7 +93,15 @@ def open_schedule(rate: float, plan: LoadPlan) -> tuple[np.ndarray, int]:
     return np.concatenate([ramp, body]), len(ramp)
 
 
-async def _closed(ep, model, prompts, max_tokens, c, ramp_s, d, chat):
+async def _one(ep, model, prompt, max_tokens, t_origin, d, window: Window, chat):
+    """One request within the window (not run where it may no longer start)."""
+    dj = window.deadlines(d)
+    if dj is None:
+        return Window.not_run(time.perf_counter() - t_origin)
+    return await one_request(ep, model, prompt, max_tokens, t_origin, dj, chat)
+
+
+async def _closed(ep, model, prompts, max_tokens, c, ramp_s, d, window, chat):
     """Closed loop: c slots, slot i starting at i ramp_s / c, each taking the next prompt when its last ends."""
     t_origin, queue, out = time.perf_counter(), list(enumerate(prompts)), [None] * len(prompts)
 
@@ -99,30 +109,30 @@ async def _closed(ep, model, prompts, max_tokens, c, ramp_s, d, chat):
         await asyncio.sleep(i * ramp_s / c)
         while queue:
             j, p = queue.pop(0)
-            out[j] = await one_request(ep, model, p, max_tokens[j], t_origin, d, chat)
+            out[j] = await _one(ep, model, p, max_tokens[j], t_origin, d, window, chat)
 
     await asyncio.gather(*(slot(i) for i in range(c)))
     return out
 
 
-async def _scheduled(ep, model, prompts, max_tokens, schedule, d, chat):
+async def _scheduled(ep, model, prompts, max_tokens, schedule, d, window, chat):
     """Open loop or trace: prompt i starts at schedule[i] seconds, whatever is in flight."""
     t_origin = time.perf_counter()
 
     async def at(j, t):
         await asyncio.sleep(max(0.0, t - (time.perf_counter() - t_origin)))
-        return await one_request(ep, model, prompts[j], max_tokens[j], t_origin, d, chat)
+        return await _one(ep, model, prompts[j], max_tokens[j], t_origin, d, window, chat)
 
     return list(await asyncio.gather(*(at(j, float(t)) for j, t in enumerate(schedule))))
 
 
 def _send(url, model, prompts, max_tokens, plan, closed=None, schedule=None):
     async def go():
-        ep = await Endpoint.resolve(url)
-        d = Deadlines.from_timeout(plan.timeout_s)
-        if closed is not None:
-            return await _closed(ep, model, prompts, max_tokens, closed, plan.ramp_s, d, plan.chat)
-        return await _scheduled(ep, model, prompts, max_tokens, schedule, d, plan.chat)
+        async with await Endpoint.resolve(url) as ep:
+            d, window = Deadlines.from_timeout(plan.timeout_s), Window(plan.until, plan.until)
+            if closed is not None:
+                return await _closed(ep, model, prompts, max_tokens, closed, plan.ramp_s, d, window, plan.chat)
+            return await _scheduled(ep, model, prompts, max_tokens, schedule, d, window, plan.chat)
     return run_sync(go())
 
 
