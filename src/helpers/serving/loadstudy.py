@@ -47,8 +47,8 @@ CHECK = {"ttft_s": 0.05, "interval_s": 0.02, "knee": 4, "past_knee": 3.0, "workl
          "concurrencies": (1, 2, 4, 8), "slo": "tpot:40", "rate_points": 2, "min_span_s": 2.0, "time_s": 50.0, "ramp_s": 0.5}
 #: the largest concurrency the study probes or searches
 MAX_CONCURRENCY = 64
-#: share of the study's time for the curve, rate sweep and searches; the rest keeps the drift check and the trace
-MAIN_SHARE = 0.6
+#: seconds of the study's time kept for the drift check (and as much again, beside its span, for a trace replay)
+DRIFT_S = 6.0
 
 
 @dataclass
@@ -170,8 +170,9 @@ def load_study(server: ServerChoice, cfg: StudyConfig, run: layout.Run) -> LoadS
             out.target = target
             plan = LoadPlan(cfg.workload, cfg.slo, n, cfg.burstiness, timeout_s=server.request_timeout_s,
                             tokenizer=tok, **arrivals)
-            store = PointStore(run.path("study_points"), url, model, plan, t0 + MAIN_SHARE * total - 5.0,
-                               t0 + total)
+            entries = read_trace(cfg.trace) if cfg.trace else []
+            keep = DRIFT_S + (entries[-1].t_s + DRIFT_S if entries else 0.0)   # kept for the drift check and the trace
+            store = PointStore(run.path("study_points"), url, model, plan, t0 + total - keep, t0 + total)
             out.warmup = _warm_up(url, model, store.plan, max(cfg.concurrencies))
             _measure_all(store, cfg, out)
             store.deadline = t0 + total - 2.0
@@ -180,8 +181,7 @@ def load_study(server: ServerChoice, cfg: StudyConfig, run: layout.Run) -> LoadS
             if again and first:
                 d = drift(first["key"], first["records"], again["records"])
                 out.drift = asdict(d) if d else None
-            if cfg.trace:   # last: it takes what time is left (its requests stop at the study's end)
-                entries = read_trace(cfg.trace)
+            if entries:   # last: it takes what time is left (its requests stop at the study's end)
                 out.trace = f"{len(entries)} requests over {entries[-1].t_s:.1f} s"
                 store.deadline = t0 + total
                 store.get(Load("trace", 1.0, name="trace"), "trace replay", trace=entries)
