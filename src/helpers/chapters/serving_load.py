@@ -103,9 +103,11 @@ def status(study, live: bool) -> str:
 #: what each kind of study can and cannot show (the section's first sentence names what it measured)
 CAN = {"full": "Its figures are that server's at this workload and these assumed SLOs, on this day; they say nothing "
                "about GLM-5, eight GPUs or a VM unless that is what the server runs",
-       "check": "This shows that the client, the ramp, the searches, the interval and the drift check work on a server "
-                "whose answer is known (its knee); it measures nothing about GLM-5, SGLang, a GPU or a VM. Give "
-                "`server_url` (any OpenAI-compatible server, CPU included) for the study in full"}
+       "check": "Section 3 launched only a tiny random-weight model, whose load says nothing about serving, so the "
+                "study ran as a harness check: it shows that the client, the ramp, the searches, the interval and the "
+                "drift check work on a server whose answer is known (its knee), and measures nothing about GLM-5, "
+                "SGLang, a GPU or a VM. Give `server_url` (any OpenAI-compatible server, CPU included) for the study "
+                "in full"}
 
 
 #: whose the SLO is
@@ -253,7 +255,7 @@ def facts(study) -> dict:
             "ld_cap_r": capacity_phrase(study.capacity_rate, "requests/s", "{:.2f}"),
             "ld_drift": drift_phrase(study.drift), "ld_ovh_1": f"{_num(ovh.get(1)):.1f} ms",
             "ld_ovh_16": f"{_num(ovh.get(16)):.1f} ms", "ld_warm": warm,
-            "ld_trace": f"a replay of {study.trace}" if study.trace else "no trace replay (`trace` is empty)"}
+            "ld_trace": f"a trace replayed ({study.trace})" if study.trace else "no trace replayed (`trace` is empty)"}
 
 
 def curve_points(study) -> list[dict]:
