@@ -104,7 +104,7 @@ check-site: install-site
 # (tests/conftest.py; before that, 4 workers put two wall-clock-limited tests over their limits under load).
 # On the 2-core machine, fresh clones after `make book`: 4 workers 509-616 s wall (873-1,058 s of CPU), 3 workers
 # 678-712 s; the floor is the CPU (about 900-1,000 s on 2 cores).
-# --dist loadgroup (tests/conftest.py's scheduler) runs a module with a module fixture whole in one worker and
+# --dist loadgroup (tests/scheduler.py, through xdist's scheduler hook) runs a module with a module fixture whole in one worker and
 # hands out the costliest tests first; the costly session results (the book executed per target, each committed
 # run built) are made once for all workers (tests/onceper.py). TEST_WORKERS=0 runs it in this one process.
 TEST_WORKERS ?= 4

@@ -35,6 +35,20 @@ def _points(s: str) -> tuple[tuple[int, int], ...]:
     return tuple(tuple(int(v) for v in p.split("x")) for p in s.split(","))
 
 
+def _within(given, default, batches, contexts, flag: str) -> tuple[tuple[int, int], ...]:
+    """The batch x context points of `flag`: those given, each refused unless inside the sweep's batches and
+    contexts (the caches are built for the largest); or the default ones that are inside (with --contexts 384 the
+    default sparse points at 8192 are left out, not run into caches built for 384)."""
+    inside = lambda p: p[0] <= max(batches) and p[1] <= max(contexts)  # noqa: E731
+    if given is None:
+        return tuple(p for p in default if inside(p))
+    out = [p for p in given if not inside(p)]
+    if out:
+        raise ValueError(f"{flag} {','.join(f'{b}x{c}' for b, c in out)}: outside the sweep's largest batch "
+                         f"{max(batches)} and context {max(contexts)}; add them to --batches/--contexts or drop them")
+    return tuple(given)
+
+
 def _distributed(device: str):
     """Under torchrun (WORLD_SIZE > 1): one process per rank, NCCL on GPUs, gloo on CPUs."""
     import os
@@ -89,16 +103,24 @@ def main(argv=None) -> int:
     if group is not None and a.tp is None:
         import torch.distributed as dist
         a.tp = dist.get_world_size()
+    batches = a.batches or ((1, 2, 4, 8, 16, 32, 64) if gpu else (1, 8))
+    contexts = a.contexts or ((384, 8192) if gpu else (96, 384))
+    try:
+        op_level = _within(_points(a.op_level) if a.op_level else None,
+                           ((1, 384), (64, 384)) if gpu else (), batches, contexts, "--op-level")
+        sparse = _within(_points(a.sparse) if a.sparse else None,
+                         ((1, 8192), (64, 8192)) if gpu else (), batches, contexts, "--sparse")
+    except ValueError as e:
+        print(f"bench_step: {e}", file=sys.stderr, flush=True)
+        return 2
     cfg = steptime.SweepConfig(
         model=a.model or ("glm5" if gpu else "glm5-mini"), tp=a.tp or (8 if gpu else 2),
-        batches=a.batches or ((1, 2, 4, 8, 16, 32, 64) if gpu else (1, 8)),
-        contexts=a.contexts or ((384, 8192) if gpu else (96, 384)),
+        batches=batches, contexts=contexts,
         modes=tuple((a.modes or ("graph,eager" if gpu else "eager")).split(",")), device=a.device,
         dtype=a.precision, shared_overlap=a.shared_overlap, fusion=a.fusion, compile=a.compile,
         repeats=a.repeats, eager_repeats=a.eager_repeats, components=not a.no_components,
         time_limit_s=a.time_limit_s, moe_held=a.moe_held,
-        op_level=_points(a.op_level) if a.op_level else (((1, 384), (64, 384)) if gpu else ()),
-        sparse_points=_points(a.sparse) if a.sparse else (((1, 8192), (64, 8192)) if gpu else ()))
+        op_level=op_level, sparse_points=sparse)
     t0 = time.monotonic()
     try:
         res = steptime.sweep(cfg, a.out, progress=lambda s: print(s, flush=True), group=group)

@@ -51,7 +51,8 @@ import pandas as pd
 SOURCE = "aiconfigurator-core-0.12.0"
 FRAMEWORK = "sglang"
 VERSION = "0.5.14"
-SYSTEMS = {"rtx_pro_6000_server": "RTX PRO 6000 Blackwell Server Edition", "h200_sxm": "NVIDIA H200"}
+SYSTEMS = {"rtx_pro_6000_server": "RTX PRO 6000 Blackwell Server Edition", "h200_sxm": "NVIDIA H200",
+           "b200_sxm": "NVIDIA B200"}
 
 # GLM-5 at TP8, per rank (from data/models/glm5.yaml: hidden 6144, q_lora 2048, kv_lora 512, rope 64,
 # 64 heads x (192 + 64) qk and 256 v, indexer 32 x 128, 256 experts of 2048, dense 12288, vocab 154880).
@@ -71,9 +72,12 @@ GEMMS = {  # name: (n, k): the projections of one rank's decode step
     "dense down": (HIDDEN, 12288 // TP),
     "lm_head": (154880 // TP, HIDDEN),
 }
-GEMM_DTYPES = ("bfloat16", "nvfp4")
+#: bf16 and nvfp4 (the NVFP4 checkpoint), fp8_block (the FP8 checkpoint zai-org/GLM-5-FP8: 128x128 block scales)
+GEMM_DTYPES = ("bfloat16", "nvfp4", "fp8_block")
 MOE_SHAPE = {"hidden_size": HIDDEN, "inter_size": 2048, "num_experts": 256, "topk": 8}
 HEADS_PER_RANK = 64 // TP
+#: the GLM-5 checkpoints whose whole DSA attention module the tables time (bf16 and FP8 projections)
+DSA_MODELS = ("zai-org/GLM-5", "zai-org/GLM-5-FP8")
 
 
 def data_root(site: Path) -> Path:
@@ -159,7 +163,7 @@ def attention_rows(root: Path, system: str) -> pd.DataFrame:
     p = base / "sparse_attention" / FRAMEWORK / VERSION / "dsa_generation_module_perf.parquet"
     if p.exists():
         d = pd.read_parquet(p)
-        d = d[(d["model"] == "zai-org/GLM-5") & (d["tp_size"] == TP)]
+        d = d[d["model"].isin(DSA_MODELS) & (d["tp_size"] == TP)]
         frames.append(pd.DataFrame({
             "op": d["op_name"], "kernel_source": d["kernel_source"], "model": d["model"],
             "gemm_dtype": d["gemm_type"], "kv_cache_dtype": d["kv_cache_dtype"], "heads_per_rank": d["num_heads"],
@@ -475,6 +479,124 @@ def engine_comm_rows() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# --------------------------------------------------------------------------------------------------
+# aiconfigurator's engine on the single ops of one decode step per system: what helpers.model.predictor's
+# lookups are pinned to (tests/test_predictor.py: units, counts, sizes)
+
+#: one configuration per system: (system, checkpoint, GEMM precision of the shared expert, MoE precision,
+#: attention as SGLang runs it there): the RTX PRO 6000 runs GLM-5's attention densely (SM120), H200 and
+#: B200 its DSA module
+ENGINE_OPS_CONFIGS = (
+    ("rtx_pro_6000_server", "nvidia/GLM-5-NVFP4", "nvfp4", "nvfp4", "dense_mla"),
+    ("h200_sxm", "zai-org/GLM-5-FP8", "fp8_block", "fp8_block", "dsa"),
+    ("b200_sxm", "zai-org/GLM-5-FP8", "fp8_block", "fp8_block", "dsa"),
+)
+ENGINE_OPS_BATCH, ENGINE_OPS_CONTEXT = 64, 1024
+GLM5_LAYERS = 78
+
+
+def _captured_dsa_op(model_path: str, system: str):
+    """aiconfigurator's own GLM-5 generation_attention op (GenerationDSAModule, all 78 layers)."""
+    import aiconfigurator_core.sdk.engine as engine
+    from aiconfigurator_core.sdk.engine import EngineHandle
+
+    cap, stock = {}, engine.get_model
+
+    def grab(*a, **k):
+        cap["m"] = stock(*a, **k)
+        return cap["m"]
+
+    engine.get_model = grab
+    try:
+        EngineHandle.compile(model_path, system, FRAMEWORK, backend_version=VERSION, tp_size=TP, moe_tp_size=TP,
+                             moe_ep_size=1, kvcache_quant_mode="bfloat16")
+    finally:
+        engine.get_model = stock
+    ops_ = [op for op in cap["m"].generation_ops if type(op).__name__ == "GenerationDSAModule"]
+    if len(ops_) != 1:
+        raise ValueError(f"{model_path} on {system}: expected one GenerationDSAModule, got {len(ops_)}")
+    return ops_[0]
+
+
+def engine_ops_rows() -> pd.DataFrame:
+    """aiconfigurator's engine asked for the single ops of one GLM-5 decode step per system (ENGINE_OPS_CONFIGS)
+    at batch ENGINE_OPS_BATCH and ENGINE_OPS_CONTEXT tokens of KV cache: the shared expert's gate_up GEMM, the
+    router GEMM, the lm_head GEMM, the fused MoE (aiconfigurator's GLM-5 routing, power_law_1.01), one TP
+    all-reduce of hidden 6144 per token (NCCL, half) and the attention (dense MLA decode, or the DSA module,
+    which the engine prices for all 78 layers at once: `count` says how many calls its latency covers)."""
+    import aiconfigurator_core
+    from aiconfigurator_core.sdk import common, perf_database
+    from aiconfigurator_core.sdk import operations as ops
+    from aiconfigurator_core.sdk.engine import _evaluate_single_op
+
+    version = getattr(aiconfigurator_core, "__version__", None) or _dist_version()
+    today = datetime.date.today().isoformat()
+    b, ctx = ENGINE_OPS_BATCH, ENGINE_OPS_CONTEXT
+    rows = []
+    for system, ckpt, gemm_q, moe_q, attention in ENGINE_OPS_CONFIGS:
+        db = perf_database.get_database(system, FRAMEWORK, VERSION)
+        gq = getattr(common.GEMMQuantMode, gemm_q)
+        asks = [  # (op kind, what, shape dict, op object, count it covers)
+            ("gemm", "shared gate_up", {"n": 2 * 2048 // TP, "k": HIDDEN, "dtype": gemm_q},
+             ops.GEMM("q", 1, 2 * 2048 // TP, HIDDEN, gq), 1),
+            ("gemm", "router", {"n": 256, "k": HIDDEN, "dtype": "bfloat16"},
+             ops.GEMM("q", 1, 256, HIDDEN, common.GEMMQuantMode.bfloat16), 1),
+            ("gemm", "lm_head", {"n": VOCAB // TP, "k": HIDDEN, "dtype": "bfloat16"},
+             ops.GEMM("q", 1, VOCAB // TP, HIDDEN, common.GEMMQuantMode.bfloat16), 1),
+            ("moe", "routed experts", {"dtype": moe_q, "distribution": "power_law_1.01"},
+             ops.MoE("q", 1, HIDDEN, 2048, 8, 256, TP, 1, getattr(common.MoEQuantMode, moe_q), "power_law_1.01", 1), 1),
+            ("all_reduce", "TP all-reduce of hidden 6144", {"elements_per_token": HIDDEN, "dtype": "half"},
+             ops.NCCL("q", 1, "all_reduce", HIDDEN, TP, common.CommQuantMode.half), 1),
+        ]
+        if attention == "dense_mla":
+            asks.append(("mla", "dense MLA decode (bf16 KV)", {"heads_per_rank": HEADS_PER_RANK, "kv": "bfloat16"},
+                         ops.GenerationMLA("q", 1, HEADS_PER_RANK, common.KVCacheQuantMode.bfloat16), 1))
+        else:
+            asks.append(("dsa", "DSA attention module", {"model": ckpt, "kv": "bfloat16"},
+                         _captured_dsa_op(ckpt, system), GLM5_LAYERS))
+        for kind, what, shape, op, count in asks:
+            r = _evaluate_single_op(db, op, is_context=False, batch_size=b, s=ctx)   # s: the KV length in decode
+            rows.append({"system": SYSTEMS[system], "framework": f"{FRAMEWORK} {VERSION}", "checkpoint": ckpt,
+                         "kind": kind, "what": what, "shape": json.dumps(shape, sort_keys=True), "batch": b,
+                         "context": ctx, "count": count, "latency_us": float(r) * 1e3,
+                         "engine_source": str(getattr(r, "source", "")),
+                         "query": f"_evaluate_single_op(get_database('{system}', '{FRAMEWORK}', '{VERSION}'), "
+                                  f"<{type(op).__name__} {what}>, is_context=False, batch_size={b}, s={ctx})",
+                         "engine_version": f"aiconfigurator-core {version}", "date": today, "source": SOURCE,
+                         "note": "latency_us covers `count` calls (the DSA op is the model's own, all layers)"})
+    return pd.DataFrame(rows)
+
+
+#: aiconfigurator's own stock estimate of GLM-5's mean decode step (its DeepSeekV32Model, DSA attention) on the
+#: systems that have DSA tables, at the holdouts' shapes: (system, checkpoint, batch, isl, osl)
+ENGINE_STEP_CONFIGS = (
+    ("h200_sxm", "zai-org/GLM-5-FP8", 1, 1000, 1000),
+    ("b200_sxm", "zai-org/GLM-5-FP8", 1, 1000, 1000),
+    ("h200_sxm", "zai-org/GLM-5-FP8", 64, 1000, 1000),
+    ("b200_sxm", "zai-org/GLM-5-FP8", 64, 1000, 1000),
+)
+
+
+def engine_step_rows() -> pd.DataFrame:
+    """decode_step_latency(batch, isl, osl) of aiconfigurator's stock GLM-5 model on H200 and B200 (a comparator:
+    its own composition, DSA attention, every layer MoE, its TP all-reduces)."""
+    import aiconfigurator_core
+    from aiconfigurator_core.sdk.engine import EngineHandle
+
+    version = getattr(aiconfigurator_core, "__version__", None) or _dist_version()
+    today = datetime.date.today().isoformat()
+    rows = []
+    for system, ckpt, b, isl, osl in ENGINE_STEP_CONFIGS:
+        h = EngineHandle.compile(ckpt, system, FRAMEWORK, backend_version=VERSION, tp_size=TP, moe_tp_size=TP,
+                                 moe_ep_size=1)
+        rows.append({"system": SYSTEMS[system], "framework": f"{FRAMEWORK} {VERSION}", "checkpoint": ckpt, "tp": TP,
+                     "batch": b, "isl": isl, "osl": osl, "decode_step_us": h.decode_step_latency(b, isl, osl) * 1e3,
+                     "query": f"EngineHandle.compile('{ckpt}', '{system}', 'sglang', backend_version='{VERSION}', "
+                              f"tp_size={TP}, moe_tp_size={TP}, moe_ep_size=1).decode_step_latency({b}, {isl}, {osl})",
+                     "engine_version": f"aiconfigurator-core {version}", "date": today, "source": SOURCE})
+    return pd.DataFrame(rows)
+
+
 def _dist_version() -> str:
     from importlib.metadata import version
 
@@ -512,6 +634,8 @@ def main(argv=None) -> int:
         "aic_comm.csv": lambda: pd.concat([comm_rows(root, s) for s in SYSTEMS]),
         "aic_estimate.csv": lambda: estimate_rows(a.site),
         "aic_engine_comm.csv": engine_comm_rows,
+        "aic_engine_ops.csv": engine_ops_rows,
+        "aic_engine_steps.csv": engine_step_rows,
         "aic_h200_gemm_fp8.csv": lambda: h200_table("aic_h200_gemm_fp8.csv"),
         "aic_h200_indexer.csv": lambda: h200_table("aic_h200_indexer.csv"),
     }
@@ -526,9 +650,10 @@ def main(argv=None) -> int:
 
 
 OUTPUTS = ("aic_gemm.csv", "aic_moe.csv", "aic_attention.csv", "aic_comm.csv", "aic_estimate.csv",
-           "aic_engine_comm.csv", "aic_h200_gemm_fp8.csv", "aic_h200_indexer.csv")
+           "aic_engine_comm.csv", "aic_engine_ops.csv", "aic_engine_steps.csv", "aic_h200_gemm_fp8.csv",
+           "aic_h200_indexer.csv")
 H200_OUTPUTS = ("aic_h200_gemm_fp8.csv", "aic_h200_indexer.csv")
-ENGINE_OUTPUTS = ("aic_estimate.csv", "aic_engine_comm.csv")
+ENGINE_OUTPUTS = ("aic_estimate.csv", "aic_engine_comm.csv", "aic_engine_ops.csv", "aic_engine_steps.csv")
 
 
 if __name__ == "__main__":

@@ -179,3 +179,19 @@ def test_page_one_cites_only_values_the_chapters_glue(recorded_run):
         for m in staging.CROSS_GLUE.finditer(md.read_text()):
             stem = Path(m.group("nb")).stem
             assert m.group("key") in glued(recorded_run, stem), f"{doc}.md cites {m.group(0)}"
+
+
+@pytest.mark.slow
+def test_the_diagnosis_states_the_held_out_calibration_from_the_registered_bands(recorded_run):
+    """Issue 45: the calibration glued in section 3, recomputed here from the two data files alone."""
+    g = glued(recorded_run, "07_diagnosis")
+    h = recorded.load("reference/holdouts.csv").set_index("key")
+    b = recorded.load("reference/holdout_bands.csv").set_index("key")
+    obs = h["observed"].astype(float)
+    inside = (b["band_low"].astype(float) <= obs) & (obs <= b["band_high"].astype(float))
+    err = ((b["point"].astype(float) - obs) / obs).abs()
+    assert g["cal_n"] == str(len(h)) and g["cal_n_systems"] == str(h["system"].nunique())
+    assert g["cal_n_inside"] == str(int(inside.sum()))
+    assert float(g["cal_median_err_pct"]) == pytest.approx(100 * err.median(), rel=1e-6)
+    assert float(g["cal_worst_err_pct"]) == pytest.approx(100 * err.max(), rel=1e-6)
+    assert g["cal_registered"] == "; ".join(sorted(set(b["registered"])))

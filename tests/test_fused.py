@@ -114,6 +114,46 @@ def test_one_compiled_function_equals_its_plain_self():
     assert any(r["function"] == "add_rmsnorm" for r in fz.COMPILE_LOG)
 
 
+def test_every_compiled_function_names_its_varying_sizes():
+    """Each function the fused program hands to the compiler has a VARYING entry naming parameters it takes
+    (compiled() refuses one without: a new function cannot silently compile with every size static, nor name
+    a parameter it lost)."""
+    import ast
+    import inspect
+
+    from helpers.model.step import program_fused
+
+    used = {n.attr for n in ast.walk(ast.parse(inspect.getsource(program_fused)))
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "fz"
+            and callable(getattr(fz, n.attr, None)) and n.attr not in ("compiled", "route_triton", "route_triton_ok")}
+    assert used and used <= set(fz.VARYING), used - set(fz.VARYING)
+    for name in fz.VARYING:
+        assert fz.varying_positions(getattr(fz, name))
+    with pytest.raises(KeyError, match="no entry in VARYING"):
+        fz.compiled(fz._rms, True)
+
+
+@pytest.mark.integration
+def test_only_the_batch_is_symbolic_and_other_widths_get_graphs_of_their_own():
+    """Dynamo (the eager backend: the graphs, not the kernels) on the fused norm as compiled() sets it up:
+    batch 1 a graph of its own, every larger batch one symbolic graph, and another hidden width a third graph
+    beside them, never one that replaces the first (what made the first call differ, issue 34), while the
+    widths stay constants (all sizes symbolic cost 6-11 % of the step on the H200, issue 48)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    c = fz._Timed(torch.compile(fz.add_rmsnorm, backend="eager", dynamic=False, fullgraph=True), fz.add_rmsnorm)
+    shapes = []
+    for b, width in ((1, 64), (2, 64), (8, 64), (64, 64), (3, 32), (5, 64), (7, 32)):
+        h = torch.randn(b, width)
+        c(h, h, None, torch.ones(width), 1e-5, False)
+        shapes.append(counters["stats"]["unique_graphs"])
+    assert shapes == [1, 2, 2, 2, 3, 3, 3], shapes
+    torch._dynamo.reset()
+
+
 def test_the_kernel_tiles_follow_the_h200_sweep():
     """moe_triton.config at GLM-5's TP8 per-rank shapes takes what benchmarks/tune_moe.py measured fastest on
     the H200: two pipeline stages for the experts' down product (K 256: one or two trips of the K loop), four

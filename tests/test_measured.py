@@ -41,7 +41,7 @@ def test_lookups_name_what_is_missing():
     with pytest.raises(kt.KernelTableError, match="outside the measured grid"):
         kt.gemm_us(kt.RTX, "bf16", 10**6, 6144, 2048)
     with pytest.raises(kt.KernelTableError, match="no rows with system"):
-        kt.moe_us("NVIDIA B200", "nvfp4", 1)
+        kt.moe_us("NVIDIA GB300", "nvfp4", 1)   # a system the tables do not hold
     with pytest.raises(kt.KernelTableError, match="moe_dtype"):
         kt.moe_us(kt.H200, "nvfp4", 1)          # H200 has no NVFP4 MoE kernel
 

@@ -78,3 +78,30 @@ def test_sweep_server_keys_points_by_the_server_command_line(tmp_path):
                            startup_timeout_s=30, request_timeout_s=10)
     assert df.completed.iloc[0] == 1
     assert df.server_memory_cap_mib.iloc[0] == 512 and 0 < df.server_peak_rss_mib.iloc[0] < 512
+
+
+def test_a_matrix_runs_its_configurations_side_by_side_and_keeps_each_row(tmp_path):
+    """run_matrix with workers: every configuration's server runs at once (the server's own record: each saw its
+    request while all the others' were still alive), each row is kept with the workers it ran beside, and a
+    resume runs none again."""
+    import threading
+
+    rows, names = tmp_path / "attempts.jsonl", ["a", "b", "c"]
+    started, up, checked = {}, threading.Barrier(3, timeout=120), threading.Barrier(3, timeout=120)
+
+    def run_one(name):
+        srv = server(tmp_path, "ok")
+        with srv:
+            started[name] = srv
+            r = cl.run_point(srv.spec.base_url, "fake", cl.Workload(4, 2), 1, 1, timeout_s=30)
+            up.wait()                                   # all three servers are up (one at a time would hang here)
+            alive = sum(s.running() for s in started.values())
+            checked.wait()                              # none stops before every one has looked
+        return {"outcome": "ok" if r["completed"] else "error", "alive": alive}
+
+    df = sweep.run_matrix(rows, names, run_one, progress=False, workers=3)
+    assert sorted(df.name) == names and set(df.outcome) == {"ok"} and set(df.workers) == {3}
+    assert set(df.alive) == {3}                 # each ran while all three servers were up
+    assert sweep.run_matrix(rows, names, lambda n: pytest.fail("ran again"), progress=False, workers=3).shape[0] == 3
+    with pytest.raises(ValueError, match="workers=0"):
+        sweep.run_matrix(rows, names, run_one, workers=0)

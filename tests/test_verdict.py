@@ -93,9 +93,9 @@ def test_the_draws_are_seeded_and_follow_the_ranges(v, meas, study):
     again = vd.Verdict.build("glm5", 384, meas.floor_us(), study)
     pd.testing.assert_frame_equal(v.bare_metal(), again.bare_metal())
     d = v.draw(vd.BARE)
-    for name in vd.INPUTS:
-        r = v.inputs.get(name, vd.BARE)
-        assert d[name].min() >= r.low and d[name].max() <= r.high
+    for name in set(vd.INPUTS) & set(d) | set(vd.predictor.DRAWN):
+        r = vd.predictor.range_for(v.inputs, name, vd.kt.RTX) if name in vd.predictor.DRAWN else v.inputs.get(name, vd.BARE)
+        assert d[name].min() >= r.low and d[name].max() <= r.high, name
     soft = v.inputs.get("batch_at_nominal_64", vd.VM)
     assert soft.low == 34.89 and soft.high == 64
 
@@ -119,19 +119,26 @@ def test_the_vm_at_64_is_softer_than_at_one_batch(v):
     assert (r64.band_high_tok_s / r64.band_low_tok_s) > 1.3 > (r1.band_high_tok_s / r1.band_low_tok_s)
 
 
-def test_bare_metal_is_predicted_within_15_percent_and_its_band_is_not_tuned_to_it(v):
-    """The acceptance of the verdict: measured inputs alone, not fitted to these observations. Issue 35: the
-    ranges come from evidence on both sides (the collective range between two measured curves, not a physics
-    bound below the table; the indexer as the reference ran it), and the bands then miss both observations
-    (one stream slower than predicted, 64 faster): the band is not widened to hold them, the page says so."""
+def test_bare_metal_is_predict_for_the_reference_and_its_errors_lie_in_the_model_error(v, meas):
+    """The bare-metal band is predict() on the RTX PRO 6000 under the reference's recorded settings (one
+    computation); not fitted to its two observations. Issue 45 added the model's own error (registered from
+    AISimulate's published errors, not from these points): each point's miss, as a factor on the step, lies inside
+    that registered range at one stream, while at 64 the reference ran faster than even the range's fast end allows
+    (the page says so); the band as first registered (issue 35's) still misses at 64."""
     t = v.bare_metal().set_index("concurrency")
+    me = v.inputs.get("model_error", "all")
     for c in (1, 64):
-        assert abs(t.loc[c, "rel_err"]) <= 0.15, t.loc[c].to_dict()
-    assert t.loc[1, "observed_tok_s"] < t.loc[1, "band_low_tok_s"] and not t.loc[1, "inside_band"]
-    assert t.loc[64, "observed_tok_s"] > t.loc[64, "band_high_tok_s"] and not t.loc[64, "inside_band"]
+        p = vd.predictor.predict("glm5", vd.kt.RTX, 8, c, 384, vd.predictor.deployment_settings(),
+                                 floor_us=meas.floor_us())
+        assert t.loc[c, "predicted_tok_s"] == pytest.approx(p.tok_s)
+        assert (t.loc[c, "band_low_tok_s"], t.loc[c, "band_high_tok_s"]) == pytest.approx(p.band)
+    factor = t["predicted_tok_s"] / t["observed_tok_s"]     # observed step / predicted step
+    assert me.low <= factor[1] <= me.high and factor[64] < me.low, factor.to_dict()
+    first = v.as_first_registered().bare_metal().set_index("concurrency")
+    assert not first.loc[64, "inside_band"]
     coll = v.inputs.get("collective_spread", vd.BARE)
-    assert coll.unit == vd.ranges.FACTOR_UNIT and coll.low == pytest.approx(vd.ranges._first_collective_factor())
-    assert not coll.changed and "put back" in coll.why
+    assert coll.unit == vd.ranges.FACTOR_UNIT and coll.first[0] == pytest.approx(vd.ranges._first_collective_factor())
+    assert coll.changed and "put back" in coll.why and (coll.low, coll.high) == (1, 1)
     idx = v.inputs.get("indexer", vd.BARE)
     assert (idx.low, idx.mid, idx.high) == (0, 0, 0) and idx.changed and idx.first[:3] == (0, 1, 1)
 
@@ -220,3 +227,37 @@ def test_the_copy_scenarios_say_their_alpha_was_timed_from_python():
     from helpers.model.verdict import scenarios
     for h in scenarios.copy_scenarios(ma.load_model("glm5")):
         assert "timed eagerly from Python, harness cost included" in h.evidence, h.key
+
+
+# ---------------------------------------------------------------------------- issue 45: the tuned arm, the ceiling
+def test_the_tuned_p2p_off_arm_is_priced_from_the_community_ratio_and_never_below_p2p(v):
+    arm = v.scenario("nccl_tuned_p2p_off")
+    t = recorded.load("reference/p2p_off_tuned.csv").set_index(["arm", "concurrency"])["output_tok_s"]
+    ref = recorded.load("reference/baremetal.csv")
+    step_ms = 1e3 / float(ref[(ref.metric == "output_throughput") & (ref.concurrency == 1)]["value"].iloc[0])
+    n_ar = sum(c.per_step for c in ma.collective_schedule(v.model) if c.kind == "all_reduce")
+    bare = vd.kt.comm_us(vd.kt.RTX, "all_reduce", 8, 12288)
+    lo, mid, hi = (float(np.ravel(x)[0]) for x in arm.time("all_reduce", np.array([12288.0]), 8))
+    want = (t[("P2P on", 1)] / t[("P2P off (tuned)", 1)] - 1) * step_ms * 1e3 / n_ar
+    assert mid == pytest.approx(bare + want) and lo < mid < hi
+    for size in (12288.0, 786432.0):
+        low = float(np.ravel(arm.time("all_reduce", np.array([size]), 8)[0])[0])
+        assert low >= vd.kt.comm_us(vd.kt.RTX, "all_reduce", 8, size) - 1e-9
+    adm = v.admissibility().set_index("scenario_key")
+    assert not adm.loc["nccl_tuned_p2p_off", "admissible"] and "remedy arm" in adm.loc["nccl_tuned_p2p_off", "why_not"]
+
+
+def test_the_tuned_arm_is_ranked_as_a_remedy_below_restoring_p2p(v):
+    r = vd.remedies(v, False).set_index("remedy")
+    tuned = [k for k in r.index if k.startswith("NCCL tuned without P2P")]
+    clique = [k for k in r.index if k.startswith("GPUDirect clique")]
+    assert len(tuned) == 1 and len(clique) == 1
+    assert r.loc[tuned[0], "gain_mid @1"] > 1
+    assert r.loc[tuned[0], "gain_mid @1"] <= r.loc[clique[0], "gain_mid @1"]
+
+
+def test_bare_metals_ceiling_reads_no_indexer_bytes(v):
+    for c in (1, 64):
+        dense, sparse = vd.ceiling(v.model, c, dense=True), vd.ceiling(v.model, c)
+        assert dense["bytes_per_gpu_GB"] < sparse["bytes_per_gpu_GB"]
+        assert dense["ceiling_tok_s"] > sparse["ceiling_tok_s"]

@@ -65,7 +65,8 @@ def _node_id(classname: str, name: str) -> str:
     return "/".join(parts[:i + 1]) + ".py::" + "::".join([*parts[i + 1:], name])
 
 
-def record(results: dict, commit: str, exit_code: int, started: str, duration_s: float) -> dict:
+def record(results: dict, commit: str, exit_code: int, started: str, duration_s: float,
+           command: str = "python -m pytest -m gpu") -> dict:
     """The manifest's `gpu_tier` record: `ok` only where pytest exited 0, something ran, nothing failed and
     every skip names missing hardware."""
     off = [s for s in results["skipped"] if not hardware_skip(s["reason"])]
@@ -73,13 +74,23 @@ def record(results: dict, commit: str, exit_code: int, started: str, duration_s:
     return {"commit": commit, "failed": results["failed"],
             "ok": exit_code == 0 and ran > 0 and not results["failed"] and not off,
             "passed": results["passed"], "skipped": results["skipped"], "exit_code": exit_code,
-            "started": started, "duration_s": round(duration_s, 1), "command": "python -m pytest -m gpu"}
+            "started": started, "duration_s": round(duration_s, 1), "command": command}
 
 
-def run(run_dir: Path, root: Path, timeout_s: float = 600.0, pytest_args: tuple[str, ...] = ()) -> dict:
-    """Run the GPU tier in `root` (the checkout the run was made from) and record it in `run_dir`'s manifest;
-    returns the record. A tier still running after `timeout_s` is stopped (its process group killed) and
-    recorded as failed."""
+def tier_workers() -> int:
+    """How many pytest processes the tier runs in: two where pytest-xdist is importable (the tier's costliest
+    tests are compilations in fresh processes, CPU work beside a GPU that mostly waits: 288 s in one process on
+    the lent H200 at 044ddbc), else one."""
+    import importlib.util
+
+    return 2 if importlib.util.find_spec("xdist") is not None else 1
+
+
+def run(run_dir: Path, root: Path, timeout_s: float = 600.0, pytest_args: tuple[str, ...] = (),
+        workers: int | None = None) -> dict:
+    """Run the GPU tier in `root` (the checkout the run was made from) in `workers` pytest processes (default:
+    tier_workers()) and record it in `run_dir`'s manifest; returns the record. A tier still running after
+    `timeout_s` is stopped (its process group killed) and recorded as failed."""
     run_dir = Path(run_dir)
     m = mf.Manifest.load(run_dir)
     commit = str(mf.versions(root).get("book_commit") or "")
@@ -90,7 +101,9 @@ def run(run_dir: Path, root: Path, timeout_s: float = 600.0, pytest_args: tuple[
     junit, log = run_dir / JUNIT, run_dir / LOG
     log.parent.mkdir(parents=True, exist_ok=True)
     junit.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rs", "-p", "no:cacheprovider",
+    workers = tier_workers() if workers is None else workers
+    spread = ["-n", str(workers), "--dist", "loadgroup"] if workers > 1 else []
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rs", "-p", "no:cacheprovider", *spread,
            f"--junitxml={junit}", *pytest_args]
     started, t0 = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), time.monotonic()
     with open(log, "w") as out:
@@ -104,7 +117,8 @@ def run(run_dir: Path, root: Path, timeout_s: float = 600.0, pytest_args: tuple[
     results = parse_junit(junit) if junit.exists() else {"passed": [], "failed": [], "skipped": []}
     if code == -9:
         results["failed"].append({"name": "(the tier)", "message": f"stopped after {timeout_s:.0f} s"})
-    rec = record(results, commit or measured, code, started, time.monotonic() - t0)
+    rec = record(results, commit or measured, code, started, time.monotonic() - t0,
+                 command=" ".join(["python -m pytest -m gpu", *spread]))
     m = mf.Manifest.load(run_dir)
     m.gpu_tier = rec
     m.save(run_dir)

@@ -36,6 +36,9 @@ FORMATS: dict[str, dict] = {
     "fp16": {"bytes_per_value": 2.0, "per_tensor_bytes": 0, "describe": "16-bit values"},
     "fp32": {"bytes_per_value": 4.0, "per_tensor_bytes": 0, "describe": "32-bit values"},
     "fp8": {"bytes_per_value": 1.0, "per_tensor_bytes": 4, "describe": "8-bit values + FP32 tensor scale"},
+    # FP8 with one FP32 scale per 128 x 128 block (zai-org/GLM-5-FP8)
+    "fp8_block": {"bytes_per_value": 1.0 + 4.0 / (128 * 128), "per_tensor_bytes": 0,
+                  "describe": "8-bit values + one FP32 scale per 128 x 128 block"},
     # NVFP4: a 4-bit value, one FP8 (E4M3) scale per block of 16 values, and per tensor an FP32 global
     # weight scale and an FP32 input scale.
     "nvfp4": {"bytes_per_value": 0.5 + 1.0 / 16, "per_tensor_bytes": 8,

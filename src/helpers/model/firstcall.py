@@ -140,6 +140,20 @@ def run_fresh(cfg: FirstCallConfig, timeout_s: float = 300.0) -> dict:
     return {**asdict(cfg), "error": last, "verdict": f"error: {last}"}
 
 
+def run_fresh_all(cfgs: list[FirstCallConfig], timeout_s: float = 300.0, jobs: int = 1) -> list[dict]:
+    """run_fresh for every configuration, up to `jobs` processes at once (each checks bitwise agreement within
+    itself, so processes side by side on one GPU change no verdict; the compilations they start are CPU work
+    a GPU host has cores for); the rows in the order of `cfgs`."""
+    if not (isinstance(jobs, int) and jobs >= 1):
+        raise ValueError(f"jobs={jobs!r}: a whole number of at least 1")
+    if jobs == 1:
+        return [run_fresh(c, timeout_s) for c in cfgs]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(lambda c: run_fresh(c, timeout_s), cfgs))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:

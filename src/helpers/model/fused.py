@@ -27,16 +27,20 @@ asked): Inductor's C++ backend compiles them too, but takes minutes on two cores
 compiled ones' up to the order of float operations; the tests compare the fused step's logits with the
 unfused step's, and one compiled function with its plain self.
 
-Compilation: `torch.compile(fn, mode="default", dynamic=True, fullgraph=True)`: every size is symbolic from
-the first compilation on (sizes 0 and 1 stay specialized), so each function compiles once for batch 1 and
-once for every larger batch, reused over all layers and steps. `dynamic=None` (dynamo's automatic dynamic
-shapes) compiled a specialized graph on the first call and replaced it with a symbolic one as soon as a second
-shape came (another batch, or the same function at another call site: gated_act's shared and routed experts),
-so the first step in a process ran kernels no later step ran: measured on the lent H200 (glm5-mini, FP8,
-benchmarks/first_call.py), the first call's logits differed from every later call's by 10 % (batch 1) to 44 %
-(batch 64) relative L2; with every size symbolic from the start the first call, the later ones, a graph
-replay and a call after a step at another batch agree bitwise (issue 34; tests/test_fp8.py checks it in
-fresh processes on a GPU).
+Compilation: `torch.compile(fn, mode="default", dynamic=False, fullgraph=True)`, and before every call the
+sizes that vary from call to call marked symbolic (`VARYING`: the step's batch, as tokens or expert rows, and
+its context), every other size a constant the compiler specializes on (the model's widths: a norm over 6144
+values is one persistent reduction, not a loop over a symbolic length). Each function thus compiles once for
+batch 1 (sizes 1 stay specialized) and once for every larger batch, reused over all layers and steps; a call
+with other constants (gated_act's shared and routed experts) gets a graph of its own beside the first, never in
+its place. `dynamic=None` (dynamo's automatic dynamic shapes) compiled a specialized graph on the first call
+and replaced it with a symbolic one as soon as a second shape came, so the first step in a process ran kernels
+no later step ran: measured on the lent H200 (glm5-mini, FP8, benchmarks/first_call.py), the first call's
+logits differed from every later call's by 10 % (batch 1) to 44 % (batch 64) relative L2 (issue 34). With
+every size symbolic from the start (`dynamic=True`, issue 34's fix) the calls agreed bitwise but the step was
+10.6 % slower at batch 1 and 5.8 % at 64 on the H200 (bf16, graphs, context 384: symbolic widths, issue 48);
+marking only what varies keeps the first call, the later ones, a graph replay and a call after a step at
+another batch bitwise equal (tests/test_fp8.py checks it in fresh processes on a GPU).
 Inductor picks each generated kernel's launch configuration by timing the candidates the first time it
 runs, so a sweep (helpers.model.steptime) runs its largest batch second: the symbolic graph is tuned where
 the candidates differ, not at batch 2 where all take microseconds. `mode="max-autotune"` is not used: on the
@@ -54,6 +58,11 @@ from . import fp8
 
 #: torch.compile's mode for the fused functions on CUDA
 COMPILE_MODE = "default"
+#: how the fused functions' sizes are compiled: "marked" (the step's: the VARYING sizes symbolic, the rest
+#: constants), and, for a paired benchmark of the alternatives only (benchmarks/bench_dynamic.py, which sets
+#: BOOK_STEP_DYNAMIC), "all" (every size symbolic: dynamic=True, issue 34's fix) and "auto" (dynamo's
+#: automatic dynamic shapes: dynamic=None, whose first call differs from the later ones)
+DYNAMIC = ("marked", "all", "auto")
 #: what "compile" settings DecodeStep accepts: "auto" compiles on CUDA only, "on" everywhere, "off" never
 COMPILE = ("auto", "on", "off")
 
@@ -70,29 +79,84 @@ def wants_compile(device: str, setting: str = "auto") -> bool:
     return setting == "on"
 
 
+#: each compiled function's inputs whose sizes vary from call to call: {parameter: its varying dimensions},
+#: where -2 is the rows of a product's output whether or not split-K partial sums (S, rows, n) lead it. The
+#: step's batch (tokens, or their expert rows) and its context; every other size is a constant of the model.
+VARYING = {
+    "embed": {"tokens": (0,)},
+    "add_rmsnorm": {"h": (0,), "a": (0,), "b": (0,)},
+    "latent_norms": {"qkv": (0,)},
+    "rotary_query": {"q": (0,), "qlat": (0,)},
+    "attend": {"q": (0,), "k": (0, 1)},
+    "attend_sparse": {"q": (0,), "cache": (0, 1), "topi": (0,)},
+    "absorb_v": {"olat": (0,)},
+    "indexer_qk": {"iq": (0,), "ik": (0,)},
+    "indexer_scores": {"iq": (0,), "keys": (0, 1), "iw": (-2,)},
+    "indexer_topk": {"iq": (0,), "keys": (0, 1), "iw": (-2,)},
+    "route": {"logits": (0,)},
+    "route_forced": {"logits": (0,), "ids": (0,)},
+    "permute": {"ids": (0,), "rw": (0,), "x": (0,)},
+    "permute_fp8": {"ids": (0,), "rw": (0,), "xq": (0,), "s": (0,)},
+    "gated_act": {"g": (-2,), "w": (0,)},
+    "combine": {"g2": (0,), "inv": (0,), "shared": (0,)},
+}
+
+
 def compiled(fn, on: bool):
-    """`fn` compiled by torch.compile (once per process: every layer and every step share it), or `fn`. Every
-    size symbolic from the first call (dynamic=True): see the module docstring for why not dynamo's default."""
+    """`fn` compiled by torch.compile (once per process: every layer and every step share it), or `fn`. Static
+    sizes but those VARYING names for `fn`, marked symbolic before each call: see the module docstring."""
     if not on:
         return fn
     if fn not in _COMPILED:
         import torch._dynamo
 
+        if fn.__name__ not in VARYING:
+            raise KeyError(f"helpers.model.fused.{fn.__name__}: no entry in VARYING; name the dimensions of its "
+                           "inputs that vary from call to call (batch, context) there before compiling it")
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-        c = torch.compile(fn, mode=COMPILE_MODE, dynamic=True, fullgraph=True)
-        _COMPILED[fn] = _Timed(c, fn.__name__)
+        how = dynamic_setting()
+        c = torch.compile(fn, mode=COMPILE_MODE, dynamic={"marked": False, "all": True, "auto": None}[how],
+                          fullgraph=True)
+        _COMPILED[fn] = _Timed(c, fn, mark=how == "marked")
     return _COMPILED[fn]
 
 
-class _Timed:
-    """A compiled function that logs how long a call took when it compiled (dynamo's frame counter moved)."""
+def dynamic_setting() -> str:
+    """DYNAMIC's choice for this process: $BOOK_STEP_DYNAMIC, "marked" where unset."""
+    how = os.environ.get("BOOK_STEP_DYNAMIC", "marked")
+    if how not in DYNAMIC:
+        raise ValueError(f"BOOK_STEP_DYNAMIC={how!r}: expected one of {DYNAMIC} (unset: marked)")
+    return how
 
-    def __init__(self, c, name):
-        self.c, self.name = c, name
+
+def varying_positions(fn) -> list[tuple[int, str, tuple[int, ...]]]:
+    """(position, parameter, dimensions) of each of `fn`'s VARYING inputs, in its signature's order."""
+    import inspect
+
+    names = list(inspect.signature(fn).parameters)
+    want = VARYING[fn.__name__]
+    unknown = set(want) - set(names)
+    if unknown:
+        raise KeyError(f"VARYING[{fn.__name__!r}] names {sorted(unknown)}, which {fn.__name__} does not take")
+    return [(names.index(n), n, dims) for n, dims in want.items()]
+
+
+class _Timed:
+    """A compiled function that marks its varying sizes symbolic before each call, and logs how long a call took
+    when it compiled (dynamo's frame counter moved)."""
+
+    def __init__(self, c, fn, mark: bool = True):
+        self.c, self.name, self.varying = c, fn.__name__, (varying_positions(fn) if mark else [])
 
     def __call__(self, *a, **k):
+        import torch._dynamo
         from torch._dynamo.utils import counters
 
+        for i, name, dims in self.varying:
+            t = a[i] if i < len(a) else k.get(name)
+            if isinstance(t, torch.Tensor):
+                for d in dims:
+                    torch._dynamo.maybe_mark_dynamic(t, d % t.dim())
         before = counters["stats"]["unique_graphs"]
         t0 = time.monotonic()
         out = self.c(*a, **k)

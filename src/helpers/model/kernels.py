@@ -24,10 +24,13 @@ from helpers.core import recorded
 
 RTX = "RTX PRO 6000 Blackwell Server Edition"
 H200 = "NVIDIA H200"
+B200 = "NVIDIA B200"
+#: every system the tables hold, by aiconfigurator's own system name
+SYSTEMS = {"rtx_pro_6000_server": RTX, "h200_sxm": H200, "b200_sxm": B200}
 #: the MoE routing distribution aiconfigurator's own GLM-5 model uses (sdk/models/deepseek_v32.py)
 AIC_DISTRIBUTION = "power_law_1.01"
 #: checkpoint format names of helpers.model.arith -> the tables' dtype names
-DTYPE = {"bf16": "bfloat16", "nvfp4": "nvfp4", "fp8": "fp8", "fp16": "bfloat16"}
+DTYPE = {"bf16": "bfloat16", "nvfp4": "nvfp4", "fp8": "fp8", "fp16": "bfloat16", "fp8_block": "fp8_block"}
 
 
 #: bytes per element of the collective tables' dtypes (aiconfigurator's names: NCCL 'half', 'int8'; SGLang's
@@ -118,11 +121,15 @@ def gemm_us(system: str, dtype: str, m: int, n: int, k: int) -> float:
 
 
 def moe_us(system: str, dtype: str, tokens: int, distribution: str = AIC_DISTRIBUTION, hidden: int = 6144,
-           inter: int = 2048, experts: int = 256, topk: int = 8, tp: int = 8) -> float:
+           inter: int = 2048, experts: int = 256, topk: int = 8, tp: int = 8, kernel_source: str | None = None) -> float:
     """The fused routed-expert kernel(s) for `tokens` tokens (quantize, permute, both grouped GEMMs,
-    finalize; the router GEMM is not in it)."""
+    finalize; the router GEMM is not in it). `kernel_source` picks one kernel where the table times several
+    for the same precision (B200's fp8_block: flashinfer_trtllm and fused_moe_triton); None keeps every row
+    (repeated keys averaged)."""
     d = _select(table("moe"), "aic_moe", system=system, moe_dtype=DTYPE.get(dtype, dtype), hidden_size=hidden,
                 inter_size=inter, num_experts=experts, topk=topk, moe_tp_size=tp, distribution=distribution)
+    if kernel_source is not None:
+        d = _select(d, "aic_moe", kernel_source=kernel_source)
     return _interp(d, ["num_tokens"], [tokens], f"aic_moe {system} {dtype} {distribution}")
 
 
@@ -154,11 +161,13 @@ def indexer_us(system: str, op: str, batch: int, context: int, score_mode: str =
     return _interp(d, ["batch_size", "context"], [batch, context], f"{op} {system}")
 
 
-def dsa_module_us(batch: int, context: int, system: str = H200) -> float:
+def dsa_module_us(batch: int, context: int, system: str = H200, model: str = "zai-org/GLM-5",
+                  gemm_dtype: str = "bfloat16", kv_dtype: str = "bfloat16") -> float:
     """SGLang's whole GLM-5 DSA attention module (projections, indexer, attention, o_proj) on one rank at
-    TP8, bf16 weights and KV cache (H200 only)."""
+    TP8: the bf16 checkpoint (zai-org/GLM-5, H200 only) or the FP8 one (zai-org/GLM-5-FP8, fp8_block
+    projections; H200 and B200), bf16 KV cache unless told otherwise."""
     d = _select(table("attention"), "aic_attention", system=system, op="dsa_generation_module",
-                model="zai-org/GLM-5", gemm_dtype="bfloat16", kv_cache_dtype="bfloat16")
+                model=model, gemm_dtype=DTYPE.get(gemm_dtype, gemm_dtype), kv_cache_dtype=kv_dtype)
     return _interp(d, ["batch_size", "context"], [batch, context], f"dsa_generation_module {system}")
 
 

@@ -246,7 +246,7 @@ def _first_step(cfg: SweepConfig, rm, group, meta: dict, progress) -> tuple:
 
 def _tune_at_largest_batch(cfg: SweepConfig, rm, group, moe_impl: str, meta: dict, first_runs: dict) -> None:
     """One untimed step at the largest batch, right after the first step. The compiled functions take every
-    size above 1 as symbolic (helpers.model.fused.compiled), and Inductor picks each generated kernel's launch
+    batch and context above 1 as symbolic (helpers.model.fused.compiled), and Inductor picks each generated kernel's launch
     configuration by timing the candidates at the first size that graph meets. Met at batch 2, where every
     candidate takes a few microseconds, the pick can be many times slower at 64: measured on an H200
     (data/measured/step-run-h200-20261202e: book run h200-20261202e of commit 30868a4), the compiled

@@ -123,7 +123,10 @@ def nan_matrix(s: ServerChoice, n: NanConfig, run: layout.Run, matrix: pd.DataFr
             a = classify.attempt(name, spec, model, logs, startup_timeout_s=limit, **common)
             return {**a.as_row(), "stands_for": demo.DEMO_CONFIGS[name].stands_for}
 
-        df = sweep.run_matrix(attempts, list(demo.DEMO_CONFIGS), run_one)
+        # on a GPU host the tiny servers start side by side (each start is seconds of imports on cores the
+        # host has plenty of: the lent H200's six took 82 s one after another); on a CPU one at a time
+        df = sweep.run_matrix(attempts, list(demo.DEMO_CONFIGS), run_one,
+                              workers=len(demo.DEMO_CONFIGS) if str(s.device).startswith("cuda") else 1)
         where = f"measured: this machine, transformers serve on {s.device}, tiny random-weight models"
     else:
         base, env, fs, vers = sglang_base(s)

@@ -294,19 +294,38 @@ def rows_frame(rows_path: str | Path, labels: dict | None = None, settings_id: s
 
 
 def run_matrix(rows_path: str | Path, names: Sequence[str], run_one: Callable[[str], dict],
-               progress: bool = True) -> pd.DataFrame:
-    """Run `run_one(name)` (returning a row with an `outcome`) for every name not yet in `rows_path`."""
+               progress: bool = True, workers: int = 1) -> pd.DataFrame:
+    """Run `run_one(name)` (returning a row with an `outcome`) for every name not yet in `rows_path`, up to
+    `workers` at once (threads: each run_one waits on a server process of its own); each row is appended as its
+    run ends, from this thread, with `workers` recorded beside it."""
+    if not (isinstance(workers, int) and workers >= 1):
+        raise ValueError(f"workers={workers!r}: a whole number of at least 1")
     rows_path = Path(rows_path)
     done = {r.get("name") for r in results.read_rows(rows_path)}
     todo = [n for n in names if n not in done]
-    it = todo
+    bar = None
     if progress and todo:
         from tqdm.auto import tqdm
 
-        it = tqdm(todo, desc="configurations", leave=False)
-    for name in it:
-        row = run_one(name)
-        results.append_row(rows_path, {**row, "name": name, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        bar = tqdm(total=len(todo), desc="configurations", leave=False)
+
+    def keep(name, row):
+        results.append_row(rows_path, {**row, "name": name, "workers": workers,
+                                       "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        if bar is not None:
+            bar.update(1)
+    if workers == 1:
+        for name in todo:
+            keep(name, run_one(name))
+    else:
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(run_one, name): name for name in todo}
+            for f in as_completed(futures):
+                keep(futures[f], f.result())
+    if bar is not None:
+        bar.close()
     df = pd.DataFrame(results.read_rows(rows_path))
     lost = [n for n in names if df.empty or n not in set(df["name"])]
     if lost:

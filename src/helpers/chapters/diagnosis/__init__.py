@@ -37,10 +37,12 @@ from helpers.chapters.diagnosis.budget_sections import (BASELINE_COLUMNS, BUDGET
 from helpers.chapters.diagnosis.build import (BARE, CHAPTER, ENDS, FALLBACK_STEP_TEXT, POINTS, RECORDED_STEP_TEXT,
                                               RUN_STEP_TEXT, VM, Diagnosis, DiagnosisError, Part, overview,
                                               run_measurements, save, step_source_text)
+from helpers.chapters.diagnosis.calibration_section import held_out
 from helpers.chapters.diagnosis.folds import (attribution_fold, band_fold, decision_fold, first_budget_fold,
-                                              measured_compute_fold, remedies_fold, run_fold, vm_predicted_fold)
+                                              held_out_fold, measured_compute_fold, remedies_fold, run_fold,
+                                              vm_predicted_fold)
 from helpers.chapters.diagnosis.values import (AnswerValues, AttributionValues, BareMetalBandValues, BaselineValues, CeilingValues,
-                                               CheckValues, CollectivesValues, DecisionValues, InputsValues,
+                                               CheckValues, CollectivesValues, DecisionValues, HeldOutValues, InputsValues,
                                                MappingValues, MeasuredComputeValues, OverviewValues,
                                                ProjectionCheckValues, RemedyValues, RunLinkValues, VmPredictedValues)
 from helpers.chapters.diagnosis.verdict_sections import (BAND_COLUMNS, BAND_TEXT, CEILING_TAKEAWAY, REMEDY_COLUMNS,
@@ -67,7 +69,7 @@ PARAMS = {"mode": params.choice("recorded", "auto"), "run_dir": params.string(),
           "vm_allreduce_12k_us": params.number(0.0, 1e6),
           "vm_allreduce_768k_us": params.depends(params.number(0.0, 1e6), "vm_allreduce_12k_us", _both_or_neither)}
 
-__all__ = ["attribution_fold", "band_fold", "decision_fold", "first_budget_fold", "measured_compute_fold",
+__all__ = ["held_out", "held_out_fold", "HeldOutValues", "attribution_fold", "band_fold", "decision_fold", "first_budget_fold", "measured_compute_fold",
            "remedies_fold", "run_fold", "vm_predicted_fold", "AnswerValues", "Folded", "HEADERS", "SHOWN", "answer", "folded", "headers", "human", "AttributionValues", "BAND_COLUMNS", "BAND_TEXT", "BARE", "BASELINE_COLUMNS", "BUDGET_COLUMNS",
            "BUDGET_KEYS", "BareMetalBandValues", "BaselineValues", "CEILING_TAKEAWAY", "CHAPTER", "COLL_TEXT_NONE",
            "COLL_TEXT_ONE_OP", "COLL_TEXT_RATIO", "COMPARISON_COLUMNS", "CeilingValues", "CheckValues",

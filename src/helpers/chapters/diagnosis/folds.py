@@ -50,6 +50,14 @@ def band_fold(band: Part, ceil: Part) -> Folded:
          _t(human(ceil.tables["ceilings"], "ceilings"), digits={"of the ceiling (%)": 0}))])
 
 
+def held_out_fold(h: Part) -> Folded:
+    """Section 3, held out: every held-out observation against its registered band, and what was left out."""
+    return folded("the predictor held out: every public observation against the band registered before it, and what was left out", [
+        ("each held-out observation against its registered band (tokens/s; per stream for the B200)",
+         _t(human(h.shown["holdouts"], "holdouts"), digits={"error (%)": 0, "observation's percentile": 0})),
+        ("observations left out, and why", _t(human(h.shown["left_out"], "left_out")))])
+
+
 def vm_predicted_fold(s: Part) -> Folded:
     """Section 3: the host-path models and every recorded VM observation against each model's band."""
     scenarios = s.shown["scenarios"]

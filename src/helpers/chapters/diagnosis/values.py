@@ -220,6 +220,30 @@ class BareMetalBandValues:
 
 
 @dataclass(frozen=True)
+class HeldOutValues:
+    """Section 3, held out: the predictor against observations it was not built beside (calibration_section.held_out)."""
+
+    cal_n: int
+    cal_n_systems: int
+    cal_n_inside: int
+    cal_share_pct: float
+    cal_median_err_pct: float
+    cal_worst_err_pct: float
+    cal_worst_what: str
+    cal_median_pctile: float
+    cal_rtx_n: int
+    cal_rtx_inside: int
+    cal_rtx_median_pct: float
+    cal_rtx_worst_pct: float
+    cal_registered: str
+    cal_n_left_out: int
+    me_low_pct: float
+    me_high_pct: float
+    cal_goal_text: str
+    cal_implication: str
+
+
+@dataclass(frozen=True)
 class VmPredictedValues:
     """Section 4: the VM predicted scenario by scenario (vm_predicted)."""
 
@@ -309,6 +333,10 @@ class CeilingValues:
     ceil_ms_64: float
     frac_vm_64: float
     frac_bm_64: float
+    ceil_bm_1: float           # bare metal's own floor: its dense path reads no indexer bytes
+    ceil_bm_gb_1: float
+    ceil_bm_64: float
+    ceil_bm_gb_64: float
 
 
 @dataclass(frozen=True)

@@ -280,6 +280,7 @@ def ceilings(d: Diagnosis) -> Part:
     rows_ = []
     for c in ENDS:
         ce = vd.ceiling(d.model, c)
+        dense = vd.ceiling(d.model, c, dense=True)     # bare metal ran attention densely: no indexer bytes (issue 45)
         b = one(bm, "the bare-metal band", concurrency=c)
         vmc = vm[vm["observation"] == f"vm_{c}"]
         vmc = vmc[vmc["scenario_key"].isin(admitted)]      # the set-aside scenarios set no bound here either
@@ -289,18 +290,22 @@ def ceilings(d: Diagnosis) -> Part:
                ("original VM, predicted: slowest admissible scenario (derived)", float(vmc["predicted_tok_s"].min())),
                ("original VM, predicted: fastest admissible scenario (derived)", float(vmc["predicted_tok_s"].max()))]
         for what, tok in pts:
-            rows_.append({"concurrency": c, "point": what, "tok_s": tok, "ceiling_tok_s": ce["ceiling_tok_s"],
-                          "fraction_of_ceiling": tok / ce["ceiling_tok_s"], "bytes_per_gpu_GB": ce["bytes_per_gpu_GB"],
-                          "floor_ms": ce["floor_ms"]})
+            e = dense if what.startswith("bare metal") else ce
+            rows_.append({"concurrency": c, "point": what, "tok_s": tok, "ceiling_tok_s": e["ceiling_tok_s"],
+                          "fraction_of_ceiling": tok / e["ceiling_tok_s"], "bytes_per_gpu_GB": e["bytes_per_gpu_GB"],
+                          "floor_ms": e["floor_ms"]})
     t = pd.DataFrame(rows_)
     bm1 = float(one(t[t["concurrency"] == 1], "the ceilings", point="bare metal, observed (reference)")["fraction_of_ceiling"])
     values = {"ceiling_takeaway": CEILING_TAKEAWAY[bm1 < 0.5]}
     for c in ENDS:
         g = t[t["concurrency"] == c]
+        bm_row = one(g, "the ceilings", point="bare metal, observed (reference)")
+        values.update({f"ceil_bm_{c}": float(bm_row["ceiling_tok_s"]), f"ceil_bm_gb_{c}": float(bm_row["bytes_per_gpu_GB"])})
+        g = g[g["point"].str.startswith("original VM")]
         values.update({f"ceil_{c}": float(g["ceiling_tok_s"].iloc[0]), f"ceil_gb_{c}": float(g["bytes_per_gpu_GB"].iloc[0]),
                        f"ceil_ms_{c}": float(g["floor_ms"].iloc[0]),
                        f"frac_vm_{c}": 100 * float(one(g, "the ceilings", point="original VM, observed (recorded)")["fraction_of_ceiling"]),
-                       f"frac_bm_{c}": 100 * float(one(g, "the ceilings", point="bare metal, observed (reference)")["fraction_of_ceiling"])})
+                       f"frac_bm_{c}": 100 * float(bm_row["fraction_of_ceiling"])})
     return Part(values, {"ceilings": t})
 
 

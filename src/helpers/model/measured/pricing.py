@@ -36,11 +36,45 @@ def small_op_counts(m: ma.ModelConfig) -> dict[str, int]:
             "head": len([o for o in bd.HEAD_OPS if o not in PRICED])}
 
 
+def _attention_rows(add, m: ma.ModelConfig, sh, system: str, b: int, context: int, dsa: bool, tab: str) -> None:
+    """kernel_terms' attention rows: the whole DSA module, or dense MLA decode with its projections."""
+    att_fmt, h, L = m.fmt("attention"), m.hidden, m.layers
+    if dsa:
+        if att_fmt not in DSA_TABLE_MODEL:
+            raise MeasuredBudgetError(f"no DSA module table for attention weights in {att_fmt}; known: "
+                                      f"{sorted(DSA_TABLE_MODEL)}")
+        kv = kt.DTYPE.get(m.fmt("kv_cache"), m.fmt("kv_cache"))
+        add("attention", "attention", L, kt.dsa_module_us(b, max(int(context), 2), system, DSA_TABLE_MODEL[att_fmt],
+                                                          att_fmt, kv), "measured",
+            f"{tab} DSA module ({DSA_TABLE_MODEL[att_fmt]}: projections, indexer, sparse attention, o_proj)")
+    else:
+        for op, n, k in (("fused q_a + kv_a", m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim, h),
+                         ("q_b", sh.heads * m.qk_head_dim, m.q_lora_rank), ("o_proj", h, sh.heads * m.v_head_dim)):
+            add("attention", op, L, kt.gemm_us(system, att_fmt, b, n, k), "measured", f"{tab} GEMM {att_fmt}")
+        add("attention", "absorbed k (bmm)", L, kt.mla_bmm_us(system, "mla_gen_pre", b), "measured",
+            f"{tab} mla_gen_pre bf16 (DeepSeek head dims)")
+        add("attention", "attention", L, kt.mla_us(system, b, context, "bfloat16"), "measured",
+            f"{tab} MLA decode, bf16 KV (latent 512 + 64)")
+        add("attention", "absorbed v (bmm)", L, kt.mla_bmm_us(system, "mla_gen_post", b), "measured",
+            f"{tab} mla_gen_post bf16 (DeepSeek head dims)")
+
+
+#: the attention paths kernel_terms prices: SGLang's dense MLA decode (GLM-5 on SM120, as the bare-metal reference
+#: ran it) from the MLA tables, or its whole DSA module (projections, indexer, sparse attention, o_proj) from
+#: aiconfigurator's dsa_generation_module table (H200, B200)
+ATTENTION_PATHS = ("dense", "dsa")
+#: the DSA module table's checkpoint for the attention precision of a model configuration
+DSA_TABLE_MODEL = {"bf16": "zai-org/GLM-5", "fp8_block": "zai-org/GLM-5-FP8"}
+
+
 def kernel_terms(m: ma.ModelConfig, batch: int, context: int, floor_us: float, system: str = kt.RTX,
                  distribution: str = kt.AIC_DISTRIBUTION, overlap_shared: bool = True,
-                 collectives: bool = True) -> pd.DataFrame:
+                 collectives: bool = True, attention: str = "dense", moe_kernel: str | None = None) -> pd.DataFrame:
     """The step on measured kernels, one row per operation kind: component, op, count per step, us per
-    call, us per step, and the kind of each figure."""
+    call, us per step, and the kind of each figure. `attention` is one of ATTENTION_PATHS; `moe_kernel` picks the
+    fused-MoE kernel where the table times several for the routed experts' precision (None: every row)."""
+    if attention not in ATTENTION_PATHS:
+        raise MeasuredBudgetError(f"attention path {attention!r} is not one of {ATTENTION_PATHS}")
     sh = stp.shard_sizes(m, TP)
     b, h = int(batch), m.hidden
     att_fmt = m.fmt("attention")
@@ -52,23 +86,16 @@ def kernel_terms(m: ma.ModelConfig, batch: int, context: int, floor_us: float, s
 
     tab = f"aiconfigurator {system}"
     L, Lm, Ld = m.layers, m.moe_layers, m.dense_layers
-    for op, n, k in (("fused q_a + kv_a", m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim, h),
-                     ("q_b", sh.heads * m.qk_head_dim, m.q_lora_rank), ("o_proj", h, sh.heads * m.v_head_dim)):
-        add("attention", op, L, kt.gemm_us(system, att_fmt, b, n, k), "measured", f"{tab} GEMM {att_fmt}")
-    add("attention", "absorbed k (bmm)", L, kt.mla_bmm_us(system, "mla_gen_pre", b), "measured",
-        f"{tab} mla_gen_pre bf16 (DeepSeek head dims)")
-    add("attention", "attention", L, kt.mla_us(system, b, context, "bfloat16"), "measured",
-        f"{tab} MLA decode, bf16 KV (latent 512 + 64)")
-    add("attention", "absorbed v (bmm)", L, kt.mla_bmm_us(system, "mla_gen_post", b), "measured",
-        f"{tab} mla_gen_post bf16 (DeepSeek head dims)")
-    if m.has_indexer:
+    dsa = attention == "dsa"
+    _attention_rows(add, m, sh, system, b, context, dsa, tab)
+    if m.has_indexer and not dsa:
         for op, n, k in (("indexer wq_b", m.index_n_heads * m.index_head_dim, m.q_lora_rank),
                          ("indexer wk", m.index_head_dim, h), ("indexer weights_proj", m.index_n_heads, h)):
             add("indexer", op, L, kt.gemm_us(system, att_fmt, b, n, k), "measured", f"{tab} GEMM {att_fmt}")
     small = small_op_counts(m)
     add("norms and small ops", "attention small ops (norms, rope, KV store, residual)", L * small["attention"],
         floor_us, "measured floor x assumed count", "graph floor of this run's GPU x budget op list")
-    if m.has_indexer:
+    if m.has_indexer and not dsa:
         add("indexer", "indexer small ops (k_norm, rope, key store, scores, top-k)", L * small["indexer"],
             floor_us, "measured floor x assumed count", "graph floor of this run's GPU x budget op list")
     if Ld:
@@ -82,11 +109,11 @@ def kernel_terms(m: ma.ModelConfig, batch: int, context: int, floor_us: float, s
     if Lm:
         ef, sf = m.fmt("routed_experts"), m.fmt("shared_experts")
         router = kt.gemm_us(system, "bf16", b, m.n_routed, h)
-        experts = kt.moe_us(system, ef, b, distribution)
+        experts = kt.moe_us(system, ef, b, distribution, kernel_source=moe_kernel)
         shared = kt.gemm_us(system, sf, b, 2 * sh.shared_inter, h) + kt.gemm_us(system, sf, b, h, sh.shared_inter)
         add("moe", "router", Lm, router, "measured", f"{tab} GEMM bf16")
         add("moe", "routed experts (fused MoE kernel)", Lm, experts, "measured",
-            f"{tab} {kt.moe_kernel(system, ef)} {ef}, {distribution}")
+            f"{tab} {moe_kernel or kt.moe_kernel(system, ef)} {ef}, {distribution}")
         add("shared/dense MLP", "shared expert (gate_up + down)", Lm, shared, "measured", f"{tab} GEMM {sf}")
         add("norms and small ops", "MoE small ops (top-k, activation, add)", Lm * small["moe"], floor_us,
             "measured floor x assumed count", "graph floor x budget op list")
@@ -265,8 +292,8 @@ def goal(table: pd.DataFrame, terms: dict[int, pd.DataFrame], tolerance: float =
     rows = []
     for c in sorted(terms):
         ours = pick_budget(table, system, c, "measured kernels")
-        try:
-            aic = pick_budget(table, system, c, "aiconfigurator")
+        try:   # the fair comparator: aiconfigurator on GLM-5's own graph (the dense attention the reference ran)
+            aic = pick_budget(table, system, c, "aiconfigurator glm5 graph")
             aic_err = abs(float(aic["rel_err"]))
         except MeasuredBudgetError:
             aic_err = float("nan")

@@ -31,6 +31,8 @@ the ceilings). Everything public is re-exported here: `from helpers.model import
 """
 from __future__ import annotations
 
+from helpers.model import kernels as kt
+from helpers.model.verdict import calibration, collectives, predictor
 from helpers.model.verdict.compute import Parts, bare_collectives_us, compute_us, parts, routed_us
 from helpers.model.verdict.decision import CONCLUSIONS, STATUS, ceiling, conclusion, decide, relation_words, share_words
 from helpers.model.verdict.predict import Verdict
@@ -39,11 +41,11 @@ from helpers.model.verdict.ranges import (BAND, BARE, CANNOT, EXPLAINS, INPUTS, 
                                           bare_floor_us, collective_range, inputs, observations, overlap_fractions,
                                           overlap_range, table_ranges)
 from helpers.model.verdict.remedy import OUTCOMES, PRICED_AS, check_remedies, classify, outcomes_table, p2p_checks, remedies
-from helpers.model.verdict.scenarios import (PAIR_H200, PAIR_PR, HostPath, copy_scenarios, measured_scenario,
+from helpers.model.verdict.scenarios import (PAIR_H200, PAIR_PR, HostPath, copy_scenarios, measured_scenario, tuned_scenario,
                                              nccl_scenario, pair_scenarios, rule_sizes, study_scenario,
                                              vm_collectives_us)
 
-__all__ = ["BAND", "BARE", "CANNOT", "CONCLUSIONS", "EXPLAINS", "INPUTS", "MEASURE_COMMANDS", "PAIR_H200", "PAIR_PR",
+__all__ = ["calibration", "collectives", "kt", "predictor", "BAND", "BARE", "CANNOT", "CONCLUSIONS", "EXPLAINS", "INPUTS", "MEASURE_COMMANDS", "PAIR_H200", "PAIR_PR",
            "PRICED_AS", "SAMPLES", "SEED", "SOFT_GRID", "STATUS", "TP", "VM", "HostPath", "Inputs", "Observation",
            "Parts", "Range", "Verdict", "VerdictInputError", "bare_collectives_us", "bare_floor_us", "ceiling",
            "check_remedies", "classify", "collective_range", "OUTCOMES", "outcomes_table", "p2p_checks", "compute_us", "conclusion", "copy_scenarios", "decide", "inputs",

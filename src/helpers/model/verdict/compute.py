@@ -10,6 +10,7 @@ import numpy as np
 from helpers.model import arith as ma
 from helpers.model import kernels as kt
 from helpers.model import measured as mb
+from helpers.model.verdict import collectives as cl
 from helpers.model.verdict.ranges import bare_floor_us
 
 # -------------------------------------------------------------------------------------------- compute
@@ -28,14 +29,20 @@ class Parts:
     routed_uniform: float     # the same, uniform routing
     routed_skewed: float      # the same, its more skewed power law (alpha 1.2)
     collectives: tuple        # (name, kind, per step, message bytes, bare-metal us each)
+    #: per collective, aligned with `collectives`: (table low, table high, community tuned us or None, SGLang
+    #: custom all-reduce us or None) (helpers.model.verdict.collectives.curve_points)
+    curves: tuple = ()
+    kernels: int = 0          # kernels per step: one per listed operation (assumed), collectives included
 
 
-@lru_cache(maxsize=64)
-def _parts(model: str, batch: int, context: int, floor_us: float) -> Parts:
+@lru_cache(maxsize=256)
+def _parts(model: str, batch: int, context: int, floor_us: float, system: str = kt.RTX, attention: str = "dense",
+           moe_kernel: str | None = None) -> Parts:
     m = ma.load_model(model)
-    pw = mb.kernel_terms(m, batch, context, floor_us, distribution=kt.AIC_DISTRIBUTION, overlap_shared=False)
-    un = mb.kernel_terms(m, batch, context, floor_us, distribution="balanced", overlap_shared=False)
-    sk = mb.kernel_terms(m, batch, context, floor_us, distribution="power_law_1.2", overlap_shared=False)
+    kw = {"system": system, "overlap_shared": False, "attention": attention, "moe_kernel": moe_kernel}
+    pw = mb.kernel_terms(m, batch, context, floor_us, distribution=kt.AIC_DISTRIBUTION, **kw)
+    un = mb.kernel_terms(m, batch, context, floor_us, distribution="balanced", **kw)
+    sk = mb.kernel_terms(m, batch, context, floor_us, distribution="power_law_1.2", **kw)
     op = lambda t, name: float(t.loc[t["op"] == name, "us_step"].sum())  # noqa: E731
     routed = "routed experts (fused MoE kernel)"
     coll = pw[pw["component"] == "collectives"]
@@ -44,15 +51,22 @@ def _parts(model: str, batch: int, context: int, floor_us: float) -> Parts:
                   for _, r in coll.iterrows())
     indexer = float(pw.loc[pw["component"] == "indexer", "us_step"].sum())
     core = op(pw, "attention")
-    kv = batch * context * (m.kv_lora_rank + m.qk_rope_head_dim) * ma.FORMATS[m.fmt("kv_cache")]["bytes_per_value"]
-    roof = m.layers * (kv / (mb.gpu_bandwidth(kt.RTX).value * 1e3) + floor_us)
+    if attention == "dense":
+        kv = batch * context * (m.kv_lora_rank + m.qk_rope_head_dim) * ma.FORMATS[m.fmt("kv_cache")]["bytes_per_value"]
+        roof = m.layers * (kv / (mb.gpu_bandwidth(system).value * 1e3) + floor_us)
+    else:   # the DSA module is timed whole: no roofline stands beside it (the attention range collapses)
+        roof = core
     fixed = float(pw["us_step"].sum()) - indexer - core - op(pw, routed) - float(coll["us_step"].sum())
+    curves = tuple(cl.curve_points(system, kind, size) for _, kind, _, size, _ in colls)
     return Parts(batch, fixed, core, roof, indexer, op(pw, "router"), op(pw, "shared expert (gate_up + down)"),
-                 op(pw, routed), op(un, routed), op(sk, routed), colls)
+                 op(pw, routed), op(un, routed), op(sk, routed), colls, curves, int(pw["count"].sum()))
 
 
-def parts(model: str, batch: int, context: int, floor_us: float) -> Parts:
-    return _parts(model, int(batch), int(context), round(float(floor_us), 6))
+def parts(model: str, batch: int, context: int, floor_us: float, system: str = kt.RTX, attention: str = "dense",
+          moe_kernel: str | None = None) -> Parts:
+    """One rank's decode step at `batch` on `system` (default the recorded GPU), split where an input acts;
+    `attention` and `moe_kernel` as helpers.model.measured.kernel_terms takes them."""
+    return _parts(model, int(batch), int(context), round(float(floor_us), 6), system, attention, moe_kernel)
 
 
 def routed_us(p: Parts, skew) -> np.ndarray:
@@ -63,9 +77,10 @@ def routed_us(p: Parts, skew) -> np.ndarray:
                     p.routed_power - u * (p.routed_skewed - p.routed_power))
 
 
-def compute_us(p: Parts, draw: dict) -> np.ndarray:
-    """The step's compute (no collectives, no CPU time) for each draw of the inputs."""
-    routed = routed_us(p, draw["routing_skew"])
+def compute_us(p: Parts, draw: dict, moe_factor=1.0) -> np.ndarray:
+    """The step's compute (no collectives, no CPU time) for each draw of the inputs; `moe_factor` scales the
+    routed experts' kernel (a runner the tables did not time)."""
+    routed = routed_us(p, draw["routing_skew"]) * moe_factor
     att = p.attention_roofline + draw["attention_kernel"] * (p.attention_standin - p.attention_roofline)
     hidden = draw["shared_hidden"] * np.minimum(p.shared, p.router + routed)
     return p.fixed + att + draw["indexer"] * p.indexer + routed - hidden

@@ -122,10 +122,15 @@ def conclusion(evidence: pd.DataFrame, thresholds: pd.DataFrame,
 
 
 # -------------------------------------------------------------------------------------------- ceilings
-def ceiling(m: ma.ModelConfig, batch: int) -> dict:
+def ceiling(m: ma.ModelConfig, batch: int, dense: bool = False) -> dict:
     """The weight-bytes floor of one decode step per GPU at TP8 (derived): every byte one rank must read
     at the checkpoint's precisions (weights of the active experts at this batch, and the KV cache), over
-    the recorded GPU's datasheet bandwidth; and the tokens/s it allows."""
+    the recorded GPU's datasheet bandwidth; and the tokens/s it allows. `dense`: as a deployment that runs
+    GLM-5's attention densely reads them (the bare-metal reference on SM120): without the indexer's weights
+    and keys, every cached entry read by attention."""
+    if dense:
+        import dataclasses
+        m = dataclasses.replace(m, index_n_heads=0)
     base = bd.baseline_scenario(m)
     bytes_ = float(bd.step_terms(m, base, batch)["bytes_per_gpu"])
     bw = mb.gpu_bandwidth(kt.RTX).value

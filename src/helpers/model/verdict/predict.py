@@ -10,12 +10,16 @@ import numpy as np
 import pandas as pd
 
 from helpers.model import arith as ma
+from helpers.model import kernels as kt
 from helpers.model import measured as mb
+from helpers.model.verdict import collectives as cl
+from helpers.model.verdict import predictor as pr
 from helpers.model.verdict.compute import bare_collectives_us, compute_us, parts, routed_us
 from helpers.model.verdict.ranges import (BAND, BARE, CANNOT, EXPLAINS, FACTOR_UNIT, INPUTS, SAMPLES, SEED, SOFT_GRID, TP, VM,
                                           Inputs, Observation, VerdictInputError, inputs, observations)
 from helpers.model.verdict.remedy import check_remedies
-from helpers.model.verdict.scenarios import (HostPath, copy_scenarios, measured_scenario, nccl_scenario,
+from helpers.model.verdict.scenarios import (REMEDY_ARMS, HostPath, copy_scenarios, measured_scenario, nccl_scenario,
+                                             tuned_scenario,
                                              pair_scenarios, rule_sizes, study_scenario, vm_collectives_us)
 
 @dataclass
@@ -30,6 +34,9 @@ class Verdict:
     samples: int = SAMPLES
     seed: int = SEED
     _draws: dict = field(default_factory=dict)
+    #: every range as first registered, priced as it was then (before issue 45: no model error, the collective
+    #: factor on the table, the step formula of commit 4483241); set by as_first_registered
+    first_registered: bool = False
 
     @classmethod
     def build(cls, model: str, context: int, floor_us: float, study: mb.PrecisionStudy | None,
@@ -41,7 +48,7 @@ class Verdict:
         if not (isinstance(samples, int) and 100 <= samples <= 100_000):
             raise VerdictInputError(f"samples = {samples!r}: expected an integer from 100 to 100000")
         ins = inputs(study, ranges)
-        hps = (copy_scenarios(m) + nccl_scenario() + pair_scenarios() + study_scenario(hostpath_sweep)
+        hps = (copy_scenarios(m) + nccl_scenario() + tuned_scenario(m) + pair_scenarios() + study_scenario(hostpath_sweep)
                + measured_scenario(float(vm_allreduce_us[0]), float(vm_allreduce_us[1]), m))
         if scenarios is not None:
             known = {h.key for h in hps}
@@ -58,7 +65,14 @@ class Verdict:
     # -- draws
     def draw(self, system: str) -> dict:
         """SAMPLES draws of every input for `system` (seeded: the same for every call); 'q' is the
-        host-path scenarios' shared quantile (one all-reduce cost level per draw, correlated across sizes)."""
+        host-path scenarios' shared quantile (one all-reduce cost level per draw, correlated across sizes).
+        Bare metal's draws are the predictor's for the reference (helpers.model.verdict.predictor: the same seed,
+        ranges and order, so the bands here are predict()'s); the VM's add the model's own error after 'q'."""
+        if system == BARE and not self.first_registered and system not in self._draws:
+            d = pr.draw_inputs(self.inputs, kt.RTX, self.samples, self.seed, False)
+            d["batch_at_nominal_64"] = self.inputs.get("batch_at_nominal_64", BARE).draw(None, self.samples)
+            d["q"] = np.full(self.samples, 0.5)
+            self._draws[system] = d
         if system not in self._draws:
             rng = np.random.default_rng(self.seed)
             d = {}
@@ -69,6 +83,8 @@ class Verdict:
                     continue
                 d[name] = self.inputs.get(name, system).draw(rng, self.samples)
             d["q"] = rng.uniform(size=self.samples)
+            if not self.first_registered:
+                d["model_error"] = self.inputs.get("model_error", system).draw(rng, self.samples)
             self._factor_mode(system, d)
             self._draws[system] = d
         return self._draws[system]
@@ -82,10 +98,17 @@ class Verdict:
     def as_first_registered(self) -> "Verdict":
         """The same verdict with every input range as first registered, before any comparison moved it."""
         return Verdict(self.model, self.context, self.floor_us, self.inputs.as_first_registered(), self.scenarios,
-                       self.samples, self.seed)
+                       self.samples, self.seed, first_registered=True)
 
     def mids(self, system: str) -> dict:
+        if system == BARE and not self.first_registered:
+            d = pr.draw_inputs(self.inputs, kt.RTX, 1, self.seed, True)
+            d["batch_at_nominal_64"] = np.array([self.inputs.get("batch_at_nominal_64", BARE).mid])
+            d["q"] = np.array([0.5])
+            return d
         d = {n: np.array([self.inputs.get(n, system).mid]) for n in INPUTS if not (n == "collective_spread" and system == VM)}
+        if not self.first_registered:
+            d["model_error"] = np.array([self.inputs.get("model_error", system).mid])
         if system == VM:
             d["collective_spread"] = np.ones(1)
         d["q"] = np.array([0.5])
@@ -124,10 +147,13 @@ class Verdict:
 
     def _step_at(self, system, batch, draw, scenario, collectives):
         p = parts(self.model.key, batch, self.context, self.floor_us)
+        if system == BARE and scenario is None and collectives and not self.first_registered:
+            return pr.step_us(p, draw, kt.RTX, pr.deployment_settings(), self.model.fmt("routed_experts"),
+                              self.floor_us)
         gpu = compute_us(p, draw)
         if collectives:
             gpu = gpu + (bare_collectives_us(p, draw) if scenario is None else vm_collectives_us(p, scenario, draw["q"]))
-        return gpu * (1 + draw["cpu_step_fraction"])
+        return gpu * (1 + draw["cpu_step_fraction"]) * draw.get("model_error", 1.0)
 
     def predict(self, obs: Observation, scenario: HostPath | None = None) -> dict:
         """Prediction, 5-95 % band and median of tokens/s for one observation (aggregate at the nominal
@@ -161,7 +187,8 @@ class Verdict:
         att = float((p.attention_roofline + d["attention_kernel"] * (p.attention_standin - p.attention_roofline))[0])
         idx = float((d["indexer"] * p.indexer)[0])
         moe = float(routed_us(p, d["routing_skew"])[0]) + p.router
-        coll = float(bare_collectives_us(p, d)[0])
+        coll = float((bare_collectives_us(p, d) if self.first_registered else
+                      cl.collectives_us(p, kt.RTX, d["collective_curve"], d["protocol_switch"]))[0])
         other = comp - moe - att
         cpu = (comp + idx + coll) * float(d["cpu_step_fraction"][0])
         return {"experts": moe / 1e3, "attention": att / 1e3, "indexer": idx / 1e3, "collectives": coll / 1e3,
@@ -254,6 +281,10 @@ class Verdict:
                 if mid < t.bare_metal_us and hp.kind != "measured":
                     why.append(f"{mid:.0f} µs at {t.message_bytes / 1024:.0f} KiB against bare metal's "
                                f"{t.bare_metal_us:.0f} µs over P2P")
+            if hp.key in REMEDY_ARMS:
+                out.append({"scenario_key": hp.key, "scenario": hp.label, "admissible": False,
+                            "why_not": REMEDY_ARMS[hp.key]})
+                continue
             out.append({"scenario_key": hp.key, "scenario": hp.label, "admissible": not why,
                         "why_not": ("faster through host memory than NCCL over P2P: " + "; ".join(why)) if why else ""})
         return pd.DataFrame(out)

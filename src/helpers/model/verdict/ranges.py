@@ -177,7 +177,7 @@ def collective_range() -> Range:
     was widened at 9f00641 to a physics bound below the table, after a comparison, and put back (issue 35)."""
     f = _first_collective_factor()
     lat, _ = _bare_evidence()
-    return Range("collective_spread", "bare metal", f, 1.0, 1.0, FACTOR_UNIT, "triangular", "reference",
+    return Range("collective_spread", "bare metal", 1.0, 1.0, 1.0, FACTOR_UNIT, "fixed", "reference",
                  "rtx6kpro-pcie",
                  f"NCCL over 8 GPUs with P2P, between two measured curves: aiconfigurator's table (1, measured on its "
                  f"collection host, the point estimate) and the community's {lat:.0f} us 8-GPU all-reduce over the "
@@ -185,7 +185,10 @@ def collective_range() -> Range:
                  f"messages, which only the table measured. History: widened at commit 9f00641, seven minutes after "
                  f"the first comparison, to a bound of latency plus bytes at the one-way P2P bandwidth (a physics "
                  f"bound, not a measurement, below the table at every size and toward the observation); put back to "
-                 f"this first registration after a review (issue 35)", "commit 4483241")
+                 f"this first registration after a review (issue 35)", "commit 4483241", (f, 1.0, 1.0, FACTOR_UNIT),
+                 "Superseded by issue 45 (commit b1dea57), after the bare-metal comparison: the all-reduce is now drawn "
+                 "between the community's tuned curve and the table (collective_curve) with the table's protocol "
+                 "switch as a range (protocol_switch); this factor stays at 1")
 
 
 #: the unit of the collective range as first registered: a factor on aiconfigurator's NCCL time
