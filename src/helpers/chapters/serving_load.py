@@ -132,7 +132,8 @@ def points_view(study) -> pd.DataFrame:
         if p["key"].startswith("again:"):
             load += " (again, at the end)"
         rows.append({"load": load, "measured for": p.get("role", ""),
-                     "requests (ramp excluded)": f"{p.get('requests_measured', 0)} (+{p.get('ramp_requests', 0)})",
+                     "requests (ramp excluded)": f"{p.get('requests_measured', 0)} (+{p.get('ramp_requests', 0)})"
+                     + (f", {p['not_run']} not run: cut at the study's end" if p.get("cut_short") else ""),
                      "completed (requests/s)": p.get("request_throughput"), "median TTFT (ms)": p.get("median_ttft_ms"),
                      "median TPOT (ms)": p.get("median_tpot_ms"),
                      "inside SLOs (%)": None if p.get("good_share") is None else 100 * p["good_share"]})
@@ -165,7 +166,10 @@ def phases_view(study) -> pd.DataFrame | None:
     return pd.DataFrame({"phase": [n for n, *_ in PHASES], "ends at": [w for *_, w in PHASES], **cols})
 
 
-def overhead_view(study) -> pd.DataFrame:
+def overhead_view(study) -> pd.DataFrame | None:
+    """The client's overhead rows (measured), or None where the study's time ran out before them."""
+    if not study.client_overhead:
+        return None
     return pd.DataFrame([{"concurrency": r["concurrency"], "scheduled E2E (ms)": r["scheduled_e2e_ms"],
                           "measured median E2E (ms)": r["median_e2e_ms"],
                           "overhead per request (ms)": r["overhead_per_request_ms"],
@@ -229,6 +233,10 @@ def vs_sweep(study, sweep: pd.DataFrame | None) -> str:
             f"{first['requests_measured']} after its warm-up wave and ramp; section 4's table is the study's answer")
 
 
+def _ms(x) -> str:
+    return "not measured (the study's time ran out first)" if x is None else f"{x:.1f} ms"
+
+
 def facts(study) -> dict:
     """The numbers and phrases section 4 cites (measured, or derived from the measured points); 'n/a' without."""
     keys = ("ld_what", "ld_can", "ld_slo", "ld_share", "ld_rule", "ld_counts", "ld_cap_c", "ld_cap_r", "ld_drift",
@@ -253,8 +261,8 @@ def facts(study) -> dict:
             "ld_counts": f"{len(pts)} points, {measured} requests measured and {ramp} ramp requests excluded",
             "ld_cap_c": capacity_phrase(study.capacity_concurrency, "in flight", "{:.0f}"),
             "ld_cap_r": capacity_phrase(study.capacity_rate, "requests/s", "{:.2f}"),
-            "ld_drift": drift_phrase(study.drift), "ld_ovh_1": f"{_num(ovh.get(1)):.1f} ms",
-            "ld_ovh_16": f"{_num(ovh.get(16)):.1f} ms", "ld_warm": warm,
+            "ld_drift": drift_phrase(study.drift), "ld_ovh_1": _ms(ovh.get(1)), "ld_ovh_16": _ms(ovh.get(16)),
+            "ld_warm": warm,
             "ld_trace": f"a trace replayed ({study.trace})" if study.trace else "no trace replayed (`trace` is empty)"}
 
 

@@ -151,13 +151,14 @@ def _summary(load: Load, results: list[RequestResult], n_ramp: int, plan: LoadPl
     """The row of a point: its summary over the measured requests (the ramp's excluded and counted)."""
     order = sorted(range(len(results)), key=lambda j: results[j].start_s)
     ramp_ids = set(order[:n_ramp])
-    kept = [results[j] for j in order[n_ramp:]]
+    kept = [results[j] for j in order[n_ramp:] if results[j].error_kind != "not-run"]
+    not_run = sum(1 for r in results if r.error_kind == "not-run")
     t0 = min((r.start_s for r in kept), default=0.0)
     t1 = max((r.start_s + r.e2e_s for r in kept if math.isfinite(r.e2e_s)), default=t0)
     dur = max(t1 - t0, 1e-9)
     row = {"key": load.key, "kind": load.kind, "load": load.value, "workload": plan.workload.name,
            "requests_measured": len(kept), "ramp_requests": n_ramp, "rule_requests": plan.requests,
-           **summarize(kept, dur), **extra_stats(kept)}
+           **summarize(kept, dur), **extra_stats(kept), "not_run": not_run, "cut_short": not_run > 0}
     row["sent_rate"] = achieved_rate([r.start_s for r in kept])
     row["per_user_tokens_per_s"] = 1e3 / row["median_tpot_ms"] if row.get("median_tpot_ms", 0) > 0 else float("nan")
     if not slo.empty:
@@ -191,10 +192,11 @@ def measure(url: str, model: str, load: Load, plan: LoadPlan, trace=None) -> dic
 
 
 def meets_of(row: dict, slo: SLO) -> list[bool]:
-    """Whether each measured request of a point's row met `slo` (from its records)."""
+    """Whether each measured request of a point's row met `slo` (from its records; a request that never ran, its
+    point cut short by the study's end, is none)."""
     out = []
     for r in row.get("records", []):
-        if r["ramp"]:
+        if r["ramp"] or r["error_kind"] == "not-run":
             continue
         rr = RequestResult(ok=r["ok"], ttft_s=_num(r["ttft_s"]), e2e_s=_num(r["e2e_s"]),
                            output_tokens=r["output_tokens"])
