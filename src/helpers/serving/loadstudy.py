@@ -44,7 +44,7 @@ from .trace import read as read_trace
 #: times longer for a request that arrives past `knee` requests in flight), its workload, concurrencies and SLO (2
 #: intervals per token: past the knee a request takes 3, whatever the client adds; below it the client has 20 ms)
 CHECK = {"ttft_s": 0.05, "interval_s": 0.02, "knee": 4, "past_knee": 3.0, "workload": cl.Workload(8, 8),
-         "concurrencies": (1, 2, 4, 8), "slo": "tpot:40", "rate_points": 2, "min_span_s": 2.0, "time_s": 50.0, "ramp_s": 0.5}
+         "concurrencies": (1, 2, 4, 8), "slo": "tpot:40", "rate_points": 2, "min_span_s": 2.0, "time_s": 60.0, "ramp_s": 0.5}
 #: the largest concurrency the study probes or searches
 MAX_CONCURRENCY = 64
 #: seconds of the study's time kept for the drift check (and as much again, beside its span, for a trace replay)
