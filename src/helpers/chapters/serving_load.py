@@ -51,8 +51,8 @@ def _trace(v):
 PARAMS = {"load_modes": params.choice(*STUDY_KINDS),
           "slo": params.depends(params.string(max_len=200), "load_modes", _slo_rule),
           "slo_share": params.number(0.01, 1.0),
-          "burstiness": params.Spec("a positive gamma shape (1 = Poisson arrivals, 0.5 burstier, 2 steadier); 0 has "
-                                    "no gamma distribution", _burstiness),
+          "burstiness": params.Spec("a finite number, positive and at most 100: the arrival gaps' gamma shape (1 = Poisson "
+                                    "arrivals, 0.5 burstier, 2 steadier; 0 has no gamma distribution)", _burstiness),
           "rate_points": params.number(1, 16, integer=True),
           "load_requests": params.number(2, 256, integer=True),
           "load_time_s": params.number(10, 3600),

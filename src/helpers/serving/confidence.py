@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 #: the bootstrap's draws, its seed and its interval
-DRAWS, SEED, LEVEL = 1000, 0, 0.90
+DRAWS, SEED, LEVEL = 1000, 0, 0.9
 #: a change smaller than this is never flagged as drift (assumed: 10 %)
 DRIFT_MIN = 0.10
 
