@@ -53,9 +53,21 @@ def cost_key(item, default_timeout: float) -> tuple[int, float]:
     return rank, -limit
 
 
-def order_items(items: list, default_timeout: float) -> None:
-    """Sort `items` in place, costliest first (a stable sort: equal keys keep pytest's order)."""
-    items.sort(key=lambda item: cost_key(item, default_timeout))
+def order_items(items: list, default_timeout: float, together=keeps_together) -> None:
+    """Sort `items` in place, costliest first (a stable sort: equal keys keep pytest's order). The tests of a
+    module that keeps together (`together(its path)`) keep pytest's order among themselves, all at the key of
+    its costliest: its module fixture is then torn down after the module's last test in the source, as in a
+    run in one process (sorted by their own keys, a unit-tier test written first would run last, and the
+    fixture's teardown, a server stopped, would run inside it and fail the unit tier's guard)."""
+    keys = {id(item): cost_key(item, default_timeout) for item in items}
+    module_key: dict = {}
+    for item in items:
+        path = item.path
+        if path not in module_key:
+            module_key[path] = None
+            if together(path):
+                module_key[path] = min(keys[id(i)] for i in items if i.path == path)
+    items.sort(key=lambda item: module_key[item.path] or keys[id(item)])
 
 
 def split_units(collection: list[str], together) -> list[list[int]]:

@@ -197,7 +197,8 @@ def test_a_next_step_no_keyword_matches_fails_naming_it(tmp_path, monkeypatch):
 def test_a_one_gpu_all_reduce_or_a_copy_within_one_gpu_is_no_link(tmp_path):
     """Reader review, defect 4: a one-GPU run once predicted GLM-5 from a one-rank NCCL "all-reduce" (which
     moves nothing between GPUs). Such a fit, a gloo all-reduce between CPU processes and a copy within one GPU
-    are not links; the copy through host memory is taken, and with nothing else there is no run link."""
+    are not links; nor is, since issue 44, a one-GPU copy through host memory (it returns to the GPU it left, so
+    it joins no two GPUs): a one-GPU run has no run link. A host-memory copy between two GPUs is one."""
     head = FITS.splitlines()[0] + "\n"
     one_gpu = head + (
         "collective,all_reduce,graph,default,nccl,1,1x GPU,16.0,19000.0,0.05,0.1,8,64,4194304,measured,graph\n"
@@ -208,6 +209,9 @@ def test_a_one_gpu_all_reduce_or_a_copy_within_one_gpu_is_no_link(tmp_path):
     (d / "fits.csv").write_text(one_gpu)
     assert bd.select_run_link(bd.read_fits(tmp_path / "run")) is None
     (d / "fits.csv").write_text(one_gpu + "copy,host_bounce,graph,default,cuda,1,1x GPU,8.1,26.4,0.05,0.1,8,64,"
+                                "4194304,measured,graph\n")
+    assert bd.select_run_link(bd.read_fits(tmp_path / "run")) is None
+    (d / "fits.csv").write_text(one_gpu + "copy,host_bounce,graph,default,cuda,2,2x GPU,8.1,26.4,0.05,0.1,8,64,"
                                 "4194304,measured,graph\n")
     link = bd.select_run_link(bd.read_fits(tmp_path / "run"))
     assert link.name == "this run: host_bounce (copy)" and not link.collective and link.alpha_us == 8.1

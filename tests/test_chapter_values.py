@@ -211,3 +211,28 @@ def test_ep_chapters_answer_and_memory_table():
     assert len(shown.columns) <= 7 and {"fits", "KV cache per GPU (tokens)", "sequences of 4096 tokens"} <= set(shown)
     with pytest.raises(DataError, match="no column"):
         expert_parallelism.fit_table(fit.drop(columns="fits"))
+
+
+# ------------------------------------------------------------------------------------------ 08 This machine
+@pytest.mark.slow
+def test_this_machine_says_what_recorded_mode_cannot_measure(recorded_run):
+    g = glued(recorded_run, "08_this_machine")
+    for k in ("tm_vm", "tm_p2p", "tm_allreduce", "tm_predicted", "tm_observed", "tm_remedy"):
+        assert g[k].startswith("not measured here: this page was built from recorded data alone"), (k, g[k])
+    assert g["chk1"] == "not probed in this run" and g["tm_n_ar"] == "157"
+
+
+@pytest.mark.slow
+def test_this_machines_verdict_is_this_runs_probe_and_prices_nothing_between_gpus_it_lacks(auto_run):
+    """The auto run on this machine: check 1's verdict is helpers.machine.virt's on the probe the run saved (read
+    back independently of the chapter), and with fewer than two GPUs no pair or all-reduce is stated."""
+    from helpers.machine import virt
+
+    g = glued(auto_run, "08_this_machine")
+    probe = json.loads((auto_run[2] / "results" / "01_environment" / "probe.json").read_text())
+    v = virt.judge(probe["virtualization"])
+    assert g["tm_vm"] == f"check 1 {v.outcome}: {v.line()}" and g["chk1"] == f"{v.outcome}: {v.line()}"
+    if len(probe["gpus"]) < 2:
+        assert g["tm_p2p"].startswith("not measured here") and g["tm_allreduce"].startswith("not measured here")
+    verdict = pd.read_csv(auto_run[2] / "results" / "08_this_machine" / "verdict.csv")
+    assert dict(zip(verdict.part, verdict.line))["vm"] == g["tm_vm"]

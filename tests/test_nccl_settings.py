@@ -14,7 +14,7 @@ from helpers.interconnect import hostpath, settings, suite
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Variables a tool sets for its own diagnostics or writes at run time: not settings under study.
-NOT_SETTINGS = {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_TOPO_FILE"}
+NOT_SETTINGS = {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_TOPO_FILE"}   # logging and topology, not settings
 ENV_PREFIXES = ("NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_")
 
 

@@ -30,7 +30,7 @@ def test_one_row_per_target_with_a_time_that_says_where_it_comes_from():
     assert set(rows) == set(known_targets(ROOT))
     runs = rerun.committed_runs(ROOT, RUNS)
     published = SITE_RUN.split("/")[-1]
-    for name, (_, hw, time, without) in rows.items():
+    for name, (_, hw, time, without, _parts) in rows.items():
         assert hw and without, name
         if name in runs:
             said = ("the published run" if runs[name].run_id == published   # its id: SITE_RUN only
@@ -77,3 +77,12 @@ def test_estimates_and_hardware_are_read_from_the_description():
 def test_a_page_without_markers_is_refused():
     with pytest.raises(ValueError, match="no generated table"):
         rerun.replace_table("# page\n", "x")
+
+
+def test_each_target_says_which_parts_of_this_machine_it_fills():
+    """Issue 44: per target, which parts of chapter 08's verdict it fills, from the modes it runs the chapters in."""
+    rows = {r[0].strip("`"): r for r in rerun.rows(ROOT, [])}
+    assert rows["recorded"][4] == "This machine: no part (nothing measured)"
+    assert rows["multi-gpu"][4].startswith("This machine: VM or not, P2P and the all-reduce on two GPUs or more")
+    assert rows["sglang-8gpu"][4].endswith("the observation, loss and thresholds")
+    assert "observation only from `server_url` or typed parameters" in rows["h200"][4]

@@ -49,11 +49,45 @@ def test_each_tests_cost_is_its_tier_then_its_time_limit_as_pytest_reads_its_mar
     keys = {item.name: scheduler.cost_key(item, 600) for item in items}
     assert keys == {"test_plain": (1, -600), "test_minutes[1]": (0, -1500.0), "test_minutes[2]": (0, -1500.0),
                     "test_short": (1, -30.0), "test_inside": (0, -600)}     # the class's mark reaches its test
-    scheduler.order_items(items, 600)
+    scheduler.order_items(items, 600, together=lambda path: False)
     assert [i.name for i in items] == ["test_minutes[1]", "test_minutes[2]", "test_inside", "test_plain",
                                        "test_short"]                     # stable within a key
     unit = next(i for i in collected if i.module.__name__ == "test_unmarked" and i.name == "test_plain")
     assert scheduler.cost_key(unit, 600) == (2, -600)                       # the unit tier
+
+
+TOGETHER = textwrap.dedent('''
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def server():
+        yield 1             # its teardown (a server stopped) runs after the module's last test
+
+    def test_unit_first():
+        pass
+
+    @pytest.mark.integration
+    def test_uses_the_server(server):
+        pass
+
+    @pytest.mark.slow
+    def test_slow_last(server):
+        pass
+''')
+
+
+def test_a_module_that_keeps_together_keeps_its_own_order_at_its_costliest_tests_place(pytester):
+    """CI at 6490351: sorted by their own keys, the unit test written first in a module with a module fixture ran
+    last, so the fixture's teardown (stopping its server) ran inside it and the unit tier's guard failed it."""
+    pytester.makepyfile(test_together=TOGETHER, test_other=SOURCE)
+    items, _ = pytester.inline_genitems()
+    scheduler.order_items(items, 600, together=lambda path: path.name == "test_together.py")
+    names = [(i.module.__name__, i.name) for i in items]
+    mine = [n for m, n in names if m == "test_together"]
+    assert mine == ["test_unit_first", "test_uses_the_server", "test_slow_last"]       # pytest's order kept
+    first = names.index(("test_together", "test_unit_first"))
+    assert names[first:first + 3] == [("test_together", n) for n in mine]             # together, and in the
+    assert first < names.index(("test_other", "test_plain"))                            # slow tier's place
 
 
 def test_a_module_with_a_module_fixture_keeps_together_unless_it_says_spread(tmp_path):
@@ -155,5 +189,5 @@ def test_the_suites_costliest_tests_are_handed_out_first(tmp_path):
                "test_readers_commands.py"}
     n = sum(path.split("/")[-1] in longest for path, _ in order)
     assert {path.split("/")[-1] for path, _ in order[:n]} == longest, order[:n + 3]
-    ranks = [key[0] for _, key in order]
-    assert ranks == sorted(ranks) and ranks.count(2) > 500
+    ranks = [key[0] for path, key in order if not scheduler.keeps_together(tests.parent / path)]
+    assert ranks == sorted(ranks) and ranks.count(2) > 500      # (a module kept together keeps its own order)

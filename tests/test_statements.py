@@ -109,13 +109,13 @@ def test_the_decision_rule_is_stated_at_both_sizes_wherever_it_is_stated():
 
 def test_a_rule_stated_at_one_size_is_not_found_by_the_registry():
     rule = [s for s in st.STATEMENTS if s.page == st.DIAG and "thr_explains_64" in s.quantities]
-    both = ("Rule: on such a VM, an 8-GPU all-reduce that takes 389 µs or more at 12 KiB and 1367 µs at 768 KiB means "
-            "the host path is the loss; 140 µs and 526 µs or less means it explains 25 % or less. Takeaway: an 8-GPU "
-            "all-reduce at "
-            "389 µs or more at 12 KiB and 1367 µs at 768 KiB on your VM means its host path is the loss; at 140 µs "
-            "and 526 µs or less, look elsewhere.")
-    one = ("Rule: on such a VM, an 8-GPU all-reduce of 12 KiB that takes 389 µs or more means the host path is the "
-           "loss; 140 µs or less means it explains 25 % or less.")
+    both = ("Rule for the original VM: an 8-GPU all-reduce there of 389 µs or more at 12 KiB and 1367 µs at 768 KiB "
+            "means the host path is the loss; 140 µs and 526 µs or less means it explains 25 % or less. Takeaway: an "
+            "8-GPU all-reduce at "
+            "389 µs or more at 12 KiB and 1367 µs at 768 KiB on the original VM means its host path is the loss; at "
+            "140 µs and 526 µs or less, look elsewhere.")
+    one = ("Rule for the original VM: an 8-GPU all-reduce there of 12 KiB of 389 µs or more means the host path is "
+           "the loss; 140 µs or less means it explains 25 % or less.")
     assert st.collect({st.DIAG: both}, rule)[1] == []
     assert len(st.collect({st.DIAG: one}, rule)[1]) == len(rule) == 2
 

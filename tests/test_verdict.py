@@ -232,7 +232,7 @@ def test_the_copy_scenarios_say_their_alpha_was_timed_from_python():
 # ---------------------------------------------------------------------------- issue 45: the tuned arm, the ceiling
 def test_the_tuned_p2p_off_arm_is_priced_from_the_community_ratio_and_never_below_p2p(v):
     arm = v.scenario("nccl_tuned_p2p_off")
-    t = recorded.load("reference/p2p_off_tuned.csv").set_index(["arm", "concurrency"])["output_tok_s"]
+    t = recorded.load("reference/p2p_off_tuned.csv").set_index(["p2p", "concurrency"])["output_tok_s"]
     ref = recorded.load("reference/baremetal.csv")
     step_ms = 1e3 / float(ref[(ref.metric == "output_throughput") & (ref.concurrency == 1)]["value"].iloc[0])
     n_ar = sum(c.per_step for c in ma.collective_schedule(v.model) if c.kind == "all_reduce")

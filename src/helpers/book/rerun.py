@@ -178,7 +178,35 @@ def without_hardware(target, root: Path) -> str:
     return "Each chapter measures what is there and says what it skipped"
 
 
-def rows(root: Path | None = None, run_ids: list[str] | None = None) -> list[tuple[str, str, str, str]]:
+_LIVE = ("auto", "live")
+
+
+def machine_parts(target, root: Path) -> str:
+    """Which parts of the machine verdict (chapter 08, This machine) the target fills, from the modes it runs
+    the chapters in: VM or not (the probe), P2P and the all-reduce (the VM/P2P chapter and 08's pair check, on two
+    GPUs or more), GLM-5 predicted (on a GPU of a kind with kernel tables), the observation with the loss and
+    thresholds (chapter 03 serving GLM-5 through sglang or a given server; otherwise typed parameters)."""
+    modes = _chapter_modes(target, root)
+    if modes.get("08_this_machine") not in _LIVE:
+        return "This machine: no part (nothing measured)"
+    fills = []
+    if modes.get("01_environment") in _LIVE:
+        fills.append("VM or not")
+    if modes.get("06_vm_p2p") in _LIVE:
+        fills.append("P2P and the all-reduce on two GPUs or more")
+    fills.append("GLM-5 predicted on a GPU of a kind with kernel tables")
+    c03 = target.chapters.get("03_baselines_tuning") or {}
+    engine = c03.get("engine", target.parameters.get("engine", "sglang"))
+    serves = "model_path" in ((target.requires or {}).get("paths") or {})   # SGLang on a GLM-5 checkpoint
+    if modes.get("03_baselines_tuning") in _LIVE and engine == "sglang" and serves:
+        fills.append("the observation, loss and thresholds")
+        rest = ""
+    else:
+        rest = "; the observation only from `server_url` or typed parameters"
+    return "This machine: " + ", ".join(fills) + rest
+
+
+def rows(root: Path | None = None, run_ids: list[str] | None = None) -> list[tuple[str, str, str, str, str]]:
     root = root or repo_root()
     runs = committed_runs(root, run_ids)
     try:
@@ -196,19 +224,20 @@ def rows(root: Path | None = None, run_ids: list[str] | None = None) -> list[tup
             est = stated_estimate(t.description)
             time = f"{est[:1].lower() + est[1:]} (stated in targets/{name}.yaml)" if est else (
                 "not stated, no committed run")
-        out.append((f"`{name}`", hardware(t.description, t.requires), time, without_hardware(t, root)))
+        out.append((f"`{name}`", hardware(t.description, t.requires), time, without_hardware(t, root),
+                    machine_parts(t, root)))
     return out
 
 
 def table(root: Path | None = None, run_ids: list[str] | None = None) -> str:
     """The targets as a stacked list between its markers (a four-column table was 16 screens tall on a
-    phone): per target its name, the hardware it needs, the time it takes and what the pages show on a
-    machine without that hardware."""
-    def item(name, hw, time, without):
+    phone): per target its name, the hardware it needs, the time it takes, what the pages show on a
+    machine without that hardware and which parts of This machine (chapter 08) it fills."""
+    def item(name, hw, time, without, parts):
         lower = lambda t: t[:1].lower() + t[1:]  # noqa: E731
         then = f"{without}." if hw == "Any machine" else f"Without that hardware: {lower(without)}."
         then = then.replace("Without that hardware: nothing: ", "Without that hardware nothing runs: ")
-        return f"- {name}: {lower(hw)}; {time}. {then}"
+        return f"- {name}: {lower(hw)}; {time}. {then} {parts}."
     items = [item(*r) for r in rows(root, run_ids)]
     lines = [BEGIN, "", f":::{{dropdown}} The {len(items)} targets, each with the hardware it needs and its time", ""] \
         + items + ["", ":::", "", END]

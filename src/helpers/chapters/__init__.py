@@ -29,6 +29,7 @@ MODULES: dict[str, str] = {
     "06_vm_p2p": "vm_p2p",
     "07_decode_step": "decode_step",
     "07_diagnosis": "diagnosis",
+    "08_this_machine": "this_machine",
     "90_provenance": "provenance",
 }
 

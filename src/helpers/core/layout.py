@@ -98,6 +98,10 @@ RESULTS: dict[tuple[str, str], Result] = {
                "the load study: what it measured, its points, capacities with their intervals, the drift check, "
                "the client's overhead and the SLOs they were judged at"),
         Result("03_baselines_tuning", "gpu_samples", "gpu_samples.csv", "every GPU sample taken during the sweep"),
+        Result("03_baselines_tuning", "served", "served.json",
+               "what the live sweep served and how fast: the server (launched or given), engine, model, tensor-parallel "
+               "size, tokens/s at one stream and at the highest concurrency with its achieved concurrency "
+               "(helpers.serving.observed; the machine verdict's observation)"),
         Result("03_baselines_tuning", "headline", "headline.csv",
                "single-stream and saturated output throughput: recorded (original VM) and measured here",
                ("who", "variant", "workload", "single_stream_tok_s", "max_concurrency", "saturated_tok_s",
@@ -245,6 +249,14 @@ RESULTS: dict[tuple[str, str], Result] = {
                "every observed and predicted point as a fraction of the weight-bytes floor at TP8"),
         Result("07_diagnosis", "remedies", "remedies.csv",
                "the remedies ranked by predicted gain with bands, and what the investigation tried"),
+        Result("08_this_machine", "pair_check", "pair_check",
+               "the pair check's folder (helpers.interconnect.pairs.FILES): every GPU pair's copies and owner-side "
+               "write, the decisive recipe's all-reduce over every GPU, NCCL's INFO log"),
+        Result("08_this_machine", "verdict", "verdict.csv", "this machine's verdict, one line per part",
+               ("part", "line")),
+        Result("08_this_machine", "loss", "loss.csv",
+               "this machine's loss per step against its own prediction and the thresholds derived from it",
+               ("end", "observed_step_ms", "predicted_step_ms", "loss_ms", "explains_us", "cannot_us", "share")),
     )
 }
 
@@ -292,6 +304,19 @@ NEEDS: dict[str, tuple[Need, ...]] = {
         Need("07_decode_step", "precision_bytes", _PRECISION_FALLBACK, "decode-step-fp8"),
         Need("07_decode_step", "precision_meta", _PRECISION_FALLBACK, "decode-step-fp8"),
     ),
+    "08_this_machine": (
+        Need("01_environment", "probe", "no environment probe in this run: VM or not is not measured here"),
+        Need("06_vm_p2p", "machine", "no VM/P2P chapter in this run: the GPU count comes from the probe alone"),
+        Need("06_vm_p2p", "cuda_p2p", "no CUDA peer-access matrix: the driver grant comes from the probe alone"),
+        Need("06_vm_p2p", "copy_sweep", "no copy sweep: the bandwidth way comes from this chapter's pair check alone"),
+        Need("06_vm_p2p", "collective_sweep", "no collective sweep: the all-reduce comes from this chapter's pair "
+                                              "check alone"),
+        Need("03_baselines_tuning", "served", "no serving record: the observation comes from the typed parameters, "
+                                              "or there is none"),
+        Need("07_decode_step", "step_times", _STEP_FALLBACK, "decode-step"),
+        Need("07_decode_step", "step_bytes", _STEP_FALLBACK, "decode-step"),
+        Need("07_decode_step", "step_meta", _STEP_FALLBACK, "decode-step"),
+    ),
 }
 #: Chapters whose needs are waived in a mode that uses recorded inputs only.
 RECORDED_MODES = ("recorded",)
@@ -320,6 +345,7 @@ PRESENTATION: dict[str, tuple[str, ...]] = {
     "03_baselines_tuning": ("headline",),
     "05_expert_parallelism": ("parameters", "hidden_size", "memory_fit", "collectives", "ep_vs_tp_volume"),
     "07_diagnosis": tuple(n for (c, n) in RESULTS if c == "07_diagnosis"),
+    "08_this_machine": ("verdict", "loss"),
 }
 
 

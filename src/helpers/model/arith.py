@@ -19,6 +19,8 @@ used and collected by `assumptions()`:
 from __future__ import annotations
 
 import math
+from functools import lru_cache
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
@@ -190,8 +192,19 @@ def load_model(name: str = "glm5") -> ModelConfig:
 
 
 def known_models() -> list[str]:
-    """The model names a chapter may be given: the file stems under data/models/."""
-    return sorted(p.stem for p in (recorded.data_dir() / "models").glob("*.yaml"))
+    """The model names a chapter may be given: the file stems under data/models/ (read again only when the
+    folder changed: a runbook call checks a model name thousands of times)."""
+    folder = recorded.data_dir() / "models"
+    try:
+        stamp = folder.stat().st_mtime_ns
+    except OSError:
+        stamp = None
+    return list(_model_stems(str(folder), stamp))
+
+
+@lru_cache(maxsize=16)
+def _model_stems(folder: str, stamp) -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in Path(folder).glob("*.yaml")))
 
 
 def model_param():

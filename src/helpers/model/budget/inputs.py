@@ -133,16 +133,18 @@ def select_run_link(fits: pd.DataFrame) -> Link | None:
     its own), the larger world size, the smaller median relative error. None if nothing usable. The link's
     source names the fit's method label (the `method` column the VM/P2P chapter writes).
 
-    Only a link between two places counts: a collective fit needs two ranks or more on GPUs (a one-GPU
-    NCCL "all-reduce" moves nothing between GPUs, and gloo's ranks are CPU processes), and a copy within
-    one GPU (path `same_device`) is no link; among copies, one GPU to another (`peer`) comes first, then
+    Only a link between two GPUs counts: every fit needs two ranks or GPUs or more (a one-GPU NCCL
+    "all-reduce" moves nothing between GPUs, and a one-GPU copy through host memory comes back to the GPU it
+    left), gloo's ranks are CPU processes, and a copy within one GPU (path `same_device`) is no link; among copies, one GPU to another (`peer`) comes first, then
     through host memory (`host_bounce`, the path a VM without P2P takes), then the rest."""
     df = fits[fits["kind"].astype(str) == "measured"]
     df = df[pd.to_numeric(df["alpha_us"], errors="coerce").notna()
             & (pd.to_numeric(df["beta_GBps"], errors="coerce") > 0)]
     ws = pd.to_numeric(df["world_size"], errors="coerce").fillna(0)
     coll = df["scope"] == "collective"
-    df = df[~(coll & ((ws < 2) | (df["backend"].astype(str) == "gloo"))) & (df["path"] != "same_device")]
+    # a link joins two GPUs: nothing of one GPU (a one-rank all-reduce, a copy to host memory and back to the
+    # same GPU) is priced as GLM-5's link (issue 44), and gloo's ranks are CPU processes
+    df = df[(ws >= 2) & ~(coll & (df["backend"].astype(str) == "gloo")) & (df["path"] != "same_device")]
     if not len(df):
         return None
     df = df.assign(_ar=(df["scope"] == "collective") & (df["path"] == "all_reduce"),

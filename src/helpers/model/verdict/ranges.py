@@ -32,7 +32,7 @@ EXPLAINS, CANNOT = 0.80, 0.25
 #: (The book's own collective sweep times eagerly from Python, about 39 µs a call below 64 KiB on an H200 pair, so
 #: it is not offered as a second way: one command, one method.)
 MEASURE_COMMANDS = (
-    "./build/all_reduce_perf -b 12288 -e 786432 -f 64 -g 8 -d half -w 40 -n 100 -c 0",
+    "./build/all_reduce_perf -b 12288 -e 786432 -f 4 -g 8 -d half -w 40 -n 100 -c 0",
 )
 
 

@@ -182,7 +182,7 @@ def tuned_scenario(m: ma.ModelConfig) -> list[HostPath]:
     message the extra falls to none at its low end and half the one-request extra at its middle (log-linear in
     size between one token and 64 tokens of hidden state); it is never priced below bare metal's own all-reduce."""
     t = recorded.load("reference/p2p_off_tuned.csv")
-    one = t[t["concurrency"] == 1].set_index("arm")["output_tok_s"]
+    one = t[t["concurrency"] == 1].set_index("p2p")["output_tok_s"]
     on, off = float(one["P2P on"]), float(one["P2P off (tuned)"])
     ref = recorded.load("reference/baremetal.csv")
     bm1 = ref[(ref["metric"] == "output_throughput") & (ref["concurrency"] == 1)]
@@ -207,7 +207,8 @@ def tuned_scenario(m: ma.ModelConfig) -> list[HostPath]:
 
 def study_scenario(hostpath_sweep: pd.DataFrame | None) -> list[HostPath]:
     """This run's host-path study (helpers.interconnect.hostpath, arm 'host': P2P off), at eight ranks
-    measured or extrapolated, where the run has one."""
+    measured or extrapolated, where the run has one: a model of the original VM's host path from another host
+    (kind 'derived', held to the set-aside rule like every model), not a measurement on that VM."""
     if hostpath_sweep is None or not len(hostpath_sweep):
         return []
     from helpers.interconnect import growth
@@ -223,7 +224,10 @@ def study_scenario(hostpath_sweep: pd.DataFrame | None) -> list[HostPath]:
             raise VerdictInputError(f"this run's host-path study is priced at {TP} ranks only, not {n}")
         f = lambda col: np.interp(np.log(s), xs, h[col].to_numpy(dtype=float))  # noqa: E731
         return f("time_us_low"), f("time_us"), f("time_us_high")
-    return [HostPath("run_study", "this run's host-path study (P2P off)", f"{h['kind'].iloc[0]}", "measured", ar)]
+    # an emulation on this run's host, not the original VM: a model of its host path (kind derived), never the
+    # measurement that settles the original VM's question (decide takes only a measurement on that VM)
+    return [HostPath("run_study", "this run's host-path study (P2P off on this run's host, not the original VM)",
+                     f"{h['kind'].iloc[0]}; emulated on this run's host, which is not the original VM", "derived", ar)]
 
 
 def measured_scenario(us_12k: float, us_768k: float, m: ma.ModelConfig) -> list[HostPath]:
