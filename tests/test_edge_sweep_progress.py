@@ -4,7 +4,8 @@ point that alone could not fit the cell limit left the run "partial" on every --
 relaunched, no progress), and a sweep's first point was never estimated, so a first point longer than the cell
 ran blind into the cell limit with 0 rows. Now the first point is estimated from a probe (its concurrency of
 short requests at once) before it runs, and a cell that measured no point because its next point does not fit
-fails with SweepCannotProgress, naming the estimate, execution_timeout and the command that raises it."""
+fails with SweepCannotProgress, naming the estimate, execution_timeout and the command that raises it; so does a
+point needing more than the cell's whole limit, in the first run (issue 47)."""
 import json
 import os
 import subprocess
@@ -70,10 +71,13 @@ def test_a_first_point_longer_than_the_cell_is_not_started_blind(tmp_path):
     assert rec["duration_s"] < 30
 
 
-def test_a_point_that_never_fits_ends_the_resumed_run_non_zero_instead_of_partial_again(tmp_path):
+def test_a_point_that_never_fits_ends_the_first_run_non_zero(tmp_path):
+    """Issue 47, item 7: a point that can never fit the cell (more than its whole limit) ends the first run non-zero
+    with the fix; on 1beba90 that run ended "partial", rc 0, and only its --resume said the point could not fit."""
     book, env = setup(tmp_path, 1, "1,32")    # 1 x 1 fits (2 s); 32 x 1 needs ~33 s of a 20 s budget
     r = runbook(book, env, "--target", "short", "--run-id", "r")
-    assert r.returncode == 0 and chapter(book)["status"] == "partial", (r.stdout, r.stderr, chapter(book))
+    cannot_progress(r, chapter(book))
+    assert "more than the cell's whole time limit" in chapter(book)["error"]["evalue"]
     rows = results.read_rows(book / "runs" / "r" / "results" / "03_sweep" / "sweep.jsonl")
     assert [x["concurrency"] for x in rows] == [1]
     r = runbook(book, env, "--resume", "r")

@@ -13,6 +13,7 @@ import pytest
 from helpers.book import gputier
 from helpers.book.manifest import Manifest
 from helpers.model import firstcall
+from tierreport import tier_record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,10 +25,8 @@ def test_only_missing_hardware_lets_a_gpu_test_skip():
         assert not gputier.hardware_skip(bad)
 
 
-def _rec(passed=("t.py::a",), failed=(), skipped=(), code=0, commit="abc1234"):
-    res = {"passed": list(passed), "failed": [{"name": n, "message": "boom"} for n in failed],
-           "skipped": [{"name": n, "reason": r} for n, r in skipped]}
-    return gputier.record(res, commit, code, "2026-12-04T12:00:00+00:00", 1.0)
+def _rec(run_dir, passed=("t.py::a",), failed=(), skipped=(), code=0, commit="abc1234"):
+    return tier_record(run_dir, passed, failed, skipped, code, commit)
 
 
 def _manifest(rec=None, commit="abc1234"):
@@ -41,32 +40,34 @@ def _typed(rec=None, commit="abc1234"):
     return Manifest.from_dict(_manifest(rec, commit), "a test's manifest")
 
 
-def test_a_passed_tier_at_the_measuring_commit_lets_a_run_be_published():
-    assert gputier.problems(_typed(_rec()), "r") == []
-    assert "**passed** at `abc1234`: 1 passed, 0 failed, 0 skipped" in gputier.summary(_typed(_rec()))
+def test_a_passed_tier_at_the_measuring_commit_lets_a_run_be_published(tmp_path):
+    assert gputier.problems(_typed(_rec(tmp_path)), tmp_path) == []
+    assert "**passed** at `abc1234`: 1 passed, 0 failed, 0 skipped" in gputier.summary(_typed(_rec(tmp_path)))
 
 
-def test_a_run_without_a_tier_record_is_refused_with_the_command():
-    found = gputier.problems(_typed(), "r")
+def test_a_run_without_a_tier_record_is_refused_with_the_command(tmp_path):
+    found = gputier.problems(_typed(), tmp_path / "r")
     assert len(found) == 1 and "no record of the GPU test tier" in found[0]
     assert "python -m helpers.book.gputier runs/r" in found[0] and "abc1234" in found[0]
 
 
-def test_a_failed_tier_is_refused_naming_the_tests():
-    rec = _rec(failed=("tests/test_fp8.py::test_gpu_fp8_step", "tests/test_step.py::test_gpu_graph"), code=1)
+def test_a_failed_tier_is_refused_naming_the_tests(tmp_path):
+    rec = _rec(tmp_path, failed=("tests/test_fp8.py::test_gpu_fp8_step", "tests/test_step.py::test_gpu_graph"), code=1)
     assert not rec["ok"]
-    found = gputier.problems(_typed(rec), "r")
+    found = gputier.problems(_typed(rec), tmp_path)
     assert any("tests/test_fp8.py::test_gpu_fp8_step" in p and "tests/test_step.py::test_gpu_graph" in p
                for p in found), found
 
 
-def test_a_tier_run_at_another_commit_or_running_nothing_or_skipping_without_cause_is_refused():
-    assert any("not at the commit that measured" in p for p in gputier.problems(_typed(_rec(commit="fff0000")), "r"))
-    assert any("ran no test" in p for p in gputier.problems(_typed(_rec(passed=(), code=5)), "r"))
-    off = _rec(skipped=[("t.py::b", "flaky here")])
-    assert not off["ok"] and any("other than missing hardware: t.py::b" in p for p in gputier.problems(_typed(off), "r"))
-    hw = _rec(skipped=[("t.py::c", "one GPU: needs two GPUs")])
-    assert hw["ok"] and gputier.problems(_typed(hw), "r") == []
+def test_a_tier_run_at_another_commit_or_running_nothing_or_skipping_without_cause_is_refused(tmp_path):
+    assert any("not at the commit that measured" in p
+               for p in gputier.problems(_typed(_rec(tmp_path, commit="fff0000")), tmp_path))
+    assert any("ran no test" in p for p in gputier.problems(_typed(_rec(tmp_path, passed=(), code=5)), tmp_path))
+    off = _rec(tmp_path, skipped=[("t.py::b", "flaky here")])
+    assert not off["ok"] and any("other than missing hardware: t.py::b" in p
+                                 for p in gputier.problems(_typed(off), tmp_path))
+    hw = _rec(tmp_path, skipped=[("t.py::c", "one GPU: needs two GPUs")])
+    assert hw["ok"] and gputier.problems(_typed(hw), tmp_path) == []
 
 
 def test_the_first_call_verdicts():
@@ -133,7 +134,7 @@ def test_the_tier_runs_real_pytest_records_names_and_fails_a_skip_without_cause(
     assert not rec["ok"] and rec["exit_code"] == 1 and rec["commit"] == "abc1234"
     saved = json.loads(run.joinpath("manifest.json").read_text())["gpu_tier"]
     assert saved == rec and (run / gputier.JUNIT).exists() and (run / gputier.LOG).exists()
-    found = gputier.problems(Manifest.from_dict({**_manifest(), "gpu_tier": saved}, "a test's manifest"), "r")
+    found = gputier.problems(Manifest.from_dict({**_manifest(), "gpu_tier": saved}, "a test's manifest"), run)
     assert any("test_fails" in p and "test_skips_for_no_good_reason" in p for p in found)
     cli = subprocess.run([sys.executable, "-m", "helpers.book.gputier", str(tmp_path / "nope")],
                          capture_output=True, text=True, cwd=src, timeout=60)

@@ -131,9 +131,9 @@ def test_an_endpoint_tries_each_address_of_its_host():
     tried, and the one that answered goes first; where none answers the request fails as a refused connection."""
     with StandIn() as srv:
         async def go(addrs):
-            async with await Endpoint.resolve(srv.url) as ep:
-                ep.addrs = addrs
-                r = await cl.one_request(ep, "standin", "p", 4, time.perf_counter(), Deadlines.from_timeout(10), False)
+            ep = await Endpoint.resolve(srv.url)
+            ep.addrs = addrs
+            r = await cl.one_request(ep, "standin", "p", 4, time.perf_counter(), Deadlines.from_timeout(10), False)
             return r, ep.addrs
         r, order = asyncio.run(go(["127.0.0.2", "127.0.0.1"]))    # the stand-in listens on 127.0.0.1 only
         assert r.ok and order == ["127.0.0.1", "127.0.0.2"], r.error

@@ -7,6 +7,7 @@ import pytest
 
 from helpers import repo_root
 from helpers.book import gputier, publish
+from tierreport import tier_record
 
 ROOT = repo_root()
 SITE_RUN = publish.site_run(ROOT)
@@ -22,6 +23,7 @@ def copy(tmp_path):
     dst = tmp_path / "r"
     dst.mkdir()
     shutil.copy(ROOT / SITE_RUN / "manifest.json", dst / "manifest.json")
+    shutil.copy(ROOT / SITE_RUN / gputier.JUNIT, dst / gputier.JUNIT)     # the GPU tier's evidence, read again
     return dst
 
 
@@ -102,7 +104,7 @@ def test_a_replayed_run_is_judged_chapter_by_chapter(copy):
     def replayed(kept, clean=True):
         def fn(m):
             m["versions"].update(book_commit=first[:7])
-            m["gpu_tier"] = {"commit": first[:7], "ok": True, "failed": [], "passed": ["t.py::a"], "skipped": []}
+            m["gpu_tier"] = tier_record(copy, commit=first[:7])
             m["replayed"] = {"book_commit": head[:7], "clean": clean, "chapters": stems, "kept": kept}
         return fn
     _edit(copy, replayed({}))

@@ -298,10 +298,10 @@ def run_dir_arg(text: str, runs_dir: Path, what: str) -> Path:
             return False
 
     p = Path(text)
-    if not p.is_absolute():
+    if "/" not in text and RUN_ID.fullmatch(text) and exists(runs_dir / text):
+        p = runs_dir / text   # a run id names the run in runs_dir, before a folder of that name here (issue 47)
+    elif not p.is_absolute():
         p = Path.cwd() / p
-    if not exists(p) and "/" not in text and RUN_ID.fullmatch(text):
-        p = runs_dir / text
     if not exists(p):
         raise RunbookError(f"{what} {short(text)}: no such run folder (looked for {short(str(p))}); runs live in "
                            f"{runs_dir}")

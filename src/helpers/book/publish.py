@@ -2,7 +2,8 @@
 
 The published site must show the current book: a run made from a clean commit (its status page says so),
 every chapter of _toc.yml executed and ok unless its target skips it on purpose, its GPU test tier (pytest -m
-gpu) passed at the commit that measured it (helpers.book.gputier), and the chapter sources
+gpu) passed at the commit that measured it (helpers.book.gputier, which reads the tier's JUnit report again and
+holds the record to it), and the chapter sources
 (the notebooks and _toc.yml) unchanged since that commit, so that what the site shows is what the book's
 code executes today. A run presented again by `runbook --replay` (its manifest's `replayed`) holds
 notebooks of two commits: each chapter the replay executed must be unchanged since the replay's commit,
@@ -58,7 +59,7 @@ def problems(run_dir: Path, root: Path | None = None, check_sources: bool = True
         elif rec.get("status") != "ok":
             out.append(f"{run_dir.name}: chapter {s} is {rec.get('status')} in the run (target {m.target} "
                        f"runs it)")
-    out += gputier.problems(m, run_dir.name)
+    out += gputier.problems(m, run_dir)
     rep = m.replayed
     if rep and not rep.get("clean"):
         out.append(f"{run_dir.name}: it was presented again (runbook --replay) from a modified tree at "
@@ -107,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m helpers.book.publish runs/<run-id>", file=sys.stderr)
         return 2
-    found = problems(Path(args[0]))
+    try:
+        found = problems(Path(args[0]))
+    except (runbook.RunbookError, OSError, ValueError) as e:   # a manifest that is not one, unreadable files: one line
+        found = [str(e).splitlines()[0] if str(e) else type(e).__name__]
     for p in found:
         print(f"error: {p}", file=sys.stderr)
     return 1 if found else 0

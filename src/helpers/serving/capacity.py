@@ -12,6 +12,10 @@ request count) count as measured points: the ramp does not measure a load at or 
 takes that one as its first failure, the monotonicity bisection assumes anyway), so a search seeded by a sweep
 only bisects between the sweep's last pass and first failure. Those rows say `from_known: True`. Where the
 first point fails and a pass is known below it, the search bisects up from that pass.
+A point cut short by its time limit (its row says `cut_short`: some of its requests never ran) is no
+evidence either way: it is listed in `not_run`, not kept as a point nor written to `points_file` (a rerun
+measures it), and the search ends there incomplete. `measure` is expected to give a point no more than the time
+the search has left (see loadstudy), so the search ends at most one request time limit after its own.
 `held_above_failure` lists the loads that held above the first failure: the points are not monotonic (on a
 shared machine, its load changed between points), and the capacity, the highest pass below the first failure
 (none where the first point failed and no pass is known below it), is the cautious reading of them.
@@ -53,6 +57,7 @@ def search(measure: Callable[[float], dict], start: float, good_share: float, li
         points.setdefault(key, {**row, "load": key, "passed": bool(row["good_share"] >= good_share),
                                 "from_known": True})
     deadline = time.monotonic() + time_limit_s
+    not_run = []
 
     def ok_at(x) -> bool | None:
         key = int(x) if integer else round(float(x), 6)
@@ -63,9 +68,10 @@ def search(measure: Callable[[float], dict], start: float, good_share: float, li
                 row = dict(measure(key))
             except Exception as e:  # noqa: BLE001 - a server that falls over ends the point as failed
                 row = {"good_share": 0.0, "error": f"{type(e).__name__}: {e}"[:500]}
-            row["load"] = key
-            row["passed"] = bool(row.get("good_share", 0.0) >= good_share)
-            points[key] = row
+            if row.get("cut_short"):   # its time ran out inside it: no evidence, measured again by a rerun
+                not_run.append(key)
+                return None
+            points[key] = row = {**row, "load": key, "passed": bool(row.get("good_share", 0.0) >= good_share)}
             if points_file:
                 with open(points_file, "a") as f:
                     f.write(json.dumps(row, default=str) + "\n")
@@ -113,4 +119,4 @@ def search(measure: Callable[[float], dict], start: float, good_share: float, li
     above = sorted(k for k, p in points.items() if failed is not None and k > failed and p["passed"])
     return {"capacity": passed if passed is not None else math.nan, "first_failed": failed,
             "complete": complete, "hit_limit": failed is None and passed == limit, "points": rows,
-            "held_above_failure": above}
+            "held_above_failure": above, "not_run": not_run}

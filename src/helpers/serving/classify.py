@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from helpers.serving import client as cl
-from helpers.serving.fetch import Deadlines, RequestTimeout, fetch
+from helpers.serving.fetch import Deadlines, ReplyError, RequestTimeout, fetch
 from helpers.serving.server import Server, ServerExited, ServerSpec, StartupTimeout
 
 #: the outcome words, from a serving configuration to a failure to start (the recorded backend matrix
@@ -84,7 +84,8 @@ class Attempt:
 class SmokeReply:
     reply: str = ""
     error: str = ""
-    kind: str = ""          # "" (a reply), timeout, connect, http, error-body, bad-body, empty
+    kind: str = ""          # "" (a reply), timeout, connect, http, error-body, bad-body, empty, protocol, too-large,
+    #                         truncated (fetch.ReplyError)
     body: str = ""          # the start of what the server sent
     elapsed_s: float = 0.0
 
@@ -120,6 +121,8 @@ def smoke_test(base_url: str, model: str, test: "SmokeTest", deadlines: Deadline
     except RequestTimeout as e:
         return SmokeReply(error=str(e), kind="timeout", body=e.received[:300].decode("utf-8", "replace"),
                           elapsed_s=e.elapsed_s)
+    except ReplyError as e:   # not HTTP/1.1, past a limit, or cut short: named with what arrived (issue 47)
+        return SmokeReply(error=str(e)[:300], kind=e.kind, elapsed_s=time.monotonic() - t0)
     except (OSError, ValueError) as e:
         return SmokeReply(error=f"{type(e).__name__}: {e}"[:300], kind="connect", elapsed_s=time.monotonic() - t0)
     content, kind, error = cl.parse_reply(r.status, r.text, chat=True)   # the one reader of whole replies

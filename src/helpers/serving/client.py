@@ -473,8 +473,8 @@ async def run_requests(base_url: str, model: str, prompts: Sequence[str], max_to
                 return Window.not_run(time.perf_counter() - t_origin)
             return await one_request(endpoint, model, p, max_tokens, t_origin, dd, chat)
 
-    async with await Endpoint.resolve(base_url, api_key) as endpoint:
-        results = await asyncio.gather(*(gated(p) for p in prompts))
+    endpoint = await Endpoint.resolve(base_url, api_key)
+    results = await asyncio.gather(*(gated(p) for p in prompts))
     return list(results), time.perf_counter() - t_origin
 
 

@@ -1,4 +1,4 @@
-"""HTTP requests with overall deadlines, and limits on everything a server controls, over aiohttp.
+"""HTTP requests with overall deadlines: to connect, to the first byte of the reply, and for the whole reply.
 
 A socket time limit applies to each read, so a server that sends its headers and then a byte every few
 seconds (or SSE keep-alive comments only) keeps such a request waiting for ever. Here every limit is a
@@ -9,16 +9,28 @@ deadline from the start of the request:
     reply.status, reply.json(), reply.elapsed_s
 
 A limit that passes raises RequestTimeout, which says which limit, after how long, and what had arrived
-by then (the evidence a classification shows).
+by then (the evidence a classification shows). Plain HTTP/1.1 over asyncio streams (standard library
+only; https through ssl), one connection per request (`Connection: close`).
 
-What a server sends is bounded before it is held (issue 47: a server sending endless headers took the hand-written
-client of 1beba90 to 1.6 GB, and a declared 2 GiB chunk was read whole before any check): the HTTP/1.1 parsing is
-aiohttp's (its C parser, as sglang's bench_serving uses it), with at most MAX_HEADERS header lines of at most
-MAX_HEADER_LINE bytes each (the status line too), a body read as it arrives whatever a chunk declares, and
-at most `max_bytes` of body. A reply that breaks any of these, or that is not HTTP, raises ReplyError naming the
-URL, what was wrong and what had arrived (`kind` "protocol", "too-large" or "truncated": a body cut short of its
-Content-Length, or inside a chunk, is never taken for a whole reply). One connection per request
-(`Connection: close`), as before.
+What a server sends is bounded before it is held (issue 47: a server sending endless headers took this client to
+1.6 GB in 20 s, and a declared 2 GiB chunk was read whole before any check): at most MAX_HEADERS header lines
+(trailers too) of at most MAX_LINE bytes each (the status line and a chunk-size line too), a chunk read as it
+arrives whatever its size line declares, and at most `max_bytes` of body. A reply that breaks one of these, or
+is not HTTP/1.1 (a status line, a header, a Content-Length or a chunk-size line that does not parse), raises
+ReplyError naming the URL, what was wrong and what had arrived; so does a body cut short of its Content-Length
+or inside a chunk (`kind` "protocol", "too-large", "truncated"), which is never taken for a whole reply.
+
+Why not a library: issue 47 asked for aiohttp or httpcore unless a paired benchmark showed one distorting TTFT by
+more than 5 % at 64 in flight. aiohttp 3.14 (its C parser, one session per run, a connection per request, the
+same client code above it) did: benchmarks/bench_http_layer.py on the 2-core machine (load 6-9, 6 pairs, the
+stand-in at TTFT 50 ms), median TTFT 85 ms against this module's 62 (per-pair ratio of this module's to
+aiohttp's 0.85, range 0.47-1.05), CPU 1.47 against 1.27 ms a request; against 1beba90's client, aiohttp read TTFT
++15 % and +39 % (two sessions) where this module reads -2 % to +5 % (medians of three sessions of 8-12 pairs at
+load 4-7) and CPU -3 % to +13 %; benchmarks/bench_loadgen.py (64 in flight, a stub answering at once) 0.61 ms of
+CPU a request against 1beba90's 0.58. httpcore parses with h11, in pure Python (some 15-35 us a chunk measured
+here). The limits are therefore
+written here, each as the RFC 9112 rule it checks and each with a test against a real hostile server
+(tests/test_serving_hostile.py; the aiohttp variant is commit 01cf463 of issue 47's branch).
 """
 from __future__ import annotations
 
@@ -26,20 +38,29 @@ import asyncio
 import json
 import math
 import re
-import socket
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
-import aiohttp
-from aiohttp.abc import AbstractResolver
 
-#: the most header lines a reply may carry, and the most bytes of its status line or of one header field
+#: the most header lines a reply (or its trailers) may carry, and the most bytes of one line of its head (the
+#: status line, a header, a chunk-size line)
 MAX_HEADERS = 100
-MAX_HEADER_LINE = 8190
+MAX_LINE = 8190
 #: the most body bytes `fetch` reads (a health check, a smoke reply, /v1/models)
 MAX_BODY = 4 << 20
+_STATUS = re.compile(rb"HTTP/1\.[01] ([1-9][0-9]{2})(?: [^\r\n]*)?\r?\n")
+_CHUNK = re.compile(rb"([0-9A-Fa-f]{1,15})[ \t]*(?:;[^\r\n]*)?\r?\n")
+
+
+class ReplyError(ValueError):
+    """A reply that cannot be read as it should: `kind` "protocol" (not valid HTTP/1.1, or past a limit on its
+    head), "too-large" (more body than allowed) or "truncated" (the connection ended inside the body);
+    `received`: how many body bytes had arrived."""
+
+    def __init__(self, url: str, kind: str, what: str, received: int = 0, status: int | None = None):
+        self.url, self.kind, self.received, self.status = url, kind, received, status
+        super().__init__(f"{url}: {what}")
 
 
 class RequestTimeout(TimeoutError):
@@ -54,16 +75,6 @@ class RequestTimeout(TimeoutError):
         got = f"; {len(received)} body bytes had arrived" if phase == "total" else ""
         head = f" (HTTP {status} headers came)" if status is not None and phase == "total" else ""
         super().__init__(f"timeout: {what} within {limit_s:g} s ({phase} deadline) from {url}{head}{got}")
-
-
-class ReplyError(ValueError):
-    """A reply that cannot be read as it should: `kind` "protocol" (not valid HTTP/1.1, or past a header limit),
-    "too-large" (more body than allowed) or "truncated" (the connection ended inside the body); `received`: how
-    many body bytes had arrived."""
-
-    def __init__(self, url: str, kind: str, what: str, received: int = 0, status: int | None = None):
-        self.url, self.kind, self.received, self.status = url, kind, received, status
-        super().__init__(f"{url}: {what}")
 
 
 @dataclass(frozen=True)
@@ -113,101 +124,238 @@ class Reply:
         return json.loads(self.body or b"null")
 
 
-#: the host name an Endpoint's requests are addressed to inside aiohttp (a reserved name that never resolves):
-#: aiohttp asks _Addresses for it, even where the server's host is an IP address, which aiohttp would not look up
-ENDPOINT_HOST = "endpoint.invalid"
+async def afetch(url: str, method: str = "GET", body=None, deadlines: Deadlines = Deadlines(),
+                 read_body: bool = True, max_bytes: int = MAX_BODY) -> Reply:
+    """One request within `deadlines` (see the module docstring). `body`: a JSON-able object (POSTed as
+    JSON). `read_body=False` returns once the headers are in. Raises RequestTimeout, or OSError /
+    ConnectionError when nothing listens, or ReplyError (a ValueError) for a reply that is not HTTP/1.1, cut
+    short, or longer than `max_bytes`."""
+    u = urllib.parse.urlsplit(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise ValueError(f"URL {url!r}: expected http://HOST:PORT/PATH")
+    port = u.port or (443 if u.scheme == "https" else 80)
+    path = (u.path or "/") + (f"?{u.query}" if u.query else "")
+    data = b"" if body is None else json.dumps(body).encode()
+    t0 = time.monotonic()
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(u.hostname, port, ssl=u.scheme == "https" or None), deadlines.connect_s)
+    except asyncio.TimeoutError:
+        raise RequestTimeout(url, "connect", deadlines.connect_s, time.monotonic() - t0) from None
+    status, headers, got = None, {}, bytearray()
+
+    def left(limit: float) -> float:
+        return limit - (time.monotonic() - t0)
+
+    try:
+        head = [f"{method} {path} HTTP/1.1", f"Host: {u.hostname}:{port}", "Connection: close",
+                "Accept: application/json, text/event-stream", "User-Agent: glm5-book"]
+        if body is not None:
+            head += ["Content-Type: application/json", f"Content-Length: {len(data)}"]
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
+
+        try:
+            status = await asyncio.wait_for(_read_head(url, reader, writer, headers),
+                                            max(left(deadlines.first_byte_s), 0))
+        except asyncio.TimeoutError:
+            raise RequestTimeout(url, "first byte", deadlines.first_byte_s, time.monotonic() - t0) from None
+        if not read_body or method == "HEAD" or status in (204, 304):
+            return Reply(url, status, headers, b"", time.monotonic() - t0)
+
+        try:
+            await asyncio.wait_for(_read_body(url, reader, status, headers, got, max_bytes),
+                                   max(left(deadlines.total_s), 0))
+        except asyncio.TimeoutError:
+            raise RequestTimeout(url, "total", deadlines.total_s, time.monotonic() - t0, bytes(got), status) from None
+        return Reply(url, status, headers, bytes(got), time.monotonic() - t0)
+    finally:
+        writer.close()
+        try:
+            await asyncio.wait_for(writer.wait_closed(), 1.0)
+        except (asyncio.TimeoutError, OSError):
+            pass
 
 
-class _Addresses(AbstractResolver):
-    """aiohttp's name lookup for an Endpoint: its addresses, resolved once, in its current order (no lookup on a
-    worker thread per connection); aiohttp tries them in turn."""
-
-    def __init__(self, ep: "Endpoint"):
-        self.ep = ep
-
-    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET):
-        if host != ENDPOINT_HOST:
-            raise OSError(f"{host}: not this endpoint's host ({self.ep.host})")
-        return [{"hostname": self.ep.host, "host": a, "port": port, "proto": 0, "flags": socket.AI_NUMERICHOST,
-                 "family": socket.AF_INET6 if ":" in a else socket.AF_INET} for a in self.ep.addrs]
-
-    async def close(self) -> None:
-        pass
+async def _line(url: str, reader, what: str) -> bytes:
+    """One line of a reply's head (at most MAX_LINE bytes; the stream's own limit, 64 KiB, bounds the read)."""
+    try:
+        line = await reader.readline()
+    except ValueError:   # asyncio's LimitOverrunError: no line end within the stream's limit
+        raise ReplyError(url, "protocol", f"not a valid HTTP/1.1 reply: {what} longer than {MAX_LINE} bytes") from None
+    if len(line) > MAX_LINE + 2:
+        raise ReplyError(url, "protocol", f"not a valid HTTP/1.1 reply: {what} of {len(line)} bytes, longer than "
+                         f"{MAX_LINE} (the most this client reads)")
+    return line
 
 
-async def _connected(session, ctx, params) -> None:   # aiohttp's trace: a connection is set up
-    ctx.trace_request_ctx.connected = True
+async def _read_head(url: str, reader, writer, headers: dict) -> int:
+    """Send what was written, read the status line and the headers (into `headers`, names in lower case, at most
+    MAX_HEADERS lines); returns the status."""
+    await writer.drain()
+    line = await _line(url, reader, "the status line")
+    if not line:
+        raise ConnectionError(f"{url}: the server closed the connection without sending a reply")
+    m = _STATUS.fullmatch(line)
+    if not m:
+        raise ReplyError(url, "protocol", f"not a valid HTTP/1.1 reply: its status line is {line[:80]!r}, not "
+                         "'HTTP/1.1 NNN reason'")
+    await _fields(url, reader, headers, "header")
+    if "chunked" not in headers.get("transfer-encoding", "").lower() and "content-length" in headers:
+        if not re.fullmatch(r"[0-9]{1,18}", headers["content-length"]):
+            raise ReplyError(url, "protocol", f"not a valid HTTP/1.1 reply: Content-Length "
+                             f"{headers['content-length'][:40]!r} is not one whole number of bytes")
+    return int(m.group(1))
 
 
-async def _sent(session, ctx, params) -> None:        # the request's headers go to the socket (its first byte)
-    ctx.trace_request_ctx.sent_at = time.perf_counter()
+async def _fields(url: str, reader, headers: dict, what: str) -> None:
+    """Header (or trailer) lines up to the empty line, into `headers`: at most MAX_HEADERS of them."""
+    for _ in range(MAX_HEADERS + 1):
+        h = await _line(url, reader, f"a {what} line")
+        if h in (b"\r\n", b"\n"):
+            return
+        if not h:
+            raise ReplyError(url, "truncated", f"the reply was cut short: the connection ended inside its {what}s")
+        k, sep, v = h.decode("latin-1").partition(":")
+        if not sep or not k.strip() or k != k.strip():
+            raise ReplyError(url, "protocol", f"not a valid HTTP/1.1 reply: a {what} line {h[:80]!r} is not "
+                             "'Name: value'")
+        k = k.lower()
+        if k == "content-length" and k in headers and headers[k] != v.strip():
+            raise ReplyError(url, "protocol", f"not a valid HTTP/1.1 reply: two Content-Length headers disagree "
+                             f"({headers[k][:20]!r}, {v.strip()[:20]!r})")
+        headers[k] = v.strip()
+    raise ReplyError(url, "protocol", f"not a valid HTTP/1.1 reply: more than {MAX_HEADERS} {what} lines (the most "
+                     "this client reads)")
 
 
-async def _written(session, ctx, params) -> None:     # a chunk of the request's body went to the socket (issue 46)
-    ctx.trace_request_ctx.written_at = time.perf_counter()
+async def _body(url: str, reader, status: int, headers: dict, max_bytes: int | None = None):
+    """The body's bytes as they arrive: chunked transfer coding decoded (each chunk read as it arrives, whatever
+    its size line declares), by Content-Length, or to the end of the connection. More than `max_bytes` raises
+    ReplyError "too-large"; a connection that ends inside a chunk or short of the Content-Length, "truncated"; a
+    chunk framing that does not parse, "protocol"."""
+    got = 0
+
+    def cut(what: str) -> ReplyError:
+        return ReplyError(url, "truncated", f"the reply was cut short: the connection ended {what} (HTTP {status}, "
+                          f"{got} body bytes in all)", got, status)
+
+    def too_large() -> ReplyError:
+        return ReplyError(url, "too-large", f"the reply's body passed {max_bytes} bytes, the most this client reads "
+                          f"of such a reply (HTTP {status})", got, status)
+
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        while True:
+            try:   # a chunk-size line (read here, not through _line: this runs once a streamed event)
+                line = await reader.readline()
+            except ValueError:
+                line = b"?" * (MAX_LINE + 3)
+            m = _CHUNK.fullmatch(line) if len(line) <= MAX_LINE + 2 else None
+            if not m:
+                if not line:
+                    raise cut("before its last chunk")
+                raise ReplyError(url, "protocol", f"not a valid HTTP/1.1 reply: the chunk-size line {line[:40]!r} "
+                                 f"is not a hexadecimal size (after {got} body bytes)", got, status)
+            size = left = int(m.group(1), 16)
+            if size == 0:
+                await _fields(url, reader, {}, "trailer")
+                return
+            while left:   # as it arrives, whatever the size line declared
+                data = await reader.read(min(65536, left))
+                if not data:
+                    raise cut(f"inside a chunk ({size - left} of its {size} bytes had come)")
+                got += len(data)
+                left -= len(data)
+                if max_bytes is not None and got > max_bytes:
+                    raise too_large()
+                yield data
+            try:
+                end = await reader.readline()
+            except ValueError:   # no line end within the stream's limit
+                end = b"?" * 40
+            if end != b"\r\n" and end != b"\n":
+                if not end:
+                    raise cut("after a chunk, before the next")
+                raise ReplyError(url, "protocol", f"not a valid HTTP/1.1 reply: a chunk of {size} bytes is followed by "
+                                 f"{end[:40]!r}, not its line end", got, status)
+    n = int(headers["content-length"]) if "content-length" in headers else None
+    left = (1 << 62) if n is None else n
+    while left:
+        data = await reader.read(min(65536, left))
+        if not data:
+            break
+        got += len(data)
+        left -= len(data)
+        if max_bytes is not None and got > max_bytes:
+            raise too_large()
+        yield data
+    if n is not None and got < n:
+        raise cut(f"short of its Content-Length ({got} of {n} bytes had come)")
 
 
-def session(resolver: AbstractResolver | None = None) -> aiohttp.ClientSession:
-    """An aiohttp session with this module's limits: a new connection per request (closed after it), no
-    decompression, no cookies, aiohttp's own time limits off (the Deadlines are kept here), and a trace that marks
-    when each request is connected and its first byte written. Create it inside the running event loop."""
-    trace = aiohttp.TraceConfig()
-    trace.on_connection_create_end.append(_connected)
-    trace.on_request_headers_sent.append(_sent)
-    trace.on_request_chunk_sent.append(_written)
-    connector = aiohttp.TCPConnector(force_close=True, limit=0, use_dns_cache=False, resolver=resolver,
-                                     happy_eyeballs_delay=None)
-    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None),
-                                 auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
-                                 skip_auto_headers=("Accept-Encoding",), trace_configs=[trace],
-                                 max_line_size=MAX_HEADER_LINE, max_field_size=MAX_HEADER_LINE, max_headers=MAX_HEADERS)
+async def _read_body(url: str, reader, status: int, headers: dict, got: bytearray, max_bytes: int) -> None:
+    """Read the body into `got` (at most `max_bytes`: more raises ReplyError), so that what came before a deadline
+    is kept."""
+    async for data in _body(url, reader, status, headers, max_bytes):
+        got.extend(data)
 
 
-def _said(e: BaseException) -> str:
-    """aiohttp's message for a parse error, on one line and short."""
-    cause = e.__cause__ or e
-    text = getattr(cause, "message", None) or str(cause)
-    return re.sub(r"\s+", " ", str(text)).strip()[:240]
+@dataclass
+class Endpoint:
+    """Where a run's requests go: the server's base URL, its host resolved once (so no request waits for a
+    name lookup on a worker thread), and the headers every request carries."""
+
+    base_url: str
+    host: str
+    port: int
+    ssl: bool
+    addrs: list
+    api_key: str = "none"
+
+    @classmethod
+    async def resolve(cls, base_url: str, api_key: str = "none") -> "Endpoint":
+        """The endpoint of `base_url` (http://HOST:PORT) with its host's addresses; a host that does not resolve
+        is kept by name, so each request fails with the lookup's own error (a connect failure), not the run."""
+        import socket
+
+        u = urllib.parse.urlsplit(base_url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"URL {base_url!r}: expected http://HOST:PORT")
+        port = u.port or (443 if u.scheme == "https" else 80)
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(u.hostname, port, type=socket.SOCK_STREAM)
+            addrs = list(dict.fromkeys(i[4][0] for i in infos)) or [u.hostname]
+        except OSError:
+            addrs = [u.hostname]
+        return cls(base_url.rstrip("/"), u.hostname, port, u.scheme == "https", addrs, api_key)
+
+    async def connect(self):
+        """(reader, writer) of a new connection: the addresses in turn, the one that answered first next time."""
+        for i, addr in enumerate(self.addrs):
+            try:
+                rw = await asyncio.open_connection(addr, self.port, ssl=self.ssl or None,
+                                                   server_hostname=self.host if self.ssl else None)
+            except OSError:
+                if i == len(self.addrs) - 1:
+                    raise
+                continue
+            if i:
+                self.addrs.insert(0, self.addrs.pop(i))
+            return rw
 
 
 class StreamReply:
-    """An open reply whose status line and headers are in: `status`, `headers` (lower-case names), `sent_at`
-    (time.perf_counter() when the request's first byte was written, after the connection was set up),
-    `written_at` (its body's last byte written), `headers_at` (when the headers were in), `received` (body
-    bytes read so far); `chunks(max_bytes)` yields the
-    body as it arrives, `read(max_bytes)` the start of it; `close()`."""
+    """An open reply whose status line and headers are in: `status`, `headers`, `sent_at` (time.perf_counter()
+    when the request's first byte was written, after the connection was set up), `headers_at` (when the
+    headers were in); `chunks(max_bytes)` yields the body as it arrives (see _body: a reply cut short, malformed or
+    longer than `max_bytes` raises ReplyError), `read(max_bytes)` the start of it; `close()`."""
 
-    def __init__(self, url: str, resp: aiohttp.ClientResponse, sent_at: float, headers_at: float):
-        self.url, self.resp, self.status = url, resp, resp.status
-        self.headers = {k.lower(): v for k, v in resp.headers.items()}
-        self.sent_at, self.headers_at, self.received = sent_at, headers_at, 0
+    def __init__(self, reader, writer, status: int, headers: dict, sent_at: float, headers_at: float, url: str = ""):
+        self.reader, self.writer, self.status, self.headers = reader, writer, status, headers
+        self.sent_at, self.headers_at, self.url = sent_at, headers_at, url
 
-    async def chunks(self, max_bytes: int | None = None):
-        """The body's bytes as they arrive (chunked coding decoded). More than `max_bytes` in all raises
-        ReplyError "too-large"; a body cut short of its Content-Length or inside a chunk raises "truncated", a
-        malformed one "protocol", each naming what had arrived."""
-        it = self.resp.content.iter_any().__aiter__()
-        while True:
-            try:
-                data = await it.__anext__()
-            except StopAsyncIteration:
-                return
-            except aiohttp.ClientPayloadError as e:
-                said = _said(e)
-                kind = "truncated" if "not enough data" in said.lower() else "protocol"
-                what = ("the reply was cut short: the connection ended inside its body" if kind == "truncated" else
-                        "the reply's body is not valid HTTP/1.1")
-                raise ReplyError(self.url, kind, f"{what} after {self.received} body bytes had been read "
-                                 f"(HTTP {self.status}; {said})", self.received, self.status) from None
-            except aiohttp.ClientConnectionError as e:
-                raise ReplyError(self.url, "truncated", f"the reply was cut short: the connection failed after "
-                                 f"{self.received} body bytes (HTTP {self.status}; {type(e).__name__}: {_said(e)})",
-                                 self.received, self.status) from None
-            self.received += len(data)
-            if max_bytes is not None and self.received > max_bytes:
-                raise ReplyError(self.url, "too-large", f"the reply's body passed {max_bytes} bytes, the most this "
-                                 f"client reads of such a reply (HTTP {self.status})", self.received, self.status)
-            yield data
+    def chunks(self, max_bytes: int | None = None):
+        """The body's bytes as they arrive (an async iterator; see _body)."""
+        return _body(self.url, self.reader, self.status, self.headers, max_bytes)
 
     async def read(self, max_bytes: int = 1 << 20) -> bytes:
         """The body, or its first `max_bytes` where it is longer (an error reply's text, a whole JSON reply)."""
@@ -219,135 +367,42 @@ class StreamReply:
         return bytes(out)
 
     def close(self) -> None:
-        self.resp.close()
-
-
-async def _open(s: aiohttp.ClientSession, url: str, method: str, data: bytes | None, headers: dict,
-                deadlines: Deadlines, t0: float, target: str | None = None, **kw) -> StreamReply:
-    """Send one request on `s` and return once its reply's headers are in, within `deadlines` from `t0` (a
-    time.perf_counter() instant: the request's start). `url` names the request in messages; `target`, where given,
-    is where aiohttp sends it (an Endpoint's)."""
-    mark = SimpleNamespace(connected=False, sent_at=None, written_at=None)
-    left = deadlines.connect_s - (time.perf_counter() - t0)
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=max(left, 1e-3))
-    try:
-        resp = await asyncio.wait_for(
-            s.request(method, target or url, data=data, headers=headers, timeout=timeout, trace_request_ctx=mark,
-                      allow_redirects=False, **kw),
-            max(deadlines.first_byte_s - (time.perf_counter() - t0), 0))
-    except asyncio.TimeoutError:   # aiohttp's connect limit (ConnectionTimeoutError) is one too
-        elapsed = time.perf_counter() - t0
-        if not mark.connected:
-            raise RequestTimeout(url, "connect", deadlines.connect_s, elapsed) from None
-        raise RequestTimeout(url, "first byte", deadlines.first_byte_s, elapsed) from None
-    except aiohttp.ClientConnectorError as e:   # refused, unreachable, no such host: the OS's own error
-        raise (e.os_error if isinstance(e.os_error, OSError) else ConnectionError(f"{url}: {e}")) from e
-    except aiohttp.ServerDisconnectedError:
-        raise ConnectionError(f"{url}: the server closed the connection without sending a reply") from None
-    except aiohttp.ClientResponseError as e:   # aiohttp's parser refused the status line or the headers
-        raise ReplyError(url, "protocol", f"not a valid HTTP/1.1 reply: {_said(e)} (this client reads at most "
-                         f"{MAX_HEADERS} header lines of {MAX_HEADER_LINE} bytes each)") from None
-    reply = StreamReply(url, resp, mark.sent_at or time.perf_counter(), time.perf_counter())
-    reply.written_at = mark.written_at or reply.sent_at   # the body's last byte written (issue 46: phases)
-    return reply
-
-
-async def afetch(url: str, method: str = "GET", body=None, deadlines: Deadlines = Deadlines(),
-                 read_body: bool = True, max_bytes: int = MAX_BODY) -> Reply:
-    """One request within `deadlines` (see the module docstring). `body`: a JSON-able object (POSTed as
-    JSON). `read_body=False` returns once the headers are in. Raises RequestTimeout, or OSError /
-    ConnectionError when nothing listens, or ReplyError (a ValueError) for a reply that is not HTTP, cut short or
-    longer than `max_bytes`."""
-    u = urllib.parse.urlsplit(url)
-    if u.scheme not in ("http", "https") or not u.hostname:
-        raise ValueError(f"URL {url!r}: expected http://HOST:PORT/PATH")
-    headers = {"Accept": "application/json, text/event-stream", "User-Agent": "glm5-book"}
-    data = None
-    if body is not None:
-        data, headers["Content-Type"] = json.dumps(body).encode(), "application/json"
-    t0 = time.perf_counter()
-    async with session() as s:
-        reply = await _open(s, url, method, data, headers, deadlines, t0)
-        try:
-            if not read_body or method == "HEAD" or reply.status in (204, 304):
-                return Reply(url, reply.status, reply.headers, b"", time.perf_counter() - t0)
-            got = bytearray()
-
-            async def read_all():
-                async for piece in reply.chunks(max_bytes):
-                    got.extend(piece)
-            try:
-                await asyncio.wait_for(read_all(), max(deadlines.total_s - (time.perf_counter() - t0), 0))
-            except asyncio.TimeoutError:
-                raise RequestTimeout(url, "total", deadlines.total_s, time.perf_counter() - t0, bytes(got),
-                                     reply.status) from None
-            return Reply(url, reply.status, reply.headers, bytes(got), time.perf_counter() - t0)
-        finally:
-            reply.close()
-
-
-@dataclass
-class Endpoint:
-    """Where a run's requests go: the server's base URL, its host resolved once (so no request waits for a
-    name lookup on a worker thread), the headers every request carries, and the aiohttp session its requests
-    share (one connection each). Close it (`await ep.aclose()`, or `async with`) when the run ends."""
-
-    base_url: str
-    host: str
-    port: int
-    ssl: bool
-    addrs: list
-    api_key: str = "none"
-    session: aiohttp.ClientSession | None = field(default=None, repr=False)
-
-    @classmethod
-    async def resolve(cls, base_url: str, api_key: str = "none") -> "Endpoint":
-        """The endpoint of `base_url` (http://HOST:PORT) with its host's addresses; a host that does not resolve
-        is kept by name, so each request fails with the lookup's own error (a connect failure), not the run."""
-        u = urllib.parse.urlsplit(base_url)
-        if u.scheme not in ("http", "https") or not u.hostname:
-            raise ValueError(f"URL {base_url!r}: expected http://HOST:PORT")
-        port = u.port or (443 if u.scheme == "https" else 80)
-        try:
-            infos = await asyncio.get_running_loop().getaddrinfo(u.hostname, port, type=socket.SOCK_STREAM)
-            addrs = list(dict.fromkeys(i[4][0] for i in infos)) or [u.hostname]
-        except OSError:
-            addrs = [u.hostname]
-        ep = cls(base_url.rstrip("/"), u.hostname, port, u.scheme == "https", addrs, api_key)
-        ep.session = session(_Addresses(ep))
-        return ep
-
-    def answered(self, reply: StreamReply) -> None:
-        """The address that answered `reply` goes first next time."""
-        conn = reply.resp.connection
-        transport = conn.transport if conn is not None else None   # None where the reply was in before this
-        peer = transport.get_extra_info("peername") if transport is not None else None
-        if peer and peer[0] in self.addrs and self.addrs[0] != peer[0]:
-            self.addrs.insert(0, self.addrs.pop(self.addrs.index(peer[0])))
-
-    async def aclose(self) -> None:
-        if self.session is not None:
-            await self.session.close()
-
-    async def __aenter__(self) -> "Endpoint":
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.aclose()
+        self.writer.close()
 
 
 async def open_stream(ep: Endpoint, path: str, body, deadlines: Deadlines, t0: float) -> StreamReply:
     """POST `body` (JSON) to `path` of `ep` on a connection of its own and return once the reply's headers are
     in, within `deadlines` counted from `t0` (a time.perf_counter() instant: the request's start). Raises
     RequestTimeout (connect or first byte), OSError / ConnectionError (refused; closed before a reply) or
-    ReplyError (a reply that is not HTTP, or past the header limits)."""
-    host = f"[{ep.host}]" if ":" in ep.host else ep.host
-    headers = {"Host": f"{host}:{ep.port}", "Accept": "text/event-stream, application/json",
-               "User-Agent": "glm5-book", "Content-Type": "application/json", "Authorization": f"Bearer {ep.api_key}"}
-    target = f"{'https' if ep.ssl else 'http'}://{ENDPOINT_HOST}:{ep.port}{path}"
-    reply = await _open(ep.session, ep.base_url + path, "POST", json.dumps(body).encode(), headers, deadlines, t0,
-                        target, **({"server_hostname": ep.host} if ep.ssl else {}))
-    ep.answered(reply)
+    ReplyError (a reply that is not HTTP/1.1, or past the limits on its head)."""
+    url = ep.base_url + path
+    data = json.dumps(body).encode()
+    try:
+        reader, writer = await asyncio.wait_for(ep.connect(), max(deadlines.connect_s - (time.perf_counter() - t0), 0))
+    except asyncio.TimeoutError:
+        raise RequestTimeout(url, "connect", deadlines.connect_s, time.perf_counter() - t0) from None
+    head = [f"POST {path} HTTP/1.1", f"Host: {ep.host}:{ep.port}", "Connection: close",
+            "Accept: text/event-stream, application/json", "User-Agent: glm5-book", "Content-Type: application/json",
+            f"Authorization: Bearer {ep.api_key}", f"Content-Length: {len(data)}"]
+    try:
+        sent_at = time.perf_counter()
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
+        headers: dict = {}
+        written = []
+
+        async def head():   # the request's last byte handed to the kernel (issue 46: phases), then the reply's head
+            await writer.drain()
+            written.append(time.perf_counter())
+            return await _read_head(url, reader, writer, headers)
+        try:
+            status = await asyncio.wait_for(head(), max(deadlines.first_byte_s - (time.perf_counter() - t0), 0))
+        except asyncio.TimeoutError:
+            raise RequestTimeout(url, "first byte", deadlines.first_byte_s, time.perf_counter() - t0) from None
+    except BaseException:
+        writer.close()
+        raise
+    reply = StreamReply(reader, writer, status, headers, sent_at, time.perf_counter(), url)
+    reply.written_at = written[0] if written else sent_at
     return reply
 
 

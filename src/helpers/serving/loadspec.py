@@ -8,7 +8,14 @@
     LoadSpec(workload, load, slo, ...)             what one point (or a capacity search) takes
 
 Bad input (a zero or negative rate, a burstiness of zero, an SLO string that does not parse, an unknown
-metric, a capacity search without an SLO) raises LoadSpecError naming the input and the fix.
+metric, a capacity search without an SLO) raises LoadSpecError naming the input and the fix; so does a value past
+the bounds the API keeps whatever a chapter allows (issue 47: rate 1e-300, 10^9 requests and burstiness 5e-324,
+whose arrival times were NaN, were taken): a rate in [MIN_RATE, MAX_RATE], burstiness in [MIN_BURSTINESS,
+MAX_BURSTINESS], at most MAX_REQUESTS requests a point.
+
+A point's time: `time_limit_s` is the point's own limit (no request starts after it; those in flight run on
+within the request time limit, `request_timeout_s`, which is `time_limit_s` where not given), so a point ends at
+most one request time limit after its own limit (openloop.run_spec, client.Window).
 """
 from __future__ import annotations
 
@@ -26,6 +33,17 @@ SLO_METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2e_ms", "e2e": "e
 
 class LoadSpecError(BenchmarkError):
     pass
+
+
+#: the bounds of an open-loop load the API takes (requests/s; the gamma shape), and the most requests a point sends
+MIN_RATE, MAX_RATE = 1e-3, 1e5
+MIN_BURSTINESS, MAX_BURSTINESS = 0.01, 100.0
+MAX_REQUESTS = 100_000
+
+
+def _within(name: str, v, lo: float, hi: float, what: str) -> None:
+    if not lo <= v <= hi:
+        raise LoadSpecError(f"{name} = {str(v)[:40]}: expected {what} from {lo:g} to {hi:g}")
 
 
 def _positive(name: str, v, allow_none: bool = False) -> None:
@@ -53,10 +71,13 @@ class OpenLoop:
 
     def __post_init__(self):
         _positive("OpenLoop.rate (requests/s)", self.rate)
+        _within("OpenLoop.rate", self.rate, MIN_RATE, MAX_RATE, "requests/s")
         if isinstance(self.burstiness, bool) or not isinstance(self.burstiness, (int, float)) \
                 or not math.isfinite(self.burstiness) or self.burstiness <= 0:
             raise LoadSpecError(f"OpenLoop.burstiness = {str(self.burstiness)[:40]}: expected a positive gamma shape "
                                 "(1 = Poisson arrivals, 0.5 = burstier, 2 = more regular); 0 has no distribution")
+        _within("OpenLoop.burstiness", self.burstiness, MIN_BURSTINESS, MAX_BURSTINESS,
+                "a gamma shape (1 = Poisson arrivals; below 0.01 the gaps are one long wait)")
         m = self.max_concurrency
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
             raise LoadSpecError(f"OpenLoop.max_concurrency = {str(m)[:40]}: expected None (no cap) or a whole "
@@ -134,8 +155,8 @@ def arrival_schedule(load: OpenLoop, n: int, seed: int) -> np.ndarray:
     unscaled, 8 draws with one seed sent 1.53x the nominal rate at every point of an H200 sweep, and the
     capacity search reported rates the server never saw. For burstiness 1 this is a Poisson process conditioned
     on its count (uniform order statistics); scaling leaves the gaps' CV as drawn."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise LoadSpecError(f"number of requests = {str(n)[:40]}: expected a whole number, 1 or more")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_REQUESTS:
+        raise LoadSpecError(f"number of requests = {str(n)[:40]}: expected a whole number from 1 to {MAX_REQUESTS}")
     rng = np.random.default_rng(seed)
     gaps = rng.gamma(shape=load.burstiness, scale=1.0 / (load.rate * load.burstiness), size=n - 1)
     if n > 1 and gaps.sum() > 0:
@@ -166,9 +187,10 @@ class LoadSpec:
     num_requests: int
     slo: SLO = field(default_factory=SLO)
     seed: int = 0
-    time_limit_s: float = 600.0
+    time_limit_s: float = 600.0  # the point's own limit: no request starts after it (see the module docstring)
     good_share: float = 0.9     # share of requests inside the SLO a capacity search must hold
     search: bool = False        # a capacity search (needs an SLO)
+    request_timeout_s: float | None = None   # each request's time limit (None: time_limit_s)
 
     def __post_init__(self):
         if not isinstance(self.workload, Workload):
@@ -177,14 +199,22 @@ class LoadSpec:
         if not isinstance(self.load, (ClosedLoop, OpenLoop)):
             raise LoadSpecError(f"LoadSpec.load: expected ClosedLoop(concurrency) or OpenLoop(rate, ...), "
                                 f"got {type(self.load).__name__}")
-        if isinstance(self.num_requests, bool) or not isinstance(self.num_requests, int) or self.num_requests < 1:
-            raise LoadSpecError(f"LoadSpec.num_requests = {str(self.num_requests)[:40]}: expected 1 or more")
+        n = self.num_requests
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_REQUESTS:
+            raise LoadSpecError(f"LoadSpec.num_requests = {str(n)[:40]}: expected a whole number from 1 to "
+                                f"{MAX_REQUESTS} (requests a point sends)")
         _positive("LoadSpec.time_limit_s", self.time_limit_s)
+        _positive("LoadSpec.request_timeout_s", self.request_timeout_s, allow_none=True)
         if not (isinstance(self.good_share, (int, float)) and 0 < self.good_share <= 1):
             raise LoadSpecError(f"LoadSpec.good_share = {str(self.good_share)[:40]}: expected a share in (0, 1]")
         if self.search and self.slo.empty:
             raise LoadSpecError("a capacity search needs an SLO: give at least one of ttft_ms, tpot_ms, e2e_ms, "
                                 "min_tokens_per_s (e.g. SLO.parse('ttft:1000 tps:30'))")
+
+    @property
+    def request_limit_s(self) -> float:
+        """Each request's time limit: `request_timeout_s`, or the point's `time_limit_s` where it is not given."""
+        return float(self.request_timeout_s if self.request_timeout_s is not None else self.time_limit_s)
 
     def schedule(self) -> np.ndarray | None:
         """The seeded arrival offsets for an open-loop point (saved with its rows); None for closed loop."""

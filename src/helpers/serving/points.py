@@ -128,11 +128,11 @@ async def _scheduled(ep, model, prompts, max_tokens, schedule, d, window, chat):
 
 def _send(url, model, prompts, max_tokens, plan, closed=None, schedule=None):
     async def go():
-        async with await Endpoint.resolve(url) as ep:
-            d, window = Deadlines.from_timeout(plan.timeout_s), Window(plan.until, plan.until)
-            if closed is not None:
-                return await _closed(ep, model, prompts, max_tokens, closed, plan.ramp_s, d, window, plan.chat)
-            return await _scheduled(ep, model, prompts, max_tokens, schedule, d, window, plan.chat)
+        ep = await Endpoint.resolve(url)   # a connection of its own per request (helpers.serving.fetch)
+        d, window = Deadlines.from_timeout(plan.timeout_s), Window(plan.until, plan.until)
+        if closed is not None:
+            return await _closed(ep, model, prompts, max_tokens, closed, plan.ramp_s, d, window, plan.chat)
+        return await _scheduled(ep, model, prompts, max_tokens, schedule, d, window, plan.chat)
     return run_sync(go())
 
 

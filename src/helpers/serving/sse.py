@@ -26,44 +26,35 @@ async def sse_data(chunks, seen: dict | None = None):
     comments (`: keep-alive`) and the other fields are skipped. Lines end in CR LF, LF or CR alone (the SSE
     standard allows each; issue 47: a stream with CR-only ends read as empty). With `seen`, the first line that is
     neither a field nor a comment is kept there (`seen["other"]`: a body that is not an event stream)."""
-    buf, data, after_cr = b"", [], False
+    buf, data, size, after_cr = b"", [], 0, False
     async for piece in chunks:
-        if after_cr and piece[:1] == b"\n":   # the LF of a CR LF split between two pieces
-            piece = piece[1:]
-        if not piece:
-            continue
+        if after_cr or b"\r" in piece:   # CR LF and a lone CR become LF (a CR ending a piece may have its LF next)
+            if after_cr and piece[:1] == b"\n":
+                piece = piece[1:]
+            after_cr = piece[-1:] == b"\r"
+            piece = piece.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         buf += piece
-        lines = buf.splitlines(keepends=True)
-        buf = lines.pop() if lines and not lines[-1].endswith((b"\n", b"\r")) else b""
-        after_cr = not buf and bool(lines) and lines[-1].endswith(b"\r")
-        if len(buf) + sum(map(len, data)) > MAX_EVENT_BYTES:
+        while True:
+            line, sep, rest = buf.partition(b"\n")
+            if not sep:
+                break
+            buf = rest
+            if not line:
+                if data:
+                    yield b"\n".join(data).decode("utf-8", "replace")
+                    data, size = [], 0
+            elif line.startswith(b"data:"):
+                data.append(line[6:] if line[5:6] == b" " else line[5:])   # one space after the colon is not data
+                size += len(line)
+            elif seen is not None and "other" not in seen and not line.startswith(_SSE_FIELDS):
+                seen["other"] = line[:160].decode("utf-8", "replace")
+        if len(buf) + size > MAX_EVENT_BYTES:
             raise EventTooLong(f"an event of the stream passed {MAX_EVENT_BYTES} bytes without its end (a line or "
                                "an event without end): not an event stream this client reads")
-        for line in lines:
-            event = _sse_line(line.rstrip(b"\r\n"), data, seen)
-            if event is not None:
-                yield event
-    if buf:
-        event = _sse_line(buf, data, seen)
-        if event is not None:
-            yield event
+    if buf.startswith(b"data:"):
+        data.append(buf[6:] if buf[5:6] == b" " else buf[5:])
     if data:
         yield b"\n".join(data).decode("utf-8", "replace")
-
-
-def _sse_line(line: bytes, data: list, seen: dict | None) -> str | None:
-    """Take one line of an event stream: an empty line ends an event (returned where it had data)."""
-    if not line:
-        if data:
-            event = b"\n".join(data).decode("utf-8", "replace")
-            data.clear()
-            return event
-        return None
-    if line.startswith(b"data:"):
-        data.append(line[6:] if line[5:6] == b" " else line[5:])   # one space after the colon is not data
-    elif seen is not None and "other" not in seen and not line.startswith(_SSE_FIELDS):
-        seen["other"] = line[:160].decode("utf-8", "replace")
-    return None
 
 
 #: what else a line of an event stream may start with: a comment or one of the standard's other fields

@@ -22,7 +22,8 @@ short requests at once), and, where it would not end before the cell's limit, th
 left are recorded (`results.mark_partial`) and the runbook reports the chapter as "partial, resume with ...", not
 as a cell that ran out of time. A cell that stops so before measuring any point cannot progress (a resume would
 start and stop the same way): it raises SweepCannotProgress, saying what execution_timeout the point needs and
-how to set it.
+how to set it; so does a point whose estimate is more than the cell's whole limit, at once, whatever the cell
+measured before it (issue 47: such a point first cost a run ending "partial", rc 0, and only its resume said so).
 """
 from __future__ import annotations
 
@@ -110,10 +111,27 @@ def probe_point_s(base_url: str, model: str, w: cl.Workload, concurrency: int, n
     measured to go by: `concurrency` requests of the point's prompt length and min(output_len, PROBE_TOKENS)
     output tokens are sent at once, within `budget_s`. Each request's time is scaled to the full output (its
     time to first token, plus the rest times output_len / probe tokens); a round of the point takes the slowest
-    of them, and the point ceil((n + 1) / concurrency) rounds (its warm-up request included). A probe that ran
-    out of `budget_s` gives infinity (the point is longer still); one whose requests all failed, or ran out of
-    the request time limit `timeout_s` (shorter than the budget), gives None (the point is run, and its failures
+    of them, and the point ceil((n + 1) / concurrency) rounds (its warm-up request included). The probe runs
+    twice and the faster estimate counts: a server's first requests run kernels and allocations for the first
+    time (issue 47: one point's estimate read 141 s, then 78 s on the same server). A probe that ran out of
+    `budget_s` gives infinity (the point is longer still); one whose requests all failed, or ran out of the
+    request time limit `timeout_s` (shorter than the budget), gives None (the point is run, and its failures
     recorded as before)."""
+    t0 = time.monotonic()
+    first, how, took = _probe(base_url, model, w, concurrency, n, budget_s, tokenizer, timeout_s)
+    if first is None or not math.isfinite(first):
+        return first, how
+    second, _, again = _probe(base_url, model, w, concurrency, n, budget_s - (time.monotonic() - t0), tokenizer,
+                              timeout_s)
+    if second is None or not math.isfinite(second):
+        return first, how
+    return min(first, second), (f"the faster of two probes of {concurrency} request(s) of "
+                                f"{min(w.output_len, PROBE_TOKENS)} token(s) at once, which took {took:.1f} and "
+                                f"{again:.1f} s")
+
+
+def _probe(base_url, model, w, concurrency, n, budget_s, tokenizer, timeout_s) -> tuple[float | None, str, float]:
+    """One probe of probe_point_s: (estimated seconds, how, seconds it took)."""
     k = min(w.output_len, PROBE_TOKENS)
     limit = max(0.1, min(timeout_s, budget_s))
     prompts = cl.make_prompts(concurrency, w.input_len, tokenizer, seed=7)
@@ -122,24 +140,28 @@ def probe_point_s(base_url: str, model: str, w: cl.Workload, concurrency: int, n
     how = f"a probe of {concurrency} request(s) of {k} token(s) at once took {took:.1f} s"
     if any(r.error_kind in ("timeout", "not-run") for r in res):
         if limit < budget_s:   # cut off by the request time limit, not the budget: a server not answering, whose
-            return None, how   # point is run and its time-outs recorded, as any point's
-        return math.inf, f"a probe of {concurrency} request(s) of {k} token(s) at once did not end within {limit:.0f} s"
+            return None, how, took   # point is run and its time-outs recorded, as any point's
+        return math.inf, f"a probe of {concurrency} request(s) of {k} token(s) at once did not end within " \
+                         f"{limit:.0f} s", took
     ok = [r for r in res if r.ok]
     if not ok:
-        return None, how
+        return None, how, took
     scale = w.output_len / k
     round_s = max(r.ttft_s + (r.e2e_s - r.ttft_s) * scale if math.isfinite(r.ttft_s) else r.e2e_s * scale for r in ok)
-    return round_s * math.ceil((n + 1) / concurrency), how
+    return round_s * math.ceil((n + 1) / concurrency), how, took
 
 
-def cannot_progress(point: str, need: float | None, how: str) -> str:
-    """What a sweep that cannot progress says: the point, its estimate, the cell's limit and what to change."""
+def cannot_progress(point: str, need: float | None, how: str, never: bool = False) -> str:
+    """What a sweep that cannot progress says: the point, its estimate, the cell's limit and what to change.
+    `never`: the point needs more than the cell's whole limit, so no run, fresh or resumed, can measure it."""
     limit, margin = _CLOCK.get("limit") or 0, _CLOCK.get("margin") or 0
     want = math.ceil(((need if need is not None and math.isfinite(need) else 2 * limit) + margin) * 1.25)
     est = ("more than the time left" if need is None or not math.isfinite(need) else f"about {need:.0f} s")
+    why = ("more than the cell's whole time limit allows, so no run can measure it, a resumed one neither" if never
+           else "this cell measured no point, so --resume would start and stop the same way")
     return (f"point {point} would need {est} ({how}), and the cell's time limit, execution_timeout = {limit:g} s "
-            f"(less {margin:.0f} s kept for the rest of the cell), leaves too little: this cell measured no point, "
-            f"so --resume would start and stop the same way. Raise execution_timeout to at least {want} s: copy "
+            f"(less {margin:.0f} s kept for the rest of the cell), leaves too little: {why}. Raise "
+            f"execution_timeout to at least {want} s: copy "
             f"the run's target to targets/<yours>.yaml with `execution_timeout: {want}` and start a new run, "
             f"python -m helpers.book.runbook --target targets/<yours>.yaml (--resume keeps the plan it started "
             f"with); or make the point smaller (fewer requests per concurrency, a shorter workload, a lower "
@@ -185,6 +207,22 @@ def pending(rows_path: str | Path, labels: dict, workloads: Iterable[cl.Workload
             if _key({**labels, "workload": w.name, "concurrency": c, "settings_id": sid}, keys) not in done]
 
 
+def _estimate(base_url, model, w, c, n, measured, tokenizer, timeout_s) -> tuple[float | None, str, float | None]:
+    """(seconds the point of `n` requests at `c` needs, how that is known, seconds the cell has left): from the
+    points measured, or a probe where none is. A point needing more than the cell's whole limit raises
+    SweepCannotProgress at once: no cell, fresh or resumed, can hold it."""
+    budget, cost = time_left(), _point_cost(measured)
+    need = None if cost is None else cost * (n + 1) * w.output_len
+    how = "estimated from the points measured"
+    if budget is not None and budget > 0 and need is None:   # nothing measured yet: not started blind
+        need, how = probe_point_s(base_url, model, w, c, n, budget, tokenizer, timeout_s)
+        budget = time_left()
+    whole = (_CLOCK["limit"] - _CLOCK.get("margin", 0)) if _CLOCK.get("limit") else None
+    if whole is not None and need is not None and need > whole:
+        raise SweepCannotProgress(cannot_progress(f"{w.name} x {c}", need, how, never=True))
+    return need, how, budget
+
+
 def sweep(rows_path: str | Path, base_url: str, model: str, workloads: Iterable[cl.Workload],
           concurrencies: Sequence[int], labels: dict | None = None, per_concurrency: int = 5,
           min_requests: int = 1, tokenizer=None, timeout_s: float = 600.0, progress: bool = True,
@@ -214,12 +252,7 @@ def sweep(rows_path: str | Path, base_url: str, model: str, workloads: Iterable[
     measured = [r for r in results.read_rows(rows_path) if r.get("settings_id") == sid]
     for i, (w, c) in enumerate(todo):
         n = cl.requests_for(c, per_concurrency, min_requests)
-        budget, cost = time_left(), _point_cost(measured)
-        need = None if cost is None else cost * (n + 1) * w.output_len
-        how = "estimated from the points measured"
-        if budget is not None and budget > 0 and need is None:   # nothing measured yet: not started blind
-            need, how = probe_point_s(base_url, model, w, c, n, budget, tokenizer, timeout_s)
-            budget = time_left()
+        need, how, budget = _estimate(base_url, model, w, c, n, measured, tokenizer, timeout_s)
         if budget is not None and (budget <= 0 or (need is not None and need > budget)):
             if not _CLOCK.get("measured"):
                 raise SweepCannotProgress(cannot_progress(f"{w.name} x {c}", need, how))
