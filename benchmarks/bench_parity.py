@@ -1,38 +1,44 @@
-"""Parity of the book's client with GuideLLM on one local server and one workload (issue 38): prints the medians
-of TTFT, ITL (and TPOT) and E2E latency of both at concurrency 1 and 4, and their ratio (book / GuideLLM).
+"""Parity of the book's client with AIPerf, inference-perf and GuideLLM on one local server (issues 38, 46): the
+medians of TTFT, TPOT, ITL and E2E of each at concurrency 1, 4 and 16 and at two Poisson request rates, and their
+ratios (book / tool), taken like with like.
 
-The server is the stand-in (helpers.serving.standin, started here as its own process: first chunk after
---ttft-s, then one token every --interval-s), so the medians the clients should both report are known. Both
-clients use /v1/completions, stream, --requests requests of --output-tokens tokens at each concurrency.
+The server is the stand-in (helpers.serving.standin, in its own process: first chunk after --ttft-s, then one
+token every --interval-s, one token a chunk), so the medians every client should report are known. Every client
+uses /v1/completions, streams, and sends --requests requests of --input-tokens/--output-tokens at each point; the
+tools run in the order rotated each repeat, and the book's client between them.
 
-GuideLLM is not a dependency of the book: install it in a separate virtual environment and point --guidellm at
-its executable, e.g.
+None of the tools is a dependency of the book: install each in a virtual environment of its own (inference-perf
+0.7.0 needs Python 3.12) and point the options at their executables; a tool not given is left out:
 
-    python -m venv /tmp/gvenv && /tmp/gvenv/bin/pip install guidellm
-    PYTHONPATH=src .venv/bin/python benchmarks/bench_parity.py --guidellm /tmp/gvenv/bin/guidellm \
-        --tokenizer /tmp/glm5-book-models/tiny-XXXX
+    python3.11 -m venv T/aiperf && T/aiperf/bin/pip install aiperf==0.13.0
+    python3.12 -m venv T/infperf && T/infperf/bin/pip install inference-perf==0.7.0
+    python3.11 -m venv T/guidellm && T/guidellm/bin/pip install guidellm==0.8.1
+    .venv/bin/python benchmarks/bench_parity.py --aiperf T/aiperf/bin/aiperf --inference-perf \\
+        T/infperf/bin/inference-perf --guidellm T/guidellm/bin/guidellm --tokenizer /tmp/glm5-book-models/tiny-XXXX
 
-GuideLLM's synthetic prompts need a tokenizer: --tokenizer is any local Hugging Face tokenizer folder (the tiny
-model chapter 03 builds has one); the stand-in does not read prompts. Definitions differ where the names agree
-(data/reference/serving_metric_names.csv): GuideLLM's inter_token_latency_ms is per request (E2E - TTFT) /
-(output tokens - 1), the book's TPOT; the book's ITL is the median over every gap between streamed chunks. With
-one token per chunk on a steady schedule the two should agree; both are printed.
+--tokenizer is any local Hugging Face tokenizer folder (the tiny model chapter 03 builds has one): the tools need
+one for their synthetic prompts; the stand-in does not read prompts. AIPerf 0.13.0 refuses a local tokenizer folder
+under HF_HUB_OFFLINE=1, so it runs without that variable (it reads the folder and reaches no network).
 
-Where each clock starts (measured, issue 38): GuideLLM 0.8.1 sets request_start at httpcore's first header write
-(guidellm/backends/openai/http.py, `_trace_request_start`), after the connection is set up; the book's client,
-as sglang's bench_serving, starts before it. The stand-in closes every connection, so each request of both
-clients opens one, and the book's TTFT and E2E hold a connection set-up that GuideLLM's do not. Like with like,
-the book's figures are also printed from its request's first byte written (`sent_s`, "book from send"), and the
-parity ratio is taken on those; the ratio on the book's own definition is printed beside it.
+Where each clock starts, read in the tools' sources (data/reference/serving_metric_names.csv): the book, AIPerf and
+inference-perf start before the connection is set up; GuideLLM at its first header write. The stand-in closes every
+connection, so each request of every client opens one. "From send" is from the request's first byte written: the
+book's `sent_s`, AIPerf's TTFT less its own http_req_blocked, _dns_lookup and _connecting (its per-request trace),
+GuideLLM's own figure; inference-perf keeps no per-request trace, so it is compared from its own start only (with
+the book's from its own start). A last TTFT row starts once the request is written (the book's `written_s`, AIPerf's
+http_req_sending added to the set-up): AIPerf's own sending took 5-6 ms a request on the 2-core machine. Definitions: TPOT (E2E - TTFT) / (tokens - 1) for the book, GuideLLM
+(inter_token_latency_ms) and AIPerf (inter_token_latency); inference-perf's time_per_output_token runs from the first
+to the last content chunk. ITL is every gap between chunks: the book's itl, AIPerf's inter_chunk_latency,
+inference-perf's inter_token_latency (per token, one token a chunk here); GuideLLM has none. E2E: AIPerf's ends at
+the last content chunk, the others' at the stream's end (the stand-in sends its usage chunk and [DONE] at once).
 
-Each point runs --repeats times (the order of the two clients alternating), with the load average before
-each; a summary gives every ratio's median and range over the repeats. The machine's load moves the figures (the
-stand-in and both clients share its cores; on the 2-core machine of 2026-12-04 one repeat of GuideLLM read a
-102 ms TTFT at load 5): run it again if the load average is above the number of cores.
+The machine's load moves the figures (the stand-in and every client share its cores): the load average is printed
+before each point; run it again if it is above the number of cores.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import statistics
@@ -40,6 +46,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+import numpy as np
 
 
 def start_standin(ttft_s: float, interval_s: float):
@@ -52,128 +61,191 @@ def start_standin(ttft_s: float, interval_s: float):
     return proc, url
 
 
-def book_medians(url: str, c: int, n: int, in_tokens: int, out_tokens: int) -> dict:
-    """The book's medians as it defines them, and TTFT / E2E from each request's first byte written (GuideLLM's
-    start); a client without `sent_s` (before issue 38's change) gives NaN there."""
-    import numpy as np
+def _run(cmd: list[str], env: dict) -> None:
+    """Run a tool; on failure raise with the end of what it printed."""
+    p = subprocess.run(cmd, env=env, timeout=900, capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit(f"{' '.join(cmd[:3])} ... exited {p.returncode}: {(p.stdout + p.stderr)[-1500:]}")
 
+
+def _med(values, scale=1.0) -> float:
+    v = [x for x in values if x is not None and x == x]
+    return float(np.median(v)) * scale if v else float("nan")
+
+
+def book(url: str, point: tuple, a) -> dict:
+    """The book's medians as it defines them and from each request's first byte written."""
     from helpers.serving.client import Workload
-    from helpers.serving.loadspec import ClosedLoop, LoadSpec
+    from helpers.serving.loadspec import ClosedLoop, LoadSpec, OpenLoop
     from helpers.serving.openloop import run_spec
 
-    row, results = run_spec(url, "standin", LoadSpec(Workload(in_tokens, out_tokens), ClosedLoop(c), num_requests=n))
+    kind, x = point
+    load = ClosedLoop(int(x)) if kind == "c" else OpenLoop(float(x), 1.0)
+    row, results = run_spec(url, "standin", LoadSpec(Workload(a.input_tokens, a.output_tokens), load,
+                                                     num_requests=a.requests))
     ok = [r for r in results if r.ok]
-    sent = np.array([getattr(r, "sent_s", float("nan")) for r in ok])
-    return {"ttft_ms": row["median_ttft_ms"], "itl_ms": row["median_itl_ms"], "tpot_ms": row["median_tpot_ms"],
-            "e2e_ms": row["median_e2e_latency_ms"], "completed": row["completed"],
-            "sent_ms": float(np.median(sent)) * 1e3, "sent_max_ms": float(np.max(sent)) * 1e3,
-            "ttft_send_ms": float(np.median([r.ttft_s for r in ok] - sent)) * 1e3,
-            "e2e_send_ms": float(np.median([r.e2e_s for r in ok] - sent)) * 1e3}
+    return {"ttft_own": row["median_ttft_ms"], "ttft_send": _med([r.ttft_s - r.sent_s for r in ok], 1e3),
+            "ttft_written": _med([r.ttft_s - r.written_s for r in ok], 1e3),
+            "tpot": row["median_tpot_ms"], "itl": row["median_itl_ms"], "e2e_own": row["median_e2e_latency_ms"],
+            "e2e_send": _med([r.e2e_s - r.sent_s for r in ok], 1e3), "completed": row["completed"]}
 
 
-def guidellm_medians(exe: str, tokenizer: str, url: str, c: int, n: int, in_tokens: int, out_tokens: int) -> dict:
-    out = os.path.join(tempfile.mkdtemp(prefix="parity-"), "guidellm.json")
-    profile = "kind=synchronous" if c == 1 else f"kind=concurrent,streams={c}"
+def aiperf(exe: str, url: str, point: tuple, a, out: Path) -> dict:
+    kind, x = point
+    load = ["--concurrency", str(int(x))] if kind == "c" else ["--request-rate", str(x), "--arrival-pattern", "poisson"]
+    cmd = [exe, "profile", "--model", "standin", "--url", url, "--endpoint-type", "completions", "--streaming",
+           *load, "--request-count", str(a.requests), "--prompt-input-tokens-mean", str(a.input_tokens),
+           "--prompt-input-tokens-stddev", "0", "--output-tokens-mean", str(a.output_tokens),
+           "--output-tokens-stddev", "0", "--use-legacy-max-tokens", "--tokenizer", a.tokenizer,
+           "--artifact-dir", str(out), "--ui-type", "none"]
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    _run(cmd, env)
+    s = json.loads((out / "profile_export_aiperf.json").read_text())
+    recs = [json.loads(x)["metrics"] for x in (out / "profile_export.jsonl").read_text().splitlines() if x.strip()]
+    recs = [m for m in recs if "time_to_first_token" in m]
+
+    def pre(m):   # the request's own time before its first byte was written
+        return sum(m.get(k, {}).get("value", 0.0) for k in ("http_req_blocked", "http_req_dns_lookup",
+                                                            "http_req_connecting"))
+    return {"ttft_own": s["time_to_first_token"]["p50"],
+            "ttft_send": _med([m["time_to_first_token"]["value"] - pre(m) for m in recs]),
+            "ttft_written": _med([m["time_to_first_token"]["value"] - pre(m) - m.get("http_req_sending", {})
+                                  .get("value", 0.0) for m in recs]),
+            "tpot": s["inter_token_latency"]["p50"], "itl": s["inter_chunk_latency"]["p50"],
+            "e2e_own": s["request_latency"]["p50"],
+            "e2e_send": _med([m["request_latency"]["value"] - pre(m) for m in recs]),
+            "completed": len(recs)}
+
+
+def inference_perf(exe: str, url: str, point: tuple, a, out: Path) -> dict:
+    kind, x = point
+    if kind == "c":
+        load = {"type": "concurrent", "stages": [{"num_requests": a.requests, "concurrency_level": int(x)}]}
+    else:
+        load = {"type": "poisson", "stages": [{"rate": float(x), "duration": max(1, round(a.requests / float(x)))}]}
+    fixed = lambda n: {"min": n, "max": n, "mean": n, "std_dev": 0, "type": "fixed"}  # noqa: E731
+    cfg = {"api": {"type": "completion", "streaming": True},
+           "server": {"type": "vllm", "model_name": "standin", "base_url": url, "ignore_eos": True},
+           "tokenizer": {"pretrained_model_name_or_path": a.tokenizer},
+           "data": {"type": "random", "input_distribution": fixed(a.input_tokens),
+                    "output_distribution": fixed(a.output_tokens)},
+           "load": {**load, "num_workers": 1},
+           "report": {"request_lifecycle": {"summary": True, "per_stage": True, "per_request": False}},
+           "storage": {"local_storage": {"path": str(out)}}}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yml").write_text(json.dumps(cfg))    # JSON is YAML
+    _run([exe, "--config_file", str(out / "config.yml")], {**os.environ, "HF_HUB_OFFLINE": "1"})
+    s = json.loads((out / "stage_0_lifecycle_metrics.json").read_text())["successes"]
+    lat = s["latency"]
+    return {"ttft_own": lat["time_to_first_token"]["median"] * 1e3, "ttft_send": float("nan"), "ttft_written": float("nan"),
+            "tpot": lat["time_per_output_token"]["median"] * 1e3, "itl": lat["inter_token_latency"]["median"] * 1e3,
+            "e2e_own": lat["request_latency"]["median"] * 1e3, "e2e_send": float("nan"), "completed": s["count"]}
+
+
+def guidellm(exe: str, url: str, point: tuple, a, out: Path) -> dict:
+    kind, x = point
+    profile = ("kind=synchronous" if x == 1 else f"kind=concurrent,streams={int(x)}") if kind == "c" else \
+        f"kind=poisson,rate={x}"
+    out.mkdir(parents=True, exist_ok=True)
     cmd = [exe, "run", "--backend", f"kind=openai_http,target={url},request_format=/v1/completions",
-           "--profile", profile, "--constraint", f"kind=max_requests,count={n}",
-           "--data", f"kind=synthetic_text,prompt_tokens={in_tokens},output_tokens={out_tokens}",
-           "--tokenizer", f"kind=hf_auto,model={tokenizer}", "--output", f"kind=json,path={out}",
+           "--profile", profile, "--constraint", f"kind=max_requests,count={a.requests}",
+           "--data", f"kind=synthetic_text,prompt_tokens={a.input_tokens},output_tokens={a.output_tokens}",
+           "--tokenizer", f"kind=hf_auto,model={a.tokenizer}", "--output", f"kind=json,path={out / 'g.json'}",
            "--disable-console"]
-    subprocess.run(cmd, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=600)
-    m = json.load(open(out))["benchmarks"][0]["metrics"]
+    _run(cmd, {**os.environ, "HF_HUB_OFFLINE": "1"})
+    m = json.loads((out / "g.json").read_text())["benchmarks"][0]["metrics"]
 
     def med(key, scale=1.0):
         return m[key]["successful"]["median"] * scale
-    return {"ttft_ms": med("time_to_first_token_ms"), "itl_ms": med("inter_token_latency_ms"),
-            "tpot_ms": med("time_per_output_token_ms"), "e2e_ms": med("request_latency", 1e3),
-            "completed": m["request_totals"]["successful"], "output_tokens": med("output_token_count")}
+    ttft, e2e = med("time_to_first_token_ms"), med("request_latency", 1e3)
+    return {"ttft_own": ttft, "ttft_send": ttft, "ttft_written": float("nan"), "tpot": med("inter_token_latency_ms"),
+            "itl": float("nan"),
+            "e2e_own": e2e, "e2e_send": e2e, "completed": m["request_totals"]["successful"]}
 
 
-#: (metric, the book's key like with like, the book's key as it defines it)
-ROWS = (("ttft", "ttft_send_ms", "ttft_ms"), ("itl", "itl_ms", "itl_ms"), ("tpot", "tpot_ms", "tpot_ms"),
-        ("e2e", "e2e_send_ms", "e2e_ms"))
+TOOLS = {"aiperf": aiperf, "inference-perf": inference_perf, "guidellm": guidellm}
+#: (metric, the key compared like with like for tools that record the send, the key for those that do not)
+METRICS = (("ttft", "ttft_send", "ttft_own"), ("tpot", "tpot", "tpot"), ("itl", "itl", "itl"),
+           ("e2e", "e2e_send", "e2e_own"), ("ttft (from the request written)", "ttft_written", "ttft_written"))
 
 
-def point_rows(c: int, rep: int, load: float, book: dict, ref: dict) -> list[dict]:
-    """One point as tidy rows (one per metric) for --out."""
-    return [{"concurrency": c, "repeat": rep, "metric": name, "book_ms": book[own], "book_from_send_ms": book[like],
-             "guidellm_ms": ref[f"{name}_ms"], "ratio": book[like] / ref[f"{name}_ms"],
-             "ratio_book_as_defined": book[own] / ref[f"{name}_ms"], "book_completed": book["completed"],
-             "guidellm_completed": ref["completed"], "load_average_1min": load} for name, like, own in ROWS]
+def ratio_rows(point, rep, load, mine: dict, tool: str, ref: dict) -> list[dict]:
+    rows = []
+    for name, send, own in METRICS:
+        key = own if ref.get(send) != ref.get(send) else send   # a tool without the send time: from its own start
+        r = mine[key] / ref[key] if ref[key] and ref[key] == ref[key] else float("nan")
+        rows.append({"point": f"{point[0]}={point[1]}", "repeat": rep, "tool": tool, "metric": name,
+                     "compared": "from send" if key == send and send != own else "as defined",
+                     "book_ms": mine[key], "tool_ms": ref[key], "ratio": r,
+                     "ratio_from_own_start": mine[own] / ref[own] if ref[own] == ref[own] and ref[own] else float("nan"),
+                     "book_completed": mine["completed"], "tool_completed": ref["completed"],
+                     "load_average_1min": load})
+    return rows
 
 
-def print_point(c: int, rep: int, load: float, book: dict, ref: dict, secs: float, sched: dict) -> dict:
-    """One point's table, with the stand-in's schedule beside it (what both should read, before the server's own
-    thread scheduling); returns its ratios (like with like, and on the book's own definition)."""
-    print(f"\nconcurrency {c}, repeat {rep} ({secs:.0f} s, load average before {load:.2f}): completed book "
-          f"{book['completed']}, guidellm {ref['completed']}; book's connection set-up (start to first byte "
-          f"written) median {book['sent_ms']:.2f} ms, max {book['sent_max_ms']:.2f} ms")
-    print(f"{'median':<6} {'schedule':>9} {'book (ms)':>10} {'book from send':>15} {'guidellm (ms)':>14} {'ratio':>7} "
-          f"{'ratio (book as defined)':>24}")
-    out = {}
-    for name, like, own in ROWS:
-        r, r_own = book[like] / ref[f"{name}_ms"], book[own] / ref[f"{name}_ms"]
-        print(f"{name:<6} {sched[name]:>9.2f} {book[own]:>10.2f} {book[like]:>15.2f} {ref[name + '_ms']:>14.2f} {r:>7.3f} {r_own:>24.3f}")
-        out[name], out[name + " (as defined)"] = r, r_own
+def summary(rows: list[dict]) -> list[str]:
+    """Per point, tool and metric: the median ratio over the repeats and its range, inside 10 % or not."""
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["point"], r["tool"], r["metric"], r["compared"]), []).append(r["ratio"])
+    out = []
+    for (p, t, m, how), v in groups.items():
+        v = [x for x in v if x == x]
+        if not v:
+            out.append(f"{p:<8} {t:<15} {m:<5} n/a ({t} keeps no such figure)")
+            continue
+        med = statistics.median(v)
+        ok = "within 10 %" if 0.9 <= med <= 1.1 else "OUTSIDE 10 %"
+        out.append(f"{p:<8} {t:<15} {m:<5} {how:<10} {med:.3f} [{min(v):.3f} - {max(v):.3f}]  {ok}")
     return out
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--guidellm", required=True, help="the guidellm executable (its own virtual environment)")
-    ap.add_argument("--tokenizer", required=True, help="a local Hugging Face tokenizer folder for GuideLLM's prompts")
-    ap.add_argument("--concurrencies", default="1,4")
+    for t in TOOLS:
+        ap.add_argument(f"--{t}", help=f"the {t} executable (its own virtual environment); left out if not given")
+    ap.add_argument("--tokenizer", required=True, help="a local Hugging Face tokenizer folder for the tools' prompts")
+    ap.add_argument("--concurrencies", default="1,4,16")
+    ap.add_argument("--rates", default="8,24", help="Poisson request rates (requests/s)")
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--input-tokens", type=int, default=16)
     ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--ttft-s", type=float, default=0.02)
     ap.add_argument("--interval-s", type=float, default=0.01)
-    ap.add_argument("--out", help="also write every point's medians and ratios to this CSV (tidy: one row per metric)")
+    ap.add_argument("--out", help="also write every point's medians and ratios to this CSV (one row per metric)")
     a = ap.parse_args(argv)
-    if a.repeats < 1 or a.requests < 1:
-        raise SystemExit(f"--repeats {a.repeats} / --requests {a.requests}: expected 1 or more")
+    tools = {t: getattr(a, t.replace("-", "_")) for t in TOOLS if getattr(a, t.replace("-", "_"))}
+    if not tools or a.repeats < 1 or a.requests < 1:
+        raise SystemExit("give at least one tool executable, --repeats and --requests of 1 or more")
+    points = [("c", int(c)) for c in a.concurrencies.split(",")] + [("r", float(r)) for r in a.rates.split(",")]
     proc, url = start_standin(a.ttft_s, a.interval_s)
-    print(f"stand-in at {url}: first chunk after {a.ttft_s * 1e3:g} ms, then a token every {a.interval_s * 1e3:g} ms "
-          f"(scheduled E2E {(a.ttft_s + (a.output_tokens - 1) * a.interval_s) * 1e3:g} ms); {a.requests} requests of "
-          f"{a.input_tokens}/{a.output_tokens} tokens per point, {a.repeats} repeats; {os.cpu_count()} CPUs; "
-          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    ratios: dict = {}
-    rows: list = []
-    sched = {"ttft": a.ttft_s * 1e3, "itl": a.interval_s * 1e3, "tpot": a.interval_s * 1e3,
-             "e2e": (a.ttft_s + (a.output_tokens - 1) * a.interval_s) * 1e3}
+    print(f"stand-in at {url}: first chunk after {a.ttft_s * 1e3:g} ms, then a token every {a.interval_s * 1e3:g} ms; "
+          f"{a.requests} requests of {a.input_tokens}/{a.output_tokens} tokens per point, {a.repeats} repeats, tools "
+          f"{', '.join(tools)}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}", flush=True)
+    rows, work = [], Path(tempfile.mkdtemp(prefix="parity-"))
     try:
         for rep in range(1, a.repeats + 1):
-            for c in (int(x) for x in a.concurrencies.split(",")):
-                t0, load = time.time(), os.getloadavg()[0]
-                run_book = lambda: book_medians(url, c, a.requests, a.input_tokens, a.output_tokens)  # noqa: E731
-                run_ref = lambda: guidellm_medians(a.guidellm, a.tokenizer, url, c, a.requests,  # noqa: E731
-                                                   a.input_tokens, a.output_tokens)
-                if rep % 2:
-                    book, ref = run_book(), run_ref()
-                else:
-                    ref, book = run_ref(), run_book()
-                for k, v in print_point(c, rep, load, book, ref, time.time() - t0, sched).items():
-                    ratios.setdefault((c, k), []).append(v)
-                rows += [{**r, "scheduled_ms": sched[r["metric"]]} for r in point_rows(c, rep, load, book, ref)]
+            order = list(tools)[rep % len(tools):] + list(tools)[:rep % len(tools)]
+            for point in points:
+                load, t0 = os.getloadavg()[0], time.time()
+                mine = book(url, point, a)
+                for t in order:
+                    ref = TOOLS[t](tools[t], url, point, a, work / f"{t}-{point[0]}{point[1]}-{rep}")
+                    rows += ratio_rows(point, rep, load, mine, t, ref)
+                print(f"repeat {rep} {point[0]}={point[1]}: {time.time() - t0:.0f} s, load average before {load:.2f}",
+                      flush=True)
     finally:
         proc.terminate()
         proc.wait(10)
     if a.out:
-        import csv
         with open(a.out, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
-    print(f"\nratios book / guidellm over {a.repeats} repeats (median [min - max]); load average now "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    for (c, k), v in ratios.items():
-        if any(x != x for x in v):   # NaN: a client without sent_s (before issue 38's change)
-            print(f"  concurrency {c} {k:<23} n/a (this client does not record its first byte written)")
-            continue
-        said = "within 10 % in every repeat" if all(0.9 <= x <= 1.1 for x in v) else \
-            f"OUTSIDE 10 % in {sum(not 0.9 <= x <= 1.1 for x in v)} of {len(v)} repeats"
-        print(f"  concurrency {c} {k:<23} {statistics.median(v):.3f} [{min(v):.3f} - {max(v):.3f}]  {said}")
+    print(f"\nratios book / tool over {a.repeats} repeats (median [min - max]); load average now "
+          f"{os.getloadavg()[0]:.2f}")
+    print("\n".join(summary(rows)))
     return 0
 
 

@@ -170,33 +170,17 @@ def test_a_search_seeded_by_a_sweep_measures_only_between_its_last_pass_and_firs
     assert calls3[0] == 0.7 and all(c < 1.0 for c in calls3) and out3["first_failed"] <= 1.0
 
 
-def test_the_capacity_table_says_which_points_the_rate_sweep_measured():
-    from helpers.chapters.serving_load import capacity_view
-
-    m, _ = planted(3.3)
-    out = search(m, 0.7, 0.9, limit=30.0, integer=False, rel_tol=0.15,
-                 known=[{"load": 0.7, "good_share": 1.0}, {"load": 5.4, "good_share": 0.25}])
-    view = capacity_view({"capacity_rate": out}, "capacity_rate").set_index("request rate (requests/s)")
-    assert view.loc[0.7, "measured by"] == view.loc[5.4, "measured by"] == "the rate sweep"
-    assert view.loc[5.4, "held"] == "no" and view.loc[5.4, "inside SLOs (%)"] == 25.0
-    assert (view.drop([0.7, 5.4])["measured by"] == "the search").all() and len(view) > 2
-
-
-def test_the_capacity_phrase_names_the_load_that_did_not_hold_and_the_slos_are_labelled_assumed():
-    from helpers.chapters.serving_load import facts, rate_view
+def test_the_capacity_phrase_names_its_interval_the_load_that_did_not_hold_and_a_stopped_search():
+    from helpers.chapters.serving_load import capacity_phrase
 
     m, _ = planted(3)
-    study = {"slo": "ttft:250", "slo_share": 0.9, "client_overhead": [], "rate_sweep": [],
-             "capacity_concurrency": search(m, 1, 0.9, limit=64), "capacity_rate": {}}
-    f = facts(study)
-    assert f["ld_cap_c"] == "3 requests in flight (4 did not hold)" and "assumed" in f["ld_slo"]
-    study["rate_sweep"] = [{"sweep_role": "max-throughput", "concurrency": 64, "num_requests": 128,
-                            "request_throughput": 9.1},
-                           {"sweep_role": "open", "request_rate": 3.2, "achieved_rate": 3.2, "request_throughput": 1.4,
-                            "num_requests": 13, "rate_short": False}]
-    v = rate_view(study)
-    assert list(v["point"]) == ["top concurrency (closed loop)", "open loop"]   # a probe, not a "maximum"
-    assert v.loc[1, "sent rate (requests/s)"] == 3.2 and v.loc[1, "completed rate (requests/s)"] == 1.4
+    out = {**search(m, 1, 0.9, limit=64), "interval": [2, 3]}
+    assert capacity_phrase(out, "in flight", "{:.0f}") == "3 in flight (90 % interval 2-3; 4 did not hold)"
+    out["interval"] = [float("nan"), 3]
+    assert "90 % interval from none to 3" in capacity_phrase(out, "in flight", "{:.0f}")
+    stopped = {**out, "complete": False}
+    assert capacity_phrase(stopped, "in flight", "{:.0f}").endswith("search stopped at its time limit)")
+    assert capacity_phrase({}, "in flight", "{:.0f}") == "not measured"
 
 
 def test_points_that_held_above_the_first_failure_are_named_and_the_capacity_stays_below_it():
@@ -204,16 +188,15 @@ def test_points_that_held_above_the_first_failure_are_named_and_the_capacity_sta
     hold (seen under `make test`: the cpu-demo rate search failed its first point, 3.30 requests/s, while the
     sweep's 8.46, 10.85 and 13.92 held). The capacity is the highest pass below the first failure (none here),
     and the loads that held above it are named, on the page too."""
-    from helpers.chapters.serving_load import facts
+    from helpers.chapters.serving_load import capacity_phrase
 
     known = [{"load": 8.46265, "good_share": 1.0}, {"load": 10.851632, "good_share": 1.0}]
     out = search(lambda x: {"good_share": 0.57}, 3.299801, 0.9, limit=20.0, integer=False, known=known)
     assert math.isnan(out["capacity"]) and out["first_failed"] == 3.299801
     assert out["held_above_failure"] == [8.46265, 10.851632]
-    study = {"slo": "ttft:250", "slo_share": 0.9, "client_overhead": [], "rate_sweep": [],
-             "capacity_concurrency": {}, "capacity_rate": out}
-    assert facts(study)["ld_cap_r"] == ("none (even the first point missed the SLOs; 8.46, 10.85 held above that "
-                                        "failure: not monotonic, a sign the machine's load changed between points)")
+    assert capacity_phrase(out, "requests/s", "{:.2f}") == (
+        "none (even the lowest load missed the SLOs; 8.46, 10.85 held above that failure: not monotonic, a sign "
+        "the server's speed changed between points)")
     m, _ = planted(3)
     monotonic = search(m, 1, 0.9, limit=64)
     assert monotonic["held_above_failure"] == [] and monotonic["capacity"] == 3

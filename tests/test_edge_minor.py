@@ -53,7 +53,9 @@ def test_health_timeout_s_is_set_from_a_target_or_p_and_reaches_the_server_spec(
     got = {s["stem"]: s["parameters"].get("health_timeout_s") for s in steps}
     assert got["02_nan_crash"] == got["03_baselines_tuning"] == got["04_moe_runners"] == 30, got
     spec = ServerSpec(argv=[sys.executable, FAULT, "1", "ok"], port=1, name="x")
-    assert experiments.with_health({"health_timeout_s": 30.0}, spec).health_timeout_s == 30.0
+    from helpers.serving.config import ServerChoice
+
+    assert experiments.with_health(ServerChoice(health_timeout_s=30.0), spec).health_timeout_s == 30.0
     t = runbook.load_target("cpu-demo", repo_root())
     runbook.apply_overrides(t, ["health_timeout_s=0"])
     with pytest.raises(runbook.RunbookError, match=r"'health_timeout_s' = 0 is not allowed"):

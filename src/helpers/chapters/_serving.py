@@ -11,6 +11,7 @@ import pandas as pd
 
 from helpers.core import params, recorded
 from helpers.serving import client as cl, experiments as ex, live, sglang as sg
+from helpers.serving.config import ServerChoice, TinyModel
 
 
 def _tiny_memory_rule(hidden, layers, experts, moe_intermediate):
@@ -110,3 +111,17 @@ def short_why(why: str) -> str:
 def recorded_serving() -> pd.DataFrame:
     """The recorded serving figures (data/recorded/serving.csv), which chapters 03 and 04 cite."""
     return recorded.load("recorded/serving.csv")
+
+
+def server_choice(P: dict) -> ServerChoice:
+    """The server a serving chapter measures, typed once from its validated parameters (the chapter boundary:
+    nothing below helpers.chapters reads the parameter dict)."""
+    tiny = TinyModel(*(int(P[k]) for k in ("tiny_hidden", "tiny_layers", "tiny_experts", "tiny_moe_intermediate",
+                                           "tiny_heads"))) if "tiny_hidden" in P else TinyModel()
+    return ServerChoice(mode=P["mode"], engine=P["engine"], device=P["device"], url=P.get("server_url", ""),
+                        served_model=P.get("served_model", ""), served_engine=P.get("served_engine", ""),
+                        served_hardware=P.get("served_hardware", ""), model_path=P.get("model_path", ""),
+                        flag_set=P.get("flag_set", "auto"), tp_size=int(P.get("tp_size", 8)), tiny=tiny,
+                        startup_timeout_s=float(P["startup_timeout_s"]),
+                        health_timeout_s=float(P["health_timeout_s"]) if "health_timeout_s" in P else None,
+                        request_timeout_s=float(P["request_timeout_s"]))

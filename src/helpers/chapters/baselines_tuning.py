@@ -18,13 +18,16 @@ import numpy as np
 import pandas as pd
 
 from helpers.chapters import serving_load
-from helpers.chapters._serving import ENGINE, MODE, SGLANG, SWEEP, TINY, baseline_time, recorded_serving, short_why
+from helpers.chapters._serving import (ENGINE, MODE, SGLANG, SWEEP, TINY, baseline_time, recorded_serving,
+                                       server_choice, short_why)
 from helpers.core import params, recorded
 from helpers.core.recorded import value
 from helpers.serving import live as serving_live
+from helpers.serving.config import ServerChoice, StudyConfig, SweepConfig
 
 #: the chapter's parameters (the notebook's validation cell and the runbook's precheck check them)
-PARAMS = {**MODE, "server_url": params.string(), "served_model": params.string(), **ENGINE, **SGLANG,
+PARAMS = {**MODE, "server_url": params.string(), "served_model": params.string(),
+          "served_engine": params.string(max_len=200), "served_hardware": params.string(max_len=200), **ENGINE, **SGLANG,
           **TINY, **SWEEP, "workloads": serving_live.workloads_param(),
           "variants": params.depends(serving_live.names_param("server variant"), ("engine", "mode", "server_url"),
                                      serving_live.names_rule("variants", serving_live.VARIANTS, server_url=True)),
@@ -32,6 +35,20 @@ PARAMS = {**MODE, "server_url": params.string(), "served_model": params.string()
 #: the least time the live sweep these values plan takes in its cell (the runbook refuses a plan over the limit)
 def PLAN_TIME(v: dict) -> "params.Estimate | None":  # noqa: N802 - the runbook's name for it
     return serving_load.plan_time(v, baseline_time(v))
+
+
+@dataclass(frozen=True)
+class Config:
+    """The chapter's validated parameters, typed once here: nothing below helpers.chapters reads `P`."""
+    server: ServerChoice
+    sweep: SweepConfig
+    study: StudyConfig
+
+
+def config(P: dict) -> Config:
+    sw = SweepConfig(tuple(P["workloads"]), tuple(int(c) for c in P["concurrencies"]), tuple(P["variants"]),
+                     P["variant_workloads"], int(P["requests_per_concurrency"]))
+    return Config(server_choice(P), sw, serving_load.study_config(P))
 
 
 #: the concurrency of the recorded saturated figures (the sweeps' top point)
@@ -402,20 +419,22 @@ def disagreement_view(df: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class LoadFacts:
-    """The load study's figures section 4 cites (measured, or derived from its points; helpers.chapters.serving_load
-    chooses each phrase; 'n/a' where the study did not run)."""
-    ld_slo: str             # the SLOs the study judged at, as given (`slo`)
+    """The load study's figures and phrases section 4 cites (measured, or derived from its points;
+    helpers.chapters.serving_load chooses each; 'n/a' where the study did not run)."""
+    ld_what: str            # what the study measured: engine, model, hardware and how each is known
+    ld_can: str             # what that can and cannot show
+    ld_slo: str             # the SLOs the study judged at, as given (`slo`; assumed)
     ld_share: str           # the share of requests that must meet them (`slo_share`), in %
-    ld_cap_c: str           # capacity over concurrency (measured, with how the search ended)
-    ld_cap_r: str           # capacity over request rate (measured)
-    ld_short_points: str    # open-loop points more than 10 % short of their nominal rate, "k of n"
-    ld_points: str          # open-loop points measured
+    ld_rule: str            # requests per point and the rule behind the count
+    ld_counts: str          # points, requests measured, ramp requests excluded
+    ld_cap_c: str           # capacity over concurrency with its 90 % interval (measured; interval derived)
+    ld_cap_r: str           # capacity over request rate with its interval
+    ld_drift: str           # the drift check's verdict (the first point measured again at the end)
     ld_ovh_1: str           # the client's overhead per request at concurrency 1 (measured on the stand-in)
     ld_ovh_16: str          # the same at 16
-    ld_max_rate: str        # the max-throughput probe's request rate (measured, closed loop)
-    ld_one_rate: str        # one request at a time's request rate (measured)
     ld_warm: str            # the warm-up wave before the study's first point (not counted)
+    ld_trace: str           # the trace replay, or why none
 
 
-def load_facts(study: dict | None) -> LoadFacts:
+def load_facts(study) -> LoadFacts:
     return LoadFacts(**serving_load.facts(study))

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from helpers.chapters import _serving
-from helpers.chapters._serving import ENGINE, MODE, SGLANG, SWEEP, TINY, short_why
+from helpers.chapters._serving import ENGINE, MODE, SGLANG, SWEEP, TINY, server_choice, short_why
 from helpers.core import params, recorded
 from helpers.core.recorded import value
 from helpers.serving import live
+from helpers.serving.config import RunnerConfig, ServerChoice
 
 #: the chapter's parameters (the notebook's validation cell and the runbook's precheck check them)
 PARAMS = {**MODE, **ENGINE, **SGLANG, **TINY, **SWEEP,
@@ -25,6 +26,14 @@ PARAMS = {**MODE, **ENGINE, **SGLANG, **TINY, **SWEEP,
           "repeats": params.number(1, 20, integer=True), "workload": live.workload_param()}
 #: the least time the live comparison these values plan takes in its cell (the runbook refuses a plan over the limit)
 PLAN_TIME = _serving.runner_time
+
+
+def config(P: dict) -> tuple[ServerChoice, RunnerConfig]:
+    """The chapter's validated parameters, typed once (the server it launches; the comparison it runs)."""
+    return server_choice(P), RunnerConfig(tuple(P["runners"]), int(P["repeats"]), P["workload"],
+                                          tuple(int(c) for c in P["concurrencies"]),
+                                          int(P["requests_per_concurrency"]))
+
 
 #: the recorded serving figures (data/recorded/serving.csv), shared with chapter 03
 recorded_serving = _serving.recorded_serving

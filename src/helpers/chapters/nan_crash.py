@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from helpers.chapters._serving import ENGINE, MODE, SGLANG, short_why
+from helpers.chapters._serving import ENGINE, MODE, SGLANG, server_choice, short_why
 from helpers.core import params
 from helpers.core.recorded import value
 from helpers.serving import classify
 from helpers.serving import sglang as sg
+from helpers.serving.config import NanConfig, ServerChoice
 
 #: the chapter's parameters (the notebook's validation cell and the runbook's precheck check them)
 PARAMS = {**MODE, **ENGINE, **SGLANG, "startup_timeout_s": params.number(1, 3600),
@@ -25,6 +26,12 @@ PARAMS = {**MODE, **ENGINE, **SGLANG, "startup_timeout_s": params.number(1, 3600
           "never_healthy_timeout_s": params.number(1, 600),
           "decode_concurrency": params.number(1, 256, integer=True),
           "decode_tokens": params.number(1, 4096, integer=True), "request_timeout_s": params.number(1, 3600)}
+
+
+def config(P: dict) -> tuple[ServerChoice, NanConfig]:
+    """The chapter's validated parameters, typed once (the server it launches; the decode wave it sends)."""
+    return server_choice(P), NanConfig(int(P["decode_concurrency"]), int(P["decode_tokens"]),
+                                       float(P["never_healthy_timeout_s"]))
 
 
 @dataclass(frozen=True)

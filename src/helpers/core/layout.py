@@ -77,17 +77,26 @@ RESULTS: dict[tuple[str, str], Result] = {
                "medians of this machine's GPU samples per sweep point (helpers.machine.gpumon)",
                ("variant", "workload", "concurrency", "n_samples", "util_gpu_pct", "util_mem_pct", "power_w",
                 "power_pct_of_limit", "sm_clock_mhz")),
-        Result("03_baselines_tuning", "rate_rows", "rate_sweep.jsonl",
-               "the open-loop rate sweep's finished points, one JSON line each (resumed from; issue 38)"),
+        Result("03_baselines_tuning", "study_points", "study_points.jsonl",
+               "the load study's points, one JSON line per load (its requests' records included), written as each "
+               "ends (resumed from; issue 46)"),
         Result("03_baselines_tuning", "vllm_results", "vllm",
-               "the rate sweep's points as `vllm bench serve --save-result` JSON files, one per point "
+               "the load study's points as `vllm bench serve --save-result` JSON files, one per point "
                "(helpers.serving.formats), for readers who load results in vllm's tools"),
+        Result("03_baselines_tuning", "aiperf_results", "aiperf",
+               "the load study's points in AIPerf's export files (profile_export.jsonl per request and "
+               "profile_export_aiperf.json per point, one folder per point; helpers.serving.formats)"),
+        # the load study's files before issue 46 (a run made before it holds them; the study now keeps every point
+        # in study_points.jsonl)
+        Result("03_baselines_tuning", "rate_rows", "rate_sweep.jsonl",
+               "the open-loop rate sweep's finished points (load studies before issue 46)"),
         Result("03_baselines_tuning", "capacity_concurrency", "capacity_concurrency.jsonl",
-               "the capacity search's points over concurrency, one JSON line each (resumed from)"),
+               "the capacity search's points over concurrency (load studies before issue 46)"),
         Result("03_baselines_tuning", "capacity_rate", "capacity_rate.jsonl",
-               "the capacity search's points over request rate, one JSON line each (resumed from)"),
+               "the capacity search's points over request rate (load studies before issue 46)"),
         Result("03_baselines_tuning", "load_study", "load_study.json",
-               "the load study's rate sweep, capacity figures, client overhead and the SLOs they were judged at"),
+               "the load study: what it measured, its points, capacities with their intervals, the drift check, "
+               "the client's overhead and the SLOs they were judged at"),
         Result("03_baselines_tuning", "gpu_samples", "gpu_samples.csv", "every GPU sample taken during the sweep"),
         Result("03_baselines_tuning", "served", "served.json",
                "what the live sweep served and how fast: the server (launched or given), engine, model, tensor-parallel "

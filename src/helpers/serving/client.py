@@ -97,6 +97,8 @@ class RequestResult:
     ok: bool
     start_s: float = 0.0                 # seconds from the point's start
     sent_s: float = float("nan")         # from the request's start to its first byte written (connection set up)
+    written_s: float = float("nan")      # ... to its last byte written (issue 46: the request's phases)
+    headers_s: float = float("nan")      # ... to the reply's status line and headers in (its first byte)
     ttft_s: float = float("nan")
     e2e_s: float = float("nan")
     itl_s: list[float] = field(default_factory=list)
@@ -267,8 +269,8 @@ async def one_request(endpoint: Endpoint, model: str, prompt: str, max_tokens: i
 
     async def stream_it():
         reply = await open_stream(endpoint, path, body, deadlines, t0)
-        state["headers_s"] = reply.headers_at - t0
-        res.sent_s = reply.sent_at - t0
+        state["headers_s"] = res.headers_s = reply.headers_at - t0
+        res.sent_s, res.written_s = reply.sent_at - t0, reply.written_at - t0
         try:
             await _read_stream(reply, chat, max_tokens, res, state, parts, usages, seen)
         finally:

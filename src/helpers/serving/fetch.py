@@ -388,15 +388,22 @@ async def open_stream(ep: Endpoint, path: str, body, deadlines: Deadlines, t0: f
         sent_at = time.perf_counter()
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
         headers: dict = {}
+        written = []
+
+        async def head():   # the request's last byte handed to the kernel (issue 46: phases), then the reply's head
+            await writer.drain()
+            written.append(time.perf_counter())
+            return await _read_head(url, reader, writer, headers)
         try:
-            status = await asyncio.wait_for(_read_head(url, reader, writer, headers),
-                                            max(deadlines.first_byte_s - (time.perf_counter() - t0), 0))
+            status = await asyncio.wait_for(head(), max(deadlines.first_byte_s - (time.perf_counter() - t0), 0))
         except asyncio.TimeoutError:
             raise RequestTimeout(url, "first byte", deadlines.first_byte_s, time.perf_counter() - t0) from None
     except BaseException:
         writer.close()
         raise
-    return StreamReply(reader, writer, status, headers, sent_at, time.perf_counter(), url)
+    reply = StreamReply(reader, writer, status, headers, sent_at, time.perf_counter(), url)
+    reply.written_at = written[0] if written else sent_at
+    return reply
 
 
 def run(coro):

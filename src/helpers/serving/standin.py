@@ -134,8 +134,42 @@ class StandIn:
         self._t.join(5)
 
 
-if __name__ == "__main__":  # python -m helpers.serving.standin: serve until interrupted
+class StandInProcess:
+    """The stand-in in a process of its own (`python -m helpers.serving.standin TTFT INTERVAL [KNEE [PAST_KNEE]]`), so that a
+    client in this process does not share its interpreter lock with the server it measures."""
+
+    def __init__(self, ttft_s: float = 0.02, interval_s: float = 0.01, knee: int | None = None,
+                 past_knee: float | None = None):
+        self.args = [str(ttft_s), str(interval_s)] + ([str(int(knee))] if knee else []) + \
+            ([str(past_knee)] if knee and past_knee else [])
+        self.proc, self.url = None, ""
+
+    def __enter__(self):
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen([sys.executable, "-m", "helpers.serving.standin", *self.args],
+                                     stdout=subprocess.PIPE, text=True)
+        self.url = (self.proc.stdout.readline() or "").strip()
+        if not self.url.startswith("http"):
+            self.__exit__()
+            raise RuntimeError(f"the stand-in server did not start (it printed {self.url[:80]!r})")
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except Exception:  # noqa: BLE001 - it would not stop: kill it
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+if __name__ == "__main__":  # python -m helpers.serving.standin TTFT INTERVAL [KNEE [PAST_KNEE]]: serve until interrupted
     import sys
-    with StandIn(*(float(x) for x in sys.argv[1:3])) as s:
+    a = sys.argv[1:5]
+    with StandIn(*(float(x) for x in a[:2]), knee=int(a[2]) if len(a) > 2 else None,
+                 past_knee=float(a[3]) if len(a) > 3 else None) as s:
         print(s.url, flush=True)
         threading.Event().wait()
