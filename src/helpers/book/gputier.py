@@ -108,12 +108,14 @@ def record(results: dict, commit: str, exit_code: int, started: str, duration_s:
 
 
 def tier_workers() -> int:
-    """How many pytest processes the tier runs in: two where pytest-xdist is importable (the tier's costliest
-    tests are compilations in fresh processes, CPU work beside a GPU that mostly waits: 288 s in one process on
-    the lent H200 at 044ddbc), else one."""
+    """How many pytest processes the tier runs in: one per four cores, at most four, where pytest-xdist is
+    importable (the tier's costliest tests are compilations, CPU work beside a GPU that mostly waits: 288 s in
+    one process on the lent H200, 16 cores, at 044ddbc), else one."""
     import importlib.util
 
-    return 2 if importlib.util.find_spec("xdist") is not None else 1
+    if importlib.util.find_spec("xdist") is None:
+        return 1
+    return max(1, min(4, (os.cpu_count() or 1) // 4))
 
 
 def run(run_dir: Path, root: Path, timeout_s: float = 600.0, pytest_args: tuple[str, ...] = (),
