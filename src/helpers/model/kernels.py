@@ -114,12 +114,17 @@ def _interp(df: pd.DataFrame, keys: list[str], point: list[float], what: str, lo
     return float(ylo + f * (yhi - ylo))
 
 
+# The lookups below are pure functions of their arguments over tables read once (`table`): each is cached, as the
+# diagnosis asks for the same kernel thousands of times (07_diagnosis spent about 10 s of its 23 in them under
+# load, most in pandas row selections).
+@lru_cache(maxsize=65536)
 def gemm_us(system: str, dtype: str, m: int, n: int, k: int) -> float:
     """One GEMM of m tokens by an n x k weight (n outputs, k inputs)."""
     d = _select(table("gemm"), "aic_gemm", system=system, gemm_dtype=DTYPE.get(dtype, dtype))
     return _interp(d, ["m", "n", "k"], [m, n, k], f"aic_gemm {system} {dtype} m={m} n={n} k={k}")
 
 
+@lru_cache(maxsize=65536)
 def moe_us(system: str, dtype: str, tokens: int, distribution: str = AIC_DISTRIBUTION, hidden: int = 6144,
            inter: int = 2048, experts: int = 256, topk: int = 8, tp: int = 8, kernel_source: str | None = None) -> float:
     """The fused routed-expert kernel(s) for `tokens` tokens (quantize, permute, both grouped GEMMs,
@@ -133,11 +138,13 @@ def moe_us(system: str, dtype: str, tokens: int, distribution: str = AIC_DISTRIB
     return _interp(d, ["num_tokens"], [tokens], f"aic_moe {system} {dtype} {distribution}")
 
 
+@lru_cache(maxsize=65536)
 def moe_kernel(system: str, dtype: str) -> str:
     d = _select(table("moe"), "aic_moe", system=system, moe_dtype=DTYPE.get(dtype, dtype))
     return str(d["kernel_source"].iloc[0])
 
 
+@lru_cache(maxsize=65536)
 def mla_us(system: str, batch: int, context: int, kv_dtype: str = "bfloat16", heads_per_rank: int = 8) -> float:
     """MLA decode attention over the latent cache (latent 512 + rope 64) for `batch` sequences."""
     d = _select(table("attention"), "aic_attention", system=system, op="mla_generation",
@@ -145,6 +152,7 @@ def mla_us(system: str, batch: int, context: int, kv_dtype: str = "bfloat16", he
     return _interp(d, ["batch_size", "context"], [batch, context], f"mla_generation {system}")
 
 
+@lru_cache(maxsize=65536)
 def mla_bmm_us(system: str, op: str, tokens: int, dtype: str = "bfloat16", heads_per_rank: int = 8) -> float:
     """The head-wise absorbed up-projection before (mla_gen_pre) or after (mla_gen_post) attention."""
     d = _select(table("attention"), "aic_attention", system=system, op=op, gemm_dtype=dtype,
@@ -152,6 +160,7 @@ def mla_bmm_us(system: str, op: str, tokens: int, dtype: str = "bfloat16", heads
     return _interp(d, ["batch_size"], [tokens], f"{op} {system}")
 
 
+@lru_cache(maxsize=65536)
 def indexer_us(system: str, op: str, batch: int, context: int, score_mode: str = "flat") -> float:
     """One of the GLM-5 indexer's kernels (H200 only): op "glm5_mqa_logits_module" (the index scores,
     DeepGEMM FP8) or "glm5_topk_module" (the top-k, `score_mode` flat or top_last), at `batch` and `context`."""
@@ -161,6 +170,7 @@ def indexer_us(system: str, op: str, batch: int, context: int, score_mode: str =
     return _interp(d, ["batch_size", "context"], [batch, context], f"{op} {system}")
 
 
+@lru_cache(maxsize=65536)
 def dsa_module_us(batch: int, context: int, system: str = H200, model: str = "zai-org/GLM-5",
                   gemm_dtype: str = "bfloat16", kv_dtype: str = "bfloat16") -> float:
     """SGLang's whole GLM-5 DSA attention module (projections, indexer, attention, o_proj) on one rank at
@@ -171,6 +181,7 @@ def dsa_module_us(batch: int, context: int, system: str = H200, model: str = "za
     return _interp(d, ["batch_size", "context"], [batch, context], f"dsa_generation_module {system}")
 
 
+@lru_cache(maxsize=65536)
 def comm_us(system: str, op: str, gpus: int, message_bytes: float, library: str = "nccl") -> float:
     """One collective over `gpus` GPUs of a message of `message_bytes` bytes (NCCL's convention: the whole
     buffer; for an all-gather, the gathered output). The table's element counts were converted to bytes on
