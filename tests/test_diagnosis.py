@@ -268,3 +268,16 @@ def test_every_table_the_page_shows_has_at_most_seven_human_columns(rec):
     assert math.isclose(shown["error (%)"].iloc[0], 100 * cmp["rel_err"].iloc[0])
     with pytest.raises(FindingError, match="rel_err"):
         dg.human(cmp.drop(columns=["rel_err"]), "comparison")
+
+
+def test_the_changed_ranges_are_named_once_each_grouped_by_when_they_changed():
+    """The admonition of section 3 names every range changed after a comparison once, grouped by the commit or review
+    that changed it, in the order first met (the input table gives each one's first range and reason)."""
+    from types import SimpleNamespace as R
+
+    from helpers.chapters.diagnosis.verdict_sections import changed_words
+
+    got = changed_words([R(name="a", registered="commit 1"), R(name="b", registered="review"),
+                         R(name="c", registered="commit 1")])
+    assert got.startswith("a, c (commit 1); b (review) (each with its first range")
+    assert changed_words([]) == "none"

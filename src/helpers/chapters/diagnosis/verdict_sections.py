@@ -101,8 +101,7 @@ def bare_metal_band(d: Diagnosis) -> Part:
                        f"bmf_hi_{c}": float(r["band_high_tok_s"]), f"bmf_pctile_{c}": float(r["observed_percentile"]),
                        f"bmf_inside_{c}": "inside" if bool(r["inside_band"]) else "outside"})
     changed = v.inputs.changed()
-    values["changed_inputs"] = (", ".join(f"{r.name} ({r.registered})" for r in changed)
-                                + " (each with its first range and its reason in the input table above)") if changed else "none"
+    values["changed_inputs"] = changed_words(changed)
     values["n_changed"] = len(changed)
     for c in ENDS:
         values[f"bm_where_{c}"] = where_in_band(values[f"bmb_pctile_{c}"], inside[c], c)
@@ -120,6 +119,18 @@ def bare_metal_band(d: Diagnosis) -> Part:
     values["peer_what"] = kt.GLM5_GRAPH
     return Part(values, {"verdict_inputs": v.inputs.table(), "bare_metal_band": t, "bare_metal_band_first": first},
                 {"bare_metal_band": t[BAND_COLUMNS], "peer": peer})
+
+
+def changed_words(changed) -> str:
+    """The input ranges changed after a comparison, named once each and grouped by when each was registered
+    (`registered`: the commit or review that changed it), in the order first met; 'none' where none changed."""
+    if not changed:
+        return "none"
+    groups: dict[str, list[str]] = {}
+    for r in changed:
+        groups.setdefault(str(r.registered), []).append(str(r.name))
+    return ("; ".join(f"{', '.join(names)} ({when})" for when, names in groups.items())
+            + " (each with its first range and its reason in the input table above)")
 
 
 def peer_on_glm5_graph(d: Diagnosis) -> pd.DataFrame:

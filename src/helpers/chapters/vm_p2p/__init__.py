@@ -5,13 +5,13 @@ starts; the notebook validates with it). The sections' values, tables, sentences
 module per group of sections and are all reachable from here:
 
 - `link`: sections 1 and 2 (the recorded link, the P2P matrix, the copy sweeps, the harness floor);
-- `sweeps`: sections 3 and 4 (collectives, NCCL variants, fits);
-- `fidelity`: section 5 (our timing against nccl-tests and p2pBandwidthLatencyTest);
-- `hostpath`: section 6 (the host-path study);
+- `sweeps`: section 3 (collectives, NCCL variants, fits);
+- `fidelity`: section 4 (our timing against nccl-tests and p2pBandwidthLatencyTest);
+- `hostpath`: section 5 (the host-path study);
 - `figures`: the copy figure and the fidelity-ratio figure;
 - `replay`: what `auto` saves beside the suite's tables, and mode `replay`, which loads them back.
-- `sections`: the sections that gather several of these pieces (the page's opening values, section 5,
-  section 6), one function each returning a helpers.chapters.parts.Part.
+- `sections`: the sections that gather several of these pieces (the page's opening values, section 4,
+  section 5), one function each returning a helpers.chapters.parts.Part.
 
 Glued values are frozen dataclasses whose fields are the glue keys (`glue_all(ch.recorded_link(...))`);
 sentences that depend on the machine or the mode are whole variants chosen by a tested function, and

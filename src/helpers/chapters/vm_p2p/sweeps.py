@@ -1,4 +1,4 @@
-"""Chapter 06, sections 3 and 4: the collective sweeps, the NCCL variants and the alpha-beta fits.
+"""Chapter 06, section 3: the collective sweeps, the NCCL variants and the alpha-beta fits.
 
 Sentences that depend on the machine or the mode are chosen here as whole variants, each tested; a row a
 sentence cites that is missing raises helpers.core.pick.PickError naming it."""
@@ -117,7 +117,7 @@ def _variant_timing(var: pd.DataFrame) -> str:
             "is left in these figures.")
 
 
-# ------------------------------------------------------------------------------------------ 4. fits
+# ------------------------------------------------------------------------------------------ 3. fits
 def fits_table(fits: pd.DataFrame) -> pd.DataFrame:
     """The fits as shown: a fit is derived from the points it was fitted to (kind 'measured' in the data, which
     selects the link; shown as 'derived: fit to measured'); a one-rank collective moves no bytes between GPUs,
