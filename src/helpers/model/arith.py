@@ -469,6 +469,12 @@ def collectives_per_step(m: ModelConfig) -> int:
     return sum(c.per_step for c in collective_schedule(m))
 
 
+def all_reduces_per_step(m: ModelConfig) -> int:
+    """The all-reduces of one TP decode step: collectives_per_step less the logits' all-gather (one count for
+    every chapter that multiplies an all-reduce's time by it)."""
+    return sum(c.per_step for c in collective_schedule(m) if c.kind == "all_reduce")
+
+
 def collective_counts(m: ModelConfig) -> pd.DataFrame:
     """Ways to count the collectives of a decode step, each with its convention."""
     per_layer_2 = collectives_per_step(m)
