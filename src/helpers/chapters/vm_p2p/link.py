@@ -76,8 +76,8 @@ def p2p_panel(probe: dict | None, live: bool, gpus: int, cuda_matrix: pd.DataFra
 def where_measured(live: bool, machine_label: str = "", sweep: str = "", replayed: bool = False) -> str:
     """Where the page's figures were measured; `replayed`: measured on the run's machine, presented again."""
     if live and replayed:
-        return (f"measured on the machine of this run ({machine_label}) with the `{sweep}` sweep, and presented "
-                "again by this book from the results the run saved (nothing was measured where this page was made)")
+        return (f"measured by this run on its machine ({machine_label}, `{sweep}` sweep) and presented again from "
+                "its saved results (nothing measured where this page was made)")
     return (f"measured on this machine ({machine_label}) with the `{sweep}` sweep" if live
             else "recorded mode: nothing measured on this machine")
 
