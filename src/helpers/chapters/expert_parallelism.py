@@ -151,7 +151,7 @@ def answer_facts(m: ma.ModelConfig, copies: pd.DataFrame, claims: pd.DataFrame) 
     """The collective floor per decode step: collectives_per_step x the recorded one-token copy (`copies`:
     data/recorded/copy_sweep.csv); and the status report's expert weights against the configuration's."""
     us = pl.one_token_copy_us(copies)
-    n_ar = ma.all_reduces_per_step(m)
+    n_ar = ma.collectives_per_step(m, "all_reduce")
     routed = float(value(ma.parameter_table(m).assign(GB=lambda d: d.bytes / ma.GB), "GB", group="routed experts"))
     claim = float(value(claims, quantity="moe_expert_weights"))
     return AnswerFacts(ans_msg_kib=m.hidden * 2 / 1024, ans_copy_us=us,

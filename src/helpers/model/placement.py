@@ -32,7 +32,7 @@ def one_token_copy_us(copies: pd.DataFrame) -> float:
 def seed_floor_ms(m: ma.ModelConfig, copies: pd.DataFrame) -> float:
     """The seeds' claim in one number: every all-reduce of a decode step paying the recorded one-token copy once
     (derived: all-reduces per step x one_token_copy_us), in ms."""
-    return ma.all_reduces_per_step(m) * one_token_copy_us(copies) / 1000
+    return ma.collectives_per_step(m, "all_reduce") * one_token_copy_us(copies) / 1000
 
 
 def hidden_size_table(copies: pd.DataFrame, candidates: list[int]) -> pd.DataFrame:
