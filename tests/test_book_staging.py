@@ -181,6 +181,24 @@ def test_the_parameters_box_closes_the_page_folded():
     assert defaults["cells"][-1]["id"] == "parameters-of-this-run"
 
 
+def test_the_parameters_cell_is_not_shown_twice(tmp_path):
+    """The box at the end states every parameter with this run's value, default and allowed values, so the staged
+    page drops the parameters cell's input (no second toggle near the top); other code folds behind a toggle."""
+    src = tmp_path / "ch.ipynb"
+    src.write_text(json.dumps(_nb([json.loads(json.dumps(PARAMS)), _code("x = 1")])))
+    (tmp_path / "stage").mkdir()
+    (tmp_path / "stage" / "_config.yml").write_text("title: t\n")
+    dst = tmp_path / "stage" / "ch.ipynb"
+    staging._stage_notebook(src, dst, CTX)
+    cells = json.loads(dst.read_text())["cells"]
+    tags = [c["metadata"].get("tags", []) for c in cells if c["cell_type"] == "code"]
+    assert "remove-input" in tags[0] and "hide-input" not in tags[0] and "parameters" in tags[0]
+    assert tags[1] == ["hide-input"]
+    box = cells[-1]["source"]
+    for name in ("mode", "run_dir", "sweep"):
+        assert f"| `{name}` |" in box
+
+
 def test_a_glued_sentences_code_spans_show_as_plain_text():
     """{glue:text} shows a glued value as it is, so a sentence holding Markdown code spans would put
     backticks in front of the reader (the published 07_decode_step did: "the chapter's `eager` parameter");

@@ -192,3 +192,24 @@ def test_a_renamed_header_is_written_with_the_books_units_too():
 def test_an_upper_case_B_suffix_is_billions_not_bytes():
     t = tables.table(pd.DataFrame({"params_B": [744.0, 12.3], "size_b": [2048, 4]}))
     assert t.columns == ["params (billions)", "size"] and t.rows[0] == ["744", "2 KiB"] and t.rows[1][0] == "12"
+
+
+def test_several_tables_fold_behind_one_toggle_each_under_its_title(monkeypatch):
+    """show_folded: one toggle whose visible line is the group's summary, each table whole under its own summary;
+    a None table is left out, and a group of one keeps a fold of its own."""
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
+    a = pd.DataFrame({"x": [1, 2]})
+    b = pd.DataFrame({"y_us": [3.0]})
+    tables.show_folded("both tables", [(a, dict(summary="the first")), (None, dict(summary="absent")),
+                                       (b, dict(summary="the second", fold_after=0))])
+    assert len(shown) == 1 and isinstance(shown[0], tables.Folded)
+    html = shown[0]._repr_html_()
+    assert html.count("<details") == 1 and "both tables" in html and "(show 2 tables)" in html
+    assert "the first" in html and "the second" in html and "absent" not in html and "y (µs)" in html
+    tables.show_folded("one table", [(a, dict(summary="alone"))])
+    assert isinstance(shown[1], tables.Table) and shown[1].folded and "alone" in shown[1].html
+    with pytest.raises(ValueError, match="needs a `summary`"):
+        tables.show_folded("untitled", [(a, {})])

@@ -89,7 +89,13 @@ def test_here_phrases_probed_and_not():
     h = ch.here_phrases(h200)
     assert "GPUs seen: 1 (NVIDIA H200)" in h.here_probe and h.here_verdicts.endswith("the worst is warn")
     assert ch.p2p_panel_label(h200).endswith("(one GPU, so no GPU pair)")
-    assert h.here_p2p == "no GPU pair (1 GPU, measured)" and h.here_virt == "container in vm (measured)"
+    # the kind of machine is helpers.machine.virt's, from every signal, as chapter 08 and page 1 state it
+    assert h.here_p2p == "no GPU pair (1 GPU, measured)" and h.here_virt == "container in a VM (measured)"
+    assert "kind of machine: container in a VM;" in h.here_probe
+    assert ch.probe_where("replay", h200).startswith("The machine this run probed (1x NVIDIA H200, container in a VM, ")
+    # systemd-detect-virt's empty answers read as no answer, never as its own "none" (bare metal)
+    ev = ch.probe_tables(h200)["virtualization"].set_index("evidence")["value"]
+    assert [ev[k] for k in ch.SYSTEMD_KEYS] == ["not installed or no answer"] * 3 and ev["dmi_sys_vendor"] == "none"
     assert ch.recorded_facts(recorded.hardware()).rec_p2p_not_ok == ch.recorded_facts(recorded.hardware()).rec_pairs
     assert "not probed" in ch.p2p_panel_label(None)
     tables = ch.probe_tables(h200)

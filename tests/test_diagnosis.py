@@ -177,6 +177,14 @@ def test_the_collective_comparison_selects_by_harness_and_variant(rec):
     assert set(dg.collective_points(d.sweep).columns) >= {"all_reduce", "all_to_all"}
     one_op = replace(d, sweep=_sweep(ops=("all_reduce",)))
     assert dg.collectives(one_op).values["coll_text"] == dg.COLL_TEXT_ONE_OP
+    # two ranks of CPU processes (gloo on a one-GPU host) are host memory, not a link between GPUs: said so, and not
+    # set beside the expert-parallelism chapter's GPU counts; a GPU backend beside them is the one compared
+    cpu = _sweep(harnesses=("eager",)).assign(backend="gloo", device="cpu")
+    assert dg.collectives(replace(d, sweep=cpu)).values["coll_text"] == dg.COLL_TEXT_CPU_ONLY.format(
+        ratios="gloo over 2 CPU processes 0.50x")
+    both = pd.concat([cpu, _sweep(harnesses=("eager",)).assign(device="NVIDIA H200")], ignore_index=True)
+    assert dg.collectives(replace(d, sweep=both)).values["coll_text"] == dg.COLL_TEXT_RATIO.format(
+        ratios="nccl over 2 ranks 0.50x")
     with pytest.raises(FindingError, match="variant='default'"):
         dg.collectives(replace(d, sweep=_sweep(variant="ALGO=Ring")))
 
@@ -219,7 +227,9 @@ def test_a_gpu_runs_sentences_come_back_from_its_tables(run, harness, gpus, meas
     # the all-to-all comparison changed since these runs were rendered (issue 35: per backend over two ranks or
     # more; it was a median over one-rank NCCL and two-rank gloo): each backend with two ranks or more, named
     coll_text = dg.collectives(dg_run).values["coll_text"]
-    assert coll_text.startswith(dg.COLL_TEXT_RATIO.split("{")[0]) and "over 1 ranks" not in coll_text, coll_text
+    # the one-GPU run's two-rank points are gloo between CPU processes: said so, not compared as a GPU figure
+    lead = (dg.COLL_TEXT_CPU_ONLY if gpus == 1 else dg.COLL_TEXT_RATIO).split("{")[0]
+    assert coll_text.startswith(lead) and "over 1 ranks" not in coll_text, coll_text
     new = dg.run_link(dg_run).values["run_text"]
     if gpus == 1:
         # issue 44: one GPU joins no two GPUs, so nothing of it is priced as GLM-5 (the committed one-GPU run,
@@ -268,3 +278,16 @@ def test_every_table_the_page_shows_has_at_most_seven_human_columns(rec):
     assert math.isclose(shown["error (%)"].iloc[0], 100 * cmp["rel_err"].iloc[0])
     with pytest.raises(FindingError, match="rel_err"):
         dg.human(cmp.drop(columns=["rel_err"]), "comparison")
+
+
+def test_the_changed_ranges_are_named_once_each_grouped_by_when_they_changed():
+    """The admonition of section 3 names every range changed after a comparison once, grouped by the commit or review
+    that changed it, in the order first met (the input table gives each one's first range and reason)."""
+    from types import SimpleNamespace as R
+
+    from helpers.chapters.diagnosis.verdict_sections import changed_words
+
+    got = changed_words([R(name="a", registered="commit 1"), R(name="b", registered="review"),
+                         R(name="c", registered="commit 1")])
+    assert got.startswith("a, c (commit 1); b (review) (each with its first range")
+    assert changed_words([]) == "none"

@@ -232,7 +232,7 @@ def test_the_chapters_figures_draw_from_a_gpu_runs_tables():
     assert not empty.axes[0].axison
 
 
-# ------------------------------------------------------------------ section 9: the host-path study
+# ------------------------------------------------------------------ section 5: the host-path study
 DEC = [12288, 49152, 196608, 786432]
 
 

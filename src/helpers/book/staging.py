@@ -207,8 +207,8 @@ def parameters_box(defaults_src: str, injected_src: str | None, ctx: RunContext)
     names = list(defaults) + [n for n in given if n not in defaults]
     run = f"Run `{ctx.run_id}`" + (f" (target `{ctx.target}`)" if ctx.target else "") if ctx.run_id else "This run"
     lines = [":::{dropdown} Parameters of this run", ":class-container: book-params", "",
-             f"{run} executed this chapter with these values. The chapter's parameters cell (folded, "
-             "near the top) declares them, with their defaults.", "",
+             f"{run} executed this chapter with these values. The chapter's parameters cell declares them, with "
+             "the defaults and allowed values below.", "",
              "| parameter | this run | default; allowed |", "| --- | --- | --- |"]
     for n in names:
         d_val, _, comment = defaults.get(n, (None, "", ""))
@@ -450,7 +450,9 @@ def _title(nb_path: Path, fallback: str) -> str:
 def _stage_notebook(src: Path, dst: Path, ctx=None) -> None:
     """Copy an executed chapter for rendering: code folds away behind a toggle (the reader sees
     the narrative, tables and figures first); papermill's injected cell becomes a "parameters of this
-    run" box; nothing of the machines that ran or built it stays on the page (helpers.book.staging)."""
+    run" box, which states every parameter with this run's value, its default and its allowed values, so the
+    parameters cell itself is not shown twice; nothing of the machines that ran or built it stays on the page
+    (helpers.book.staging)."""
     nb = json.loads(Path(src).read_text())
     clean_notebook(nb, ctx or RunContext())
     # another page can show this chapter's figures: _glued/<stem>/<key>.png in the staged book
@@ -460,7 +462,9 @@ def _stage_notebook(src: Path, dst: Path, ctx=None) -> None:
         if cell["cell_type"] != "code":
             continue
         tags = cell.setdefault("metadata", {}).setdefault("tags", [])
-        if not {"hide-input", "remove-input"} & set(tags):
+        if "parameters" in tags and "remove-input" not in tags:
+            tags.append("remove-input")   # every value, default and allowed value is in the box at the end
+        elif not {"hide-input", "remove-input"} & set(tags):
             tags.append("hide-input")
     Path(dst).write_text(json.dumps(nb))
 

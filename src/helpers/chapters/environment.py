@@ -17,7 +17,9 @@ from helpers.core import params
 from helpers.machine.parsers import ordered_pairs
 from helpers.machine.probe import fingerprint
 from helpers.machine.recorded_machine import from_recorded
+from helpers.machine import virt
 from helpers.machine.verdicts import CHECKS, NO_GPU_STATEMENT, counts_text, with_verdict, worst
+from helpers.machine.virt import SYSTEMD_UNREAD
 
 #: the notebook's parameters (the spec of record: the notebook validates against it, the runbook prechecks it)
 #: the glued keys whose text differs in mode replay (they say the page presents a run's saved results
@@ -108,7 +110,8 @@ def here_phrases(res: dict | None) -> HerePhrases:
     if res is None:
         return HerePhrases(here_probe=NOT_PROBED, here_verdicts=f"{NOT_PROBED}, so it has no verdicts",
                            here_summary=NOT_PROBED, here_p2p=NOT_PROBED, here_virt=NOT_PROBED)
-    statement, kind = res["nvml"]["statement"], res["virtualization"]["kind"]
+    # the kind of machine from every signal, as chapter 08 and page 1 state it (one computation: helpers.machine.virt)
+    statement, kind = res["nvml"]["statement"], virt.judge(res["virtualization"]).kind
     names = sorted({g.get("name") or "unknown" for g in res["gpus"]})
     seen = f"{len(res['gpus'])} ({', '.join(names)})" if names else "0"
     return HerePhrases(
@@ -166,8 +169,8 @@ def probe_where(mode: str, res: dict | None) -> str:
     names = sorted({g.get("name") or "unknown" for g in gpus})
     kit = f"{len(gpus)}x {', '.join(names)}" if gpus else "no GPU"
     when = str(res.get("measured_at") or "at a time not recorded")[:10]
-    virt = (res.get("virtualization") or {}).get("kind") or "kind of machine not recorded"
-    return (f"The machine this run probed ({kit}, {virt}, on {when}; "
+    kind = virt.judge(res["virtualization"]).kind if res.get("virtualization") else "kind of machine not recorded"
+    return (f"The machine this run probed ({kit}, {kind}, on {when}; "
             "its figures are presented again by this book from the run's saved probe, and nothing here was probed)")
 
 
@@ -181,6 +184,9 @@ def p2p_panel_label(res: dict | None) -> str:
 
 
 #: the probe's virtualization evidence, in the order the chapter shows it
+#: the probe's answers from systemd-detect-virt (plain, --vm, --container): an empty one was no answer, never "none",
+#: which is the tool's own answer for bare metal (helpers.machine.virt reads them so)
+SYSTEMD_KEYS = ("systemd_detect_virt", "vm", "container")
 VIRT_EVIDENCE = ("systemd_detect_virt", "vm", "container", "cpuinfo_hypervisor_flag", "dmi_product_name",
                  "dmi_sys_vendor", "container_hints", "kernel_hints", "hypervisor", "kind")
 
@@ -216,7 +222,8 @@ def probe_tables(res: dict) -> dict[str, pd.DataFrame]:
     out["numa"] = pd.DataFrame([{"NUMA node": n.get("id"), "CPUs": plain(n.get("cpulist")),
                                  "CPU count": n.get("cpu_count"), "memory_bytes": n.get("memory_total_bytes"),
                                  "distances": plain(n.get("distances"))} for n in res["numa"]["nodes"]])
-    out["virtualization"] = pd.DataFrame([{"evidence": k, "value": plain(res["virtualization"].get(k))}
+    out["virtualization"] = pd.DataFrame([{"evidence": k, "value": plain(res["virtualization"].get(k),
+                                                                         SYSTEMD_UNREAD if k in SYSTEMD_KEYS else "none")}
                                           for k in VIRT_EVIDENCE])
     out["software"] = pd.DataFrame([{"package": k, MEASURED_COL: plain(v, "not installed")}
                                     for k, v in res["software"].items()])
@@ -291,9 +298,9 @@ def side_by_side(hw: dict, res: dict | None):
     row("P2P read", p2p_summary(rec_res["p2p_read"]), lambda r: p2p_summary(r.get("p2p_read")),
         "recorded: one code for every pair, expanded to the matrix (derived); measured: NVML P2P status")
     row("virtualization", rec("virtualization"),
-        lambda r: f"{r['virtualization'].get('kind')} (systemd-detect-virt --vm: "
-                  f"{r['virtualization'].get('vm') or 'absent'})",
-        "systemd-detect-virt")
+        lambda r: f"{virt.judge(r['virtualization']).kind} (systemd-detect-virt --vm: "
+                  f"{r['virtualization'].get('vm') or SYSTEMD_UNREAD})",
+        "recorded: the seeds' word; measured: every signal (helpers.machine.virt; This machine lists each)")
     row("hypervisor", rec("hypervisor"), lambda r: r["virtualization"].get("hypervisor") or "none detected")
     row("DMI product name", rec("dmi_product"), lambda r: r["virtualization"].get("dmi_product_name") or "not readable")
     row("IOMMU", f"dmesg IOMMU messages: {rec('iommu_messages_in_dmesg')}",

@@ -17,6 +17,7 @@ import pandas as pd
 from helpers.core import params, recorded
 from helpers.core.recorded import DataError, value
 from helpers.model import arith as ma
+from helpers.model import placement as pl
 from helpers.model.placement import CONTEXT_TOKENS
 
 #: the notebook's parameters (the spec of record: the notebook validates against it, the runbook prechecks it)
@@ -149,15 +150,12 @@ class AnswerFacts:
 def answer_facts(m: ma.ModelConfig, copies: pd.DataFrame, claims: pd.DataFrame) -> AnswerFacts:
     """The collective floor per decode step: collectives_per_step x the recorded one-token copy (`copies`:
     data/recorded/copy_sweep.csv); and the status report's expert weights against the configuration's."""
-    one = copies[copies.tokens == 1]
-    if len(one) != 1:
-        raise DataError(f"data/recorded/copy_sweep.csv has {len(one)} one-token rows; expected one")
-    us = float(one.latency_us.iloc[0])
-    n_ar = sum(c.per_step for c in ma.collective_schedule(m) if c.kind == "all_reduce")
+    us = pl.one_token_copy_us(copies)
+    n_ar = ma.collectives_per_step(m, "all_reduce")
     routed = float(value(ma.parameter_table(m).assign(GB=lambda d: d.bytes / ma.GB), "GB", group="routed experts"))
     claim = float(value(claims, quantity="moe_expert_weights"))
     return AnswerFacts(ans_msg_kib=m.hidden * 2 / 1024, ans_copy_us=us,
-                       ans_n_ar=n_ar, ans_coll_ms=n_ar * us / 1000,
+                       ans_n_ar=n_ar, ans_coll_ms=pl.seed_floor_ms(m, copies),
                        moe_over_pct=100 * (claim - routed) / routed)
 
 

@@ -527,3 +527,52 @@ def show_all(shown) -> None:
     function returns for the page (helpers.chapters: a `Part`'s `shown`)."""
     for df, kw in shown:
         show(df, **kw)
+
+
+class Folded:
+    """Several tables behind one toggle (what only a sceptic opens): each a Table with its own one-line title,
+    the toggle's visible line `summary`. `show(Folded(...))` displays it; its text form is the tables' text one
+    after the other."""
+
+    def __init__(self, summary: str, parts: list[tuple[str, "object"]]):
+        if not parts:
+            raise ValueError(f"a fold '{summary}' with no tables")
+        self.summary, self.parts = summary, parts
+
+    def _repr_html_(self) -> str:
+        inner = "".join(f'<p class="book-table-summary">{html.escape(title)}</p>{t.html}' for title, t in self.parts)
+        return (f'<div class="book-table-wrap"><details class="book-table-fold"><summary>{html.escape(self.summary)} '
+                f'<span class="book-table-count">(show {len(self.parts)} tables)</span></summary>{inner}</details></div>')
+
+    def __repr__(self) -> str:
+        return "\n\n".join([self.summary] + [f"{title}\n{t.text}" for title, t in self.parts])
+
+
+def folded(summary: str, parts: list[tuple[str, "object"]]) -> Folded:
+    """One toggle over several tables: `parts` are (title, Table) pairs, in order."""
+    return Folded(summary, parts)
+
+
+def show_folded(summary: str, shown) -> None:
+    """Display several tables behind one toggle whose visible line is `summary`: `shown` holds (DataFrame, keyword
+    arguments of `show`) pairs, as `show_all` takes them, each shown whole under its own `summary` as its title;
+    a None DataFrame is left out, and a single table keeps a fold of its own."""
+    from IPython.display import display
+
+    parts = []
+    for df, kw in shown:
+        if df is None:
+            continue
+        kw = dict(kw)
+        title = kw.pop("summary", None)
+        if not title:
+            raise ValueError(f"tables.show_folded('{summary}'): every table needs a `summary` to title it")
+        kw["fold_after"] = None
+        parts.append((title, table(df, **kw)))
+    if len(parts) == 1:
+        title, t = parts[0]
+        t.fold_after, t.summary = 0, title
+        display(t)
+    elif parts:
+        display(Folded(summary, parts))
+

@@ -163,7 +163,7 @@ def run_text(live: bool, nodes: Nodes, per_node: int) -> str:
                 "with --standalone.")
     return (f"This run's collective sweeps spanned {nodes.count} nodes, {per_node} process(es) on each, through the "
             f"rendezvous at {nodes.endpoint}, each launch waiting up to {nodes.join_timeout} s for the others; each "
-            f"other node was to run `{nodes.join_command(per_node)}`. The runs table of section 5 says, launch by "
+            f"other node was to run `{nodes.join_command(per_node)}`. The runs table of section 3 says, launch by "
             "launch, whether they joined.")
 
 

@@ -75,6 +75,11 @@ class VirtVerdict:
         return f"{self.kind}{named}: found by {', '.join(self.vm_signals)}"
 
 
+#: what the page says where systemd-detect-virt gave no answer (absent, or it failed): never "none", which is the
+#: tool's own answer for bare metal
+SYSTEMD_UNREAD = "not installed or no answer"
+
+
 def _systemd(out: str | None, container_ok: bool) -> str:
     if out is None:
         return NOT_READ
@@ -94,9 +99,9 @@ def signals(v: dict) -> tuple[Signal, ...]:
                   VM if flag else NO_VM if flag is False else NOT_READ),
         "dmi": (dmi_text or "not readable here",
                 VM if dmi_hv else NO_VM if dmi_text else NOT_READ),
-        "detect_virt": (v.get("systemd_detect_virt") or "not installed or no answer",
+        "detect_virt": (v.get("systemd_detect_virt") or SYSTEMD_UNREAD,
                         _systemd(v.get("systemd_detect_virt"), True)),
-        "detect_virt_vm": (v.get("vm") or "not installed or no answer", _systemd(v.get("vm"), False)),
+        "detect_virt_vm": (v.get("vm") or SYSTEMD_UNREAD, _systemd(v.get("vm"), False)),
         "container_markers": ("; ".join(markers) or "none found", CONTAINER if markers else NO_CONTAINER),
         "kernel_hints": ("; ".join(hints) or "none", VM if hints else "nothing"),
     }

@@ -156,8 +156,7 @@ class ModelConfig:
             v_head_dim=req(att, "v_head_dim", "attention"),
             index_n_heads=int(idx.get("index_n_heads", 0)),
             index_head_dim=int(idx.get("index_head_dim", 0)),
-            index_topk=int(idx.get("index_topk", 0)),
-            n_routed=int(moe.get("n_routed_experts", 0)),
+            index_topk=int(idx.get("index_topk", 0)), n_routed=int(moe.get("n_routed_experts", 0)),
             top_k=int(moe.get("num_experts_per_tok", 0)),
             n_shared=int(moe.get("n_shared_experts", 0)),
             moe_intermediate=int(moe.get("moe_intermediate_size", 0)),
@@ -465,8 +464,9 @@ def collective_schedule(m: ModelConfig, layers: int | None = None, act_bytes: in
     ]
 
 
-def collectives_per_step(m: ModelConfig) -> int:
-    return sum(c.per_step for c in collective_schedule(m))
+def collectives_per_step(m: ModelConfig, kind: str | None = None) -> int:
+    """One decode step's collectives, or those of one `kind` ("all_reduce": all but the logits' all-gather)."""
+    return sum(c.per_step for c in collective_schedule(m) if kind in (None, c.kind))
 
 
 def collective_counts(m: ModelConfig) -> pd.DataFrame:

@@ -20,6 +20,21 @@ MESSAGE_BATCHES = (1, 4, 16, 64, 256)
 VOLUME_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 
 
+def one_token_copy_us(copies: pd.DataFrame) -> float:
+    """The original VM's one-token GPU-to-GPU copy (`copies`: data/recorded/copy_sweep.csv), in µs: what the seeds
+    say every all-reduce pays, as the expert-parallelism chapter and the diagnosis both price it (one value)."""
+    one = copies[copies.tokens == 1]
+    if len(one) != 1:
+        raise DataError(f"data/recorded/copy_sweep.csv has {len(one)} one-token rows; expected one")
+    return float(one.latency_us.iloc[0])
+
+
+def seed_floor_ms(m: ma.ModelConfig, copies: pd.DataFrame) -> float:
+    """The seeds' claim in one number: every all-reduce of a decode step paying the recorded one-token copy once
+    (derived: all-reduces per step x one_token_copy_us), in ms."""
+    return ma.collectives_per_step(m, "all_reduce") * one_token_copy_us(copies) / 1000
+
+
 def hidden_size_table(copies: pd.DataFrame, candidates: list[int]) -> pd.DataFrame:
     """Per recorded copy: the bytes it moved (bandwidth x latency), the hidden size that implies at
     2 bytes per value, and the message size each candidate hidden size would give."""

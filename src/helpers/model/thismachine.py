@@ -48,7 +48,7 @@ def decode_sizes(m: ma.ModelConfig) -> list[int]:
 def all_reduces_per_step(m: ma.ModelConfig) -> int:
     """The all-reduces of one TP decode step (helpers.model.arith.collective_schedule: the logits' all-gather
     is not one)."""
-    return sum(c.per_step for c in ma.collective_schedule(m) if c.kind == "all_reduce")
+    return ma.collectives_per_step(m, "all_reduce")
 
 
 # ------------------------------------------------------------------------------------------ 2. all-reduce

@@ -22,7 +22,7 @@ is the chapter's parameter spec (the runbook checks a run's values against it be
 from __future__ import annotations
 
 from helpers.chapters.diagnosis.answer import HEADERS, SHOWN, Folded, answer, folded, headers, human
-from helpers.chapters.diagnosis.budget_sections import (BASELINE_COLUMNS, BUDGET_COLUMNS, BUDGET_KEYS, COLL_TEXT_NONE,
+from helpers.chapters.diagnosis.budget_sections import (BASELINE_COLUMNS, BUDGET_COLUMNS, BUDGET_KEYS, COLL_TEXT_CPU_ONLY, COLL_TEXT_NONE,
                                                         COLL_TEXT_NO_RANKS, COLL_TEXT_ONE_OP, COLL_TEXT_RATIO,
                                                         COMPARISON_COLUMNS,
                                                         GOAL_TEXT, MAPPING_TOKENS, OBSERVATION_COLUMNS,
@@ -71,7 +71,7 @@ PARAMS = {"mode": params.choice("recorded", "auto"), "run_dir": params.string(),
 
 __all__ = ["held_out", "held_out_fold", "HeldOutValues", "attribution_fold", "band_fold", "decision_fold", "first_budget_fold", "measured_compute_fold",
            "remedies_fold", "run_fold", "vm_predicted_fold", "AnswerValues", "Folded", "HEADERS", "SHOWN", "answer", "folded", "headers", "human", "AttributionValues", "BAND_COLUMNS", "BAND_TEXT", "BARE", "BASELINE_COLUMNS", "BUDGET_COLUMNS",
-           "BUDGET_KEYS", "BareMetalBandValues", "BaselineValues", "CEILING_TAKEAWAY", "CHAPTER", "COLL_TEXT_NONE",
+           "BUDGET_KEYS", "BareMetalBandValues", "BaselineValues", "CEILING_TAKEAWAY", "CHAPTER", "COLL_TEXT_CPU_ONLY", "COLL_TEXT_NONE",
            "COLL_TEXT_ONE_OP", "COLL_TEXT_RATIO", "COMPARISON_COLUMNS", "CeilingValues", "CheckValues",
            "CollectivesValues", "DecisionValues", "Diagnosis", "DiagnosisError", "ENDS", "FALLBACK_STEP_TEXT",
            "GOAL_TEXT", "InputsValues", "MAPPING_TOKENS", "MappingValues", "MeasuredComputeValues",

@@ -8,6 +8,7 @@ import pandas as pd
 
 from helpers.chapters.diagnosis.build import ENDS, Diagnosis, Part
 from helpers.core import tables
+from helpers.core.tables import Folded, folded  # noqa: F401 (the diagnosis's folds; helpers.chapters.diagnosis re-exports them)
 from helpers.core.pick import PickError, one, rows
 
 
@@ -115,32 +116,6 @@ def human(df: pd.DataFrame, name: str) -> pd.DataFrame:
     if "unit" in spec:   # the data's "us" is written µs on the page
         out[spec["unit"]] = out[spec["unit"]].replace({"us": "µs"})
     return out
-
-
-class Folded:
-    """Several of a section's tables behind one toggle (what only a sceptic opens): each a
-    helpers.core.tables.Table with its own one-line title, the toggle's visible line `summary`.
-    `tables.show(Folded(...))` displays it; its text form is the tables' text one after the other."""
-
-    def __init__(self, summary: str, parts: list[tuple[str, "object"]]):
-        if not parts:
-            raise ValueError(f"a fold '{summary}' with no tables")
-        self.summary, self.parts = summary, parts
-
-    def _repr_html_(self) -> str:
-        import html
-
-        inner = "".join(f'<p class="book-table-summary">{html.escape(title)}</p>{t.html}' for title, t in self.parts)
-        return (f'<div class="book-table-wrap"><details class="book-table-fold"><summary>{html.escape(self.summary)} '
-                f'<span class="book-table-count">(show {len(self.parts)} tables)</span></summary>{inner}</details></div>')
-
-    def __repr__(self) -> str:
-        return "\n\n".join([self.summary] + [f"{title}\n{t.text}" for title, t in self.parts])
-
-
-def folded(summary: str, parts: list[tuple[str, "object"]]) -> Folded:
-    """One toggle over several tables: `parts` are (title, helpers.core.tables.Table) pairs, in order."""
-    return Folded(summary, parts)
 
 
 #: header text for the tables the page shows without a SHOWN view (helpers.core.tables.show's `rename`; a unit in

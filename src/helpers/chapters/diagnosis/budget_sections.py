@@ -155,16 +155,20 @@ PJ_VERDICT = {(False, False): "is far off", (True, False): "is within the tolera
               (True, True): "is within the tolerance at both ends"}
 PJ_TABLES_NONE = ("aiconfigurator has no SGLang kernels for {device}, so no component's fidelity can be checked "
                   "there and every component is projected.")
-PJ_TABLES_ALL_KEPT = ("On {device} itself every component is within {tol:g} times the engine composite for the same "
-                      "operations, a faithful stand-in there; whether it also projects to another GPU is the check "
-                      "above.")
+PJ_TABLES_ALL_KEPT = ("On {device} itself every component of the {precision} step ({where}) is within {tol:g} times the "
+                      "engine composite for the same operations, a faithful stand-in there (the decode-step chapter "
+                      "names any component of its committed studies, FP8 among them, that is not); whether it also "
+                      "projects to another GPU is the check above.")
 PJ_TABLES_SOME = ("Only components whose time on {device} is within {tol:g} times the engine composite for the same "
                   "operations (aiconfigurator's SGLang kernels on that GPU class) are projected; the others take "
                   "the recorded GPU's kernel tables instead: {which}.")
 
 
-def projection_tables_text(pjs: dict[int, pd.DataFrame], device: str, tol: float = mb.FIDELITY_TOLERANCE) -> str:
-    """Which components the projection prices from the recorded GPU's tables instead (three variants)."""
+def projection_tables_text(pjs: dict[int, pd.DataFrame], device: str, tol: float = mb.FIDELITY_TOLERANCE,
+                           precision: str = "bf16", where: str = "this run") -> str:
+    """Which components the projection prices from the recorded GPU's tables instead (three variants); `precision`
+    and `where` name the step measured (its timings' dtype and where it was measured), which the sentence that
+    keeps every component says, as another chapter's FP8 study may hold a component that is not kept."""
     if all(p["engine_ratio"].isna().all() for p in pjs.values()):
         return PJ_TABLES_NONE.format(device=device)
     parts = []
@@ -175,7 +179,7 @@ def projection_tables_text(pjs: dict[int, pd.DataFrame], device: str, tol: float
             parts.append(f"at batch {b} the " + ", ".join(f"{r.component} ({r.engine_ratio:.2f}x)"
                                                          for r in out.itertuples()))
     if not parts:
-        return PJ_TABLES_ALL_KEPT.format(tol=tol, device=device)
+        return PJ_TABLES_ALL_KEPT.format(tol=tol, device=device, precision=precision, where=where)
     return PJ_TABLES_SOME.format(tol=tol, device=device, which="; ".join(parts))
 
 
@@ -285,7 +289,8 @@ def measured_compute(d: Diagnosis) -> Part:
     values["bm_indexer_text"] = ("the indexer priced in full" if bare_idx == 1 else
                                  ("the indexer skipped" if bare_idx == 0 else f"the indexer at {bare_idx:.0%}")
                                  + " (the reference ran GLM-5's attention densely; section 3's input table)")
-    values["pj_tables_text"] = projection_tables_text(pjs, meas.device)
+    dtypes = sorted(set(meas.timings["dtype"].astype(str))) if "dtype" in meas.timings.columns else ["bf16"]
+    values["pj_tables_text"] = projection_tables_text(pjs, meas.device, precision=" and ".join(dtypes), where=meas.where)
     values["pj_verdict"] = PJ_VERDICT[tuple(abs(values[f"bm_pj_err_{c}"]) <= 100 * d.tolerance for c in ENDS)]
     values.update(projection_validity(d))
     if values["pj_kept"] != "kept":      # the projection failed its checks: no budget, column or row of it is shown
@@ -323,7 +328,7 @@ RUN_TEXT_RECORDED = "In recorded mode this chapter ignores the run's own measure
 RUN_TEXT_NO_FITS = ("This run has no `06_vm_p2p/fits.csv` (the VM/P2P chapter did not measure), so only the "
                     "recorded and reference links are used.")
 RUN_TEXT_NO_LINK = ("This run measured no link between two GPUs (one GPU, or no measured fit), so nothing of it is "
-                    "priced as GLM-5 here; [This machine](08_this_machine) says what the run could and could not measure.")
+                    "priced as GLM-5 here; the This machine chapter (08) says what the run could and could not measure.")
 RUN_TEXT_LINK = ("This run measured a link: {name} ({source}), alpha {alpha:.1f} µs, beta {beta:.1f} GB/s, {used}. "
                  "With it in place of the VM's, the budget predicts {tok_1:.1f} tokens/s for one stream and "
                  "{tok_max:.0f} in aggregate at batch {bmax}. That machine is not the original VM: this is a "
@@ -381,6 +386,9 @@ COLL_TEXT_RATIO = ("The run's collective sweep has both all-to-all and all-reduc
                    "message sizes the all-to-all took, against the all-reduce (median over sizes, measured on this "
                    "run's machine): {ratios}; to set beside the byte and round counts of the expert-parallelism "
                    "chapter.")
+COLL_TEXT_CPU_ONLY = ("The run's collective sweep has both all-to-all and all-reduce over two ranks or more only between "
+                      "CPU processes ({ratios}, measured on this run's machine): host memory, not a link between "
+                      "GPUs, so it is not set beside the expert-parallelism chapter's byte and round counts.")
 COLL_TEXT_NO_RANKS = ("The run's collective sweep ran on one rank only, where a collective moves nothing between GPUs, "
                       "so its all-to-all and all-reduce are not compared.")
 
@@ -411,9 +419,13 @@ def collectives(d: Diagnosis) -> Part:
     dec = dec[dec["world_size"] >= 2]
     if not len(dec):
         return Part({"coll_text": COLL_TEXT_NO_RANKS}, shown={"collective_points": piv})
-    per = [f"{b} over {int(g.world_size.max())} ranks {(g.all_to_all / g.all_reduce).median():.2f}x"
-           for b, g in dec.groupby("backend")]
-    return Part({"coll_text": COLL_TEXT_RATIO.format(ratios="; ".join(per))}, shown={"collective_points": piv})
+    cpu = set(d.sweep.loc[d.sweep["device"].astype(str).str.lower() == "cpu", "backend"]) if "device" in d.sweep else set()
+    per = {b: f"{b} over {int(g.world_size.max())} {'CPU processes' if b in cpu else 'ranks'} "
+              f"{(g.all_to_all / g.all_reduce).median():.2f}x" for b, g in dec.groupby("backend")}
+    gpu = [t for b, t in per.items() if b not in cpu]
+    text = (COLL_TEXT_RATIO.format(ratios="; ".join(gpu)) if gpu
+            else COLL_TEXT_CPU_ONLY.format(ratios="; ".join(per.values())))
+    return Part({"coll_text": text}, shown={"collective_points": piv})
 
 
 # ------------------------------------------------------------------------------------------ weights per GPU

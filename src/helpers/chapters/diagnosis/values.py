@@ -299,7 +299,7 @@ class DecisionValues:
     conclusion_text: str
     page1_status: str
     cmd_nccl: str
-    copy_alpha: float
+    copy_one_us: float
     seed_floor_ms: float
     seed_floor_pct: float
     n_ar: int

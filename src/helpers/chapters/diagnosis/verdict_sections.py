@@ -3,6 +3,7 @@ scenario, the attribution of its loss, the decision rule, the ceilings and the r
 (helpers.model.verdict computes them; these pick the rows and say them)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pandas as pd
@@ -13,6 +14,7 @@ from helpers.core import recorded
 from helpers.core.pick import PickError as FindingError, one, rows
 from helpers.model import budget as bd
 from helpers.model import kernels as kt
+from helpers.model import placement as pl
 from helpers.model import verdict as vd
 
 # ------------------------------------------------------------------------------------------ 6. bands
@@ -101,8 +103,7 @@ def bare_metal_band(d: Diagnosis) -> Part:
                        f"bmf_hi_{c}": float(r["band_high_tok_s"]), f"bmf_pctile_{c}": float(r["observed_percentile"]),
                        f"bmf_inside_{c}": "inside" if bool(r["inside_band"]) else "outside"})
     changed = v.inputs.changed()
-    values["changed_inputs"] = (", ".join(f"{r.name} ({r.registered})" for r in changed)
-                                + " (each with its first range and its reason in the input table above)") if changed else "none"
+    values["changed_inputs"] = changed_words(changed)
     values["n_changed"] = len(changed)
     for c in ENDS:
         values[f"bm_where_{c}"] = where_in_band(values[f"bmb_pctile_{c}"], inside[c], c)
@@ -120,6 +121,18 @@ def bare_metal_band(d: Diagnosis) -> Part:
     values["peer_what"] = kt.GLM5_GRAPH
     return Part(values, {"verdict_inputs": v.inputs.table(), "bare_metal_band": t, "bare_metal_band_first": first},
                 {"bare_metal_band": t[BAND_COLUMNS], "peer": peer})
+
+
+def changed_words(changed) -> str:
+    """The input ranges changed after a comparison, named once each and grouped by when each was registered
+    (`registered`: the commit or review that changed it), in the order first met; 'none' where none changed."""
+    if not changed:
+        return "none"
+    groups: dict[str, list[str]] = {}
+    for r in changed:
+        groups.setdefault(str(r.registered), []).append(str(r.name))
+    return ("; ".join(f"{', '.join(names)} ({when})" for when, names in groups.items())
+            + " (each with its first range and its reason in the input table above)")
 
 
 def peer_on_glm5_graph(d: Diagnosis) -> pd.DataFrame:
@@ -242,10 +255,12 @@ def decision(d: Diagnosis) -> Part:
     th, ev = v.thresholds(), v.evidence()
     case, text = vd.conclusion(ev, th, v.share_envelope())
     t1 = one(th, "the thresholds", concurrency=1)
-    link = d.base.link
-    seed_ms = float(t1["all_reduces_per_step"]) * link.alpha_us / 1e3
+    # the seeds' claim as the expert-parallelism chapter prices it (one computation): every all-reduce pays the
+    # recorded one-token copy once
+    copies = recorded.load("recorded/copy_sweep.csv")
+    seed_ms = pl.seed_floor_ms(d.model, copies)
     values = {"conclusion_case": case, "conclusion_text": text, "page1_status": vd.STATUS[case],
-              "cmd_nccl": vd.MEASURE_COMMANDS[0], "copy_alpha": link.alpha_us, "seed_floor_ms": seed_ms,
+              "cmd_nccl": vd.MEASURE_COMMANDS[0], "copy_one_us": pl.one_token_copy_us(copies), "seed_floor_ms": seed_ms,
               "seed_floor_pct": 100 * seed_ms / float(t1["lost_ms_per_step"]),
               "n_ar": int(t1["all_reduces_per_step"]), "cannot_pct": 100 * vd.CANNOT}
     for t in th.itertuples():
@@ -325,7 +340,7 @@ def remedies(d: Diagnosis) -> Part:
               "top_tok_lo": float(top["tok_s_low @1"]), "top_tok_hi": float(top["tok_s_high @1"]),
               "bm_over_vm_1": bm1 / d.observed(VM, 1),
               "unpriced_remedies": "; ".join(str(x) for x in r.loc[r["tok_s_mid @1"].isna(), "remedy"]),
-              "top_how": str(top["note"]),
+              "top_how": re.sub(r"(\d) us\b", r"\1 µs", str(top["note"])),   # data writes µs as us
               "top_source": ("as the investigation recorded it" if str(top["source"]).startswith("seed-")
                              else f"source: {top['source']}, 90_provenance")}
     return Part(values, {"remedies": r}, {"remedies": r[REMEDY_COLUMNS + ["finding"]]})

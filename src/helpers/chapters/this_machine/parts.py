@@ -118,7 +118,9 @@ def observation(inp: Inputs) -> tuple[tm.Observation | None, str]:
         return inp.typed, "typed"
     s = inp.served
     if not s:
-        return None, "chapter 03 served nothing live in this run"
+        # no record is not "nothing served": a run made before chapter 03 wrote its record (the published run's
+        # chapter 03 swept a stand-in model live) has none either
+        return None, "this run holds no serving record of chapter 03's: it served nothing live, or predates the record"
     if not s.get("is_model"):
         return None, (f"chapter 03 served {s.get('served_model')} ({s.get('engine')}), a stand-in, not GLM-5: "
                       "its speed is no observation of the model")

@@ -4,14 +4,14 @@
 starts; the notebook validates with it). The sections' values, tables, sentences and figures live in one
 module per group of sections and are all reachable from here:
 
-- `link`: sections 1 to 4 (the recorded link, the P2P matrix, the copy sweeps, the harness floor);
-- `sweeps`: sections 5 to 7 (collectives, NCCL variants, fits);
-- `fidelity`: section 8 (our timing against nccl-tests and p2pBandwidthLatencyTest);
-- `hostpath`: section 9 (the host-path study);
+- `link`: sections 1 and 2 (the recorded link, the P2P matrix, the copy sweeps, the harness floor);
+- `sweeps`: section 3 (collectives, NCCL variants, fits);
+- `fidelity`: section 4 (our timing against nccl-tests and p2pBandwidthLatencyTest);
+- `hostpath`: section 5 (the host-path study);
 - `figures`: the copy figure and the fidelity-ratio figure;
 - `replay`: what `auto` saves beside the suite's tables, and mode `replay`, which loads them back.
-- `sections`: the sections that gather several of these pieces (the page's opening values, section 8,
-  section 9), one function each returning a helpers.chapters.parts.Part.
+- `sections`: the sections that gather several of these pieces (the page's opening values, section 4,
+  section 5), one function each returning a helpers.chapters.parts.Part.
 
 Glued values are frozen dataclasses whose fields are the glue keys (`glue_all(ch.recorded_link(...))`);
 sentences that depend on the machine or the mode are whole variants chosen by a tested function, and

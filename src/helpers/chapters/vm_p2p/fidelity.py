@@ -1,4 +1,4 @@
-"""Chapter 06, section 8: how far our timing agrees with nccl-tests' and p2pBandwidthLatencyTest's.
+"""Chapter 06, section 4: how far our timing agrees with nccl-tests' and p2pBandwidthLatencyTest's.
 
 Every number the section cites comes from the registered studies (helpers.interconnect.studies) as one
 frozen dataclass, `FidelityValues`, whose fields are the glue keys; every row it cites is picked by its
@@ -111,7 +111,7 @@ COPY_VERDICTS = {
 
 @dataclass(frozen=True)
 class FidelityValues:
-    """Every number and phrase section 8 glues, under its glue key (measured by benchmarks/fidelity.py and
+    """Every number and phrase section 4 glues, under its glue key (measured by benchmarks/fidelity.py and
     benchmarks/allreduce_gap.py on lent machines; ratios are ours / the tool's, derived)."""
     # the tolerances and the studies
     fid_tol_ar_pct: float           # all-reduce time tolerance (assumed), %

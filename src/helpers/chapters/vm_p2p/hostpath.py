@@ -1,4 +1,4 @@
-"""Chapter 06, section 9: the host-path study, as the chapter cites it.
+"""Chapter 06, section 5: the host-path study, as the chapter cites it.
 
 `hostpath_text` is the section's paragraph: plainly why the study did not run, or, where it ran, a run of
 clauses, each chosen as a whole variant by its own function from the study's launches (the runs table):
@@ -44,15 +44,15 @@ def hostpath_findings(cfg) -> HostpathExpectation:
 def hostpath_summary(res: hp.StudyResult | None, live: bool, gpus: int, selected, decode_sizes) -> str:
     """The summary's line on the host-path study: its one-token figures where it ran, else that it did not."""
     if not (live and selected and gpus >= 2 and res is not None):
-        return "not measured in this run (section 9 says what it needs)."
+        return "not measured in this run (section 5 says what it needs)."
     s = res.sweep
     s = s[(s.op == "all_reduce") & (s.arm == hp.HOST_ARM)]
     if s.empty:
-        return "the study ran, but its host arm gave no point (section 9, runs table)."
+        return "the study ran, but its host arm gave no point (section 5, runs table)."
     n, one_tok = int(s.world_size.max()), int(min(decode_sizes))
     r = one(s, "host-path summary: the host arm's one-token point", world_size=n, size_bytes=one_tok)
     return (f"measured at {n} ranks on this machine, {r.time_us:.1f} us per all-reduce of {one_tok / 1024:g} KiB "
-            "through host memory (section 9).")
+            "through host memory (section 5).")
 
 
 def _launch_status(runs: pd.DataFrame, arm: str, n: int) -> str:

@@ -1,4 +1,4 @@
-"""Chapter 06, sections 1 to 4: the recorded link, the P2P matrix, the copy sweeps and the harness floor.
+"""Chapter 06, sections 1 and 2: the recorded link, the P2P matrix, the copy sweeps and the harness floor.
 
 The values each section glues are a frozen dataclass whose fields are the glue keys (glue_all glues them);
 the sentences that depend on the machine or the mode are whole variants chosen here."""
@@ -76,15 +76,15 @@ def p2p_panel(probe: dict | None, live: bool, gpus: int, cuda_matrix: pd.DataFra
 def where_measured(live: bool, machine_label: str = "", sweep: str = "", replayed: bool = False) -> str:
     """Where the page's figures were measured; `replayed`: measured on the run's machine, presented again."""
     if live and replayed:
-        return (f"measured on the machine of this run ({machine_label}) with the `{sweep}` sweep, and presented "
-                "again by this book from the results the run saved (nothing was measured where this page was made)")
+        return (f"measured by this run on its machine ({machine_label}, `{sweep}` sweep) and presented again from "
+                "its saved results (nothing measured where this page was made)")
     return (f"measured on this machine ({machine_label}) with the `{sweep}` sweep" if live
             else "recorded mode: nothing measured on this machine")
 
 
 @dataclass(frozen=True)
 class LargestCopy:
-    """The bandwidth at the largest size measured, as section 3 cites it (recorded mode: NaN)."""
+    """The bandwidth at the largest size measured, as section 2 cites it (recorded mode: NaN)."""
     big_bw: float       # GB/s, the best harness of the cited path
     big_path: str       # the path cited: same device where there is one, else the first
     big_mib: float      # the largest size measured
@@ -119,7 +119,7 @@ def _copy_time(cs, path, harness, size) -> float:
 
 @dataclass(frozen=True)
 class HarnessFloor:
-    """How much of the recorded one-token copy a Python-issued copy on this machine explains (section 4)."""
+    """How much of the recorded one-token copy a Python-issued copy on this machine explains (section 2)."""
     floor_eager_us: float       # the one-token copy issued from Python (measured; NaN in recorded mode)
     floor_graph_us: float       # the same inside a CUDA graph
     floor_share_pct: float      # the eager copy's share of the recorded one-token time (derived)
@@ -199,7 +199,7 @@ def p2p_answer(recorded_codes, panel: P2PPanel) -> str:
 
 
 def largest_copy_text(big: LargestCopy) -> str:
-    """Section 3's sentence on the largest copy: its bandwidth where the run measured copies, else why
+    """Section 2's sentence on the largest copy: its bandwidth where the run measured copies, else why
     there is none (no NaN on the page)."""
     if not np.isfinite(big.big_bw):
         return "This run measured no copy, so the figure above shows the original VM's copies only."
@@ -208,7 +208,7 @@ def largest_copy_text(big: LargestCopy) -> str:
 
 
 def harness_rule(h: HarnessFloor) -> str:
-    """Section 4's takeaway: the harness floor as a rule, with this run's numbers where it measured them."""
+    """Section 2's takeaway: the harness floor as a rule, with this run's numbers where it measured them."""
     rule = ("a Python-timed copy cannot read below its own launch cost; only the time above the same-size "
             "copy within one GPU, timed the same way, belongs to the link")
     if not np.isfinite(h.floor_eager_us):

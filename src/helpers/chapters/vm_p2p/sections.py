@@ -1,6 +1,7 @@
 """Chapter 06's sections that gather several of the chapter's pieces, one function each, returning a
 helpers.chapters.parts.Part (its glued dataclasses, kept tables, shown tables and figure data): the page's
-opening values (sections 1, 2 and 10), the fidelity checks (section 8) and the host-path study (section 9).
+opening values (the answer, section 1 and the summary), the fidelity checks (section 4) and the host-path study
+(section 5).
 The notebook keeps the parameters, the calls, the figures, the glue and the display."""
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from helpers.machine import probe
 
 @dataclass(frozen=True)
 class OverviewTexts:
-    """The sentences of sections 1, 2 and 10 that follow the run: the decode sizes, the P2P answer and its
+    """The sentences of the answer, section 1 and the summary that follow the run: the decode sizes, the P2P answer and its
     note, and where the collectives ran (plain and as Markdown)."""
 
     dec_sizes: object
@@ -30,16 +31,16 @@ class OverviewTexts:
 
 @dataclass(frozen=True)
 class HostpathTexts:
-    """What the host-path study found here, in the page's words (section 9 and the Summary)."""
+    """What the host-path study found here, in the page's words (section 5 and the Summary)."""
 
     hp_text: object
     hp_summary: object
 
 
 def overview_section(run, mode: str, gpus: int, decode, rec, rec_fit, nodes, per_node) -> Part:
-    """The values the prose of sections 1, 2 and 10 cites (glued only; nothing to show): the recorded link,
+    """The values the prose of the answer, section 1 and the summary cites (glued only; nothing to show): the recorded link,
     the fidelity answer, this machine's P2P matrix (measured and saved in auto, the saved one in replay) and
-    where the collectives ran. `data["fidelity"]`: the committed fidelity tables section 8 reads."""
+    where the collectives ran. `data["fidelity"]`: the committed fidelity tables section 4 reads."""
     live, replayed = mode != "recorded", mode == "replay"
     fid = studies.fidelity_tables()
     probed = run.need("01_environment", "probe")
@@ -52,7 +53,7 @@ def overview_section(run, mode: str, gpus: int, decode, rec, rec_fit, nodes, per
 
 
 def fidelity_section(fid) -> Part:
-    """Section 8: our timing against nccl-tests and p2pBandwidthLatencyTest, and the small-message gap."""
+    """Section 4: our timing against nccl-tests and p2pBandwidthLatencyTest, and the small-message gap."""
     gap, idle = studies.gap("allreduce-gap-stream"), studies.gap("allreduce-gap-idle")
     shown = ((fi.verdict_table(fid), dict(fold_after=0, summary="Every size and quantity compared, with its ratio and verdict")),
              (fi.allreduce_ratio_table(fid), dict(digits=2, fold_after=0,
@@ -66,7 +67,7 @@ def fidelity_section(fid) -> Part:
 
 
 def hostpath_section(run, p, mode: str, gpus: int, arms, decode_sizes, machine_label: str) -> Part:
-    """Section 9: the host-path study, run here in auto on two GPUs or more where arms are chosen (its
+    """Section 5: the host-path study, run here in auto on two GPUs or more where arms are chosen (its
     launches shown, its tables kept), loaded back in replay, none otherwise."""
     live = mode != "recorded"
     cfg = hostpath.StudyConfig(arms=arms or tuple(hostpath.ARMS), world_sizes=tuple(p["hostpath_world_sizes"]),

@@ -1,4 +1,4 @@
-"""Chapter 06, sections 5 to 7: the collective sweeps, the NCCL variants and the alpha-beta fits.
+"""Chapter 06, section 3: the collective sweeps, the NCCL variants and the alpha-beta fits.
 
 Sentences that depend on the machine or the mode are chosen here as whole variants, each tested; a row a
 sentence cites that is missing raises helpers.core.pick.PickError naming it."""
@@ -14,7 +14,7 @@ from helpers.interconnect import settings, suite
 from helpers.interconnect.method import Method
 
 
-# ------------------------------------------------------------------------------------------ 5. collectives
+# ------------------------------------------------------------------------------------------ 3. collectives
 def collective_text(live: bool, coll: pd.DataFrame | None, machine_label: str = "") -> str:
     if not live:
         return "Recorded mode: the original investigation never ran a collective benchmark, so there is nothing to show."
@@ -41,7 +41,7 @@ def decode_collectives(coll: pd.DataFrame | None, decode_sizes) -> pd.DataFrame 
               "algbw_GBps", "busbw_GBps"]].round(3)
 
 
-# ------------------------------------------------------------------------------------------ 6. NCCL variants
+# ------------------------------------------------------------------------------------------ 3. NCCL variants
 @dataclass
 class Variants:
     rows: pd.DataFrame | None     # the all-reduce rows the comparison uses (the figure's)
@@ -117,7 +117,7 @@ def _variant_timing(var: pd.DataFrame) -> str:
             "is left in these figures.")
 
 
-# ------------------------------------------------------------------------------------------ 7. fits
+# ------------------------------------------------------------------------------------------ 3. fits
 def fits_table(fits: pd.DataFrame) -> pd.DataFrame:
     """The fits as shown: a fit is derived from the points it was fitted to (kind 'measured' in the data, which
     selects the link; shown as 'derived: fit to measured'); a one-rank collective moves no bytes between GPUs,
@@ -142,7 +142,7 @@ def fit_text(fits: pd.DataFrame, recorded_fit: pd.Series) -> str:
 
 
 def variant_figure_rows(v: Variants, most: int = 5) -> pd.DataFrame | None:
-    """The rows section 6's figure draws: the default's launches and the variants that were fastest at a
+    """The rows section 3's variant figure draws: the default's launches and the variants that were fastest at a
     decode size, at most `most` series in all (the fastest first), so the legend stays short; None where no
     variant ran."""
     if v.rows is None or not len(v.rows) or v.best is None:
