@@ -61,3 +61,15 @@ def test_the_first_points_probe_reads_a_cold_server_as_a_warm_one(tmp_path, monk
         cold, how = sweep.probe_point_s(srv.spec.base_url, "fake", w, 1, 4, budget_s=60, timeout_s=30)
         warm, _ = sweep.probe_point_s(srv.spec.base_url, "fake", w, 1, 4, budget_s=60, timeout_s=30)
     assert cold is not None and warm is not None and cold <= 2 * warm, (cold, warm, how)
+
+
+def test_a_cell_clock_ends_with_the_limit_it_was_started_under(monkeypatch):
+    """CI rehearsal at dfa3fc1: the test above left its 30-s cell clock running after its environment was put
+    back, and a later sweep test in the same worker found '0 s of the cell's 30 s limit' left and ran no point.
+    The clock belongs to the limit it was started under: unset or changed, the budget starts again."""
+    monkeypatch.setenv(sweep.CELL_TIMEOUT_ENV, "30")
+    assert sweep.start_cell_clock() == 30 and sweep.time_left() is not None
+    monkeypatch.delenv(sweep.CELL_TIMEOUT_ENV)
+    assert sweep.time_left() is None                           # no limit set: no budget, not the old one's end
+    monkeypatch.setenv(sweep.CELL_TIMEOUT_ENV, "500")
+    assert sweep.time_left() > 30                              # another limit: its own budget

@@ -72,21 +72,25 @@ def start_cell_clock(margin_s: float | None = None) -> float | None:
     runbook) less `margin_s` (default: a tenth of it, at least 10 s) for what the cell does after its sweeps.
     Returns the limit (None where no limit is set: no budget). Without a call, the first sweep of a cell starts
     its clock."""
+    given = os.environ.get(CELL_TIMEOUT_ENV, "")
     try:
-        limit = float(os.environ.get(CELL_TIMEOUT_ENV, ""))
+        limit = float(given)
     except ValueError:
         limit = float("nan")
     if not math.isfinite(limit) or limit <= 0:
-        _CLOCK.update(deadline=None, limit=None, cell=_cell(), measured=0)
+        _CLOCK.update(deadline=None, limit=None, cell=_cell(), given=given, measured=0)
         return None
     margin = max(10.0, 0.1 * limit) if margin_s is None else float(margin_s)
-    _CLOCK.update(deadline=time.monotonic() + limit - margin, limit=limit, cell=_cell(), measured=0, margin=margin)
+    _CLOCK.update(deadline=time.monotonic() + limit - margin, limit=limit, cell=_cell(), given=given, measured=0,
+                  margin=margin)
     return limit
 
 
 def time_left() -> float | None:
-    """Seconds left of the running cell's budget (None: no budget)."""
-    if _CLOCK["cell"] != _cell():   # a new cell (or none started yet): its budget starts now
+    """Seconds left of the running cell's budget (None: no budget). A new cell, or a limit other than the one
+    the clock was started under ($BOOK_CELL_TIMEOUT_S changed or unset since: outside a notebook one process
+    runs many sweeps, as pytest does), starts the budget again."""
+    if _CLOCK["cell"] != _cell() or _CLOCK.get("given") != os.environ.get(CELL_TIMEOUT_ENV, ""):
         start_cell_clock()
     d = _CLOCK["deadline"]
     return None if d is None else d - time.monotonic()
