@@ -1,5 +1,6 @@
 """helpers.chapters.decode_step: what the decode-step chapter glues, from the committed H200 measurement and
 synthetic tables (no GPU, no processes). A removed row or a renamed label fails naming it."""
+import dataclasses
 import math
 
 import pandas as pd
@@ -71,6 +72,18 @@ def test_fidelity_values_select_by_op_kind(meas, glm5):
     renamed = fid.replace({"op_kind": {"experts": "moe"}})
     with pytest.raises(FindingError, match="op_kind='experts'.*moe"):
         sr.fidelity_values(renamed, 64)
+
+
+def test_a_gpu_without_engine_tables_is_said_not_compared(meas, glm5):
+    """A run on a GPU aiconfigurator never measured (an H100, found on the lent machine) states that its ops
+    have no SGLang time beside them instead of printing NaN ratios (or failing, as 07 did there)."""
+    h100 = dataclasses.replace(meas, device="NVIDIA H100 80GB HBM3")
+    fid = mb.op_fidelity_table(h100, glm5, (1, 64), 384)
+    assert fid.ratio_here.isna().all() and fid.ratio_projected.notna().all()
+    t = sr.fidelity_texts(fid, 64, "triton", h100.device)
+    assert "not on NVIDIA H100 80GB HBM3" in t["experts_vs"] and "not compared" in t["gemm_vs"]
+    here = sr.fidelity_texts(mb.op_fidelity_table(meas, glm5, (1, 64), 384), 64, "triton", meas.device)
+    assert here["experts_vs"].startswith("take ") and "median" in here["gemm_vs"]
 
 
 def test_tuning_values(meas, glm5):

@@ -301,6 +301,23 @@ def fidelity_values(fid: pd.DataFrame, batch_max: int, moe_impl: str | None = No
             if moe_impl else "an implementation the measurement does not record"}
 
 
+def fidelity_texts(fid: pd.DataFrame, batch_max: int, moe_impl: str | None, device: str) -> dict:
+    """The page's two sentences on this step against SGLang's kernels on the same GPU class: the ratios
+    (fidelity_values) where aiconfigurator measured this GPU, else what is not compared and why."""
+    v = fidelity_values(fid, batch_max, moe_impl) if fid["ratio_here"].notna().any() else None
+    impl = (EXPERTS_IMPL.get(moe_impl, f"an implementation the measurement names {moe_impl!r}") if moe_impl
+            else "an implementation the measurement does not record")
+    if v is None:
+        why = mb.no_engine_here(device)
+        return {"experts_impl": impl, "experts_vs": f"have no SGLang fused-MoE time to stand beside ({why})",
+                "gemm_vs": f"This step's GEMMs have no SGLang time for the same shape to stand beside ({why})."}
+    return {"experts_impl": impl,
+            "experts_vs": f"take {v['experts_ratio_1']:.2f} and {v['experts_ratio_64']:.2f} times SGLang's fused MoE kernel",
+            "gemm_vs": (f"This step's GEMMs take {v['gemm_ratio_lo']:.2f} to {v['gemm_ratio_hi']:.2f} times SGLang's time "
+                        f"for the same shape in bf16 (median {v['gemm_ratio_med']:.2f}; the largest, the "
+                        f"{v['gemm_ratio_hi_op']}).")}
+
+
 def tuning(meas: mb.StepMeasurement, m: ma.ModelConfig, context: int) -> tuple[pd.DataFrame, dict]:
     """tuning_bounds for the original VM's observed one-stream step, with the MoE block's time on the
     recorded GPU from aiconfigurator's measured kernels, and the numbers the text cites."""

@@ -148,7 +148,7 @@ def fidelity_section(meas: mb.StepMeasurement, m: ma.ModelConfig, context: int, 
               dict(units={"measured_us": "µs", "engine_us": "µs"}, digits=2, fold_after=None,
                    rename={"measured_us": "this step", "engine_us": "engine composite", "ratio": "ratio (x)"},
                    summary="each component of the fused step and the whole step against the engine composite")))
-    return Part(values=(va.FidelityValues(**me.fidelity_values(fid, batch_max, meas.meta.get("moe_impl"))),
+    return Part(values=(va.FidelityValues(**me.fidelity_texts(fid, batch_max, meas.meta.get("moe_impl"), meas.device)),
                         va.EngineValues(**fu.engine_values(engine, batch_max))),
                 tables={"op_fidelity": fid, "engine_fidelity": engine}, shown=shown)
 

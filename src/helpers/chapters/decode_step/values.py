@@ -180,15 +180,11 @@ class PrecisionValues:
 
 @dataclass(frozen=True)
 class FidelityValues:
-    """This step's GEMMs and experts against SGLang's kernels on the same GPU class (fidelity_values)."""
+    """This step's GEMMs and experts against SGLang's kernels on the same GPU class (fidelity_texts)."""
 
-    gemm_ratio_lo: float
-    gemm_ratio_hi: float
-    gemm_ratio_hi_op: str
-    gemm_ratio_med: float
-    experts_ratio_1: float
-    experts_ratio_64: float
     experts_impl: str
+    experts_vs: str
+    gemm_vs: str
 
 
 @dataclass(frozen=True)

@@ -318,7 +318,10 @@ def projection_check(d: Diagnosis) -> Part:
               "pj_ratio_hi": float(fid["ratio_projected"].max()),
               "pj_hi_op": str(fid.loc[fid["ratio_projected"].idxmax(), "op"]),
               "pj_lo_op": str(fid.loc[fid["ratio_projected"].idxmin(), "op"]),
-              "here_ratio_med": float(fid["ratio_here"].median()), "pj_small_idx_1": small,
+              "here_text": (f"while on the same GPU class they take a median {fid['ratio_here'].median():.2f} times SGLang's"
+                            if fid["ratio_here"].notna().any() else
+                            f"while on this run's own GPU class nothing is set beside them ({mb.no_engine_here(d.meas.device)})"),
+              "pj_small_idx_1": small,
               "pj_small_what": "fused" if d.meas.fusion == "fused" else "unfused"}
     return Part(values, {"projection_check": fid})
 

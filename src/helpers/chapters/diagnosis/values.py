@@ -152,7 +152,7 @@ class ProjectionCheckValues:
     pj_ratio_hi: float
     pj_hi_op: str
     pj_lo_op: str
-    here_ratio_med: float
+    here_text: str
     pj_small_idx_1: float
     pj_small_what: str
 

@@ -29,7 +29,7 @@ callers use is here: `measured.X`.
 from __future__ import annotations
 
 from .fidelity import (ENGINE_SMALL_OPS, ENGINE_STAND_INS, EXPERT_OPS, FP8_EXPERT_OPS, OVERLAP, engine_composite,
-                       engine_fidelity, op_fidelity, op_fidelity_table)
+                       engine_fidelity, no_engine_here, op_fidelity, op_fidelity_table)
 from .pricing import (AIC_BUDGETS, BUDGET_IDS, FIDELITY_TOLERANCE, PRICED, PROJECTED, aic_shares, budgets_table, with_indexer,
                       component_fidelity, components, goal, kernel_terms, pick_budget, projected_terms,
                       small_op_counts)
@@ -44,5 +44,5 @@ __all__ = [
     "small_op_counts", "kernel_terms", "components", "FIDELITY_TOLERANCE", "PROJECTED", "component_fidelity",
     "projected_terms", "AIC_BUDGETS", "budgets_table", "with_indexer", "BUDGET_IDS", "pick_budget", "goal", "aic_shares",
     "EXPERT_OPS", "FP8_EXPERT_OPS", "op_fidelity", "op_fidelity_table", "ENGINE_STAND_INS", "ENGINE_SMALL_OPS",
-    "OVERLAP", "engine_composite", "engine_fidelity",
+    "OVERLAP", "engine_composite", "engine_fidelity", "no_engine_here",
 ]

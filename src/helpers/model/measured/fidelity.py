@@ -43,6 +43,12 @@ def _gemm_ops(m: ma.ModelConfig, fusion: str = "unfused", precision: str = "bf16
     return out
 
 
+def no_engine_here(device: str) -> str:
+    """Why a measurement on `device` is set beside no SGLang kernel of its own GPU class, in words."""
+    return (f"aiconfigurator measured SGLang's kernels on {', '.join(sorted(kt.SYSTEMS.values()))}, not on {device}: "
+            "not compared here")
+
+
 EXPERT_OPS = ("permute", "grouped gemm 1", "expert activation", "grouped gemm 2", "combine")
 #: the unfused FP8 step's quantizations of the experts' inputs (aiconfigurator's FP8 MoE kernel times include
 #: its own; the fused step quantizes inside the producing ops, so it has no such ops)

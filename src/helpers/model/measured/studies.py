@@ -314,4 +314,5 @@ def spec_name(device_name: str) -> str:
         if str(s).lower() in device_name.lower() or device_name.lower() in str(s).lower():
             return str(s)
     raise MeasuredBudgetError(f"no data/reference/gpu_specs.csv row for the device '{device_name}'; known: "
-                              f"{sorted(specs['system'].unique())}")
+                              f"{sorted(specs['system'].unique())}: add a memory_bandwidth row for it (the datasheet "
+                              f"figure, with its source in data/sources.yaml)")
