@@ -100,10 +100,23 @@ def test_a_modified_tree_is_refused_unless_allowed(runs, tmp_path):
 
 
 def test_a_chapter_that_measures_without_a_replay_mode_is_kept_not_run_here():
-    """The one-H200 run's serving chapters (mode live) and decode step (auto) would measure this machine:
-    the replay keeps their notebooks; the chapters with a replay mode, and those that only read, run."""
+    """The one-H200 run's serving chapters (mode live) and MoE runners (auto) would measure this machine: the
+    replay keeps their notebooks; the chapters with a replay mode, and those that only read, run. The decode step
+    timed GLM-5 on the GPU and saved it: it is presented again from what it saved (mode replay)."""
     _, steps, _, kept = replay.plan(ROOT / "runs" / "h200-20261202f", ROOT, allow_dirty=True)
-    assert {k["stem"] for k in kept} == {"02_nan_crash", "03_baselines_tuning", "04_moe_runners", "07_decode_step"}
+    assert {k["stem"] for k in kept} == {"02_nan_crash", "03_baselines_tuning", "04_moe_runners"}
     assert {st["stem"]: st["parameters"]["mode"] for st in steps} == {
         "01_environment": "replay", "05_expert_parallelism": "replay", "06_vm_p2p": "replay",
-        "07_diagnosis": "auto", "90_provenance": "auto"}
+        "07_decode_step": "replay", "07_diagnosis": "auto", "90_provenance": "auto"}
+
+
+def test_a_decode_step_without_a_gpu_measurement_is_kept_as_measured(tmp_path):
+    """A CPU run's decode step (the scaled-down model's sweep and its two-rank check) has nothing a replay can
+    present again: replayable says no, and the replay keeps that chapter's notebook."""
+    ds = module("07_decode_step")
+    assert ds.replayable(ROOT / "runs" / "h100-20261206", {"model": "glm5"})
+    assert not ds.replayable(tmp_path, {"model": "glm5"})
+    cpu = tmp_path / "results" / "07_decode_step"
+    shutil.copytree(ROOT / "runs" / "h100-20261206" / "results" / "07_decode_step", cpu)
+    (cpu / "fp8_check.csv").unlink()     # an older GPU run that saved no FP8 check is kept too
+    assert not ds.replayable(tmp_path, {"model": "glm5"})

@@ -76,7 +76,9 @@ def test_matrix_phrases_live_and_not():
     assert nc.matrix_status(None, "", "no GPU (details)") == "no live matrix: no GPU"
     live = _live_matrix()
     assert nc.matrix_status(live, "here", "") == ("2 configurations were launched live (here), ending in 2 "
-                                                       "different outcomes in 12 s")
+                                                       "different outcomes in 12 s of attempts")
+    # attempts run side by side (a GPU host): their walls add up past the chapter's own time, and the page says so
+    assert nc.matrix_status(live.assign(workers=6), "here", "").endswith("12 s of attempts, up to 6 side by side")
     assert nc.matrix_live_facts(None, "") is None and nc.matrix_live_facts(live, "here").live_n == 2
     rows = nc.matrix_rows(m, live)
     assert len(rows) == len(m) + 2 and rows[-1] == ("nan-weights", "nan", "measured")

@@ -107,11 +107,11 @@ def test_published_one_gpu_run_prices_nothing_from_a_one_rank_link():
     assert v.lines["p2p"].startswith("not measured here: one GPU has no pair")
     assert v.lines["allreduce"].startswith("not measured here: one GPU has no collective")
     assert "multi-gpu" in v.lines["allreduce"] and v.allreduce is None
-    assert v.lines["predicted"] == "not predicted: no prediction for NVIDIA H200"
-    # the published run's chapter 03 swept a stand-in live, but the run predates the served record: no record is
-    # not "nothing served"
-    assert v.lines["observed"].startswith("nothing observed (this run holds no serving record of chapter 03's")
-    assert "served nothing live in this run" not in v.lines["observed"]
+    # the fake predictor prices only the RTX PRO 6000; the published run's GPU (an H100 since h100-20261206) is none
+    assert v.lines["predicted"] == f"not predicted: no prediction for {tm.reference_system(inp.device)}"
+    # the published run's chapter 03 served a stand-in live: its record names it, and a stand-in is no observation
+    assert v.lines["observed"].startswith("nothing observed (chapter 03 served transformers")
+    assert "a stand-in, not GLM-5" in v.lines["observed"]
     assert v.loss is None and v.lines["remedy"].startswith("none called for")
 
 
@@ -206,13 +206,13 @@ def test_the_healthy_pair_is_read_by_the_recipe_slower_than_the_table():
     assert h is not None and (h["ratio"] > 1).all() and np.isfinite(h["recipe_us"]).all()
 
 
-def test_the_published_run_is_predicted_by_the_predictor_on_its_own_gpu_kind():
-    """Part 3 on the published one-GPU run: GLM-5 at TP8 on eight H200s from helpers.model.verdict.predictor (the
-    FP8 checkpoint: the H200's tables price no NVFP4 MoE), with the graph floor 07_decode_step measured there; the
-    all-reduces are the table's, said so."""
+def test_a_one_h200_run_is_predicted_by_the_predictor_on_its_own_gpu_kind():
+    """Part 3 on a committed one-H200 run (h200-20261202f; the published run is an H100, which has no kernel tables):
+    GLM-5 at TP8 on eight H200s from helpers.model.verdict.predictor (the FP8 checkpoint: the H200's tables price no
+    NVFP4 MoE), with the graph floor 07_decode_step measured there; the all-reduces are the table's, said so."""
     from helpers.model.verdict import predictor as pr
 
-    inp = ch.inputs(layout.Run(repo_root() / _published(), ch.CHAPTER), "replay")
+    inp = ch.inputs(layout.Run(repo_root() / "runs/h200-20261202f", ch.CHAPTER), "replay")
     assert inp.floor_us is not None
     v = ch.verdict(inp)
     p1 = pr.predict("glm5", kt.H200, 8, 1, 0, pr.EngineSettings(checkpoint="fp8"), floor_us=inp.floor_us)

@@ -78,6 +78,8 @@ def plan(run_dir: Path, root: Path, allow_dirty: bool = False) -> tuple[Manifest
         params = {k: v for k, v in recorded.items() if k in declared}
         if "mode" in params:
             params["mode"] = replay_mode(s, params["mode"])
+            if params["mode"] == layout.REPLAY_MODE and not _replayable(s, run_dir, params):
+                params["mode"] = recorded["mode"]   # kept as measured below
         if params.get("mode") not in (None, "recorded", layout.REPLAY_MODE) and s not in layout.PRESENTS_ONLY:
             kept.append({"stem": s, "mode": params["mode"], "why": f"it ran in mode {params['mode']!r}, which measures "
                          "the machine it runs on, and it has no replay mode: its executed notebook is kept as measured"})
@@ -95,6 +97,13 @@ def plan(run_dir: Path, root: Path, allow_dirty: bool = False) -> tuple[Manifest
     if problems:
         raise RunbookError(f"--replay {run_dir.name} refused:\n  - " + "\n  - ".join(problems))
     return manifest, steps, vers, kept
+
+
+def _replayable(chapter: str, run_dir: Path, params: dict) -> bool:
+    """A chapter that offers REPLAY_MODE may still lack, in this run, what its replay presents (its module's
+    `replayable(run_dir, parameters)` says so): it is then kept as measured."""
+    check = getattr(module(chapter), "replayable", None)
+    return True if check is None else bool(check(run_dir, params))
 
 
 def _missing_inputs(run_dir: Path, chapter: str) -> list[str]:

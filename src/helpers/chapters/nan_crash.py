@@ -107,8 +107,10 @@ def matrix_status(live: pd.DataFrame | None, where: str, why: str) -> str:
     """This run's live matrix in a phrase: where and how it ran, or why it did not."""
     if live is None:
         return f"no live matrix: {short_why(why)}"
+    w = pd.to_numeric(live["workers"], errors="coerce").max() if "workers" in live.columns else float("nan")
+    side = f", up to {int(w)} side by side" if w == w and w > 1 else ""
     return (f"{len(live)} configurations were launched live ({where}), ending in {live.outcome.nunique()} "
-            f"different outcomes in {live.wall_s.sum():.0f} s")
+            f"different outcomes in {live.wall_s.sum():.0f} s of attempts{side}")
 
 
 def matrix_live_facts(live: pd.DataFrame | None, where: str) -> LiveMatrix | None:

@@ -331,6 +331,7 @@ REPLAY_INPUTS: dict[str, tuple[str, ...]] = {
     "01_environment": ("probe",),
     "05_expert_parallelism": ("memory_fit",),
     "06_vm_p2p": ("copy_sweep", "collective_sweep", "collective_runs", "fits"),
+    "07_decode_step": ("step_times", "step_bytes", "step_meta"),
 }
 
 #: Chapters whose `auto` execution measures nothing: it reads the run's results and data/ only, so a replay runs
@@ -344,6 +345,7 @@ PRESENTS_ONLY = ("07_diagnosis", "90_provenance")
 PRESENTATION: dict[str, tuple[str, ...]] = {
     "03_baselines_tuning": ("headline",),
     "05_expert_parallelism": ("parameters", "hidden_size", "memory_fit", "collectives", "ep_vs_tp_volume"),
+    "07_decode_step": ("split", "op_fidelity", "kernels", "engine_fidelity", "tuning_bounds"),
     "07_diagnosis": tuple(n for (c, n) in RESULTS if c == "07_diagnosis"),
     "08_this_machine": ("verdict", "loss"),
 }

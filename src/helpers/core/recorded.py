@@ -7,6 +7,8 @@ the column.
 """
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import io
 from dataclasses import dataclass
@@ -169,6 +171,30 @@ def load(name: str) -> pd.DataFrame:
 
 #: validated tables by (name, content hash, schema, sources): `load` validates a file's bytes once a process
 _LOADED: dict = {}
+
+
+def derived(*names: str, reads: tuple = ()):
+    """Keep the result of a function without arguments that reads only the tables data/<names> through `load`
+    (and the functions `reads` names, (module, attribute) pairs looked up at each call): computed again when a
+    file's bytes change, or the schema, the sources, `load` or one of `reads` is another object (a test that
+    patches one gets its own result); a deep copy is handed out (the caller may change it). The diagnosis asked
+    for the same observations about 60 times a page."""
+    def deco(fn):
+        kept: dict = {}
+
+        @functools.wraps(fn)
+        def wrapper():
+            d = data_dir()
+            deps = (globals()["load"], schema(), sources()) + tuple(getattr(m, a) for m, a in reads)
+            key = (str(d),) + tuple(hashlib.sha1((d / n).read_bytes()).hexdigest() if (d / n).exists() else ""
+                                    for n in names)
+            hit = kept.get(key)
+            if hit is None or any(x is not y for x, y in zip(hit[0], deps)):
+                kept.clear()
+                hit = kept[key] = (deps, fn())
+            return copy.deepcopy(hit[1])
+        return wrapper
+    return deco
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from helpers.model import arith as ma, step
 
 #: the chapter's parameters (name -> helpers.core.params spec)
 PARAMS = {
-    "mode": params.choice("recorded", "auto"), "run_dir": params.string(), "model": ma.model_param(),
+    "mode": params.choice("recorded", "auto", "replay"), "run_dir": params.string(), "model": ma.model_param(),
     "cpu_model": ma.model_param(), "tp": params.number(1, 1024, integer=True),
     "batches": params.number_list(1, 4096, integer=True), "contexts": params.number_list(1, 10**6, integer=True),
     "cpu_batches": params.number_list(1, 4096, integer=True),
@@ -69,7 +69,23 @@ def plan_time(v: dict) -> params.Estimate | None:
 #: the least time the CPU sweep these values plan takes in its cell (the runbook refuses a plan over the limit)
 PLAN_TIME = plan_time
 
-__all__ = ["Part", "bytes_section", "fidelity_section", "fp8_bytes_accuracy", "fp8_timings", "fusion_section",
+
+def replayable(run_dir, parameters: dict) -> bool:
+    """Whether a replay can present this chapter from what the run saved (mode replay): where the run timed the
+    real model on a GPU (its step_times, step_bytes and step_meta; helpers.model.measured.step_measurement reads
+    them) and saved the FP8 check it computed (fp8_check, fp8_products). A CPU run's sweep of the scaled-down model
+    and its two-rank check are not presented again: such a chapter is kept as the run executed it."""
+    from helpers.core import layout
+    from helpers.model import measured as mb
+
+    if not all(layout.exists(run_dir, CHAPTER, n) for n in ("fp8_check", "fp8_products")):
+        return False
+    try:
+        return mb.step_measurement(run_dir, parameters.get("model", "glm5")).where == "this run"
+    except Exception:   # noqa: BLE001 - whatever the run lacks, the replay keeps the chapter as measured
+        return False
+
+__all__ = ["replayable", "Part", "bytes_section", "fidelity_section", "fp8_bytes_accuracy", "fp8_timings", "fusion_section",
            "save", "split_section", "steps_section", "tuning_section", "CheckValues", "Fp8Texts", "SplitTexts",
            "StepTexts", "AnswerValues", "BYTES_SHOWN", "HEADERS", "headers", "CHECK_SUMMARY_FAILED", "CHECK_SUMMARY_NOT_RUN", "CHECK_SUMMARY_PASSED",
            "FIDELITY_SHOWN", "SPLIT_SHOWN_HUMAN", "STEPS_SHOWN", "TUNING_SHOWN", "answer_values", "check_summary",

@@ -309,10 +309,11 @@ def fidelity_texts(fid: pd.DataFrame, batch_max: int, moe_impl: str | None, devi
             else "an implementation the measurement does not record")
     if v is None:
         why = mb.no_engine_here(device)
-        return {"experts_impl": impl, "experts_vs": f"have no SGLang fused-MoE time to stand beside ({why})",
+        return {"experts_impl": impl, "experts_vs": f"have no SGLang fused-MoE time on {device} to stand beside ({why})",
                 "gemm_vs": f"This step's GEMMs have no SGLang time for the same shape to stand beside ({why})."}
     return {"experts_impl": impl,
-            "experts_vs": f"take {v['experts_ratio_1']:.2f} and {v['experts_ratio_64']:.2f} times SGLang's fused MoE kernel",
+            "experts_vs": (f"take {v['experts_ratio_1']:.2f} and {v['experts_ratio_64']:.2f} times SGLang's fused MoE kernel "
+                           f"on {device}"),
             "gemm_vs": (f"This step's GEMMs take {v['gemm_ratio_lo']:.2f} to {v['gemm_ratio_hi']:.2f} times SGLang's time "
                         f"for the same shape in bf16 (median {v['gemm_ratio_med']:.2f}; the largest, the "
                         f"{v['gemm_ratio_hi_op']}).")}

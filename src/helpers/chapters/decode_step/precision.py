@@ -101,6 +101,15 @@ def fp8_numerics(gpu: bool, p: Mapping) -> tuple[fp8numerics.Fp8Numerics, Fp8Num
     return num, Fp8NumericsValues(fp8_numerics_where=num.where, fp8_cpu_products=num.cpu_products)
 
 
+def saved_numerics(run) -> tuple[fp8numerics.Fp8Numerics, Fp8NumericsValues]:
+    """The FP8 check a GPU run computed on its machine's CPU and saved (fp8_check, fp8_products), presented again
+    by a replay without computing anything."""
+    num = fp8numerics.Fp8Numerics(run.load("fp8_check"), run.load("fp8_products"),
+                                  "computed in the run on its machine's CPU, presented again from what it saved",
+                                  "the run's machine's CPU path (not recorded in the run)")
+    return num, Fp8NumericsValues(fp8_numerics_where=num.where, fp8_cpu_products=num.cpu_products)
+
+
 def precision_bytes(meas: mb.StepMeasurement, m: ma.ModelConfig, tp: int, context: int,
                     batches=BYTES_BATCHES) -> tuple[pd.DataFrame, dict]:
     """GiB one rank reads per component in bf16, in FP8 and at the checkpoint's formats (derived by

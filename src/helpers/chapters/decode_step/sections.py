@@ -89,12 +89,12 @@ def _shown(df: pd.DataFrame, digits: int, summary: str) -> tuple:
 
 
 def fp8_bytes_accuracy(meas: mb.StepMeasurement, m: ma.ModelConfig, p: Mapping, context: int, gpu: bool,
-                       cpu_live: bool) -> Part:
+                       cpu_live: bool, saved=None) -> Part:
     """Section 4, FP8's bytes and accuracy: the weights in each precision, the bytes one rank reads, the FP8
     step against fp32 (a CPU run: the committed study where its parameters match) and, on a CPU, the
     two-rank check with FP8 weights."""
     fp8_bytes, fp8_values = pr.precision_bytes(meas, m, p["tp"], context)
-    num, where = pr.fp8_numerics(gpu, p)
+    num, where = pr.saved_numerics(saved) if saved is not None else pr.fp8_numerics(gpu, p)
     check = num.check[["variant", "rel_l2", "tolerance", "ok", "token_agreement", "routing_flips"]]
     shown = [_shown(pr.fp8_weight_table(m, p["tp"]), 2, "each weight of a layer and the head: per-rank shape, precision, MiB"),
              _shown(fp8_bytes, 2, "GiB one rank reads per step, bf16 against FP8"),
@@ -104,20 +104,25 @@ def fp8_bytes_accuracy(meas: mb.StepMeasurement, m: ma.ModelConfig, p: Mapping, 
         shown.append(_shown(sharded[["variant", "rel_l2", "tolerance", "ok"]], 3, "the two-rank check with FP8 weights"))
     return Part(values=(va.PrecisionByteValues(**fp8_values),
                         va.Fp8AccuracyValues(**pr.fp8_accuracy_values(num.check, num.products)), where),
-                tables={"fp8_check": num.check, "fp8_products": num.products}, shown=tuple(shown))
+                tables={} if saved is not None else {"fp8_check": num.check, "fp8_products": num.products},
+                shown=tuple(shown))
 
 
-def fp8_timings(p: Mapping, run, context: int, batch_max: int, gpu: bool, fs: mb.FusionStudy) -> Part:
+def fp8_timings(p: Mapping, run, context: int, batch_max: int, gpu: bool, fs: mb.FusionStudy,
+                replay: bool = False) -> Part:
     """Section 4, FP8's timings: on a GPU with scaled FP8 products this run times them (the sweeps under the
     run); FP8 against bf16 from this run where it timed them, else the fused step's study, else the
     unfused one; the step with the shared expert on one stream and on two."""
-    prec, trial, tabs = None, "not tried: this run times no GPU", {}
+    prec, tabs = None, {}
+    trial = ("not tried: this run times no GPU" if not (gpu or replay) else
+             f"not tried: fp8 = {p['fp8']!r} in this run's parameters (the FP8 timings come from a committed study)"
+             if p["fp8"] != "auto" else "as the run made it (presented again from what it saved)")
     if gpu and p["fp8"] == "auto":
         prec, err = pr.time_precisions(p, run.path("sweep"), run.path("precision_sweeps"), progress=_stderr)
         trial = err or "passed"
         if prec is not None:
             tabs = {"precision_times": prec.timings, "precision_bytes": prec.bytes, "precision_meta": prec.meta}
-    ps = mb.precision_study(run.root if gpu else None)
+    ps = mb.precision_study(run.root if (gpu or replay) else None)
     pt = ps if (ps is not None and ps.where == "this run") else (mb.fused_precisions(fs) or ps)
     values = pr.precision_values(pt, context, overlap=ps)
     texts = va.Fp8Texts(pr.precision_source(pt), pr.precision_source(ps), pr.precision_experts_impl(pt), trial,
@@ -125,7 +130,8 @@ def fp8_timings(p: Mapping, run, context: int, batch_max: int, gpu: bool, fs: mb
                         ma.load_model(p["cpu_model"]).layers)
     shown = []
     if pt is not None:
-        shown.append(_shown(pr.precision_steps(pt, context), 2, "the whole step in bf16 and in FP8: ms, GiB, FP8's speed-up"))
+        shown.append(_shown(pr.precision_steps(pt, context), 2,
+                            f"the whole step in bf16 and in FP8 ({pr.precision_source(pt)}): ms, GiB, FP8's speed-up"))
         split = pd.concat([pr.precision_split(pt, b, context).assign(batch=b) for b in (1, batch_max)])
         for cols, what in ((["batch", "component", "bf16_us", "fp8_us", "fp8_vs_bf16"], "time"),
                            (["batch", "component", "bf16_MiB", "fp8_MiB", "bf16_GBps", "fp8_GBps"], "bytes and bandwidth")):

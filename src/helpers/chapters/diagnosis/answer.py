@@ -67,7 +67,7 @@ SHOWN = {
     "goal": {"concurrency": "concurrency", "predicted_ms": "predicted (ms)", "observed_ms": "observed (ms)",
              "largest": "largest term", "largest_ms": "largest (ms)", "second": "second term",
              "second_ms": "second (ms)"},
-    "projection_check": {"batch": "batch", "op": "operation", "ours_us": "this step, H200 (µs)",
+    "projection_check": {"batch": "batch", "op": "operation", "ours_us": "this step, the GPU it was timed on (µs)",
                          "projected_us": "projected (µs)", "aic_target_us": "measured there (µs)",
                          "ratio_projected": "projected / measured", "ratio_here": "this step / SGLang"},
     "verdict_inputs": {"input": "input", "system": "system", "low": "low", "mid": "mid", "high": "high",

@@ -249,6 +249,7 @@ class VmPredictedValues:
 
     n_scenarios: int
     n_admitted: int
+    set_aside_words: str
     n_vm_points: int
     n_inside: int
     n_rows: int

@@ -179,7 +179,16 @@ def vm_predicted(d: Diagnosis) -> Part:
     bands = ok.drop_duplicates(["scenario_key", "concurrency", "band_low_tok_s", "band_high_tok_s"])
     inside_bands = ok[ok["inside_band"]].drop_duplicates(["scenario_key", "concurrency", "band_low_tok_s",
                                                            "band_high_tok_s"])
+    aside = adm[~adm["admissible"]]
+    n_rem = int(aside.index.isin(list(vd.REMEDY_ARMS)).sum())
+    n_fast = len(aside) - n_rem
+    why = ([f"{n_fast} price an all-reduce through host memory faster than bare metal's NCCL over P2P at the same "
+            "message, which contradicts what they model"] if n_fast else []) + \
+          ([f"{n_rem} {'is a remedy arm' if n_rem == 1 else 'are remedy arms'} (what the VM would pay with it, not a "
+            "model of the VM as it ran)"] if n_rem else [])
     values = {"n_scenarios": len(v.scenarios), "n_admitted": int(adm["admissible"].sum()),
+              "set_aside_words": ("of the others, " + " and ".join(why) + "; they are shown set aside in the scenario table"
+                                  if why else "none is set aside"),
               "n_vm_points": int(t["observation"].nunique()),
               "n_inside": len(inside_bands), "n_rows": len(bands),
               "n_inside_scenarios": int(inside_bands["scenario_key"].nunique()),
@@ -241,8 +250,8 @@ def attribution(d: Diagnosis) -> Part:
                                           metric="fixed_time_per_forward")
     shown = a[["concurrency", "scenario", "lost_ms_per_step", "host_path_excess_ms", "share_explained", "share_low",
                "share_high", "unexplained"]].copy()
-    shown["scenario"] = [s_ if ok else f"{s_} (set aside: faster than P2P, sets no bound)"
-                         for s_, ok in zip(a["scenario"], a["admissible"])]
+    shown["scenario"] = [s_ if ok else f"{s_} (set aside: {'a remedy arm' if key in vd.REMEDY_ARMS else 'faster than P2P'}, "
+                         "sets no bound)" for s_, ok, key in zip(a["scenario"], a["admissible"], a["scenario_key"])]
     return Part(values, {"attribution": a}, {"attribution": shown, "residuals": res})
 
 

@@ -15,6 +15,7 @@ from .terms import BudgetError
 # Observations
 
 
+@recorded.derived("recorded/serving.csv", "reference/baremetal.csv")
 def observations() -> pd.DataFrame:
     """Output tokens/s at concurrency 1 and 64: the original VM (recorded) and bare metal (reference)."""
     s = recorded.load("recorded/serving.csv")
@@ -34,6 +35,7 @@ def observations() -> pd.DataFrame:
     return out
 
 
+@recorded.derived("recorded/serving.csv", "reference/baremetal.csv")
 def primary_observations() -> pd.DataFrame:
     """One observed figure per (system, concurrency), chosen by rule, with the spread of the others.
 

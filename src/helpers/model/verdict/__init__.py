@@ -41,11 +41,11 @@ from helpers.model.verdict.ranges import (BAND, BARE, CANNOT, EXPLAINS, INPUTS, 
                                           bare_floor_us, collective_range, inputs, observations, overlap_fractions,
                                           overlap_range, table_ranges)
 from helpers.model.verdict.remedy import OUTCOMES, PRICED_AS, check_remedies, classify, outcomes_table, p2p_checks, remedies
-from helpers.model.verdict.scenarios import (PAIR_H200, PAIR_PR, HostPath, copy_scenarios, measured_scenario, tuned_scenario,
+from helpers.model.verdict.scenarios import (PAIR_H200, PAIR_PR, REMEDY_ARMS, HostPath, copy_scenarios, measured_scenario, tuned_scenario,
                                              nccl_scenario, pair_scenarios, rule_sizes, study_scenario,
                                              vm_collectives_us)
 
-__all__ = ["calibration", "collectives", "kt", "predictor", "BAND", "BARE", "CANNOT", "CONCLUSIONS", "EXPLAINS", "INPUTS", "MEASURE_COMMANDS", "PAIR_H200", "PAIR_PR",
+__all__ = ["calibration", "collectives", "kt", "predictor", "BAND", "BARE", "CANNOT", "CONCLUSIONS", "EXPLAINS", "INPUTS", "MEASURE_COMMANDS", "PAIR_H200", "PAIR_PR", "REMEDY_ARMS",
            "PRICED_AS", "SAMPLES", "SEED", "SOFT_GRID", "STATUS", "TP", "VM", "HostPath", "Inputs", "Observation",
            "Parts", "Range", "Verdict", "VerdictInputError", "bare_collectives_us", "bare_floor_us", "ceiling",
            "check_remedies", "classify", "collective_range", "OUTCOMES", "outcomes_table", "p2p_checks", "compute_us", "conclusion", "copy_scenarios", "decide", "inputs",

@@ -276,6 +276,7 @@ class Observation:
     source: str
 
 
+@recorded.derived("recorded/serving.csv", "reference/baremetal.csv", reads=((bd, "primary_observations"),))
 def observations() -> list[Observation]:
     """Every observation the predictions are scored against (primary figures by the book's fixed rule,
     the server-log decode batch, the decode-heavy sweep)."""
