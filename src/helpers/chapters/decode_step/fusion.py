@@ -136,7 +136,7 @@ def engine_values(tab: pd.DataFrame, batch_max: int, tol: float = mb.FIDELITY_TO
             out[f"eng_{prec}_{key}"] = float(one(tab, "the engine table", precision=prec, batch=b,
                                                  component="step")["ratio"])
     comp = tab[tab["component"] != "step"]
-    bad = comp[comp["ratio"] > tol]
+    bad = comp[(comp["ratio"] > tol) | (comp["ratio"] < 1 / tol)]   # either way, as the diagnosis's check
     out["engine_outside"] = ("none" if not len(bad) else
                              "; ".join(f"{r.component} ({r.precision}, batch {r.batch}: {r.ratio:.2f}x)"
                                        for r in bad.itertuples()))

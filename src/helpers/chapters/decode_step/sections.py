@@ -135,10 +135,10 @@ def fp8_timings(p: Mapping, run, context: int, batch_max: int, gpu: bool, fs: mb
         split = pd.concat([pr.precision_split(pt, b, context).assign(batch=b) for b in (1, batch_max)])
         for cols, what in ((["batch", "component", "bf16_us", "fp8_us", "fp8_vs_bf16"], "time"),
                            (["batch", "component", "bf16_MiB", "fp8_MiB", "bf16_GBps", "fp8_GBps"], "bytes and bandwidth")):
-            shown.append(_shown(split[cols], 1, f"each component alone, bf16 and FP8: {what}"))
+            shown.append(_shown(split[cols], 1, f"each component alone, bf16 and FP8 ({pr.precision_source(pt)}): {what}"))
     if pr.has_overlap_pair(ps):
         shown.append(_shown(pr.overlap_steps(ps, context), 2,
-                            "the whole step on one stream and with the shared expert on a second"))
+                            f"the whole step on one stream and with the shared expert on a second ({pr.precision_source(ps)})"))
     return Part(values=(texts, va.PrecisionValues(**values)), tables=tabs, shown=tuple(shown))
 
 
@@ -153,7 +153,8 @@ def fidelity_section(meas: mb.StepMeasurement, m: ma.ModelConfig, context: int, 
              (engine[["precision", "batch", "component", "measured_us", "engine_us", "ratio", "kernels"]],
               dict(units={"measured_us": "µs", "engine_us": "µs"}, digits=2, fold_after=None,
                    rename={"measured_us": "this step", "engine_us": "engine composite", "ratio": "ratio (x)"},
-                   summary="each component of the fused step and the whole step against the engine composite")))
+                   summary=f"each component of the fused step and the whole step against the engine composite "
+                           f"({fs.where}, {fs.device})")))
     return Part(values=(va.FidelityValues(**me.fidelity_texts(fid, batch_max, meas.meta.get("moe_impl"), meas.device)),
                         va.EngineValues(**fu.engine_values(engine, batch_max))),
                 tables={"op_fidelity": fid, "engine_fidelity": engine}, shown=shown)
