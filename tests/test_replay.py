@@ -113,10 +113,13 @@ def test_a_chapter_that_measures_without_a_replay_mode_is_kept_not_run_here():
 def test_a_decode_step_without_a_gpu_measurement_is_kept_as_measured(tmp_path):
     """A CPU run's decode step (the scaled-down model's sweep and its two-rank check) has nothing a replay can
     present again: replayable says no, and the replay keeps that chapter's notebook."""
+    from helpers.book.publish import site_run
+
     ds = module("07_decode_step")
-    assert ds.replayable(ROOT / "runs" / "h100-20261206", {"model": "glm5"})
+    gpu_run = ROOT / site_run(ROOT)     # the published run: one GPU timed GLM-5's step and saved its FP8 check
+    assert ds.replayable(gpu_run, {"model": "glm5"})
     assert not ds.replayable(tmp_path, {"model": "glm5"})
     cpu = tmp_path / "results" / "07_decode_step"
-    shutil.copytree(ROOT / "runs" / "h100-20261206" / "results" / "07_decode_step", cpu)
+    shutil.copytree(gpu_run / "results" / "07_decode_step", cpu)
     (cpu / "fp8_check.csv").unlink()     # an older GPU run that saved no FP8 check is kept too
     assert not ds.replayable(tmp_path, {"model": "glm5"})

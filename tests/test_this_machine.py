@@ -107,7 +107,7 @@ def test_published_one_gpu_run_prices_nothing_from_a_one_rank_link():
     assert v.lines["p2p"].startswith("not measured here: one GPU has no pair")
     assert v.lines["allreduce"].startswith("not measured here: one GPU has no collective")
     assert "multi-gpu" in v.lines["allreduce"] and v.allreduce is None
-    # the fake predictor prices only the RTX PRO 6000; the published run's GPU (an H100 since h100-20261206) is none
+    # the fake predictor prices only the RTX PRO 6000; the published run's GPU (an H100 since issue 48's run) is none
     assert v.lines["predicted"] == f"not predicted: no prediction for {tm.reference_system(inp.device)}"
     # the published run's chapter 03 served a stand-in live: its record names it, and a stand-in is no observation
     assert v.lines["observed"].startswith("nothing observed (chapter 03 served transformers")
