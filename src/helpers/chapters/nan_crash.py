@@ -108,7 +108,7 @@ def matrix_status(live: pd.DataFrame | None, where: str, why: str) -> str:
     if live is None:
         return f"no live matrix: {short_why(why)}"
     w = pd.to_numeric(live["workers"], errors="coerce").max() if "workers" in live.columns else float("nan")
-    side = f", up to {int(w)} side by side" if w == w and w > 1 else ""
+    side = f", up to {int(w)} side by side" if pd.notna(w) and w > 1 else ""
     return (f"{len(live)} configurations were launched live ({where}), ending in {live.outcome.nunique()} "
             f"different outcomes in {live.wall_s.sum():.0f} s of attempts{side}")
 

@@ -85,6 +85,7 @@ def replayable(run_dir, parameters: dict) -> bool:
     except Exception:   # noqa: BLE001 - whatever the run lacks, the replay keeps the chapter as measured
         return False
 
+
 __all__ = ["replayable", "Part", "bytes_section", "fidelity_section", "fp8_bytes_accuracy", "fp8_timings", "fusion_section",
            "save", "split_section", "steps_section", "tuning_section", "CheckValues", "Fp8Texts", "SplitTexts",
            "StepTexts", "AnswerValues", "BYTES_SHOWN", "HEADERS", "headers", "CHECK_SUMMARY_FAILED", "CHECK_SUMMARY_NOT_RUN", "CHECK_SUMMARY_PASSED",

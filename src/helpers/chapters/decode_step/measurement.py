@@ -288,6 +288,13 @@ EXPERTS_IMPL = {
 }
 
 
+def experts_impl_words(moe_impl: str | None) -> str:
+    """How the measured step ran its routed experts (its meta's `moe_impl`), in words for the page."""
+    if not moe_impl:
+        return "an implementation the measurement does not record"
+    return EXPERTS_IMPL.get(moe_impl, f"an implementation the measurement names {moe_impl!r}")
+
+
 def fidelity_values(fid: pd.DataFrame, batch_max: int, moe_impl: str | None = None) -> dict:
     """This step's GEMMs and experts against SGLang's kernels on the same GPU class (op_fidelity's
     `op_kind` column: 'gemm', 'experts'); `moe_impl` is the measurement's meta entry (how its experts ran)."""
@@ -297,16 +304,14 @@ def fidelity_values(fid: pd.DataFrame, batch_max: int, moe_impl: str | None = No
             "gemm_ratio_hi_op": str(gemms.loc[gemms["ratio_here"].idxmax(), "op"]),
             "gemm_ratio_med": float(gemms["ratio_here"].median()), "experts_ratio_1": ex(1),
             "experts_ratio_64": ex(batch_max),
-            "experts_impl": EXPERTS_IMPL.get(moe_impl, f"an implementation the measurement names {moe_impl!r}")
-            if moe_impl else "an implementation the measurement does not record"}
+            "experts_impl": experts_impl_words(moe_impl)}
 
 
 def fidelity_texts(fid: pd.DataFrame, batch_max: int, moe_impl: str | None, device: str) -> dict:
     """The page's two sentences on this step against SGLang's kernels on the same GPU class: the ratios
     (fidelity_values) where aiconfigurator measured this GPU, else what is not compared and why."""
     v = fidelity_values(fid, batch_max, moe_impl) if fid["ratio_here"].notna().any() else None
-    impl = (EXPERTS_IMPL.get(moe_impl, f"an implementation the measurement names {moe_impl!r}") if moe_impl
-            else "an implementation the measurement does not record")
+    impl = experts_impl_words(moe_impl)
     if v is None:
         why = mb.no_engine_here(device)
         return {"experts_impl": impl, "experts_vs": f"have no SGLang fused-MoE time on {device} to stand beside ({why})",
