@@ -77,8 +77,13 @@ def test_matrix_phrases_live_and_not():
     live = _live_matrix()
     assert nc.matrix_status(live, "here", "") == ("2 configurations were launched live (here), ending in 2 "
                                                        "different outcomes in 12 s of attempts")
-    # attempts run side by side (a GPU host): their walls add up past the chapter's own time, and the page says so
-    assert nc.matrix_status(live.assign(workers=6), "here", "").endswith("12 s of attempts, up to 6 side by side")
+    # attempts run side by side (a GPU host): their walls add up past the chapter's own time, so the page gives
+    # the elapsed time (first start to last end, derived) and the summed time apart
+    side = live.assign(workers=6, finished_at=["2026-12-06T08:38:08", "2026-12-06T08:38:10"])
+    assert nc.elapsed_s(side) == pytest.approx(7.5)      # starts 08:38:03 and 08:38:02.5; last end 08:38:10
+    assert nc.matrix_status(side, "here", "").endswith("in about 8 s (derived from the attempts' end times, kept to "
+                                                       "the second; up to 6 ran side by side, 12 s of attempts summed)")
+    assert nc.elapsed_s(live) == 12.5                    # no end times: the summed time
     assert nc.matrix_live_facts(None, "") is None and nc.matrix_live_facts(live, "here").live_n == 2
     rows = nc.matrix_rows(m, live)
     assert len(rows) == len(m) + 2 and rows[-1] == ("nan-weights", "nan", "measured")

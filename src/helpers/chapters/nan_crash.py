@@ -103,14 +103,29 @@ def matrix_rows(matrix: pd.DataFrame, live: pd.DataFrame | None) -> list[tuple[s
     return rows + ([(r.name, r.outcome, "measured") for r in live.itertuples()] if live is not None else [])
 
 
+def elapsed_s(live: pd.DataFrame) -> float:
+    """Seconds from the earliest attempt's start to the latest one's end (derived: each start is its
+    `finished_at`, kept to the second, less its `wall_s`); the attempts' summed wall time where a row
+    lacks `finished_at`."""
+    if "finished_at" not in live.columns or live.finished_at.isna().any():
+        return float(live.wall_s.sum())
+    end = pd.to_datetime(live.finished_at)
+    start = end - pd.to_timedelta(live.wall_s.astype(float), unit="s")
+    return float((end.max() - start.min()).total_seconds())
+
+
 def matrix_status(live: pd.DataFrame | None, where: str, why: str) -> str:
-    """This run's live matrix in a phrase: where and how it ran, or why it did not."""
+    """This run's live matrix in a phrase: where and how it ran (its elapsed time and, where attempts ran
+    side by side, their summed time), or why it did not."""
     if live is None:
         return f"no live matrix: {short_why(why)}"
     w = pd.to_numeric(live["workers"], errors="coerce").max() if "workers" in live.columns else float("nan")
-    side = f", up to {int(w)} side by side" if pd.notna(w) and w > 1 else ""
-    return (f"{len(live)} configurations were launched live ({where}), ending in {live.outcome.nunique()} "
-            f"different outcomes in {live.wall_s.sum():.0f} s of attempts{side}")
+    head = (f"{len(live)} configurations were launched live ({where}), ending in {live.outcome.nunique()} "
+            "different outcomes")
+    if pd.notna(w) and w > 1:
+        return (f"{head} in about {elapsed_s(live):.0f} s (derived from the attempts' end times, kept to the "
+                f"second; up to {int(w)} ran side by side, {live.wall_s.sum():.0f} s of attempts summed)")
+    return f"{head} in {live.wall_s.sum():.0f} s of attempts"
 
 
 def matrix_live_facts(live: pd.DataFrame | None, where: str) -> LiveMatrix | None:

@@ -28,7 +28,8 @@ DEMO_CONFIGS = {
     "healthy": DemoConfig("healthy", "a working backend pair (trtllm / trtllm)", "ok"),
     "nan-weights": DemoConfig("nan-weights", "a kernel that produces NaN in decode (flashmla_kv, flashmla_sparse)", "nan"),
     "untrained": DemoConfig("untrained", "a backend that runs but computes garbage", "wrong-answer"),
-    "rejected-flag": DemoConfig("rejected-flag", "a backend the engine refuses (flashinfer_trtllm on SM120)", "unsupported"),
+    "rejected-flag": DemoConfig("rejected-flag", "a setting the engine refuses at start-up (as the recorded matrix's "
+                                "flashinfer_trtllm MoE runner on SM120)", "unsupported"),
     "corrupt-weights": DemoConfig("corrupt-weights", "a server that dies while loading", "crash"),
     "never-healthy": DemoConfig("never-healthy", "a server that never reports ready", "startup-timeout"),
 }
