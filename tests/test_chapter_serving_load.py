@@ -41,6 +41,11 @@ def test_the_facts_say_what_was_measured_the_counts_and_the_rule():
     assert f["ld_warm"] == "a warm-up wave of 5 requests (5 completed), not counted"
     check = sl.facts(study("check"))
     assert check["ld_can"].startswith("Section 3 launched only a tiny random-weight model") and "harness" in check["ld_slo"]
+    # the check's own settings (loadstudy.CHECK and what the study recorded), not the parameters cell's
+    assert check["ld_can"].endswith("for the study in full. It used its own settings, not the parameters cell's "
+                                    "(those apply in full): concurrencies 1, 2, 4 and 8, 2 open-loop rates, the 32/32 "
+                                    "workload, SLO ttft:250 and a 1 s ramp")
+    assert "own settings" not in f["ld_can"]
     assert set(sl.facts(None).values()) == {"n/a"}
 
 

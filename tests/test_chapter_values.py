@@ -93,6 +93,10 @@ def test_baselines_chapter_cites_the_recorded_throughput(recorded_run):
     assert g["sat_match_wl"] == "128/512"
     assert float(g["rec_log_tok_s"]) == figure(s, experiment="server_log_decode_batch", metric="generation_throughput")
     assert g["live_status"].startswith("no live sweep") and "live_single" not in g
+    # the step's growth at the first baseline's achieved concurrency instead of the nominal 64 (derived)
+    achieved = figure(s, experiment="first_baseline", metric="achieved_concurrency")
+    assert float(g["rec_step_growth_achieved"]) == pytest.approx(single * achieved / sat)
+    assert "community figure" in g["growth_rule_text"] and "both derived" in g["growth_rule_text"]
 
 
 @pytest.mark.slow

@@ -158,6 +158,25 @@ def test_one_runner_has_no_pairs_and_the_run_keeps_its_tables(tmp_path):
         run.save("spread", sp.drop(columns=["range_pct"]))
 
 
+def test_a_slow_request_that_pulls_a_point_down_is_named_with_the_medians_throughput():
+    live = pd.DataFrame({"variant": ["v", "v"], "workload": ["32/32", "32/32"], "concurrency": [1, 4],
+                         "completed": [5, 20], "total_output_tokens": [160, 640],
+                         "mean_e2e_latency_ms": [600.0, 1700.0], "median_e2e_latency_ms": [300.0, 2300.0]})
+    said = bt.slow_phrase(live)
+    assert said.startswith("at concurrency 1 a slow request pulls throughput down (mean E2E 600 ms, median 300 ms")
+    assert "at the median it would be 107 tokens/s, derived" in said and "concurrency 4" not in said
+    assert bt.slow_phrase(live.iloc[1:]) == "" and bt.slow_phrase(None) == ""
+    line = bt.run_line(live, "status", "scaling", "profile")
+    assert line == f"status; scaling; {said}; GPU profile: profile"
+    assert bt.run_line(live.iloc[1:], "status", "scaling", "profile") == "status; scaling; GPU profile: profile"
+
+
+def test_the_growth_rule_names_its_reference_and_labels_the_steps_derived():
+    said = bt.step_growth_rule(3.3, 3.2, 64, 91.0, 19.8, bt.bare_metal_name())
+    assert "(8x RTX PRO 6000 bare metal P2P on TP8 MTP off, a community figure)" in said
+    assert "19.8 ms on bare metal (both derived: 1000 / one-stream tokens/s)" in said and "cannot tell" in said
+
+
 def test_glued_values_are_dataclasses_named_by_their_glue_keys():
     from helpers.core import recorded
 

@@ -66,6 +66,7 @@ class RecordedSweep:
     rec_scaling_256: float      # rec_sat_256 / rec_single (derived)
     rec_per_stream_64: float    # rec_sat_256 / 64 (derived)
     rec_step_growth: float      # rec_single / rec_per_stream_64 (derived)
+    rec_step_growth_achieved: float  # the same at the first baseline's achieved concurrency (derived)
     rec_sat_c: int              # the concurrency of the saturated figures (requests in flight)
     bm_single: float            # the bare-metal reference, one stream (reference)
     bm_sat: float               # the same at 64 in flight (reference)
@@ -78,16 +79,16 @@ class RecordedSweep:
 #: a step that grows less than this fraction of the batch counts as "far below" the batch (GROWTH_RULE)
 FAR_BELOW = 0.25
 GROWTH_RULE = {
-    "both": ("The healthy bare-metal reference's step grew {bm:.1f}x over the same range (reference): by this "
-             "measure the two machines look alike, so step growth alone cannot tell a fixed per-step cost from "
-             "healthy decode. What differs is the step itself: {vm_ms:.0f} ms for one stream on the VM against "
-             "{bm_ms:.1f} ms on bare metal."),
-    "vm": ("The healthy bare-metal reference's step grew {bm:.1f}x over the same range (reference), close to the "
-           "batch: the VM's far smaller growth points to a fixed per-step cost there."),
-    "neither": ("Both steps grew close to the batch (the VM {vm:.1f}x, bare metal {bm:.1f}x): no sign of a fixed "
-                "per-step cost in either."),
-    "bm": ("Bare metal's step grew far less than the batch ({bm:.1f}x) and the VM's did not ({vm:.1f}x): the rule "
-           "flags the healthy machine, not the VM."),
+    "both": ("The step of a healthy bare-metal reference ({ref}) grew {bm:.1f}x over the same range (derived from "
+             "its reference figures): by this measure the two machines look alike, so step growth alone cannot "
+             "tell a fixed per-step cost from healthy decode. What differs is the step itself: {vm_ms:.0f} ms for "
+             "one stream on the VM against {bm_ms:.1f} ms on bare metal (both derived: 1000 / one-stream tokens/s)."),
+    "vm": ("The step of a healthy bare-metal reference ({ref}) grew {bm:.1f}x over the same range (derived from its "
+           "reference figures), close to the batch: the VM's far smaller growth points to a fixed per-step cost there."),
+    "neither": ("Both steps grew close to the batch (the VM {vm:.1f}x, bare metal {bm:.1f}x, derived; {ref}): no "
+                "sign of a fixed per-step cost in either."),
+    "bm": ("Bare metal's step grew far less than the batch ({bm:.1f}x, derived; {ref}) and the VM's did not "
+           "({vm:.1f}x): the rule flags the healthy machine, not the VM."),
 }
 
 
@@ -97,21 +98,35 @@ def growth_flagged(growth: float, batch: int) -> bool:
     return growth < FAR_BELOW * batch
 
 
-def step_growth_rule(vm_growth: float, bm_growth: float, batch: int, vm_ms: float, bm_ms: float) -> str:
-    """The rule applied to the VM and to the bare-metal reference alike, and what it then says: where it
-    flags both, it cannot tell them apart and the page says so."""
+def step_growth_rule(vm_growth: float, bm_growth: float, batch: int, vm_ms: float, bm_ms: float,
+                     ref: str = "the bare-metal reference") -> str:
+    """The rule applied to the VM and to the bare-metal reference alike (`ref`: which reference, in words),
+    and what it then says: where it flags both, it cannot tell them apart and the page says so."""
     key = {(True, True): "both", (True, False): "vm", (False, False): "neither", (False, True): "bm"}[
         (growth_flagged(vm_growth, batch), growth_flagged(bm_growth, batch))]
-    return GROWTH_RULE[key].format(vm=vm_growth, bm=bm_growth, vm_ms=vm_ms, bm_ms=bm_ms)
+    return GROWTH_RULE[key].format(vm=vm_growth, bm=bm_growth, vm_ms=vm_ms, bm_ms=bm_ms, ref=ref)
 
 
 def bare_metal_reference() -> tuple[float, float]:
     """(one stream, 64 in flight) output tokens/s of the bare-metal reference (data/reference/baremetal.csv,
     the cutlass MoE run the diagnosis also uses)."""
-    ref = recorded.load("reference/baremetal.csv")
-    ref = ref[(ref["metric"] == "output_throughput") & ref["system"].str.contains("cutlass")]
+    ref = _bare_metal_rows()
     pick = lambda c: float(ref.loc[ref["concurrency"] == c, "value"].iloc[0])  # noqa: E731
     return pick(1), pick(SAT_C)
+
+
+def _bare_metal_rows() -> pd.DataFrame:
+    ref = recorded.load("reference/baremetal.csv")
+    return ref[(ref["metric"] == "output_throughput") & ref["system"].str.contains("cutlass")]
+
+
+def bare_metal_name() -> str:
+    """The bare-metal reference in words: its system as data/reference/baremetal.csv names it (the MoE runner's
+    parenthesis left off) and whose figure it is (its note's first words)."""
+    r = _bare_metal_rows().iloc[0]
+    system = str(r["system"]).split(" (")[0]
+    note = str(r["note"]).split(" (")[0] if pd.notna(r["note"]) else "reference"
+    return f"{system}, a {note}"
 
 
 @dataclass(frozen=True)
@@ -142,6 +157,8 @@ class RecordedProfile:
     """The original VM's GPUs under load (recorded)."""
     rec_util: float
     rec_pow: float
+    rec_mem_lo: float           # memory busy, % of the time (the recorded range's ends)
+    rec_mem_hi: float
 
 
 @dataclass(frozen=True)
@@ -238,12 +255,15 @@ def sweep_facts(df: pd.DataFrame) -> RecordedSweep:
     log = server_log_point(df)
     bm1, bm64 = bare_metal_reference()
     growth, bm_growth = single / (sat / SAT_C), bm1 / (bm64 / SAT_C)
+    achieved = float(value(df, experiment="first_baseline", metric="achieved_concurrency"))
     return RecordedSweep(
-        rec_achieved_conc=float(value(df, experiment="first_baseline", metric="achieved_concurrency")),
+        rec_achieved_conc=achieved,
         rec_single=single, rec_sat_256=sat, rec_log_conc=log["concurrency"], rec_log_tok_s=log["value"],
         rec_scaling_256=sat / single, rec_per_stream_64=sat / SAT_C, rec_step_growth=growth,
+        rec_step_growth_achieved=single / (sat / achieved),
         rec_sat_c=SAT_C, bm_single=bm1, bm_sat=bm64, bm_step_growth=bm_growth, rec_step_1_ms=1e3 / single,
-        bm_step_1_ms=1e3 / bm1, growth_rule_text=step_growth_rule(growth, bm_growth, SAT_C, 1e3 / single, 1e3 / bm1))
+        bm_step_1_ms=1e3 / bm1, growth_rule_text=step_growth_rule(growth, bm_growth, SAT_C, 1e3 / single, 1e3 / bm1,
+                                                                  bare_metal_name()))
 
 
 def total_disagreement(df: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -316,9 +336,12 @@ def saturation_facts(df: pd.DataFrame, claims: pd.DataFrame) -> Saturation:
 
 
 def profile_facts(gpu_profile: pd.DataFrame) -> RecordedProfile:
-    """The original VM's GPUs under load (recorded): busy fraction and power against TDP."""
+    """The original VM's GPUs under load (recorded): busy fraction, power against TDP and memory busy."""
+    mem = {"metric": "memory_bandwidth_utilization"}
     return RecordedProfile(rec_util=float(value(gpu_profile, metric="gpu_utilization")),
-                           rec_pow=float(value(gpu_profile, metric="power_fraction_of_tdp")))
+                           rec_pow=float(value(gpu_profile, metric="power_fraction_of_tdp")),
+                           rec_mem_lo=float(value(gpu_profile, "value_low", **mem)),
+                           rec_mem_hi=float(value(gpu_profile, "value_high", **mem)))
 
 
 def profile_phrase(prof: pd.DataFrame | None, why_none: str) -> str:
@@ -396,11 +419,38 @@ def scaling_phrase(head: pd.DataFrame, why_none: str) -> str:
             f"at concurrency {f.live_sat_c} (measured; derived from the table above)")
 
 
+#: a point whose mean end-to-end latency exceeds its median by this factor has a slow request pulling its
+#: throughput (total tokens / duration) below what its typical request gives
+SLOW_MEAN_OVER_MEDIAN = 1.5
+
+
+def slow_phrase(live: pd.DataFrame | None) -> str:
+    """The points where a slow request pulls throughput down (mean E2E over SLOW_MEAN_OVER_MEDIAN times the
+    median), each with the throughput its median request would give (derived: concurrency x output tokens per
+    request / median E2E), or "" where none is."""
+    cols = {"mean_e2e_latency_ms", "median_e2e_latency_ms", "total_output_tokens", "completed"}
+    if live is None or not cols <= set(live.columns):
+        return ""
+    d = live[live.completed.astype(float) > 0]
+    d = d[d.mean_e2e_latency_ms.astype(float) > SLOW_MEAN_OVER_MEDIAN * d.median_e2e_latency_ms.astype(float)]
+    several = {"variant", "workload"} <= set(live.columns) and len(live[["variant", "workload"]].drop_duplicates()) > 1
+    parts = []
+    for r in d.itertuples():
+        at_median = r.concurrency * (r.total_output_tokens / r.completed) / (r.median_e2e_latency_ms / 1e3)
+        who = f" ({r.variant}, {r.workload})" if several else ""
+        parts.append(f"at concurrency {int(r.concurrency)}{who} a slow request pulls throughput down (mean E2E "
+                     f"{r.mean_e2e_latency_ms:.0f} ms, median {r.median_e2e_latency_ms:.0f} ms, measured; at the "
+                     f"median it would be {at_median:.0f} tokens/s, derived)")
+    return "; ".join(parts)
+
+
 def run_line(live: pd.DataFrame | None, status: str, scaling: str, profile: str) -> str:
-    """This run's sweep in one line: why there was none, or its size, its scaling and its GPU profile."""
+    """This run's sweep in one line: why there was none, or its size, its scaling, the points a slow request
+    pulled down (slow_phrase) and its GPU profile."""
     if live is None:
         return status
-    return f"{status}; {scaling}; GPU profile: {profile}"
+    slow = slow_phrase(live)
+    return f"{status}; {scaling}{'; ' + slow if slow else ''}; GPU profile: {profile}"
 
 
 #: the two disagreement tables' columns as a reader reads them

@@ -110,6 +110,17 @@ CAN = {"full": "Its figures are that server's at this workload and these assumed
                 "in full"}
 
 
+def check_settings(study) -> str:
+    """The harness check's own settings (helpers.serving.loadstudy.CHECK, with the workload, SLO and ramp the study
+    recorded), which replace the parameters cell's: those apply to the study in full."""
+    from helpers.serving.loadstudy import CHECK
+
+    cs = [str(c) for c in CHECK["concurrencies"]]
+    return (f"It used its own settings, not the parameters cell's (those apply in full): concurrencies "
+            f"{', '.join(cs[:-1])} and {cs[-1]}, {CHECK['rate_points']} open-loop rates, the {study.workload} workload, "
+            f"SLO {study.slo} and a {study.ramp_s:g} s ramp")
+
+
 #: whose the SLO is
 SLO_WHOSE = {"full": "assumed: set by the target", "check": "the harness check's own: two of the stand-in's token "
              "intervals, which a request past its knee takes three of"}
@@ -251,7 +262,7 @@ def facts(study) -> dict:
     warm = (f"a warm-up wave of {w['requests']} requests ({w.get('completed', 0)} completed), not counted"
             if w.get("requests") else "no warm-up (the study did not start)")
     return {"ld_what": study.target["what"] if isinstance(study.target, dict) else study.target.what,
-            "ld_can": CAN[study.kind], "ld_slo": f"{study.slo} ({SLO_WHOSE[study.kind]})",
+            "ld_can": CAN[study.kind] + (". " + check_settings(study) if study.kind == "check" else ""), "ld_slo": f"{study.slo} ({SLO_WHOSE[study.kind]})",
             "ld_share": f"{100 * study.slo_share:.0f} %",
             "ld_rule": (f"{study.requests_per_point} measured requests a closed-loop point, at least "
                         f"{study.rule_requests} so that {100 * study.slo_share:.0f} % inside allows one request "
