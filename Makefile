@@ -16,11 +16,14 @@ WHEELS   ?=
 SITE_RUN ?= runs/h100-20261206
 PYTEST_ARGS ?=
 export PY VENV ENV_KIND WHEELS
-# Bytecode goes into .venv/pycache, never beside the sources. A machine that sets PYTHONDONTWRITEBYTECODE=1 (this
-# workplace's do) otherwise has every Python process compile the package again and pytest rewrite every test's
-# asserts again: collecting the unit tier took 11 s of CPU without a cache and 4 s with one (2-core machine).
+# Bytecode is written (beside each module, in __pycache__/, which git ignores). A machine that sets
+# PYTHONDONTWRITEBYTECODE=1 (this workplace's do) otherwise has every Python process compile the package again and
+# pytest rewrite every test's asserts again: collecting the unit tier took 11 s of CPU without a cache and 4 s with
+# one (2-core machine). No PYTHONPYCACHEPREFIX: under one, Python ignores the bytecode pip compiled at install and
+# compiles pandas, matplotlib and torch again into it, which cost a fresh clone's first `make book` about 10 s
+# (66.7 s cold against 56.7 s warm, bench_book.py --chapters, 2-core machine).
 unexport PYTHONDONTWRITEBYTECODE
-export PYTHONPYCACHEPREFIX ?= $(abspath $(VENV))/pycache
+unexport PYTHONPYCACHEPREFIX
 
 RUNBOOK_ARGS = $(if $(strip $(RUN_ID)),--run-id $(RUN_ID)) $(foreach p,$(PARAMS),-p $(p))
 ENV_INPUTS   = pyproject.toml constraints/cpu.txt scripts/book-env.sh

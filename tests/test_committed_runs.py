@@ -1,6 +1,6 @@
 """The committed runs (runs/<id>, tracked by git) as the current main renders them: each strictly, with a
 status page that says which commit it was made from; and the listing of those runs, which is git's, never the
-reader's own runs beside them. The modules that read runs/ or _build/ are run again after each reader's command
+reader's own runs beside them. The modules that read runs/ or _build/ are run again after the readers' commands
 (tests/test_readers_commands.py): this is one of them."""
 import subprocess
 

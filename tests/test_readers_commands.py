@@ -2,8 +2,8 @@
 before `make test`, and what that leaves in the checkout (runs/<id>/, runs/latest, _build/) changes
 nothing about what the suite checks or whether it passes.
 
-Each test runs one command for real in a throw-away clone of this commit (git clone of HEAD), then, in
-that clone: collects the whole suite and compares the test ids with those of a clean clone (a test
+The test runs three commands for real, one after another, in a throw-away clone of this commit (git clone
+of HEAD), each checked as it ends, then, in that clone: collects the whole suite and compares the test ids with those of a clean clone (a test
 parametrized over what is on disk would show here), checks that no file git tracks was changed, and runs
 the test modules that read runs/ or _build/ (AFFECTED). `.ci/run` covers plain `make book` (the README's
 first command) before the whole suite. The clone reuses this checkout's .venv (VENV=<its path>, with make
@@ -44,17 +44,14 @@ VENV = Path(sys.prefix)
 AFFECTED = ["tests/test_committed_runs.py", "tests/test_packaging.py", "tests/test_book_site.py",
             "tests/test_notebooks.py", "tests/test_diagnosis.py", "tests/test_findings.py",
             "tests/test_recorded_labels.py"]
-#: of their slow tests, the one that reads committed runs at run time: each committed run rendered strictly
-#: (the published site's run among them); the others execute the book or build SITE_RUN into folders of
-#: their own and run once, in `make test` itself. After `make book TARGET=recorded` (a run folder, runs/latest
-#: and _build/ left behind: every kind of leftover the other commands leave) every committed run is rendered;
-#: after the other two commands the published run only (each render is about 25 s of CPU, and what decides
-#: whether leftovers reach a render, the runs it lists and the folder it builds into, is the same for every run)
+#: of their slow tests, the one that reads committed runs at run time, for the published site's run: the others
+#: execute the book or build SITE_RUN into folders of their own and run once, in `make test` itself. The
+#: published run only: each render is about 25 s of CPU, and what decides whether leftovers reach a render, the
+#: runs it lists and the folder it builds into, is the same for every run (`make test` itself renders every one)
 SLOW_READERS = ["tests/test_committed_runs.py::test_every_committed_run_renders_strictly_at_this_commit"]
 SITE_RUN_ID = re.search(r"^SITE_RUN\s*\?=\s*runs/(\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
 
-#: its three tests are minutes each and its module fixture (clean_ids) is made once per session: under
-#: `make test` (pytest-xdist) they run in parallel workers (tests/conftest.py)
+#: its module fixture (clean_ids) is made once per session (tests/conftest.py)
 SPREAD_ACROSS_WORKERS = True
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1500),
@@ -103,46 +100,61 @@ def clean_ids(tmp_path_factory):
                             lambda d: collected(clone_of_head(d / "clone"), d / "pytest"))
 
 
-def check_suite(clone: Path, tmp: Path, clean_ids: list[str], every_run: bool = False) -> None:
-    """After a reader's command: no tracked file changed, the same tests collected as in a clean clone,
-    and the affected modules pass in the clone (the strict render of every committed run with `every_run`,
-    else of the published one: SLOW_READERS)."""
+def check_suite(clone: Path, tmp: Path, clean_ids: list[str]) -> None:
+    """After a reader's commands: no tracked file changed, the same tests collected as in a clean clone,
+    and the affected modules pass in the clone (the strict render of the published run: SLOW_READERS)."""
     changed = subprocess.run(["git", "-C", str(clone), "status", "--porcelain", "--untracked-files=no"],
                              capture_output=True, text=True, check=True).stdout
     assert changed == "", f"the command changed files git tracks:\n{changed}"
     ids = collected(clone, tmp / "collect")
     assert ids == clean_ids, (f"collected only after the command: {sorted(set(ids) - set(clean_ids))[:10]}; "
                               f"only before: {sorted(set(clean_ids) - set(ids))[:10]}")
-    slow = SLOW_READERS if every_run else [*SLOW_READERS, "-k", SITE_RUN_ID]
-    for name, args in (("fast", ["-m", "not slow", *AFFECTED]), ("slow", slow)):
+    for name, args in (("fast", ["-m", "not slow", *AFFECTED]), ("slow", [*SLOW_READERS, "-k", SITE_RUN_ID])):
         p = pytest_in(clone, tmp / name, "-q", *args)
         assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-2000:]
         assert " passed" in p.stdout.splitlines()[-1], p.stdout[-2000:]
 
 
-def test_make_book_target_recorded_then_the_tests(tmp_path, clean_ids):
+def test_the_readers_commands_one_after_another_then_the_tests(tmp_path, clean_ids):
+    """`make site`, `make book TARGET=recorded`, then a `make book` stopped by Ctrl-C in chapter 06, one after
+    another in one clone, each checked as it ends; then the suite in what all three left: the published run's
+    site built, a finished run, and runs/latest naming an interrupted run (the most a reader's checkout can hold,
+    where three clones each checked one command's leftovers: about 250 s of CPU less on 2 cores)."""
     clone = clone_of_head(tmp_path / "clone")
+    _make_site(clone)
+    _make_book_recorded(clone)
+    _make_book_interrupted_in_chapter_06(clone, tmp_path)
+    check_suite(clone, tmp_path, clean_ids)
+
+
+def _make_site(clone: Path) -> None:
+    p = subprocess.run(make(clone, "site"), env=_env(clone), capture_output=True, text=True, timeout=1200)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert (clone / "_build" / "html" / ".nojekyll").exists() and (clone / "_build" / "html" / "index.html").exists()
+
+
+def _make_book_recorded(clone: Path) -> None:
     p = subprocess.run(make(clone, "book", "TARGET=recorded"), env=_env(clone), capture_output=True, text=True,
                        timeout=1200)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     latest = clone / "runs" / "latest"
     assert latest.is_symlink() and json.loads((latest / "manifest.json").read_text())["status"] == "ok"
     assert (clone / "_build" / "html" / "index.html").exists()
-    check_suite(clone, tmp_path, clean_ids, every_run=True)
 
 
-def test_make_book_interrupted_in_chapter_06_then_the_tests(tmp_path, clean_ids):
+def _make_book_interrupted_in_chapter_06(clone: Path, tmp_path: Path) -> None:
     """Ctrl-C as a terminal sends it: SIGINT to make's process group, once chapter 06 (the VM/P2P
-    chapter, target auto) has written its first collective point. The run stays behind, interrupted."""
-    clone = clone_of_head(tmp_path / "clone")
+    chapter, target auto) has written its first collective point. The run stays behind, interrupted, and
+    the site the commands before it built is as they left it."""
+    index = clone / "_build" / "html" / "index.html"
+    built = index.stat().st_mtime_ns
     tag = f"readers-{os.getpid()}-{time.monotonic_ns()}"
     log = (tmp_path / "make.log").open("w")
     p = subprocess.Popen(make(clone, "book"), env=_env(clone, BOOK_TEST_TAG=tag), stdout=log,
                          stderr=subprocess.STDOUT, start_new_session=True)
-    points = clone / "runs" / "latest" / "results" / "06_vm_p2p" / "collective_points"
     deadline = time.monotonic() + 900
     try:
-        while not any(f.stat().st_size for f in points.glob("points-*.jsonl")):
+        while not _first_collective_point(clone, before=built):
             assert p.poll() is None, f"make book ended (exit {p.returncode}) before chapter 06's first point"
             assert time.monotonic() < deadline, "chapter 06 wrote no collective point within 900 s"
             time.sleep(0.2)
@@ -165,13 +177,11 @@ def test_make_book_interrupted_in_chapter_06_then_the_tests(tmp_path, clean_ids)
     while tagged(tag) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert tagged(tag) == {}, f"left running after Ctrl-C: {tagged(tag)}"
-    assert not (clone / "_build" / "html").exists()     # interrupted before the build
-    check_suite(clone, tmp_path, clean_ids)
+    assert index.stat().st_mtime_ns == built, "the interrupted run built the site (it stopped before the build)"
 
 
-def test_make_site_then_the_tests(tmp_path, clean_ids):
-    clone = clone_of_head(tmp_path / "clone")
-    p = subprocess.run(make(clone, "site"), env=_env(clone), capture_output=True, text=True, timeout=1200)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert (clone / "_build" / "html" / ".nojekyll").exists() and (clone / "_build" / "html" / "index.html").exists()
-    check_suite(clone, tmp_path, clean_ids)
+def _first_collective_point(clone: Path, before: int) -> bool:
+    """Chapter 06 of the run that runs/latest names has written a collective point (the recorded run's folder,
+    which runs/latest names until the new run starts, has none)."""
+    points = clone / "runs" / "latest" / "results" / "06_vm_p2p" / "collective_points"
+    return any(f.stat().st_size and f.stat().st_mtime_ns > before for f in points.glob("points-*.jsonl"))

@@ -79,6 +79,44 @@ def parse_chapters(text: str | None, root: Path | None = None) -> list[str] | No
     return list(dict.fromkeys(names))
 
 
+def gpu_visible() -> bool:
+    """Whether this machine shows an NVIDIA GPU to its processes (a device node or the driver's /proc entry)."""
+    return Path("/dev/nvidia0").exists() or Path("/proc/driver/nvidia/gpus").is_dir()
+
+
+def effective(step: dict, name: str) -> str:
+    """A parameter's value for this step, as text: what the plan injects, else the notebook's default."""
+    if name in step["parameters"]:
+        return str(step["parameters"][name])
+    return step.get("defaults", {}).get(name, "").strip().strip("'\"")
+
+
+def quiet(step: dict, gpu: bool) -> bool:
+    """Whether the chapter times nothing in this run, so it may run beside another chapter that times nothing
+    (helpers.core.layout.QUIET_IN_AUTO_WITHOUT_GPU, COMPUTES_ONLY): every chapter in mode recorded or replay,
+    the computing chapters always, and the chapters that read recorded data in mode auto where no GPU is seen
+    and no server or CPU engine is given. Anything else runs alone, as every chapter did before."""
+    s = step["stem"]
+    if s in layout.COMPUTES_ONLY:
+        return True
+    mode = effective(step, "mode")
+    if mode in (*layout.RECORDED_MODES, layout.REPLAY_MODE):
+        return True
+    if mode != "auto" or gpu or s not in layout.QUIET_IN_AUTO_WITHOUT_GPU:
+        return False
+    for name, value in layout.MEASURES_WHEN.items():
+        if name in step.get("declared", ()):
+            v = effective(step, name)
+            if (value is None and v) or (value is not None and v == value):
+                return False
+    return True
+
+
+def producers(step: dict) -> set[str]:
+    """The chapters whose results this one reads (helpers.core.layout.NEEDS)."""
+    return {n.producer for n in layout.NEEDS.get(step["stem"], ())}
+
+
 def plan(target: Target, root: Path | None = None, only: list[str] | None = None,
          run_dir: Path | None = None, check_values: bool = True) -> list[dict]:
     """Per chapter: docname, notebook path, parameters to inject (validated against what the
@@ -125,6 +163,7 @@ def plan(target: Target, root: Path | None = None, only: list[str] | None = None
         skipped = s in target.skip or (only is not None and s not in only)
         steps.append({"docname": doc, "stem": s, "notebook": nb, "parameters": params,
                       "declared": list(declared), "skip": skipped,
+                      "defaults": {k: str((v or {}).get("default", "")) for k, v in declared.items()},
                       "origins": {k: target.step_origin(s, k) for k in params}})
     for c, values in [("", target.parameters), *target.chapters.items()]:
         for k in ALWAYS:

@@ -237,6 +237,14 @@ def _start(args, runs_dir: Path, root: Path) -> tuple[Target, list[str] | None, 
     return target, only, run_dir, lock
 
 
+def executed_line(manifest: Manifest) -> str:
+    """The run's execution in a line: its wall time in this session (chapters that time nothing run two at a time:
+    helpers.book.execution) and, where that differs, the chapters' own times summed."""
+    wall = manifest.session_duration_s if manifest.session_duration_s is not None else manifest.duration_s
+    both = f" ({manifest.duration_s:.1f} s of chapters, some side by side)" if manifest.duration_s > wall + 0.5 else ""
+    return f"executed in {wall:.1f} s{both}: status {manifest.status}"
+
+
 def _execute_and_build(args, target: Target, run_dir: Path, root: Path, only: list[str] | None,
                        manifest: Manifest | None, out_dir: Path | None) -> int:
     """Execute the run (a new one, or what is left of a resumed one), then build the site unless
@@ -248,7 +256,7 @@ def _execute_and_build(args, target: Target, run_dir: Path, root: Path, only: li
         print(f"\ninterrupted ({str(exc) or 'Ctrl-C'}): the manifest says which chapters finished; continue with "
               f"python -m helpers.book.runbook --resume {run_dir}", file=sys.stderr)
         return 130 if not isinstance(exc, RunInterrupted) else 143
-    print(f"executed in {manifest.duration_s:.1f} s: status {manifest.status}")
+    print(executed_line(manifest))
     if not args.no_build:
         build(run_dir, root, strict=not args.no_strict, out_dir=out_dir)
     if manifest.status == "partial":

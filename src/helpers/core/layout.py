@@ -321,6 +321,18 @@ NEEDS: dict[str, tuple[Need, ...]] = {
 #: Chapters whose needs are waived in a mode that uses recorded inputs only.
 RECORDED_MODES = ("recorded",)
 
+#: Chapters that time nothing in mode "auto" on a machine without an NVIDIA GPU: they read recorded data (the
+#: serving chapters launch a server only with sglang and a GPU, a given server_url or engine "transformers"),
+#: read no GPU (05, 08) or compute from other chapters' results. The runbook runs such chapters side by side
+#: (helpers.book.execution); a chapter that times something always runs alone.
+QUIET_IN_AUTO_WITHOUT_GPU = ("02_nan_crash", "03_baselines_tuning", "04_moe_runners", "05_expert_parallelism",
+                             "08_this_machine")
+#: Chapters that time nothing in any mode: they compute from data and other chapters' results.
+COMPUTES_ONLY = ("07_diagnosis", "90_provenance")
+#: The parameters with which a quiet chapter would measure after all: a server to benchmark, or an engine that
+#: launches without a GPU (its value here).
+MEASURES_WHEN = {"server_url": None, "engine": "transformers"}
+
 #: The mode in which a chapter that measures in `auto` presents what its `auto` execution saved in the run,
 #: measuring nothing (helpers.book.replay); a chapter offers it where its PARAMS' `mode` allows it.
 REPLAY_MODE = "replay"
