@@ -38,8 +38,8 @@ STATEMENTS = (
     Statement(DIAG, ("bm_pt_64", "bm_lo_64", "bm_hi_64"), r"and {n} at concurrency 64 \(band {n} - {n} \)"),
     Statement(DIAG, ("bm_pt_1", "bm_pt_64"), r"predicts {n} and {n} tokens/s, the one bare-metal prediction"),
     # the one-stream step and its split
-    Statement(INTRO, ("step_1", "split_experts_1", "split_ar_1", "split_attention_1", "split_rest_1"),
-              r"one-stream step of {n} ms is experts {n} %, all-reduces {n} %, the attention core[^%]*? {n} %, "
+    Statement(INTRO, ("step_mid_1", "split_experts_1", "split_ar_1", "split_attention_1", "split_rest_1"),
+              r"every input at its middle value, its one-stream step of {n} ms is experts {n} %, all-reduces {n} %, the attention core[^%]*? {n} %, "
               r"the rest \(the attention's projections among it\) {n} %"),
     Statement(DIAG, ("step_1", "step_mid_1", "split_experts_1", "split_ar_1", "split_attention_1", "split_rest_1"),
               r"The one-stream step, {n} ms \(the band's median; the shares are of the step at every input's middle "
