@@ -55,7 +55,7 @@ PRICED_AS = {
     "p2p_in_vm": "the host path replaced by bare metal's NCCL: the step loses each scenario's excess (band over scenarios)",
     "enabler": "no gain alone: it is what a clique needs",
     "condition": "not a remedy: it decides whether the clique can work",
-    "nccl_tuning": "each host-path model's all-reduce replaced by the tuned arm's (NCCL without P2P, 32-64 channels, a 64 MB buffer: the community's end-to-end figures turned into a per-all-reduce cost; band over the models)",
+    "nccl_tuning": "each host-path model's all-reduce replaced by the tuned arm's (NCCL without P2P, 32-64 channels, a 64 MB buffer: the community's tuning, not the settings the investigation listed; its end-to-end figures turned into a per-all-reduce cost; band over the models)",
     "tp4_pp2": "four ranks per all-reduce (each scenario at 4 ranks), compute doubled (the stages run one after the other at one batch)",
     "fewer_gpus": "TP4 on four GPUs",
     "mtp": "not priced: no acceptance rate for GLM-5 on this deployment is recorded",
