@@ -13,6 +13,10 @@ def _t(df, **kw):
     return tables.table(df, fold_after=None, **kw)
 
 
+#: an observation in tokens/s to one decimal, as the sources record it and the prose states it (50.4, not 50)
+OBS = {"observed (tokens/s)": 1}
+
+
 def first_budget_fold(inputs: Part, mapping: Part, baseline: Part, check: Part) -> Folded:
     """Section 1: the inputs, the mapping, the budget's terms and its check against every observed figure."""
     cmp = check.tables["comparison"]
@@ -22,8 +26,8 @@ def first_budget_fold(inputs: Part, mapping: Part, baseline: Part, check: Part) 
          _t(human(inputs.tables["inputs"], "inputs"))),
         ("one 8-GPU all-reduce by mapping and message size (µs)", _t(table, rename=headers(table))),
         ("the budget by term and batch", _t(human(baseline.tables["budget_baseline"], "baseline"))),
-        ("every observed figure in the sources", _t(human(check.shown["observations"], "observations"))),
-        ("the budget against each chosen figure", _t(human(cmp, "comparison"))),
+        ("every observed figure in the sources", _t(human(check.shown["observations"], "observations"), digits={"tokens/s": 1})),
+        ("the budget against each chosen figure", _t(human(cmp, "comparison"), digits=OBS)),
         ("the same as step times: what is missing", _t(human(cmp, "comparison_ms")))])
 
 
@@ -31,7 +35,7 @@ def measured_compute_fold(mc: Part, pj: Part) -> Folded:
     """Section 2: the budget on measured compute and the projection's check."""
     return folded("the budget on measured compute: components, every budget against the observations, the projection's check", [
         ("each component's time at 1 and 64 (ms): bare metal's budget on measured kernels", _t(mc.shown["components"])),
-        ("every budget against the observations", _t(human(mc.tables["budgets"], "budgets"))),
+        ("every budget against the observations", _t(human(mc.tables["budgets"], "budgets"), digits=OBS)),
         ("where the measured-kernel budget misses", _t(human(mc.tables["goal"], "goal"))),
         ("the projection operation by operation against the kernels measured on the recorded GPU",
          _t(human(pj.tables["projection_check"], "projection_check")))])
@@ -43,11 +47,11 @@ def band_fold(band: Part, ceil: Part) -> Folded:
         ("each unmeasured input: its low, mid and high value and why",
          _t(human(band.tables["verdict_inputs"], "verdict_inputs"))),
         ("bare metal predicted with its 5-95 % band",
-         _t(human(band.shown["bare_metal_band"], "bare_metal_band"), digits={"error (%)": 0})),
+         _t(human(band.shown["bare_metal_band"], "bare_metal_band"), digits={"error (%)": 0, **OBS})),
         ("aiconfigurator's own estimator on GLM-5's graph (its DSA op as dense MLA; section 2: on DeepSeek-V3's)",
-         _t(human(band.shown["peer"], "peer"), digits={"this book's error (%)": 0, "aiconfigurator's error (%)": 0})),
+         _t(human(band.shown["peer"], "peer"), digits={"this book's error (%)": 0, "aiconfigurator's error (%)": 0, **OBS})),
         ("every observed and predicted point as a fraction of the physical ceiling",
-         _t(human(ceil.tables["ceilings"], "ceilings"), digits={"of the ceiling (%)": 0}))])
+         _t(human(ceil.tables["ceilings"], "ceilings"), digits={"of the ceiling (%)": 0, "tokens/s": 1}))])
 
 
 def held_out_fold(h: Part) -> Folded:
@@ -63,7 +67,7 @@ def vm_predicted_fold(s: Part) -> Folded:
     scenarios = s.shown["scenarios"]
     return folded("the host-path models, and every recorded VM observation against each model's band", [
         ("the host-path models and the evidence each rests on", _t(scenarios, rename=headers(scenarios))),
-        ("every recorded VM observation against each band (tokens/s)", _t(human(s.shown["vm_scores"], "vm_scores")))])
+        ("every recorded VM observation against each band (tokens/s)", _t(human(s.shown["vm_scores"], "vm_scores"), digits=OBS))])
 
 
 def attribution_fold(s: Part) -> Folded:

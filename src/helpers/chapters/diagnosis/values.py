@@ -197,6 +197,7 @@ class BareMetalBandValues:
     changed_inputs: str
     n_changed: int
     first_band_text: str
+    mid_vs_budget: str         # the inputs whose middle values differ from section 2's single-value budget
     n_samples: int
     band_seed: int
     hidden_mid_pct: float

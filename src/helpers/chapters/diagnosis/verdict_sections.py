@@ -27,22 +27,54 @@ BAND_TEXT = {
 FIRST_BAND_TEXT = {
     (False, True): ("As first registered, the band at 64 did not contain the observation; the ranges were widened "
                     "after that comparison, toward it. Read the band at 64 as fitted to the observation, not as "
-                    "a prediction: with the evidence first in hand, bare metal at 64 is faster than its inputs "
-                    "explain."),
+                    "a prediction."),
     (True, True): "The band at 64 contained the observation before any range changed as well.",
-    (False, False): ("Neither the band as first registered nor today's contains the observation at 64: bare metal at 64 "
-                     "is faster than the inputs in hand explain. That is a finding, not a range to widen until it fits."),
+    (False, False): ("Neither the band as first registered nor today's contains the observation at 64. That is a "
+                     "finding, not a range to widen until it fits."),
     (True, False): "The band at 64 contained the observation as first registered, and no longer does.",
 }
-def where_in_band(pctile: float, inside: bool, c: int) -> str:
+def where_in_band(pctile: float, inside: bool, c: int, band: tuple[float, float] | None = None,
+                  observed: float | None = None, at_mid: float | None = None) -> str:
     """Where an observation sits against its band, in words chosen from its percentile among the draws (to one
-    decimal, as the band table shows it: 0.2 is not 0)."""
+    decimal, as the band table shows it: 0.2 is not 0). Outside the band, with the band (low, high), the
+    observation and the prediction at every input's middle value (`at_mid`): where that prediction lies
+    beyond the band on the observation's side, the ranges lean away from the observation and the words say so
+    (the band misses it, not the middle values alone); otherwise the observation is beyond what the inputs in
+    hand explain."""
     p = f"{round(pctile, 1):g}"
     if inside:
         return f"inside it, at percentile {p} of the draws"
-    side, speed = ("above", "faster") if pctile >= 50 else ("below", "slower")
-    return (f"{side} it, at percentile {p} of the draws: bare metal at {c} is {speed} than the inputs in "
-            f"hand explain")
+    above = pctile >= 50
+    side, speed = ("above", "faster") if above else ("below", "slower")
+    head = f"{side} it, at percentile {p} of the draws"
+    if band is None or observed is None or at_mid is None:
+        return head
+    d = 1 if c == 1 else 0
+    edge = band[1] if above else band[0]
+    if (at_mid > edge) if above else (at_mid < edge):
+        gap = 100 * (at_mid - observed) / observed
+        lean = "slower" if above else "faster"
+        tail = ("so the band misses by more than the middle values do"
+                if abs(at_mid - observed) < abs(edge - observed) else "and the middle values overshoot the observation")
+        return (f"{head}, as is the prediction at every input's middle value, {at_mid:.{d}f}, "
+                f"{abs(gap):.1f} % {'below' if gap < 0 else 'above'} the observation: the ranges lean toward {lean} "
+                f"steps, {tail}")
+    return (f"{head} and {side} the prediction at every input's middle value ({at_mid:.{d}f}): bare metal at "
+            f"{c} is {speed} than the inputs in hand explain")
+
+
+def mid_against_budget(v) -> str:
+    """How the middle values differ from section 2's single-value budget (aiconfigurator's NCCL table for the
+    all-reduces, the shared expert wholly hidden), read from bare metal's input ranges; "section 2's inputs" where none differs."""
+    words = []
+    u = v.inputs.get("collective_curve", BARE).mid
+    if u < 1:
+        words.append("the all-reduces from the community's tuned NCCL curve" if u == 0 else
+                     f"the all-reduces {u:.0%} of the way from the community's tuned NCCL curve to aiconfigurator's table")
+    h = v.inputs.get("shared_hidden", BARE).mid
+    if h < 1:
+        words.append(f"{100 * h:.0f} % of the shared expert hidden")
+    return " and ".join(words) if words else "section 2's inputs"
 
 
 def band_history(n_changed: int, first: dict) -> str:
@@ -106,7 +138,10 @@ def bare_metal_band(d: Diagnosis) -> Part:
     values["changed_inputs"] = changed_words(changed)
     values["n_changed"] = len(changed)
     for c in ENDS:
-        values[f"bm_where_{c}"] = where_in_band(values[f"bmb_pctile_{c}"], inside[c], c)
+        values[f"bm_where_{c}"] = where_in_band(values[f"bmb_pctile_{c}"], inside[c], c,
+                                                (values[f"bmb_lo_{c}"], values[f"bmb_hi_{c}"]), values[f"bmb_obs_{c}"],
+                                                values[f"bmb_atmid_{c}"])
+    values["mid_vs_budget"] = mid_against_budget(v)
     step_obs_1 = 1e3 / values["bmb_obs_1"]
     values["bm_takeaway"] = ("a deployment slower than the band's end is losing time outside the kernels" if inside[1] else
                              f"the healthy reference itself ran outside that band ({step_obs_1:.1f} ms), so hold a "
