@@ -167,6 +167,23 @@ def test_a_peer_copy_the_harness_text_cites_that_is_missing_is_named():
     assert "Directly from GPU 0" not in ch.harness_floor(cs[cs.path != "peer"], small, "1x").harness_text
 
 
+def test_the_latency_regime_and_an_outlier_copy_are_said_from_the_numbers():
+    """Section 1's takeaway says up to how many tokens decode is latency-bound (a reading found "a latency problem,
+    not a bandwidth one" beside 768 KiB at 64 tokens, twice the crossover); section 2 flags a host-memory copy
+    slower than OUTLIER_X times a larger one (the H100 run's graph copy: 13.3 us at 12 KiB, 8.1 us at 32 KiB)."""
+    from helpers.chapters.vm_p2p import link
+
+    dec = copies.decode_message_sizes()
+    words = link.regime_words(dec, 365 * 1024)
+    assert words.startswith("so decoding is latency-bound up to about 30 tokens (derived); at 64 tokens")
+    assert link.regime_words(dec, 2**30).startswith("so every decode message, up to 64 tokens, is a latency problem")
+    cs = _run("h100-20261206b")[0]
+    small = suite.recorded_copy_sweep().sort_values("size_bytes").iloc[0]
+    text = ch.harness_floor(cs, small, "1x NVIDIA H100").harness_text
+    assert "us in a graph (an outlier: 1.7 times the 8.1 us of a larger copy, at 32 KiB) here." in text, text
+    assert "eager (an outlier" not in text
+
+
 def test_variants_without_the_rows_they_rank_fail():
     coll = _run("h200x2-20261129f")[1]
     with pytest.raises(PickError, match="no variant row at the decode sizes"):

@@ -113,6 +113,8 @@ def test_published_one_gpu_run_prices_nothing_from_a_one_rank_link():
     assert v.lines["observed"].startswith("nothing observed (chapter 03 served transformers")
     assert "a stand-in, not GLM-5" in v.lines["observed"]
     assert v.loss is None and v.lines["remedy"].startswith("none called for")
+    # section 2 does not claim a timing the run did not make (reading item: "Timed as the recipe times it" on one GPU)
+    assert ch.answer_values(v).tm_ar_timed == "Not timed in this run (1 GPU); the decisive recipe times it so"
 
 
 def test_two_gpu_study_renders_its_pair_and_pair_all_reduce():
@@ -126,6 +128,7 @@ def test_two_gpu_study_renders_its_pair_and_pair_all_reduce():
     assert v.lines["allreduce"].startswith(f"over 2 GPUs {at12:.1f} µs at 12 KiB")
     assert "h200_sxm" in v.lines["allreduce"] and v.allreduce["gpus"].eq(2).all()
     assert v.lines["remedy"] == "none: no check failed on this machine"
+    assert ch.answer_values(v).tm_ar_timed == "Timed as the decisive recipe times it"
 
 
 def test_synthetic_8_gpu_vm_without_p2p_line_by_line():
@@ -196,6 +199,7 @@ def test_an_observation_of_a_stand_in_is_no_observation():
 def test_recorded_mode_names_what_to_run():
     v = ch.verdict(Inputs("recorded"))
     assert all(line.startswith("not measured here") for line in v.lines.values())
+    assert ch.answer_values(v).tm_ar_timed.startswith("Not timed in this run (recorded data only)")
 
 
 def test_the_healthy_pair_is_read_by_the_recipe_slower_than_the_table():

@@ -95,9 +95,12 @@ class EpFacts:
     top_k: int
     ep_tp_ratio: float
     tp_rounds: int
+    ep_rounds: int
     dpep_GiB: float
     dpep_kv: float
     budget_GiB: float
+    ep_bytes_words: str     # the status report's "no fewer bytes" against the ratio (bytes_words)
+    ep_memory_words: str    # which EP layout memory counts against (memory_words)
 
 
 def _named(df: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -261,10 +264,65 @@ def ep_facts(m: ma.ModelConfig, vol: pd.DataFrame, wide: pd.DataFrame, fit: pd.D
         raise DataError("the EP/TP volume table needs one TP and one EP row at 1 token")
     dpep = _layout(fit, system, f"DP attention + EP{gpus} experts")
     per_token = m.hidden * (2 + 2)  # dispatch + combine in bf16, ep_vs_tp_volume's defaults
+    ratio, tp_rounds, ep_rounds = float(wide["EP / TP"].iloc[-1]), int(tp1.rounds.iloc[0]), int(ep1.rounds.iloc[0])
     return EpFacts(remote=float(ep1.bytes_sent_per_gpu.iloc[0]) * gpus / per_token, n_routed=m.n_routed,
-                   top_k=m.top_k, ep_tp_ratio=float(wide["EP / TP"].iloc[-1]), tp_rounds=int(tp1.rounds.iloc[0]),
+                   top_k=m.top_k, ep_tp_ratio=ratio, tp_rounds=tp_rounds, ep_rounds=ep_rounds,
                    dpep_GiB=float(dpep.weights_per_gpu_GiB), dpep_kv=float(dpep.kv_tokens_per_gpu),
-                   budget_GiB=float(dpep.budget_GiB))
+                   budget_GiB=float(dpep.budget_GiB), ep_bytes_words=bytes_words(ratio, ep_rounds, tp_rounds),
+                   ep_memory_words=memory_words(fit, system, gpus))
+
+
+#: EP / TP bytes within this fraction of 1 agree with "no fewer bytes"; within a factor of BYTES_ROUGH it is only
+#: roughly right; beyond, the arithmetic contradicts it
+BYTES_SAME, BYTES_ROUGH = 0.10, 2.0
+
+
+def bytes_words(ratio: float, ep_rounds: int, tp_rounds: int) -> str:
+    """The status report's "no fewer bytes" against the derived EP / TP byte ratio (BYTES_SAME, BYTES_ROUGH), and
+    whether the rounds differ more than the bytes."""
+    if ratio <= 0 or ep_rounds <= 0 or tp_rounds <= 0:
+        raise DataError(f"EP / TP: ratio {ratio} and rounds {ep_rounds}, {tp_rounds} must be positive")
+    pct = 100 * abs(1 - ratio)
+    more = f"{pct:.0f} % {'fewer' if ratio < 1 else 'more'}"
+    if abs(1 - ratio) <= BYTES_SAME:
+        head = f"The arithmetic agrees with the status report: EP sends about TP's bytes ({more}, derived)"
+    elif 1 / BYTES_ROUGH <= ratio <= BYTES_ROUGH:
+        head = (f"The arithmetic gives EP {ratio:.2f} times TP's bytes ({more}, derived), so the status report's "
+                "\"no fewer bytes\" is only roughly right")
+    else:
+        head = f"The arithmetic contradicts the status report: EP sends {ratio:.2f} times TP's bytes (derived)"
+    rounds = max(ep_rounds, tp_rounds) / min(ep_rounds, tp_rounds)
+    bytes_x = max(ratio, 1 / ratio)
+    tail = (f"; the rounds differ more, {ep_rounds} against {tp_rounds}" if rounds > bytes_x
+            else f"; the rounds differ less, {ep_rounds} against {tp_rounds}")
+    return head + tail
+
+
+#: a layout leaving less than this share of TP's KV cache is one memory counts against
+KV_SHARE_LOW = 0.5
+
+
+def memory_words(fit: pd.DataFrame, system: str, gpus: int = 8) -> str:
+    """Which EP layout memory counts against on `system`, from the memory-fit table: EP with tensor-parallel
+    attention and EP with data-parallel attention, each against TPn (a layout that does not fit, or leaves less
+    than KV_SHARE_LOW of TPn's KV cache, is one memory counts against)."""
+    tp, tpep = _layout(fit, system, f"TP{gpus}"), _layout(fit, system, f"TP{gpus} attention + EP{gpus} experts")
+    dpep = _layout(fit, system, f"DP attention + EP{gpus} experts")
+    tp_kv = float(tp.kv_tokens_per_gpu)
+
+    def share(row) -> float:
+        return float(row.kv_tokens_per_gpu) / tp_kv if row.fits and tp_kv > 0 else 0.0
+
+    s = share(tpep)
+    said = (f"EP{gpus} with tensor-parallel attention does not fit" if not tpep.fits
+            else f"EP{gpus} with tensor-parallel attention fits as TP{gpus} does" if abs(s - 1) < 0.005
+            else f"EP{gpus} with tensor-parallel attention leaves {100 * s:.0f} % of TP{gpus}'s KV cache")
+    low = {name for row, name in ((tpep, "tp"), (dpep, "dp")) if share(row) < KV_SHARE_LOW}
+    verdict = {frozenset(): f"on these GPUs memory rules out neither EP{gpus} layout",
+               frozenset({"dp"}): "on these GPUs memory counts against data-parallel attention, not against EP",
+               frozenset({"tp"}): f"on these GPUs memory counts against EP{gpus} with tensor-parallel attention",
+               frozenset({"tp", "dp"}): f"on these GPUs memory counts against EP{gpus} in both layouts"}[frozenset(low)]
+    return f"{said}: {verdict}"
 
 
 def ep_tp_figure(wide: pd.DataFrame, tp_col: str, ep_col: str, height: float = 3.4):

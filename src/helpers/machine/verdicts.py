@@ -106,7 +106,8 @@ def _p2p_read(res: dict, gpus: list[dict], n: int) -> Verdict:
         elif len(bad) == len(pairs):
             return Verdict("p2p_read", "problem",
                            f"no pair supports P2P read ({codes} on all {len(pairs)}): every all-reduce "
-                           "bounces through host memory (NCCL's SHM transport), costing latency per layer")
+                           "bounces through host memory (NCCL's SHM transport assumed; the transport was not logged), "
+                           "costing latency per layer")
         else:
             return Verdict("p2p_read", "warn",
                            f"{len(bad)} of {len(pairs)} ordered pairs lack P2P read ({codes}): rings "

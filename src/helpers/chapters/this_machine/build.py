@@ -16,7 +16,7 @@ def verdict(inp: Inputs, model: str = "glm5", predictor=None) -> MachineVerdict:
     if inp.mode == "recorded":
         for k in ("vm", "p2p", "allreduce", "predicted", "observed", "remedy"):
             v.lines[k] = f"not measured here: this page was built from recorded data alone; run {FILL['gpu']}"
-        v.values.update({"chk1": "not probed in this run", "system": "none"})
+        v.values.update({"chk1": "not probed in this run", "system": "none", "ar_untimed": "recorded data only"})
         return v
     vm_part(v, inp)
     p2p_part(v, inp)

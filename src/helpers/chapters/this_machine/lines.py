@@ -73,11 +73,13 @@ def _ref_words(system, gpus, t) -> str:
 def allreduce_part(v: MachineVerdict, inp: Inputs, m: ma.ModelConfig) -> None:
     """Part 2: the all-reduce at the decode sizes over this run's GPUs, beside the healthy reference."""
     if inp.gpus < 2:
+        v.values["ar_untimed"] = "no GPU" if inp.gpus < 1 else "1 GPU"
         v.lines["allreduce"] = ("not measured here: one GPU has no collective to time (a one-rank all-reduce moves "
                                 f"nothing between GPUs, so nothing is priced from it); {FILL['pairs']} fills this part")
         return
     meas, how = tm.measured_allreduce(inp.recipe, inp.sweep)
     if meas is None:
+        v.values["ar_untimed"] = "no all-reduce timing in this run"
         v.lines["allreduce"] = f"{how}; {FILL['pairs']} fills this part"
         return
     system = tm.reference_system(inp.device)

@@ -176,12 +176,22 @@ class Values:
     chk1: str
     tm_system: str
     tm_pred_how: str
+    tm_ar_timed: str    # section 2's opening: timed by the decisive recipe, or not timed and why (ar_timed)
+
+
+def ar_timed(v: MachineVerdict) -> str:
+    """Section 2's opening words: whether this run timed the all-reduce, and if not, why (the recipe is then
+    described, not claimed)."""
+    if v.allreduce is not None:
+        return "Timed as the decisive recipe times it"
+    why = v.values.get("ar_untimed", "nothing was timed")
+    return f"Not timed in this run ({why}); the decisive recipe times it so"
 
 
 def answer_values(v: MachineVerdict) -> Values:
     return Values(v.lines["vm"], v.lines["p2p"], v.lines["allreduce"], v.lines["predicted"], v.lines["observed"],
                   v.lines.get("thresholds", v.lines["observed"]), v.lines["remedy"], v.values["chk1"],
-                  v.values["system"], v.values.get("pred_how", "no prediction in this run"))
+                  v.values["system"], v.values.get("pred_how", "no prediction in this run"), ar_timed(v))
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ class RecordedLink:
     rec_beta_GBps: float        # the fit's beta (derived)
     rec_fit_err_pct: float      # the fit's largest relative error
     rec_crossover_kib: float    # where alpha and size/beta are equal (derived)
+    rec_regime_words: str       # up to how many tokens decode's copy is latency-bound (regime_words; derived)
 
 
 def recorded_link(recorded: pd.DataFrame, fit: pd.Series, decode: pd.DataFrame) -> RecordedLink:
@@ -30,10 +31,25 @@ def recorded_link(recorded: pd.DataFrame, fit: pd.Series, decode: pd.DataFrame) 
     if recorded.empty:
         raise PickError("recorded link: the recorded copy sweep has no GPU-to-GPU rows (data/recorded/copy_sweep.csv)")
     small = recorded.sort_values("size_bytes").iloc[0]
+    cross = float(fit.alpha_us * fit.beta_GBps * 1e3)    # bytes where size/beta equals alpha
     return RecordedLink(hidden=int(decode.hidden_size.iloc[0]), rec_small_us=float(small.time_us),
                         rec_small_kib=float(small.size_bytes / 1024), rec_alpha_us=float(fit.alpha_us),
                         rec_beta_GBps=float(fit.beta_GBps), rec_fit_err_pct=float(100 * fit.max_rel_err),
-                        rec_crossover_kib=float(fit.alpha_us * fit.beta_GBps * 1e3 / 1024))
+                        rec_crossover_kib=cross / 1024, rec_regime_words=regime_words(decode, cross))
+
+
+def regime_words(decode: pd.DataFrame, crossover_bytes: float) -> str:
+    """Up to how many tokens a decode copy costs mostly its fixed latency (size/beta below alpha), and what the
+    bandwidth term is against alpha at the largest decode size (`decode`: copies.decode_message_sizes)."""
+    if decode.empty or crossover_bytes <= 0:
+        raise PickError(f"latency regime: no decode sizes ({len(decode)}) or a crossover of {crossover_bytes} B")
+    per_token = float(decode.size_bytes.iloc[0]) / float(decode.tokens.iloc[0])
+    top = decode.sort_values("size_bytes").iloc[-1]
+    x = float(top.size_bytes) / crossover_bytes
+    if x <= 1:
+        return f"so every decode message, up to {int(top.tokens)} tokens, is a latency problem, not a bandwidth one"
+    return (f"so decoding is latency-bound up to about {crossover_bytes / per_token:.0f} tokens (derived); at "
+            f"{int(top.tokens)} tokens the bandwidth term is {x:.1f} times α")
 
 
 # ------------------------------------------------------------------------------------------ 2. P2P matrix
@@ -156,9 +172,28 @@ def _gpu_floor_text(cs, one_token: int, eager: float, graph: float, share: float
             f"from Python and {graph:.2f} us inside a CUDA graph, so issuing it costs about {eager - graph:.1f} us. "
             f"That harness floor alone is {100 * share:.0f} % of the recorded {rec:.1f} us (derived: a different GPU, "
             "host and driver, so an estimate of the share, not a decomposition of the original measurement). "
-            f"Through host memory the same copy takes {hb_e:.1f} us eager and {hb_x:.1f} us "
-            f"{'in a graph' if hb_h == 'graph' else 'queued'} here.")
+            f"Through host memory the same copy takes {hb_e:.1f} us eager{_outlier(cs, 'host_bounce', 'eager', one_token)} "
+            f"and {hb_x:.1f} us {'in a graph' if hb_h == 'graph' else 'queued'}"
+            f"{_outlier(cs, 'host_bounce', hb_h, one_token)} here.")
     return text + _peer_clause(cs, one_token)
+
+
+#: a copy slower than this multiple of a larger copy on the same path and harness is flagged as an outlier
+OUTLIER_X = 1.25
+
+
+def _outlier(cs, path: str, harness: str, size: int) -> str:
+    """' (an outlier: N x the X us of a larger copy, at S KiB)' where the copy at `size` is slower than OUTLIER_X
+    times the fastest larger copy of the same path and harness, else ''."""
+    t = _copy_time(cs, path, harness, size)
+    big = cs[(cs.path == path) & (cs.harness == harness) & (cs.size_bytes > size)].dropna(subset=["time_us"])
+    if not np.isfinite(t) or not len(big):
+        return ""
+    fast = big.loc[big.time_us.idxmin()]
+    if t <= OUTLIER_X * float(fast.time_us):
+        return ""
+    return (f" (an outlier: {t / float(fast.time_us):.1f} times the {float(fast.time_us):.1f} us of a larger copy, "
+            f"at {float(fast.size_bytes) / 1024:g} KiB)")
 
 
 def _peer_clause(cs, one_token: int) -> str:
