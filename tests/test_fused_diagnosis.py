@@ -81,7 +81,8 @@ def test_the_decode_step_chapter_reads_the_fused_run(run, meas, glm5):
     assert len(s[s["batch"] == BMAX])
     assert sr.measurement_values(meas, BMAX, CTX, 8192)["step_1"] > 0
     split = sr.split_table(meas, (1, BMAX), CTX)
-    assert sr.split_values(split, BMAX, sr.step_ms(meas, 1, CTX))
+    assert sr.split_values(split, BMAX, sr.step_ms(meas, 1, CTX), sr.step_ms(meas, BMAX, CTX))
+    assert sr.answer_what(meas) and sr.sparse_text(meas, BMAX, 8192)
     assert len(sr.split_by_batch(meas, CTX))
     sr.precision_bytes(meas, glm5, 8, CTX)
     fid = mb.op_fidelity_table(meas, glm5, (1, BMAX), CTX)

@@ -54,13 +54,37 @@ def test_measurement_values_pick_the_step_rows(meas):
 
 def test_split_values_and_figure_bars(meas):
     tab = sr.split_table(meas, (1, 64), 384)
-    v = sr.split_values(tab, 64, sr.step_ms(meas, 1, 384))
+    v = sr.split_values(tab, 64, sr.step_ms(meas, 1, 384), sr.step_ms(meas, 64, 384))
     moe1 = tab[(tab.batch == 1) & (tab.component == "moe")]
     assert v["share1_moe"] == 100 * float(moe1.share.iloc[0]) and math.isclose(tab[tab.batch == 64].share.sum(), 1)
+    for b in (1, 64):   # the components' sum against the whole step at each batch the table shows
+        assert math.isclose(v[f"sum_vs_step_{b}"], tab[tab.batch == b].time_us.sum() / 1e3 / sr.step_ms(meas, b, 384))
     bars = sr.split_by_batch(meas, 384)
     assert list(bars.columns) == list(sr.SPLIT) and 64 in bars.index
     with pytest.raises(mb.MeasuredBudgetError, match=r"lacks the component\(s\) \['lm_head'\]"):
-        sr.split_values(tab[tab.component != "lm_head"], 64, 1.0)
+        sr.split_values(tab[tab.component != "lm_head"], 64, 1.0, 1.0)
+
+
+def test_the_answer_says_what_the_emulated_rank_is(meas, glm5):
+    """The answer names an emulated rank, not GLM-5 as served: its TP degree, random weights in the sweep's
+    precision against the checkpoint's formats, no all-reduce, the MoE layers its plan held, no SGLang."""
+    held = int(meas.meta["plan"]["moe_held"])
+    assert sr.answer_what(meas) == (f"An emulated TP8 rank of GLM-5-NVFP4 (random bf16 weights, not the checkpoint's "
+                                    f"NVFP4; its all-reduces left out; {held} of {glm5.moe_layers} MoE layers held and "
+                                    f"cycled; no SGLang) runs a decode step in")
+    whole = dataclasses.replace(meas, meta={**meas.meta, "plan": {**meas.meta["plan"], "moe_held": glm5.moe_layers}})
+    assert f"; all {glm5.moe_layers} MoE layers held;" in sr.answer_what(whole)
+
+
+def test_the_sparse_sentence_comes_from_the_step_and_attention_rows(meas):
+    t = sr.sparse_text(meas, 64, 8192)
+    dense, sparse = sr.step_ms(meas, 64, 8192), float(meas.row(64, 8192, "step", attention="sparse")["median_us"]) / 1e3
+    assert t.startswith(f"it saves {dense - sparse:.0f} ms ({100 * (dense - sparse) / dense:.0f} %).")
+    assert t.endswith(sr.SPARSE_WHY[True])   # attention's time fell by a smaller share than its bytes here
+    tm = meas.timings.copy()   # an attention that fell as much as its bytes takes the other clause
+    sel = (tm.what == "attention") & (tm.attention == "sparse") & (tm.batch == 64) & (tm.context == 8192)
+    tm.loc[sel, "median_us"] = 1.0
+    assert sr.sparse_text(dataclasses.replace(meas, timings=tm), 64, 8192).endswith(sr.SPARSE_WHY[False])
 
 
 def test_fidelity_values_select_by_op_kind(meas, glm5):
@@ -82,8 +106,10 @@ def test_a_gpu_without_engine_tables_is_said_not_compared(meas, glm5):
     assert fid.ratio_here.isna().all() and fid.ratio_projected.notna().all()
     t = sr.fidelity_texts(fid, 64, "triton", h100.device)
     assert "not on NVIDIA H100 80GB HBM3" in t["experts_vs"] and "not compared" in t["gemm_vs"]
+    assert sr.fidelity_summary(fid, h100.device) == sr.FIDELITY_SUMMARY_NONE.format(device=h100.device)
     here = sr.fidelity_texts(mb.op_fidelity_table(meas, glm5, (1, 64), 384), 64, "triton", meas.device)
     assert here["experts_vs"].startswith("take ") and "median" in here["gemm_vs"]
+    assert sr.fidelity_summary(mb.op_fidelity_table(meas, glm5, (1, 64), 384), meas.device) == sr.FIDELITY_SUMMARY
 
 
 def test_tuning_values(meas, glm5):

@@ -16,9 +16,10 @@ from helpers.chapters.decode_step.fusion import (FUSION_COLUMNS, KERNEL_COLUMNS,
                                                  kernel_values, sglang_kernels)
 from helpers.chapters.decode_step.measurement import (BYTES_BATCHES, CHAPTER, CHECK_NOT_RUN, CHECK_RAN, CPU_TEXT,
                                                       EAGER_TEXT, EAGER_TEXT_NONE, SHARE_KEYS, SPLIT, SPLIT_SHOWN,
-                                                      SPLIT_TAKEAWAY, bytes_table, bytes_values, check_text, cpu_text,
+                                                      SPARSE_TEXT, SPARSE_WHY, SPLIT_TAKEAWAY, bytes_table, bytes_values,
+                                                      check_text, cpu_text,
                                                       dense_bytes, fidelity_texts, fidelity_values, graphs_vs_eager,
-                                                      measurement_values, shape_values, split, split_by_batch,
+                                                      measurement_values, shape_values, sparse_text, split, split_by_batch,
                                                       split_table, split_values, step_ms, steps, sweep_config, tuning,
                                                       tuning_bounds)
 from helpers.chapters.decode_step.precision import (FP8_VERDICTS, PRECISION_KEYS, fp8_accuracy_values,
@@ -31,7 +32,8 @@ from helpers.chapters.decode_step.sections import (Part, bytes_section, fidelity
                                                    tuning_section)
 from helpers.chapters.decode_step.shown import (BYTES_SHOWN, CHECK_SUMMARY_FAILED, HEADERS, headers, CHECK_SUMMARY_NOT_RUN, CHECK_SUMMARY_PASSED,
                                                 FIDELITY_SHOWN, SPLIT_SHOWN_HUMAN, STEPS_SHOWN, TUNING_SHOWN,
-                                                answer_values, check_summary, human)
+                                                ANSWER_WHAT, FIDELITY_SUMMARY, FIDELITY_SUMMARY_NONE, answer_values,
+                                                answer_what, check_summary, fidelity_summary, human)
 from helpers.chapters.decode_step.values import (AnswerValues, ByteValues, CheckValues, Fp8Texts, SplitTexts, StepTexts, EngineValues, FidelityValues, Fp8AccuracyValues, Fp8NumericsValues,
                                                  FusionValues, KernelValues, MeasurementValues, PrecisionByteValues,
                                                  PrecisionValues, Shapes, SplitValues, TuningValues)
@@ -90,6 +92,8 @@ __all__ = ["replayable", "Part", "bytes_section", "fidelity_section", "fp8_bytes
            "save", "split_section", "steps_section", "tuning_section", "CheckValues", "Fp8Texts", "SplitTexts",
            "StepTexts", "AnswerValues", "BYTES_SHOWN", "HEADERS", "headers", "CHECK_SUMMARY_FAILED", "CHECK_SUMMARY_NOT_RUN", "CHECK_SUMMARY_PASSED",
            "FIDELITY_SHOWN", "SPLIT_SHOWN_HUMAN", "STEPS_SHOWN", "TUNING_SHOWN", "answer_values", "check_summary",
+           "ANSWER_WHAT", "FIDELITY_SUMMARY", "FIDELITY_SUMMARY_NONE", "answer_what", "fidelity_summary", "SPARSE_TEXT",
+           "SPARSE_WHY", "sparse_text",
            "human", "BYTES_BATCHES", "CHAPTER", "CHECK_NOT_RUN", "CHECK_RAN", "CPU_TEXT", "EAGER_TEXT", "EAGER_TEXT_NONE",
            "FP8_VERDICTS", "FUSION_COLUMNS", "KERNEL_COLUMNS", "PARAMS", "PLAN_TIME", "PRECISION_KEYS",
            "SGLANG_COMPONENT",

@@ -211,6 +211,25 @@ def cpu_text(sweep: "steptime.SweepResult | None", rank_timing: list[dict] | Non
                            rank_ms=float(two["step"]) / 1e3, batch=batch, coll_ms=float(two["collectives"]) / 1e3)
 
 
+SPARSE_TEXT = ("it {verb} {saved:.0f} ms ({saved_pct:.0f} %). Its attention reads {bytes_pct:.0f} % fewer bytes and "
+               "takes {att_pct:.0f} % less time{why}")
+#: the clause after the sparse sentence, by whether attention's time fell less than its bytes (the rule)
+SPARSE_WHY = {True: ": gathering the selected entries costs part of what skipping the rest saves.",
+              False: ", as much as its skipped reads suggest."}
+
+
+def sparse_text(meas: mb.StepMeasurement, batch: int, context: int) -> str:
+    """What DSA's sparse path saved against the dense step at (`batch`, `context`), and why it saves less
+    than its skipped reads suggest where it does (attention's time falls by a smaller share than its bytes)."""
+    dense, sparse = step_ms(meas, batch, context), float(meas.row(batch, context, "step", attention="sparse")["median_us"]) / 1e3
+    att = [float(meas.row(batch, context, "attention", attention=a)["median_us"]) for a in ("dense", "sparse")]
+    by = [float(meas.component_bytes(batch, context, "attention", a)["bytes_emulated"]) for a in ("dense", "sparse")]
+    bytes_pct, att_pct = 100 * (1 - by[1] / by[0]), 100 * (1 - att[1] / att[0])
+    saved = dense - sparse
+    return SPARSE_TEXT.format(verb="saves" if saved >= 0 else "costs", saved=abs(saved), saved_pct=100 * abs(saved) / dense,
+                              bytes_pct=bytes_pct, att_pct=att_pct, why=SPARSE_WHY[att_pct < bytes_pct])
+
+
 EAGER_TEXT = "eagerly, one sequence takes {ms:.0f} ms"
 EAGER_TEXT_NONE = "this measurement timed no eager step (the chapter's eager parameter was off)"
 
@@ -261,9 +280,10 @@ SPLIT_TAKEAWAY = {
 SHARE_KEYS = (("moe", "moe"), ("attention", "att"), ("indexer", "idx"), ("norms and small ops", "small"))
 
 
-def split_values(table: pd.DataFrame, batch_max: int, step_1_ms: float) -> dict:
+def split_values(table: pd.DataFrame, batch_max: int, step_1_ms: float, step_max_ms: float) -> dict:
     """Shares of the step by component at 1 and `batch_max`, the launch floor's share at 1, the achieved
-    bandwidth of the experts and lm_head at `batch_max`, and the components' sum against the step."""
+    bandwidth of the experts and lm_head at `batch_max`, and the components' sum against the whole step
+    (`step_1_ms`, `step_max_ms`) at each."""
     s1 = rows(table, "the split", batch=1).set_index("component")
     sx = rows(table, "the split", batch=batch_max).set_index("component")
     missing = [c for c in SPLIT if c not in s1.index or c not in sx.index]
@@ -276,7 +296,8 @@ def split_values(table: pd.DataFrame, batch_max: int, step_1_ms: float) -> dict:
     out.update({"floor_share_1": 100 * float(s1["launch_floor_us"].sum() / s1["time_us"].sum()),
                 "moe_GBps_64": float(sx.loc["moe", "achieved_GBps"]), "moe_peak_64": 100 * float(sx.loc["moe", "share_of_peak"]),
                 "lm_GBps": float(sx.loc["lm_head", "achieved_GBps"]),
-                "sum_vs_step": float(s1["time_us"].sum()) / 1e3 / step_1_ms})
+                "sum_vs_step_1": float(s1["time_us"].sum()) / 1e3 / step_1_ms,
+                "sum_vs_step_64": float(sx["time_us"].sum()) / 1e3 / step_max_ms})
     return out
 
 

@@ -49,7 +49,8 @@ def steps_section(meas: mb.StepMeasurement, p: Mapping, context: int, batch_max:
     s = me.steps(meas)
     values = me.measurement_values(meas, batch_max, context, long_context)
     texts = va.StepTexts(pr.overlap_label(meas, context), meas.fusion,
-                         me.cpu_text(cpu_sweep, rank_timing, max(p["cpu_batches"])))
+                         me.cpu_text(cpu_sweep, rank_timing, max(p["cpu_batches"])), sh.answer_what(meas),
+                         me.sparse_text(meas, batch_max, long_context))
     shown = ((sh.human(s[s["batch"].isin([1, 8, 64])], sh.STEPS_SHOWN),
               dict(fold_after=0, summary="the whole step at 1, 8 and 64 sequences: median and p90 (ms), tokens/s")),)
     return Part(values=(texts, va.MeasurementValues(**values), va.AnswerValues(**sh.answer_values(values, byte_values))),
@@ -62,7 +63,8 @@ def split_section(meas: mb.StepMeasurement, context: int, batch_max: int) -> Par
     shown = ((sh.human(split, sh.SPLIT_SHOWN_HUMAN),
               dict(fold_after=0, digits={"share (%)": 0, "of datasheet (%)": 0},
                    summary="each component alone at 1 and 64 sequences: µs, share, kernels, achieved GB/s")),)
-    return Part(values=(va.SplitValues(**me.split_values(split, batch_max, me.step_ms(meas, 1, context))),
+    return Part(values=(va.SplitValues(**me.split_values(split, batch_max, me.step_ms(meas, 1, context),
+                                                                  me.step_ms(meas, batch_max, context))),
                         va.SplitTexts(me.SPLIT_TAKEAWAY[meas.fusion])),
                 tables={"split": split}, shown=shown, figure={"fig_split": me.split_by_batch(meas, context)})
 
@@ -149,7 +151,7 @@ def fidelity_section(meas: mb.StepMeasurement, m: ma.ModelConfig, context: int, 
     fid = mb.op_fidelity_table(meas, m, (1, batch_max), context)
     engine = fu.engine_table(fs, m, context, (1, batch_max))
     shown = ((sh.human(fid, sh.FIDELITY_SHOWN),
-              dict(fold_after=None, summary="each operation against SGLang's kernel for the same shape: µs and their ratio")),
+              dict(fold_after=None, summary=sh.fidelity_summary(fid, meas.device))),
              (engine[["precision", "batch", "component", "measured_us", "engine_us", "ratio", "kernels"]],
               dict(units={"measured_us": "µs", "engine_us": "µs"}, digits=2, fold_after=None,
                    rename={"measured_us": "this step", "engine_us": "engine composite", "ratio": "ratio (x)"},

@@ -10,6 +10,7 @@ import pandas as pd
 
 from helpers.core import tables
 from helpers.core.pick import one
+from helpers.model import arith as ma
 
 #: the whole-step table the page shows: column -> header (a unit in parentheses)
 STEPS_SHOWN = {"batch": "batch", "context": "context (tokens)", "mode": "mode", "step_ms": "step (ms)",
@@ -64,6 +65,35 @@ def answer_values(measurement: dict, byte_values: dict) -> dict:
             raise ValueError(f"bytes bound at batch {b}: {bound} ms; expected a positive time")
         out[f"floor_x_{b}"] = float(measurement[f"step_{b}"]) / bound
     return out
+
+
+ANSWER_WHAT = ("An emulated TP{tp} rank of {model} ({weights}; its all-reduces left out; {held}; no SGLang) "
+               "runs a decode step in")
+
+
+def answer_what(meas) -> str:
+    """What the answer's step is, from the measurement's own meta (helpers.model.measured.StepMeasurement):
+    one rank at its TP degree with random weights in its precision (not the checkpoint's formats), timed
+    alone in one process (the chapter's sweep joins no process group, so no all-reduce runs), and the MoE
+    layers its memory plan held (cycled over the model's MoE positions where it held fewer)."""
+    cfg, plan = meas.meta_value("config"), meas.meta_value("plan")
+    m = ma.load_model(cfg["model"])
+    dtype = str(meas.meta.get("precision", plan["dtype"]))
+    other = sorted({str(f).upper() for f in m.precision.values() if f != dtype})
+    weights = f"random {dtype} weights" + (f", not the checkpoint's {' and '.join(other)}" if other else "")
+    held = int(plan["moe_held"])
+    held_words = (f"all {m.moe_layers} MoE layers held" if held >= m.moe_layers else
+                  f"{held} of {m.moe_layers} MoE layers held and cycled")
+    return ANSWER_WHAT.format(tp=int(cfg["tp"]), model=m.name, weights=weights, held=held_words)
+
+
+FIDELITY_SUMMARY = "each operation against SGLang's kernel for the same shape: µs and their ratio"
+FIDELITY_SUMMARY_NONE = "each operation of this step: µs and achieved GB/s (no SGLang kernel timed on {device})"
+
+
+def fidelity_summary(fid: pd.DataFrame, device: str) -> str:
+    """The per-operation table's title: a comparison only where some operation has an SGLang time beside it."""
+    return FIDELITY_SUMMARY if fid["ratio_here"].notna().any() else FIDELITY_SUMMARY_NONE.format(device=device)
 
 
 #: the bytes table's headers (helpers.chapters.decode_step.measurement.bytes_table's columns)

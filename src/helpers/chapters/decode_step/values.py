@@ -75,7 +75,8 @@ class SplitValues:
     moe_GBps_64: float
     moe_peak_64: float
     lm_GBps: float
-    sum_vs_step: float
+    sum_vs_step_1: float
+    sum_vs_step_64: float
 
 
 @dataclass(frozen=True)
@@ -231,11 +232,14 @@ class CheckValues:
 
 @dataclass(frozen=True)
 class StepTexts:
-    """The step's own settings and the CPU sentence (steps_section)."""
+    """The step's own settings, what the emulated rank is, what the sparse path saved and the CPU sentence
+    (steps_section)."""
 
     overlap_main: str
     meas_fusion: str
     cpu_text: str
+    answer_what: str
+    sparse_text: str
 
 
 @dataclass(frozen=True)
