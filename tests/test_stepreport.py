@@ -50,6 +50,10 @@ def test_measurement_values_pick_the_step_rows(meas):
     assert v["sparse_64_long"] == float(meas.row(64, 8192, "step", attention="sparse")["median_us"]) / 1e3
     with pytest.raises(mb.MeasuredBudgetError, match="timing rows for batch 128"):
         sr.measurement_values(meas, 128, 384, 8192)
+    # the eager step's cost per kernel (derived) is this emulation's, not the one-element add's floor
+    k1 = int(meas.row(1, 384, "step")["kernels"])
+    assert math.isclose(v["eager_kernel_us"], (v["eager_1"] - v["step_1"]) * 1e3 / k1)
+    assert f"about {v['eager_kernel_us']:.0f} µs a kernel" in v["eager_text"] and "not SGLang's eager cost" in v["eager_text"]
 
 
 def test_split_values_and_figure_bars(meas):

@@ -230,22 +230,29 @@ def sparse_text(meas: mb.StepMeasurement, batch: int, context: int) -> str:
                               bytes_pct=bytes_pct, att_pct=att_pct, why=SPARSE_WHY[att_pct < bytes_pct])
 
 
-EAGER_TEXT = "eagerly, one sequence takes {ms:.0f} ms"
+EAGER_TEXT = ("eagerly, one sequence takes {ms:.0f} ms. That eager path is this emulation's, each operator issued "
+              "from Python: about {per_kernel:.0f} µs a kernel (derived: eager minus graph time over the graph's "
+              "{kernels} kernels), not SGLang's eager cost")
 EAGER_TEXT_NONE = "this measurement timed no eager step (the chapter's eager parameter was off)"
 
 
 def measurement_values(meas: mb.StepMeasurement, batch_max: int, context: int, long_context: int) -> dict:
     """The step at 1 and `batch_max` sequences (graphs; eager at 1), at the long context dense and sparse,
-    the sweep's time, the kernels a step launches and the launch and copy figures measured beside it."""
+    the sweep's time, the kernels a step launches and the launch and copy figures measured beside it.
+    `eager_kernel_us` (derived) is the eager step's cost per kernel over the graph's, at one sequence: this
+    emulation's Python-issued path, far above `eager_us`, the one-element add's floor (launch_floor)."""
     g1, gmax = step_ms(meas, 1, context), step_ms(meas, batch_max, context)
     sparse = meas.row(batch_max, long_context, "step", attention="sparse")
     t = meas.timings
     timed_eager = bool(((t["what"] == "step") & (t["mode"] == "eager") & (t["batch"] == 1)
                         & (t["context"] == context)).any())
     eager_1 = step_ms(meas, 1, context, "eager") if timed_eager else float("nan")
-    eager_text = (EAGER_TEXT.format(ms=eager_1) if timed_eager else EAGER_TEXT_NONE)
+    k1 = int(meas.row(1, context, "step")["kernels"]) if timed_eager else 0
+    eager_kernel_us = (eager_1 - g1) * 1e3 / k1 if timed_eager else float("nan")
+    eager_text = (EAGER_TEXT.format(ms=eager_1, per_kernel=eager_kernel_us, kernels=k1) if timed_eager
+                  else EAGER_TEXT_NONE)
     return {"where": meas.where, "device": meas.device, "step_1": g1, "step_64": gmax, "tok_1": 1e3 / g1,
-            "tok_64": batch_max * 1e3 / gmax, "eager_1": eager_1, "eager_text": eager_text, "long_ctx": long_context,
+            "tok_64": batch_max * 1e3 / gmax, "eager_1": eager_1, "eager_kernel_us": eager_kernel_us, "eager_text": eager_text, "long_ctx": long_context,
             "step_64_long": step_ms(meas, batch_max, long_context), "sparse_64_long": float(sparse["median_us"]) / 1e3,
             "sweep_s": float(meas.meta_value("sweep_s")),
             "kernels_step": int(meas.row(batch_max, context, "step")["kernels"]), "floor_us": meas.floor_us(),

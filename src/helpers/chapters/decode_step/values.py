@@ -48,6 +48,7 @@ class MeasurementValues:
     tok_1: float
     tok_64: float
     eager_1: float
+    eager_kernel_us: float
     eager_text: str
     long_ctx: int
     step_64_long: float
