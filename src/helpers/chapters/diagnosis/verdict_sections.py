@@ -318,7 +318,8 @@ def decision(d: Diagnosis) -> Part:
     shown = ev[["scenario", "concurrency", "message_bytes", "low_us", "mid_us", "high_us"]]
     outcomes = vd.outcomes_table(th)
     trace = vd.p2p_checks("trace").iloc[0]
-    values.update({"middle_means": vd.OUTCOMES["middle"], "trace_cmd": str(trace["command"]),
+    # the page names the outcome ("Between the two thresholds"): glue what it means, not the name again
+    values.update({"middle_means": vd.OUTCOMES["middle"].split(": ", 1)[1], "trace_cmd": str(trace["command"]),
                    "trace_what": str(trace["note"])})
     return Part(values, {"decision_thresholds": th, "decision_evidence": ev, "decision_outcomes": outcomes},
                 {"thresholds": th, "evidence": shown, "outcomes": outcomes})
