@@ -170,7 +170,7 @@ def test_the_run_link_sentence_names_the_fit_by_its_method(meas):
 
 def test_the_collective_comparison_selects_by_harness_and_variant(rec):
     d = replace(rec, live=True, sweep=_sweep(harnesses=("eager", "graph")))
-    assert dg.collectives(d).values["coll_text"] == dg.COLL_TEXT_RATIO.format(ratios="nccl over 2 ranks 0.50x")
+    assert dg.collectives(d).values["coll_text"] == dg.COLL_TEXT_RATIO.format(ratios="nccl over 2 ranks: all-to-all takes 0.50x the all-reduce's time (median of 5 decode-size points)")
     # issue 35: one rank moves nothing between GPUs, so a one-rank sweep is not compared
     one_rank = _sweep(harnesses=("eager", "graph")).assign(world_size=1)
     assert dg.collectives(replace(d, sweep=one_rank)).values["coll_text"] == dg.COLL_TEXT_NO_RANKS
@@ -181,10 +181,10 @@ def test_the_collective_comparison_selects_by_harness_and_variant(rec):
     # set beside the expert-parallelism chapter's GPU counts; a GPU backend beside them is the one compared
     cpu = _sweep(harnesses=("eager",)).assign(backend="gloo", device="cpu")
     assert dg.collectives(replace(d, sweep=cpu)).values["coll_text"] == dg.COLL_TEXT_CPU_ONLY.format(
-        ratios="gloo over 2 CPU processes 0.50x")
+        ratios="gloo over 2 CPU processes: all-to-all takes 0.50x the all-reduce's time (median of 5 decode-size points)")
     both = pd.concat([cpu, _sweep(harnesses=("eager",)).assign(device="NVIDIA H200")], ignore_index=True)
     assert dg.collectives(replace(d, sweep=both)).values["coll_text"] == dg.COLL_TEXT_RATIO.format(
-        ratios="nccl over 2 ranks 0.50x")
+        ratios="nccl over 2 ranks: all-to-all takes 0.50x the all-reduce's time (median of 5 decode-size points)")
     with pytest.raises(FindingError, match="variant='default'"):
         dg.collectives(replace(d, sweep=_sweep(variant="ALGO=Ring")))
 

@@ -272,25 +272,22 @@ def ep_facts(m: ma.ModelConfig, vol: pd.DataFrame, wide: pd.DataFrame, fit: pd.D
                    ep_memory_words=memory_words(fit, system, gpus))
 
 
-#: EP / TP bytes within this fraction of 1 agree with "no fewer bytes"; within a factor of BYTES_ROUGH it is only
-#: roughly right; beyond, the arithmetic contradicts it
-BYTES_SAME, BYTES_ROUGH = 0.10, 2.0
+#: EP / TP bytes within this fraction of 1 agree with "no fewer bytes"; beyond it the claim is wrong by the difference
+BYTES_SAME = 0.10
 
 
 def bytes_words(ratio: float, ep_rounds: int, tp_rounds: int) -> str:
-    """The status report's "no fewer bytes" against the derived EP / TP byte ratio (BYTES_SAME, BYTES_ROUGH), and
+    """The status report's "no fewer bytes" against the derived EP / TP byte ratio (BYTES_SAME), and
     whether the rounds differ more than the bytes."""
     if ratio <= 0 or ep_rounds <= 0 or tp_rounds <= 0:
         raise DataError(f"EP / TP: ratio {ratio} and rounds {ep_rounds}, {tp_rounds} must be positive")
     pct = 100 * abs(1 - ratio)
-    more = f"{pct:.0f} % {'fewer' if ratio < 1 else 'more'}"
     if abs(1 - ratio) <= BYTES_SAME:
-        head = f"The arithmetic agrees with the status report: EP sends about TP's bytes ({more}, derived)"
-    elif 1 / BYTES_ROUGH <= ratio <= BYTES_ROUGH:
-        head = (f"The arithmetic gives EP {ratio:.2f} times TP's bytes ({more}, derived), so the status report's "
-                "\"no fewer bytes\" is only roughly right")
+        head = (f"The arithmetic agrees with the status report: EP sends about TP's bytes "
+                f"({pct:.0f} % {'fewer' if ratio < 1 else 'more'}, derived)")
     else:
-        head = f"The arithmetic contradicts the status report: EP sends {ratio:.2f} times TP's bytes (derived)"
+        head = (f"The arithmetic gives EP {ratio:.2f} times TP's bytes (derived), so the status report's "
+                f"\"no fewer bytes\" is wrong by {pct:.0f} %")
     rounds = max(ep_rounds, tp_rounds) / min(ep_rounds, tp_rounds)
     bytes_x = max(ratio, 1 / ratio)
     tail = (f"; the rounds differ more, {ep_rounds} against {tp_rounds}" if rounds > bytes_x

@@ -385,9 +385,8 @@ def run_link_admissibility(d: Diagnosis) -> str:
 
 COLL_TEXT_NONE = "No collective sweep was run in this run, so there is no live all-to-all vs all-reduce comparison."
 COLL_TEXT_ONE_OP = "The run's collective sweep lacks one of all-to-all and all-reduce, so they are not compared."
-COLL_TEXT_RATIO = ("The run's collective sweep has both all-to-all and all-reduce over two ranks or more; at decode "
-                   "message sizes the all-to-all took, against the all-reduce (median over sizes, measured on this "
-                   "run's machine): {ratios}; to set beside the byte and round counts of the expert-parallelism "
+COLL_TEXT_RATIO = ("The run's collective sweep has both all-to-all and all-reduce over two ranks or more (measured on "
+                   "this run's machine): {ratios}; to set beside the byte and round counts of the expert-parallelism "
                    "chapter.")
 COLL_TEXT_CPU_ONLY = ("The run's collective sweep has both all-to-all and all-reduce over two ranks or more only between "
                       "CPU processes ({ratios}, measured on this run's machine): host memory, not a link between "
@@ -423,8 +422,9 @@ def collectives(d: Diagnosis) -> Part:
     if not len(dec):
         return Part({"coll_text": COLL_TEXT_NO_RANKS}, shown={"collective_points": piv})
     cpu = set(d.sweep.loc[d.sweep["device"].astype(str).str.lower() == "cpu", "backend"]) if "device" in d.sweep else set()
-    per = {b: f"{b} over {int(g.world_size.max())} {'CPU processes' if b in cpu else 'ranks'} "
-              f"{(g.all_to_all / g.all_reduce).median():.2f}x" for b, g in dec.groupby("backend")}
+    per = {b: f"{b} over {int(g.world_size.max())} {'CPU processes' if b in cpu else 'ranks'}: all-to-all takes "
+              f"{(g.all_to_all / g.all_reduce).median():.2f}x the all-reduce's time (median of {len(g)} decode-size "
+              f"point{'s' if len(g) != 1 else ''})" for b, g in dec.groupby("backend")}
     gpu = [t for b, t in per.items() if b not in cpu]
     text = (COLL_TEXT_RATIO.format(ratios="; ".join(gpu)) if gpu
             else COLL_TEXT_CPU_ONLY.format(ratios="; ".join(per.values())))

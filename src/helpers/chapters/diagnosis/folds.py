@@ -89,12 +89,13 @@ def decision_fold(s: Part) -> Folded:
 
 
 def run_fold(link: Part, coll: Part) -> Folded | None:
-    """Section 5: this run's own link and collectives in the budget; None where it measured neither (the
-    page shows nothing)."""
+    """Section 5: this run's own link (priced in a budget) and collectives (not priced); None where it measured
+    neither (the page shows nothing)."""
     run_tables = [*link.shown.values(), *coll.shown.values()]
     if not run_tables:
         return None
-    return folded("this run's own link and collectives in the budget",
+    return folded("this run's own link and collectives in the budget" if link.shown else
+                  "this run's own collectives (not in the budget)",
                   [("", _t(t, rename=headers(t))) for t in run_tables])
 
 

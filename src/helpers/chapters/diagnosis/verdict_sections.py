@@ -53,12 +53,11 @@ def where_in_band(pctile: float, inside: bool, c: int, band: tuple[float, float]
     edge = band[1] if above else band[0]
     if (at_mid > edge) if above else (at_mid < edge):
         gap = 100 * (at_mid - observed) / observed
-        lean = "slower" if above else "faster"
-        tail = ("so the band misses by more than the middle values do"
-                if abs(at_mid - observed) < abs(edge - observed) else "and the middle values overshoot the observation")
-        return (f"{head}, as is the prediction at every input's middle value, {at_mid:.{d}f}, "
-                f"{abs(gap):.1f} % {'below' if gap < 0 else 'above'} the observation: the ranges lean toward {lean} "
-                f"steps, {tail}")
+        tail = f"the ranges lean {'slow' if above else 'fast'}"
+        if abs(at_mid - observed) >= abs(edge - observed):
+            tail += " and the middle values overshoot"
+        return (f"{head}; the prediction at every input's middle value, {at_mid:.{d}f}, lies {side} the band too, "
+                f"{abs(gap):.1f} % {'below' if gap < 0 else 'above'} the observation: {tail}")
     return (f"{head} and {side} the prediction at every input's middle value ({at_mid:.{d}f}): bare metal at "
             f"{c} is {speed} than the inputs in hand explain")
 
@@ -319,7 +318,8 @@ def decision(d: Diagnosis) -> Part:
     shown = ev[["scenario", "concurrency", "message_bytes", "low_us", "mid_us", "high_us"]]
     outcomes = vd.outcomes_table(th)
     trace = vd.p2p_checks("trace").iloc[0]
-    values.update({"middle_means": vd.OUTCOMES["middle"], "trace_cmd": str(trace["command"]),
+    # the page names the outcome ("Between the two thresholds"): glue what it means, not the name again
+    values.update({"middle_means": vd.OUTCOMES["middle"].split(": ", 1)[1], "trace_cmd": str(trace["command"]),
                    "trace_what": str(trace["note"])})
     return Part(values, {"decision_thresholds": th, "decision_evidence": ev, "decision_outcomes": outcomes},
                 {"thresholds": th, "evidence": shown, "outcomes": outcomes})
