@@ -4,6 +4,7 @@ each starts and ends, each chapter's stderr in its log, the target's cell time l
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -209,8 +210,6 @@ def _run_chapter(step: dict, rec: dict, label: str, target: Target, run_dir: Pat
     lane beside another chapter (a thread: its line is printed whole at its end, its kernel's own output goes
     to its log by the kernel's file descriptors); `stopping` set: the run was interrupted, which the main
     thread has recorded on this chapter already."""
-    from papermill.exceptions import PapermillExecutionError
-
     params = dict(step["parameters"])
     if "run_dir" in step["declared"]:
         params["run_dir"] = str(run_dir.resolve())
@@ -245,7 +244,7 @@ def _run_chapter(step: dict, rec: dict, label: str, target: Target, run_dir: Pat
     except Exception as exc:  # noqa: BLE001 - a chapter's failure must not stop the others
         if stopping is not None and stopping.is_set():   # the interrupt ended this chapter's kernel: recorded
             return
-        _failed(exc, rec, target, out_nb, PapermillExecutionError)
+        _failed(exc, rec, target, out_nb)
     rec["duration_s"] = round(time.perf_counter() - t0, 2)
     rec["finished"] = utc_now()
     msg = f"{label}{' ' if label else ''}{rec['status']:<7} {rec['duration_s']:6.1f} s"
@@ -255,11 +254,13 @@ def _run_chapter(step: dict, rec: dict, label: str, target: Target, run_dir: Pat
     save()
 
 
-def _failed(exc: BaseException, rec: dict, target: Target, out_nb: Path, papermill_error: type) -> None:
+def _failed(exc: BaseException, rec: dict, target: Target, out_nb: Path) -> None:
     """A chapter's failure in its record (called in the except clause that caught it): papermill's cell error,
     a cell past the time limit, a file that could not be written or read (named), or any other error."""
+    from papermill.exceptions import PapermillExecutionError
+
     rec["status"] = "failed"
-    if isinstance(exc, papermill_error):
+    if isinstance(exc, PapermillExecutionError):
         rec["error"] = {"ename": exc.ename, "evalue": str(exc.evalue)[:2000],
                         "cell_index": exc.cell_index,
                         "traceback": "\n".join(exc.traceback)[-6000:] if exc.traceback else ""}
@@ -297,7 +298,7 @@ def _papermill(step: dict, out_nb: Path, params: dict, target: Target, run_dir: 
     import papermill
 
     with results.append_text(run_dir / "logs" / f"{step['stem']}.log") as log, \
-            (_nothing() if side else stderr_to(log)):
+            (contextlib.nullcontext() if side else stderr_to(log)):
         log.write(f"=== {utc_now()}: {'resumed' if rec['runs'] > 1 else 'started'} by runbook "
                   f"pid {os.getpid()}{' beside another chapter' if side else ''} ===\n")
         log.flush()
@@ -308,14 +309,6 @@ def _papermill(step: dict, out_nb: Path, params: dict, target: Target, run_dir: 
             execution_timeout=target.execution_timeout, cwd=str(root),
             **({"kernel_manager_class": _kernel_manager_writing_to(log)} if side else {}),
         )
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _kernel_manager_writing_to(log):
