@@ -192,7 +192,7 @@ def test_ep_chapters_summary_counts_the_all_reduces_and_says_what_this_run_timed
     cells = json.loads((ROOT / "notebooks" / "05_expert_parallelism.ipynb").read_text())["cells"]
     md = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     summary = " ".join(md[md.index("## Summary"):].split())
-    assert "{glue:text}`ans_n_ar` of a step" in summary and "`n_coll`" not in summary
+    assert "by the {glue:text}`ans_n_ar` all-reduces of a decode step" in summary and "`n_coll`" not in summary
     assert "06_vm_p2p) {glue:text}`p2p_timed`" in summary and "times one small message between GPUs;" not in summary
     one = [{"system": "this machine: 1x NVIDIA H100 80GB HBM3", "count": 1, "memory_bytes": 1, "kind": "measured"}]
     two = [{"system": "this machine: 2x NVIDIA H200", "count": 1, "memory_bytes": 1, "kind": "measured"}]
