@@ -323,7 +323,7 @@ def saturation_claims(df: pd.DataFrame | None = None) -> pd.DataFrame:
 
 def range_ends_words(lo: float, hi: float, claims: pd.DataFrame) -> str:
     """A range of saturated figures with each end named by the workload whose exact figure it matches:
-    "210-247 (low end: the 256/256 sweep's 210.9; high end: the 128/512 sweep's 247)"."""
+    "LO-HI (low end: the W1 sweep's X1; high end: the W2 sweep's X2)", each X the exact figure nearest its end."""
     ends = []
     for name, x in (("low", lo), ("high", hi)):
         wl, _ = nearest_workload(float(x), claims)
