@@ -185,6 +185,32 @@ def test_value_picks_one_figure_and_names_disagreements():
         recorded.value(s, workload="256/256")
 
 
+def test_ep_chapters_summary_counts_the_all_reduces_and_says_what_this_run_timed():
+    """Chapter 05's summary multiplies by the all-reduces the diagnosis counts (157, arith.collectives_per_step's
+    all-reduce count, as the seeds' floor placement.seed_floor_ms does), not the 158 collectives; and it says the
+    VM/P2P chapter timed a message between GPUs only where this run's machine had two (issue 47 item 6)."""
+    cells = json.loads((ROOT / "notebooks" / "05_expert_parallelism.ipynb").read_text())["cells"]
+    md = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    summary = " ".join(md[md.index("## Summary"):].split())
+    assert "by the {glue:text}`ans_n_ar` all-reduces of a decode step" in summary and "`n_coll`" not in summary
+    assert "06_vm_p2p) {glue:text}`p2p_timed`" in summary and "times one small message between GPUs;" not in summary
+    one = [{"system": "this machine: 1x NVIDIA H100 80GB HBM3", "count": 1, "memory_bytes": 1, "kind": "measured"}]
+    two = [{"system": "this machine: 2x NVIDIA H200", "count": 1, "memory_bytes": 1, "kind": "measured"}]
+    assert expert_parallelism.p2p_timed(one, "replay") == ("timed no message between GPUs in this run: its machine "
+                                                           "has one GPU")
+    assert expert_parallelism.p2p_timed(two, "auto").startswith("times one small message between two of this run's 2 GPUs")
+    assert "this chapter read no machine" in expert_parallelism.p2p_timed([], "recorded")
+    assert "no NVIDIA GPU" in expert_parallelism.p2p_timed([], "auto")
+    # the committed H100 run: the GPUs its 05 saved, as a replay reads them
+    from helpers.core import layout
+
+    run = layout.Run(ROOT / "runs" / "h100-20261206b", "05_expert_parallelism")
+    here = expert_parallelism.local_gpus("replay", run)
+    assert expert_parallelism.p2p_timed(here, "replay").startswith("timed no message between GPUs in this run")
+    m = arith.load_model("glm5")
+    assert arith.collectives_per_step(m, "all_reduce") == 157 == arith.collectives_per_step(m) - 1
+
+
 def test_outcome_words_are_the_recorded_matrix_words():
     schema = recorded.schema()["recorded/backend_matrix.csv"]["choices"]["outcome"]
     assert set(classify.OUTCOMES) == set(schema)

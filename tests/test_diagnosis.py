@@ -291,3 +291,79 @@ def test_the_changed_ranges_are_named_once_each_grouped_by_when_they_changed():
                          R(name="c", registered="commit 1")])
     assert got.startswith("a, c (commit 1); b (review) (each with its first range")
     assert changed_words([]) == "none"
+
+
+# ------------------------------------------------------------------ issue 47: sentences that must say what each number is
+def _markdown(stem: str) -> str:
+    import json
+
+    from helpers import repo_root
+
+    nb = json.loads((repo_root() / "notebooks" / f"{stem}.ipynb").read_text())
+    return " ".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+
+
+def test_the_prompt_token_figure_is_a_prediction_against_the_same_observation(rec):
+    """Section 1 states the budget that counts the workload's prompt tokens as a prediction with its own error against
+    the one observed figure, never beside "observed" as if it were another observation (issue 47 item 1)."""
+    c = dg.check(rec).values
+    dg.CheckValues(**c)
+    mixed = dg.check(rec).tables["comparison"]
+    r = mixed[(mixed.steps == "decode + prompt tokens") & (mixed.system == dg.VM) & (mixed.concurrency == 64)].iloc[0]
+    assert c["pred_mixed_vm_64"] == r.predicted_tok_s and math.isclose(c["err_mixed_vm_64"], 100 * r.rel_err)
+    assert r.observed_tok_s == c["c_obs_vm_64"]                  # the same observation as the decode-only comparison
+    md = " ".join(_markdown("07_diagnosis").split())
+    assert "the budget predicts {glue:text}`pred_mixed_vm_64:.0f` against the same observed" in md
+    assert "{glue:text}`err_mixed_vm_64:+.0f` %" in md
+    assert "`pred_mixed_vm_64:.0f` with the workload's prompt tokens" not in md
+
+
+def test_the_projection_names_the_measurement_each_check_projected(rec, meas):
+    """The precision check projects the committed fused study's two sweeps; the component check projects the step
+    the chapter reads, this run's where it has one: each clause names its own (issue 47 item 2)."""
+    from helpers.chapters.diagnosis import budget_sections as bs
+
+    fs = mb.fusion_study()
+    text = bs.projection_validity(rec)["pj_validity_text"]
+    assert text.startswith(f"The projection of the committed decode-step study {meas.where} (on {meas.device})")
+    assert f"both from the committed fused study {fs.where}, on {fs.device}" in text and "not this run" not in text
+    here = replace(rec, meas=replace(meas, where="this run", device="NVIDIA H100 80GB HBM3"))
+    text = bs.projection_validity(here)["pj_validity_text"]
+    assert text.startswith("The projection of this run's decode-step measurement (on NVIDIA H100 80GB HBM3)")
+    assert f"both from the committed fused study {fs.where}" in text
+
+
+def test_each_lean_names_its_subject(rec):
+    """The bare-metal band's lean at one point and the predictor's lean over the held-out points are two subjects; each
+    sentence names its own, and the held-out one is chosen from the median percentile by a stated rule (item 3)."""
+    from helpers.chapters.diagnosis import calibration_section as cs
+
+    v = dg.held_out(rec).values
+    assert v["cal_lean_text"] == cs.lean_words(v["cal_median_pctile"])
+    assert cs.lean_words(31).startswith("below 50: on these held-out points the predictor leans fast")
+    assert cs.lean_words(70).startswith("above 50: on these held-out points the predictor leans slow")
+    assert "leans neither way" in cs.lean_words(50 + cs.LEAN_MARGIN)
+    md = _markdown("07_diagnosis")
+    assert "(the predictor leans fast)" not in md and "({glue:text}`cal_lean_text`)" in md
+    assert "the ranges lean" not in dg.bare_metal_band(rec).values["bm_where_64"]
+
+
+def test_a_set_aside_reason_says_at_which_message_it_holds(rec):
+    """A scenario set aside for beating P2P at one stream's message only is said to be so, in the sentence and in the
+    attribution table's row at 64 (issue 47 item 8)."""
+    adm = rec.verdict.admissibility().set_index("scenario_key")
+    faster = {k: tuple(adm.loc[k, "faster_at"]) for k in adm.index if not adm.loc[k, "admissible"]}
+    words = dg.vm_predicted(rec).values["set_aside_words"]
+    shown = dg.attribution(rec).shown["attribution"]
+    for key, at in faster.items():
+        label = adm.loc[key, "scenario"]
+        rows64 = shown[(shown.concurrency == 64) & shown.scenario.str.startswith(label)]
+        if key in vd.REMEDY_ARMS:
+            continue
+        if at == (1,):                                       # the one-shot mapping: faster at 12 KiB only
+            assert f"{label} at one stream's 12 KiB only, not at concurrency 64's 768 KiB" in words
+            assert "faster than P2P at one stream's 12 KiB, not at this size" in rows64.scenario.iloc[0]
+        elif at == (1, 64):
+            assert f"{label} at both sizes" in words
+            assert "faster than P2P at this size" in rows64.scenario.iloc[0]
+    assert faster.get("copy_one_shot") == (1,) and faster.get("nccl_model") == (1, 64)

@@ -208,3 +208,18 @@ def test_check_1_shows_this_runs_verdict_and_no_rule_for_your_vm_from_the_origin
     row4 = next(ln for ln in INTRO.splitlines() if ln.startswith("| 4 |"))
     assert "08_this_machine" in row4 and "t80_1" not in row4 and "t25_1" not in row4
     assert "your VM" not in INTRO and "t80_1" not in INTRO
+
+
+def test_page_1_labels_the_bare_metal_observations_reference_and_never_names_itself_page_1():
+    """Issue 47 items 12 and 13: the bare-metal figures page 1 sets beside its prediction are the community's
+    measurements (data/reference/baremetal.csv), not the investigation's observations, and page 1 says "this fold",
+    not "page 1", of itself."""
+    known = next(p for p in _paragraphs() if "**Known.**" in p)
+    assert "reference {glue:text}`notebooks/07_diagnosis.ipynb::bmb_obs_1:.1f`, the community's bare-metal measurement" in known
+    assert "reference {glue:text}`notebooks/07_diagnosis.ipynb::bmb_obs_64:.0f`" in known
+    assert "observed {glue:text}`notebooks/07_diagnosis.ipynb::bmb_obs" not in known
+    assert "page 1" not in INTRO.lower() and "page one" not in INTRO.lower()
+    from helpers.model.verdict import ranges
+
+    bm = [o for o in ranges.observations() if o.key in ("bm_1", "bm_64")]
+    assert len(bm) == 2 and all(o.system == "bare metal (reference)" for o in bm)

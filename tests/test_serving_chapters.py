@@ -188,3 +188,41 @@ def test_glued_values_are_dataclasses_named_by_their_glue_keys():
     s = bt.recorded_serving()
     assert [f.name for f in dataclasses.fields(bt.sweep_facts(s))][:2] == ["rec_achieved_conc", "rec_single"]
     assert mr.runner_facts(s).rec_inside in ("inside", "outside")
+
+
+def test_the_run_lines_scaling_and_median_figure_say_their_statistic():
+    """Issue 47 item 14: the run line's scaling is in output throughput (output tokens over a point's duration) and
+    the slow point's figure at the median request another statistic; each is named, and where the slow point is the
+    scaling's base the scaling by the median statistic is given too. The committed H100 run's sweep: 3.4x in
+    throughput, 115 tokens/s at the median request at one stream, 2.2x by medians at both ends."""
+    from helpers import repo_root
+
+    live = pd.read_csv(repo_root() / "runs" / "h100-20261206b" / "results" / "03_baselines_tuning" / "sweep.csv")
+    head = bt.headline_table(bt.recorded_points(), live, "here")
+    scaling = bt.scaling_phrase(head, "")
+    assert "scaled 3.4x" in scaling and "in output throughput, each point's output tokens over its duration" in scaling
+    slow = bt.slow_phrase(live)
+    assert "at the median it would be 115 tokens/s, derived: concurrency x output tokens per request over the median E2E" in slow
+    top = live.loc[live.output_throughput.idxmax()]
+    one = live[live.concurrency == 1].iloc[0]
+    ratio = bt.median_throughput(top) / bt.median_throughput(one)
+    assert f"by that median statistic at both ends the scaling to concurrency 16 is {ratio:.1f}x" in slow
+    assert f"{ratio:.1f}" == "2.2"
+
+
+def test_a_range_of_saturated_figures_names_the_workload_of_each_end():
+    """Issue 47 item 15: the investigation's "210-247" is two workloads' figures, not one workload's spread; the table
+    names each end and the takeaway gives each end its workload, both chosen from data (nearest_workload)."""
+    s = bt.saturation_claims()
+    rng = s[s.experiment == "mem_fraction_cuda_graphs"].figure.iloc[0]
+    assert rng == "210-247 (low end: the 256/256 sweep's 210.9; high end: the 128/512 sweep's 247)"
+    f = bt.saturation_facts(bt.recorded_serving(), s)
+    assert (f.sat_rng_lo_wl, f.sat_rng_hi_wl) == ("256 in / 256 out", "128 in / 512 out")
+    import json
+
+    from helpers import repo_root
+
+    cells = json.loads((repo_root() / "notebooks" / "03_baselines_tuning.ipynb").read_text())["cells"]
+    md = " ".join(" ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown").split())
+    assert "`sat_rng_lo:.0f` tokens/s at {glue:text}`sat_rng_lo_wl` and {glue:text}`sat_rng_hi:.0f` at {glue:text}`sat_rng_hi_wl`" in md
+    assert "tokens/s at 256 in / 256 out and" not in md

@@ -149,6 +149,8 @@ class Saturation:
     sat_match_gap_pct: float
     sat_rng_lo: float
     sat_rng_hi: float
+    sat_rng_lo_wl: str      # the workload whose exact figure the range's low end matches (derived: nearest_workload)
+    sat_rng_hi_wl: str      # the same for its high end: the range spans two workloads, not one
     sat_512: float
 
 
@@ -309,8 +311,25 @@ def saturation_claims(df: pd.DataFrame | None = None) -> pd.DataFrame:
                        for a, b in zip(out.input_len, out.output_len)]
     out["figure"] = [f"{v:g}" if pd.notna(v) else f"{lo:g}-{hi:g}"
                      for v, lo, hi in zip(out.value, out.value_low, out.value_high)]
-    return out[["experiment", "workload", "figure", "value", "value_low", "value_high", "approx", "source", "note"]
-               ].drop_duplicates(["experiment", "figure", "source"]).reset_index(drop=True)
+    out = out[["experiment", "workload", "figure", "value", "value_low", "value_high", "approx", "source", "note"]
+              ].drop_duplicates(["experiment", "figure", "source"]).reset_index(drop=True)
+    # a range with no stated workload names what each end is, so "210-247" is not read as one workload's spread
+    # (issue 47): each end's nearest exact figure with a stated workload
+    ranged = out.value.isna() & out.value_low.notna() & out.value_high.notna() & (out.workload == "not stated")
+    out.loc[ranged, "figure"] = [range_ends_words(lo, hi, out) for lo, hi in
+                                 zip(out.loc[ranged, "value_low"], out.loc[ranged, "value_high"])]
+    return out
+
+
+def range_ends_words(lo: float, hi: float, claims: pd.DataFrame) -> str:
+    """A range of saturated figures with each end named by the workload whose exact figure it matches:
+    "LO-HI (low end: the W1 sweep's X1; high end: the W2 sweep's X2)", each X the exact figure nearest its end."""
+    ends = []
+    for name, x in (("low", lo), ("high", hi)):
+        wl, _ = nearest_workload(float(x), claims)
+        exact = claims[claims.value.notna() & (claims.workload == wl)].value.astype(float)
+        ends.append(f"{name} end: the {wl} sweep's {exact.iloc[(exact - x).abs().argmin()]:g}")
+    return f"{lo:g}-{hi:g} ({'; '.join(ends)})"
 
 
 def nearest_workload(figure: float, claims: pd.DataFrame) -> tuple[str, float]:
@@ -329,10 +348,18 @@ def saturation_facts(df: pd.DataFrame, claims: pd.DataFrame) -> Saturation:
     at64 = {"metric": "output_throughput", "concurrency": 64}
     approx = float(value(df, experiment="summary_311", **at64))
     wl, gap = nearest_workload(approx, claims)
-    return Saturation(sat_approx=approx, sat_match_wl=wl, sat_match_gap_pct=100 * gap,
-                      sat_rng_lo=float(value(df, "value_low", experiment="mem_fraction_cuda_graphs", **at64)),
-                      sat_rng_hi=float(value(df, "value_high", experiment="mem_fraction_cuda_graphs", **at64)),
+    lo = float(value(df, "value_low", experiment="mem_fraction_cuda_graphs", **at64))
+    hi = float(value(df, "value_high", experiment="mem_fraction_cuda_graphs", **at64))
+    return Saturation(sat_approx=approx, sat_match_wl=wl, sat_match_gap_pct=100 * gap, sat_rng_lo=lo, sat_rng_hi=hi,
+                      sat_rng_lo_wl=workload_words(nearest_workload(lo, claims)[0]),
+                      sat_rng_hi_wl=workload_words(nearest_workload(hi, claims)[0]),
                       sat_512=float(value(df, experiment="sweep_128_512", **at64)))
+
+
+def workload_words(workload: str) -> str:
+    """"256/256" as the page says it: "256 in / 256 out"."""
+    a, b = workload.split("/")
+    return f"{a} in / {b} out"
 
 
 def profile_facts(gpu_profile: pd.DataFrame) -> RecordedProfile:
@@ -416,7 +443,8 @@ def scaling_phrase(head: pd.DataFrame, why_none: str) -> str:
     if f is None:
         return "no live sweep"
     return (f"variant {f.live_variant} scaled {f.live_scaling:.1f}x from one stream to its best point, "
-            f"at concurrency {f.live_sat_c} (measured; derived from the table above)")
+            f"at concurrency {f.live_sat_c} (in output throughput, each point's output tokens over its duration, "
+            f"measured; the ratio derived from the table above)")
 
 
 #: a point whose mean end-to-end latency exceeds its median by this factor has a slow request pulling its
@@ -431,17 +459,44 @@ def slow_phrase(live: pd.DataFrame | None) -> str:
     cols = {"mean_e2e_latency_ms", "median_e2e_latency_ms", "total_output_tokens", "completed"}
     if live is None or not cols <= set(live.columns):
         return ""
-    d = live[live.completed.astype(float) > 0]
-    d = d[d.mean_e2e_latency_ms.astype(float) > SLOW_MEAN_OVER_MEDIAN * d.median_e2e_latency_ms.astype(float)]
+    done = live[live.completed.astype(float) > 0]
+    d = done[done.mean_e2e_latency_ms.astype(float) > SLOW_MEAN_OVER_MEDIAN * done.median_e2e_latency_ms.astype(float)]
     several = {"variant", "workload"} <= set(live.columns) and len(live[["variant", "workload"]].drop_duplicates()) > 1
     parts = []
     for r in d.itertuples():
-        at_median = r.concurrency * (r.total_output_tokens / r.completed) / (r.median_e2e_latency_ms / 1e3)
+        at_median = median_throughput(r)
         who = f" ({r.variant}, {r.workload})" if several else ""
-        parts.append(f"at concurrency {int(r.concurrency)}{who} a slow request pulls throughput down (mean E2E "
-                     f"{r.mean_e2e_latency_ms:.0f} ms, median {r.median_e2e_latency_ms:.0f} ms, measured; at the "
-                     f"median it would be {at_median:.0f} tokens/s, derived)")
+        said = (f"at concurrency {int(r.concurrency)}{who} a slow request pulls throughput down (mean E2E "
+                f"{r.mean_e2e_latency_ms:.0f} ms, median {r.median_e2e_latency_ms:.0f} ms, measured; at the "
+                f"median it would be {at_median:.0f} tokens/s, derived: concurrency x output tokens per request over "
+                f"the median E2E")
+        top = _best_of_its_series(done, r)
+        if int(r.concurrency) == 1 and top is not None and int(top.concurrency) != 1:
+            # the scaling the run line states is in output throughput; by this statistic it is another figure,
+            # and the page gives both, each named (issue 47)
+            said += (f"; by that median statistic at both ends the scaling to concurrency {int(top.concurrency)} is "
+                     f"{median_throughput(top) / at_median:.1f}x")
+        parts.append(said + ")")
     return "; ".join(parts)
+
+
+def median_throughput(r) -> float:
+    """Output tokens/s a point's median request gives (derived): concurrency x output tokens per request over the
+    median end-to-end latency. `r`: a row of the live sweep (a namedtuple or a Series)."""
+    per_request = float(r.total_output_tokens) / float(r.completed)
+    return float(r.concurrency) * per_request / (float(r.median_e2e_latency_ms) / 1e3)
+
+
+def _best_of_its_series(done: pd.DataFrame, r):
+    """The point of r's variant and workload with the highest output throughput (the run line's "best point"), or
+    None where the sweep has no throughput column."""
+    if "output_throughput" not in done.columns:
+        return None
+    g = done
+    for col in ("variant", "workload"):
+        if col in done.columns:
+            g = g[g[col] == getattr(r, col)]
+    return None if g.empty else g.loc[g.output_throughput.astype(float).idxmax()]
 
 
 def run_line(live: pd.DataFrame | None, status: str, scaling: str, profile: str) -> str:

@@ -247,6 +247,31 @@ def here_note(local: list[dict], mode: str) -> str:
     return "In recorded mode this machine is not examined."
 
 
+def _gpu_count(local: list[dict]) -> int | None:
+    """How many GPUs this machine's memory-fit row names ("this machine: 2x ..."), or None without a row."""
+    if not local:
+        return None
+    import re
+
+    found = re.search(r"(\d+)x ", str(local[0]["system"]))
+    return int(found.group(1)) if found else int(local[0]["count"])
+
+
+def p2p_timed(local: list[dict], mode: str) -> str:
+    """What the VM/P2P chapter times between GPUs, said of this run's machine as far as this chapter knows it (its
+    GPUs, read with NVML here or when the run measured): a message between two of them where it has two or more,
+    none where it has one; in recorded mode (no machine read), what it times where a run has two."""
+    n = _gpu_count(local)
+    if n is None:
+        if mode == "auto":
+            return "times nothing between GPUs on this machine, which has no NVIDIA GPU that NVML can see"
+        return ("times one small message between two GPUs where a run has two or more (this chapter read no "
+                "machine)")
+    if n < 2:
+        return "timed no message between GPUs in this run: its machine has one GPU"
+    return f"times one small message between two of this run's {n} GPUs where that chapter runs live"
+
+
 def collective_facts(m: ma.ModelConfig, claims: pd.DataFrame) -> CollectiveFacts:
     """The collectives per decode step and the layers (derived), and a source's count (recorded)."""
     return CollectiveFacts(n_coll=ma.collectives_per_step(m), n_layers=m.layers,

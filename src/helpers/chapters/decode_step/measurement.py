@@ -300,7 +300,10 @@ def split_values(table: pd.DataFrame, batch_max: int, step_1_ms: float, step_max
     for c, key in SHARE_KEYS:
         out[f"share1_{key}"] = 100 * float(s1.loc[c, "share"])
         out[f"share64_{key}"] = 100 * float(sx.loc[c, "share"])
-    out.update({"floor_share_1": 100 * float(s1["launch_floor_us"].sum() / s1["time_us"].sum()),
+    # the launch floor's share of the whole one-sequence step (the answer's "of it"), not of the components' sum
+    # (which runs a few % above the step): the components' kernels, which add up to the step's, times the floor,
+    # over the step's own time; the kernel count is the measurement's own (issue 47 item 9)
+    out.update({"floor_share_1": 100 * float(s1["launch_floor_us"].sum()) / (1e3 * step_1_ms),
                 "moe_GBps_64": float(sx.loc["moe", "achieved_GBps"]), "moe_peak_64": 100 * float(sx.loc["moe", "share_of_peak"]),
                 "lm_GBps": float(sx.loc["lm_head", "achieved_GBps"]),
                 "sum_vs_step_1": float(s1["time_us"].sum()) / 1e3 / step_1_ms,

@@ -41,6 +41,23 @@ IMPLICATION = {
 }
 
 
+#: the held-out observations' median percentile among their draws further than this from 50 makes the predictor
+#: lean: below, most observations are slower than their band's median (it leans fast); above, faster (it leans slow)
+LEAN_MARGIN = 10.0
+
+
+def lean_words(median_percentile: float) -> str:
+    """Which way the predictor leans on the held-out points, from the observations' median percentile among their
+    draws (LEAN_MARGIN), its subject named so it is not read as the bare-metal band's lean at one point."""
+    if median_percentile < 50 - LEAN_MARGIN:
+        return ("below 50: on these held-out points the predictor leans fast, most observations slower than their "
+                "band's median")
+    if median_percentile > 50 + LEAN_MARGIN:
+        return ("above 50: on these held-out points the predictor leans slow, most observations faster than their "
+                "band's median")
+    return f"within {LEAN_MARGIN:.0f} of 50: on these held-out points the predictor leans neither way"
+
+
 def _calibrated(c: dict) -> bool:
     return c["share_inside"] >= GOAL_INSIDE and c["median_abs_err"] <= GOAL_MEDIAN
 
@@ -60,6 +77,7 @@ def held_out(d: Diagnosis) -> Part:
     values = {"cal_n": c["n"], "cal_n_systems": c["n_systems"], "cal_n_inside": c["n_inside"],
               "cal_share_pct": 100 * c["share_inside"], "cal_median_err_pct": 100 * c["median_abs_err"],
               "cal_worst_err_pct": 100 * float(worst["rel_err"]), "cal_median_pctile": c["median_percentile"],
+              "cal_lean_text": lean_words(float(c["median_percentile"])),
               "cal_worst_what": f"{SHORT.get(worst['system'], worst['system'])}, {worst['checkpoint'].upper()}, "
                                 f"concurrency {int(worst['concurrency'])}, context {worst['context_label']}",
               "cal_rtx_n": rtx["n"], "cal_rtx_inside": rtx["n_inside"], "cal_rtx_median_pct": 100 * rtx["median_abs_err"],

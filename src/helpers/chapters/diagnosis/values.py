@@ -76,7 +76,8 @@ class CheckValues:
     c_obs_bm_64: float
     c_pred_bm_64: float
     goal_text: str
-    pred_mixed_vm_64: float
+    pred_mixed_vm_64: float    # the budget's prediction at 64 with the workload's prompt tokens in each step (no observation)
+    err_mixed_vm_64: float     # that prediction against the same observation (c_obs_vm_64), %
     membusy_lo: float
     membusy_hi: float
     pred_membusy: float
@@ -232,6 +233,7 @@ class HeldOutValues:
     cal_worst_err_pct: float
     cal_worst_what: str
     cal_median_pctile: float
+    cal_lean_text: str       # which way the predictor leans on the held-out points, by calibration_section.LEAN_MARGIN
     cal_rtx_n: int
     cal_rtx_inside: int
     cal_rtx_median_pct: float

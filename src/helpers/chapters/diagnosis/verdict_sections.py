@@ -53,7 +53,10 @@ def where_in_band(pctile: float, inside: bool, c: int, band: tuple[float, float]
     edge = band[1] if above else band[0]
     if (at_mid > edge) if above else (at_mid < edge):
         gap = 100 * (at_mid - observed) / observed
-        tail = f"the ranges lean {'slow' if above else 'fast'}"
+        # the subject is named: this band's draws against its own middle-value prediction, at this point (the
+        # held-out calibration's lean is another subject: calibration_section.lean_words)
+        where = "one stream" if c == 1 else f"concurrency {c}"
+        tail = f"at {where} this band's draws lean {'slow' if above else 'fast'} against its own middle-value prediction"
         if abs(at_mid - observed) >= abs(edge - observed):
             tail += " and the middle values overshoot"
         return (f"{head}; the prediction at every input's middle value, {at_mid:.{d}f}, lies {side} the band too, "
@@ -188,6 +191,37 @@ def peer_on_glm5_graph(d: Diagnosis) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------------ 7. the VM predicted
+def _size(c: int, th: pd.DataFrame) -> str:
+    """The rule's message size at concurrency `c`, in words ("one stream's 12 KiB")."""
+    kib = {int(t.concurrency): t.message_bytes / 1024 for t in th.itertuples()}[c]
+    return f"{'one stream' if c == 1 else f'concurrency {c}'}'s {kib:.0f} KiB"
+
+
+def faster_where(fast: pd.DataFrame, th: pd.DataFrame) -> str:
+    """Per scenario set aside for beating P2P (admissibility's rows, indexed by key, with `faster_at`), at which of
+    the rule's message sizes it does: a reason true at one stream only says so, and names the size it is not."""
+    every = [int(t.concurrency) for t in th.itertuples()]
+    parts = []
+    for r in fast.itertuples():
+        at = [c for c in every if c in tuple(r.faster_at)]
+        not_at = [c for c in every if c not in at]
+        parts.append(f"{r.scenario} at both sizes" if not not_at else
+                     f"{r.scenario} at {' and '.join(_size(c, th) for c in at)} only, not at "
+                     f"{' and '.join(_size(c, th) for c in not_at)}")
+    return "; ".join(parts)
+
+
+def set_aside_label(key: str, c: int, faster_at: tuple, th: pd.DataFrame) -> str:
+    """Why a scenario's row at concurrency `c` is set aside, true at that row: a remedy arm, or faster than P2P at
+    this row's message, or (set aside by the other size) faster at another concurrency's message only."""
+    if key in vd.REMEDY_ARMS:
+        return "set aside: a remedy arm, sets no bound"
+    if c in tuple(faster_at):
+        return "set aside: faster than P2P at this size, sets no bound"
+    other = " and ".join(_size(o, th) for o in faster_at)
+    return f"set aside: faster than P2P at {other}, not at this size; sets no bound"
+
+
 VM_TAKEAWAY_NONE = ("No host-path model with evidence behind it reproduces the VM's one-stream speed on its own: "
                     "the VM lost more than any of them prices.")
 VM_TAKEAWAY_SOME = ("{n} of {of} host-path models reproduce the VM's one-stream speed within their band; the others "
@@ -216,8 +250,9 @@ def vm_predicted(d: Diagnosis) -> Part:
     aside = adm[~adm["admissible"]]
     n_rem = int(aside.index.isin(list(vd.REMEDY_ARMS)).sum())
     n_fast = len(aside) - n_rem
+    fast = aside[~aside.index.isin(list(vd.REMEDY_ARMS))]
     why = ([f"{n_fast} price an all-reduce through host memory faster than bare metal's NCCL over P2P at the same "
-            "message, which contradicts what they model"] if n_fast else []) + \
+            f"message ({faster_where(fast, v.thresholds())}), which contradicts what they model"] if n_fast else []) + \
           ([f"{n_rem} {'is a remedy arm' if n_rem == 1 else 'are remedy arms'} (what the VM would pay with it, not a "
             "model of the VM as it ran)"] if n_rem else [])
     values = {"n_scenarios": len(v.scenarios), "n_admitted": int(adm["admissible"].sum()),
@@ -284,8 +319,10 @@ def attribution(d: Diagnosis) -> Part:
                                           metric="fixed_time_per_forward")
     shown = a[["concurrency", "scenario", "lost_ms_per_step", "host_path_excess_ms", "share_explained", "share_low",
                "share_high", "unexplained"]].copy()
-    shown["scenario"] = [s_ if ok else f"{s_} (set aside: {'a remedy arm' if key in vd.REMEDY_ARMS else 'faster than P2P'}, "
-                         "sets no bound)" for s_, ok, key in zip(a["scenario"], a["admissible"], a["scenario_key"])]
+    faster = v.admissibility().set_index("scenario_key")["faster_at"]
+    th = v.thresholds()
+    shown["scenario"] = [s_ if ok else f"{s_} ({set_aside_label(key, int(c), faster[key], th)})"
+                         for s_, ok, key, c in zip(a["scenario"], a["admissible"], a["scenario_key"], a["concurrency"])]
     return Part(values, {"attribution": a}, {"attribution": shown, "residuals": res})
 
 
