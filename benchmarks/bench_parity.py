@@ -4,8 +4,15 @@ ratios (book / tool), taken like with like.
 
 The server is the stand-in (helpers.serving.standin, in its own process: first chunk after --ttft-s, then one
 token every --interval-s, one token a chunk), so the medians every client should report are known. Every client
-uses /v1/completions, streams, and sends --requests requests of --input-tokens/--output-tokens at each point; the
-tools run in the order rotated each repeat, and the book's client between them.
+uses /v1/completions, streams, and sends --requests requests of --input-tokens/--output-tokens at each point; at each
+point the book's client runs first, then the tools in an order rotated each repeat.
+
+The stand-in also keeps its own record of every request (GET /standin/log): after each client's run the script reads
+the stand-in's TTFT of the same requests (from the connection accepted to the first chunk flushed) and how close
+together the client put its first burst of a concurrency point, and prints them beside each client's TTFT. A client
+whose TTFT differs from another's by as much as the server's own TTFT of its requests does measures alike: the two
+loaded the server differently (a tighter burst waits longer for the stand-in's one accepting thread); a difference
+that the server's figure does not share is the client's own reading.
 
 None of the tools is a dependency of the book: install each in a virtual environment of its own (inference-perf
 0.7.0 needs Python 3.12) and point the options at their executables; a tool not given is left out:
@@ -33,7 +40,9 @@ inference-perf's inter_token_latency (per token, one token a chunk here); GuideL
 the last content chunk, the others' at the stream's end (the stand-in sends its usage chunk and [DONE] at once).
 
 The machine's load moves the figures (the stand-in and every client share its cores): the load average is printed
-before each point; run it again if it is above the number of cores.
+before each point; run it again if it is above the number of cores. Each point's CSV rows are written as it ends, and
+--time-limit-s starts no point that would end past it, so a run in a bounded call keeps what it measured;
+--keep-going leaves out a tool that fails instead of stopping (scripts/parity-remote.sh uses both).
 """
 from __future__ import annotations
 
@@ -61,9 +70,34 @@ def start_standin(ttft_s: float, interval_s: float):
     return proc, url
 
 
+def standin_log(url: str, since: int = 0) -> tuple[int, list[dict]]:
+    """(requests the stand-in has logged in all, its records from the `since`-th on): GET /standin/log."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/standin/log?since={since}", timeout=30) as r:
+        d = json.loads(r.read())
+    return d["count"], d["requests"]
+
+
+def server_side(recs: list[dict], point: tuple, a) -> dict:
+    """The stand-in's own view of one client's requests at a point (its records of requests of --output-tokens, so a
+    tool's own check request is left out): the medians of its TTFT from the connection accepted to the first chunk
+    flushed, and of accepted to the request read; at a concurrency c, the spread of the first c acceptances (how
+    close together the client put its first burst)."""
+    rs = sorted((r for r in recs if r.get("tokens") == a.output_tokens and r["accepted"] is not None
+                 and r["first"] is not None), key=lambda r: r["accepted"])
+    c = int(point[1]) if point[0] == "c" else 0
+    burst = rs[min(c, len(rs)) - 1]["accepted"] - rs[0]["accepted"] if c > 1 and rs else float("nan")
+    return {"srv_ttft": _med([r["first"] - r["accepted"] for r in rs], 1e3),
+            "srv_read": _med([r["read"] - r["accepted"] for r in rs], 1e3), "burst": burst * 1e3, "srv_n": len(rs)}
+
+
+TOOL_TIMEOUT_S = 900.0
+
+
 def _run(cmd: list[str], env: dict) -> None:
-    """Run a tool; on failure raise with the end of what it printed."""
-    p = subprocess.run(cmd, env=env, timeout=900, capture_output=True, text=True)
+    """Run a tool (for at most TOOL_TIMEOUT_S, --tool-timeout-s); on failure raise with the end of what it printed."""
+    p = subprocess.run(cmd, env=env, timeout=TOOL_TIMEOUT_S, capture_output=True, text=True)
     if p.returncode:
         raise SystemExit(f"{' '.join(cmd[:3])} ... exited {p.returncode}: {(p.stdout + p.stderr)[-1500:]}")
 
@@ -179,6 +213,10 @@ def ratio_rows(point, rep, load, mine: dict, tool: str, ref: dict) -> list[dict]
                      "book_ms": mine[key], "tool_ms": ref[key], "ratio": r,
                      "ratio_from_own_start": mine[own] / ref[own] if ref[own] == ref[own] and ref[own] else float("nan"),
                      "book_completed": mine["completed"], "tool_completed": ref["completed"],
+                     "book_server_ttft_ms": mine.get("srv_ttft"), "tool_server_ttft_ms": ref.get("srv_ttft"),
+                     "book_server_read_ms": mine.get("srv_read"), "tool_server_read_ms": ref.get("srv_read"),
+                     "book_burst_ms": mine.get("burst"), "tool_burst_ms": ref.get("burst"),
+                     "book_wall_s": mine.get("wall_s"), "tool_wall_s": ref.get("wall_s"),
                      "load_average_1min": load})
     return rows
 
@@ -200,7 +238,38 @@ def summary(rows: list[dict]) -> list[str]:
     return out
 
 
+def server_summary(rows: list[dict]) -> list[str]:
+    """Per point and client: the medians over the repeats of the client's TTFT as compared (from send where it has
+    one), the stand-in's own TTFT of the same requests (connection accepted to first chunk flushed), their
+    difference (what the client adds: its own reading, plus the time from its write to the server's accept), the
+    server's accept-to-read, and the spread of the first burst's acceptances."""
+    groups: dict = {}
+    for r in rows:
+        if r["metric"] != "ttft":
+            continue
+        for who, ms, pre in (("book", r["book_ms"], "book_"), (r["tool"], r["tool_ms"], "tool_")):
+            groups.setdefault((r["point"], who), {}).setdefault(r["repeat"], (
+                ms, r[pre + "server_ttft_ms"], r[pre + "server_read_ms"], r[pre + "burst_ms"]))
+    out = [f"{'point':<8} {'client':<15} {'ttft':>7} {'server':>7} {'client-server':>13} {'accept-read':>11} "
+           f"{'burst':>7}  (ms, medians over repeats)"]
+    for (p, who), reps in groups.items():
+        cols = list(zip(*reps.values()))
+        m = [_med(list(c)) for c in cols]
+        diff = _med([x - y for x, y in zip(cols[0], cols[1]) if x == x and y == y])
+        out.append(f"{p:<8} {who:<15} {m[0]:>7.2f} {m[1]:>7.2f} {diff:>13.2f} {m[2]:>11.2f} {m[3]:>7.2f}")
+    return out
+
+
+def write_csv(path: str, rows: list[dict]) -> None:
+    if path and rows:
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+
 def main(argv=None) -> int:
+    global TOOL_TIMEOUT_S
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for t in TOOLS:
         ap.add_argument(f"--{t}", help=f"the {t} executable (its own virtual environment); left out if not given")
@@ -213,8 +282,17 @@ def main(argv=None) -> int:
     ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--ttft-s", type=float, default=0.02)
     ap.add_argument("--interval-s", type=float, default=0.01)
-    ap.add_argument("--out", help="also write every point's medians and ratios to this CSV (one row per metric)")
+    ap.add_argument("--out", help="also write every point's medians and ratios to this CSV (one row per metric), "
+                    "rewritten after each point")
+    ap.add_argument("--work", help="keep the tools' own outputs in this folder (default: a new temporary one)")
+    ap.add_argument("--time-limit-s", type=float, default=0.0,
+                    help="start no point that would end past this many seconds from the start (a point is taken to "
+                         "last as long as its longest run so far, or as the longest point when it has not run); 0: none")
+    ap.add_argument("--tool-timeout-s", type=float, default=TOOL_TIMEOUT_S, help="the longest one tool's run may take")
+    ap.add_argument("--keep-going", action="store_true",
+                    help="a tool that fails is reported and left out of the points after, instead of stopping the run")
     a = ap.parse_args(argv)
+    TOOL_TIMEOUT_S = a.tool_timeout_s
     tools = {t: getattr(a, t.replace("-", "_")) for t in TOOLS if getattr(a, t.replace("-", "_"))}
     if not tools or a.repeats < 1 or a.requests < 1:
         raise SystemExit("give at least one tool executable, --repeats and --requests of 1 or more")
@@ -223,30 +301,61 @@ def main(argv=None) -> int:
     print(f"stand-in at {url}: first chunk after {a.ttft_s * 1e3:g} ms, then a token every {a.interval_s * 1e3:g} ms; "
           f"{a.requests} requests of {a.input_tokens}/{a.output_tokens} tokens per point, {a.repeats} repeats, tools "
           f"{', '.join(tools)}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}", flush=True)
-    rows, work = [], Path(tempfile.mkdtemp(prefix="parity-"))
+    work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="parity-"))
+    work.mkdir(parents=True, exist_ok=True)
+    rows, start = [], time.time()
+    took: dict = {}   # point -> the longest it took
+    failed: dict = {}
     try:
         for rep in range(1, a.repeats + 1):
             order = list(tools)[rep % len(tools):] + list(tools)[:rep % len(tools)]
             for point in points:
+                guess = took.get(point, max(took.values(), default=0.0))
+                if a.time_limit_s and time.time() - start + guess > a.time_limit_s:
+                    print(f"repeat {rep} {point[0]}={point[1]}: not run (--time-limit-s {a.time_limit_s:g}: "
+                          f"{time.time() - start:.0f} s gone, the point takes some {guess:.0f} s)", flush=True)
+                    continue
                 load, t0 = os.getloadavg()[0], time.time()
+                since = standin_log(url)[0]
                 mine = book(url, point, a)
+                since, recs = standin_log(url, since)
+                mine.update(server_side(recs, point, a), wall_s=time.time() - t0)
+                walls = [f"book {mine['wall_s']:.1f}"]
                 for t in order:
-                    ref = TOOLS[t](tools[t], url, point, a, work / f"{t}-{point[0]}{point[1]}-{rep}")
+                    if t in failed:
+                        continue
+                    t1 = time.time()
+                    try:
+                        ref = TOOLS[t](tools[t], url, point, a, work / f"{t}-{point[0]}{point[1]}-{rep}")
+                    except (SystemExit, Exception) as e:   # noqa: BLE001 - reported; the tool is left out after
+                        if not a.keep_going:
+                            raise
+                        failed[t] = f"{point[0]}={point[1]} repeat {rep}: {e}"
+                        print(f"{t} failed and is left out from here: {str(e)[-1500:]}", flush=True)
+                        continue
+                    since, recs = standin_log(url, since)
+                    ref.update(server_side(recs, point, a), wall_s=time.time() - t1)
+                    walls.append(f"{t} {ref['wall_s']:.1f}")
                     rows += ratio_rows(point, rep, load, mine, t, ref)
-                print(f"repeat {rep} {point[0]}={point[1]}: {time.time() - t0:.0f} s, load average before {load:.2f}",
-                      flush=True)
+                took[point] = max(took.get(point, 0.0), time.time() - t0)
+                write_csv(a.out, rows)
+                print(f"repeat {rep} {point[0]}={point[1]}: {time.time() - t0:.0f} s ({', '.join(walls)} s), "
+                      f"load average before {load:.2f}", flush=True)
     finally:
         proc.terminate()
         proc.wait(10)
-    if a.out:
-        with open(a.out, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+    write_csv(a.out, rows)
+    if not rows:
+        raise SystemExit("no point ran: " + "; ".join(f"{t}: {e}" for t, e in failed.items()))
     print(f"\nratios book / tool over {a.repeats} repeats (median [min - max]); load average now "
           f"{os.getloadavg()[0]:.2f}")
     print("\n".join(summary(rows)))
-    return 0
+    print("\nthe stand-in's own view of each client's requests (TTFT: the client's as compared above; server: from "
+          "the connection accepted to the first chunk flushed)")
+    print("\n".join(server_summary(rows)))
+    for t, e in failed.items():
+        print(f"{t} FAILED at {e[:300]}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -8,6 +8,11 @@ that arrives past the knee is slowed by that one factor instead (a step: TTFT `t
 `ttft_s * past_knee` past it), so a test can put an SLO far from both sides of the knee: the failing side fails
 whatever the client's overhead (overhead only adds), and the passing side has the gap between the two levels.
 
+`GET /standin/log?since=N` answers the server's own record of each request from the N-th on (issue 46): when its
+connection was accepted, when its request had been read, when its first chunk was flushed and when its stream
+ended (time.perf_counter() of the server's process: on Linux the same clock as a client's on the same machine),
+so a client's TTFT can be set beside the server's own and the spread of a burst's arrivals read.
+
     with StandIn(ttft_s=0.02, interval_s=0.01) as srv:   # srv.url -> "http://127.0.0.1:PORT"
         ...
 """
@@ -27,6 +32,14 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):
+        srv = self.server
+        srv.accepted.pop(id(self.request), None)
+        if self.path.startswith("/standin/log"):
+            since = int(self.path.partition("since=")[2] or 0)
+            with srv.lock:   # `since` counts every request logged; the log keeps the last 100,000
+                first = srv.logged - len(srv.log)
+                body = json.dumps({"count": srv.logged, "requests": list(srv.log)[max(since - first, 0):]}).encode()
+            return self._send(200, body, "application/json")
         body = json.dumps({"object": "list", "data": [{"id": "standin", "object": "model"}]}).encode()
         self._send(200, body, "application/json")
 
@@ -39,8 +52,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         srv = self.server
+        rec = {"accepted": srv.accepted.pop(id(self.request), None), "read": None, "first": None, "end": None,
+               "port": self.client_address[1]}
         req = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
         n = int(req.get("max_tokens") or 16)
+        rec["read"], rec["tokens"] = time.perf_counter(), n
         with srv.lock:
             srv.in_flight += 1
             load = srv.in_flight
@@ -60,6 +76,8 @@ class _Handler(BaseHTTPRequestHandler):
                     time.sleep(srv.interval_s * slow * k)
                 step = min(k, n - sent)
                 self._event({"choices": [{"index": 0, "text": " t" * step, "finish_reason": None}]})
+                if not sent:
+                    rec["first"] = time.perf_counter()
                 sent += step
             # out of flight before the client can see the end: a closed-loop client sends its next request the
             # moment it reads [DONE], and a count still holding this one would put that request past the knee
@@ -68,10 +86,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._event({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": n + 4}})
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
+            rec["end"] = time.perf_counter()
         except (BrokenPipeError, ConnectionResetError):   # the client hung up mid-stream: its choice, not an error
             self.close_connection = True
         finally:
             self._leave()
+            with srv.lock:
+                srv.log.append(rec)
+                srv.logged += 1
         self.close_connection = True
 
     def _leave(self):
@@ -103,6 +125,18 @@ class _Server(ThreadingHTTPServer):
     # (the rate-sweep test's failure in the full suite). Every request opens its own connection here.
     request_queue_size = 1024
 
+    def handle_error(self, request, client_address):
+        """A client that hung up before its request was read (a tool closing its spare connections) is no error."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            super().handle_error(request, client_address)
+
+    def process_request(self, request, client_address):
+        """Note when each connection was accepted (GET /standin/log), then serve it on a thread of its own."""
+        self.accepted[id(request)] = time.perf_counter()
+        super().process_request(request, client_address)
+
 
 class StandIn:
     def __init__(self, ttft_s: float = 0.02, interval_s: float = 0.01, tokens_per_chunk: int = 1,
@@ -115,6 +149,8 @@ class StandIn:
         h.ttft_s, h.interval_s, h.tokens_per_chunk, h.knee, h.past_knee = ttft_s, interval_s, tokens_per_chunk, knee, past_knee
         h.in_flight, h.lock = 0, threading.Lock()
         h.loads = collections.deque(maxlen=100_000)   # in flight, this one included, as each request arrived
+        h.log = collections.deque(maxlen=100_000)     # each request's times (GET /standin/log)
+        h.logged, h.accepted = 0, {}                  # requests logged in all; id(socket) -> when it was accepted
         self.url = f"http://{host}:{h.server_address[1]}"
         self._t = threading.Thread(target=h.serve_forever, daemon=True)
 
