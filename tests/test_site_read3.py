@@ -85,11 +85,11 @@ def test_the_decode_step_overlap_table_carries_the_diagnosis_fraction():
     ps = mb.precision_study(None)
     ov = pr.overlap_steps(ps, 384)
     fr = vd.overlap_fractions(ps)
-    got = ov.dropna(subset=["hidden_of_shared"])
+    got = ov.dropna(subset=["hidden_share"])
     assert len(got) == len(fr[fr["context"] == 384])
     for r in fr[fr["context"] == 384].itertuples():
         row = got[(got["precision"] == r.dtype) & (got["batch"] == r.batch)]
-        assert math.isclose(float(row["hidden_of_shared"].iloc[0]), r.hidden_fraction)
+        assert math.isclose(float(row["hidden_share"].iloc[0]), r.hidden_fraction)
 
 
 def test_the_eager_launch_input_says_why_it_stays_assumed(rec):

@@ -200,7 +200,7 @@ def overlap_steps(ps: mb.PrecisionStudy, context: int, mode: str = "graph") -> p
             out.append({"precision": prec, "batch": int(b), "one_stream_ms": o, "two_streams_ms": w,
                         "saved_ms": o - w, "saved_share": (o - w) / o,
                         "shared_dense_alone_ms": float(shared["median_us"]) / 1e3,
-                        "hidden_of_shared": float(hid.get((prec, int(b), int(context)), float("nan")))})
+                        "hidden_share": float(hid.get((prec, int(b), int(context)), float("nan")))})
     return pd.DataFrame(out)
 
 
