@@ -125,9 +125,19 @@ def test_the_first_page_can_name_the_run_it_shows():
     subs = staging.run_substitutions(Manifest(**m))
     assert subs == {"site_run": "h200x2-x", "site_target": "multi-gpu",
                     "site_machine": "2 x NVIDIA H200, container in vm (Firecracker)",
-                    "site_date": "2026-11-29", "site_commit": "commit 6e11e7c with local changes"}
+                    "site_date": "2026-11-29", "site_commit": "commit 6e11e7c with local changes",
+                    "site_presented": ""}
     assert set(subs) == set(staging.SUBSTITUTION_KEYS)
     assert staging.run_substitutions(Manifest(run_id="r", target="", chapters=[]))["site_commit"] == "an unrecorded commit"
+
+
+def test_a_replayed_run_names_the_commit_that_presented_it_again():
+    """Site read 3, L-21: a replay re-executes chapters at another commit; the first page names that commit."""
+    m = Manifest(run_id="r", target="", chapters=[], replayed={"book_commit": "122b9c0", "started": "2026-12-06T13:37:13",
+                                                               "chapters": ["07_diagnosis", "90_provenance"]})
+    assert staging.run_substitutions(m)["site_presented"] == ("; presented again by commit 122b9c0 on 2026-12-06, which "
+                                                              "re-executed 2 chapters (their derived figures were "
+                                                              "computed there)")
 
 
 def test_the_config_has_a_default_for_every_run_substitution():

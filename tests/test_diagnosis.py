@@ -170,7 +170,7 @@ def test_the_run_link_sentence_names_the_fit_by_its_method(meas):
 
 def test_the_collective_comparison_selects_by_harness_and_variant(rec):
     d = replace(rec, live=True, sweep=_sweep(harnesses=("eager", "graph")))
-    assert dg.collectives(d).values["coll_text"] == dg.COLL_TEXT_RATIO.format(ratios="nccl over 2 ranks: all-to-all takes 0.50x the all-reduce's time (median of 5 decode-size points)")
+    assert dg.collectives(d).values["coll_text"] == dg.COLL_TEXT_RATIO.format(ratios="nccl over 2 ranks: all-to-all takes 0.50x the all-reduce's time (median of the 5 sizes from 3 KiB to 768 KiB)")
     # issue 35: one rank moves nothing between GPUs, so a one-rank sweep is not compared
     one_rank = _sweep(harnesses=("eager", "graph")).assign(world_size=1)
     assert dg.collectives(replace(d, sweep=one_rank)).values["coll_text"] == dg.COLL_TEXT_NO_RANKS
@@ -181,10 +181,10 @@ def test_the_collective_comparison_selects_by_harness_and_variant(rec):
     # set beside the expert-parallelism chapter's GPU counts; a GPU backend beside them is the one compared
     cpu = _sweep(harnesses=("eager",)).assign(backend="gloo", device="cpu")
     assert dg.collectives(replace(d, sweep=cpu)).values["coll_text"] == dg.COLL_TEXT_CPU_ONLY.format(
-        ratios="gloo over 2 CPU processes: all-to-all takes 0.50x the all-reduce's time (median of 5 decode-size points)")
+        ratios="gloo over 2 CPU processes: all-to-all takes 0.50x the all-reduce's time (median of the 5 sizes from 3 KiB to 768 KiB)")
     both = pd.concat([cpu, _sweep(harnesses=("eager",)).assign(device="NVIDIA H200")], ignore_index=True)
     assert dg.collectives(replace(d, sweep=both)).values["coll_text"] == dg.COLL_TEXT_RATIO.format(
-        ratios="nccl over 2 ranks: all-to-all takes 0.50x the all-reduce's time (median of 5 decode-size points)")
+        ratios="nccl over 2 ranks: all-to-all takes 0.50x the all-reduce's time (median of the 5 sizes from 3 KiB to 768 KiB)")
     with pytest.raises(FindingError, match="variant='default'"):
         dg.collectives(replace(d, sweep=_sweep(variant="ALGO=Ring")))
 
@@ -309,13 +309,36 @@ def test_the_prompt_token_figure_is_a_prediction_against_the_same_observation(re
     c = dg.check(rec).values
     dg.CheckValues(**c)
     mixed = dg.check(rec).tables["comparison"]
-    r = mixed[(mixed.steps == "decode + prompt tokens") & (mixed.system == dg.VM) & (mixed.concurrency == 64)].iloc[0]
+    r = mixed[(mixed.steps == "decode + prompt tokens (nominal ratio)") & (mixed.system == dg.VM)
+              & (mixed.concurrency == 64)].iloc[0]
     assert c["pred_mixed_vm_64"] == r.predicted_tok_s and math.isclose(c["err_mixed_vm_64"], 100 * r.rel_err)
     assert r.observed_tok_s == c["c_obs_vm_64"]                  # the same observation as the decode-only comparison
+    q = mixed[(mixed.steps == "decode + prompt tokens (recorded ratio)") & (mixed.system == dg.VM)
+              & (mixed.concurrency == 64)].iloc[0]
+    assert c["pred_mixed_rec_vm_64"] == q.predicted_tok_s and q.observed_tok_s == c["c_obs_vm_64"]
     md = " ".join(_markdown("07_diagnosis").split())
-    assert "the budget predicts {glue:text}`pred_mixed_vm_64:.0f` against the same observed" in md
-    assert "{glue:text}`err_mixed_vm_64:+.0f` %" in md
+    assert "the budget predicts {glue:text}`pred_mixed_vm_64:.0f` at the nominal lengths'" in md
+    assert "{glue:text}`err_mixed_vm_64:+.0f` %" in md and "{glue:text}`err_mixed_rec_vm_64:+.0f` %" in md
     assert "`pred_mixed_vm_64:.0f` with the workload's prompt tokens" not in md
+
+
+def test_the_prompt_ratio_is_derived_from_the_recorded_totals_beside_the_nominal_one(rec):
+    """Site read 3, M-4: the nominal 256/256 lengths say one prompt token per output token, the recorded totals of the
+    same sweep say total/output - 1; both are on the page, and the registered context (from the nominal lengths)
+    stays as registered, with the contexts the recorded ratio implies shown beside it."""
+    from helpers.core import recorded
+    s = recorded.load("recorded/serving.csv")
+    g = s[(s.experiment == "sweep_256_256") & (s.concurrency == 64)]
+    tot = float(g[g.metric == "total_throughput"].value.iloc[0])
+    out = float(g[g.metric == "output_throughput"].value.iloc[0])
+    c = dg.check(rec).values
+    assert math.isclose(c["prompt_ratio_recorded"], tot / out - 1) and c["prompt_ratio_nominal"] == 1.0
+    assert c["ctx_short_out"] < rec.context < c["ctx_long_in"]     # the registered context lies between the readings
+    names = set(dg.inputs(rec).tables["inputs"]["input"])
+    assert {"prompt tokens per output token, nominal", "prompt tokens per output token, from the recorded totals"} <= names
+    md = " ".join(_markdown("07_diagnosis").split())
+    for key in ("prompt_ratio_recorded:.2f", "ctx_short_out:.0f", "ctx_long_in:.0f"):
+        assert "{glue:text}`" + key + "`" in md
 
 
 def test_the_projection_names_the_measurement_each_check_projected(rec, meas):

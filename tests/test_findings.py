@@ -146,16 +146,41 @@ def test_a_gpu_runs_sentences_come_back_word_for_word_from_its_tables(run, label
     cs, coll, fits, glued = _run(run)
     rec = suite.recorded_copy_sweep()
     h = ch.harness_floor(cs, rec.sort_values("size_bytes").iloc[0], label)
-    assert h.harness_text == glued["harness_text"] and repr(h.floor_eager_us) == glued["floor_eager_us"]
+    # the harness sentence was reworded after these runs (site read 3, M-7: the same-device copy's issue cost is no
+    # floor for every path); every figure the run glued in it comes back from the same tables, and the new clause
+    # names the cheaper eager copies those tables hold
+    assert _numbers(glued["harness_text"]) <= _numbers(h.harness_text) and repr(h.floor_eager_us) == glued["floor_eager_us"]
+    assert "not a floor for every path" in h.harness_text
     big, table = ch.largest_copy(cs)
     for values in (h, big):   # every field of the two sections' dataclasses that the run glued, as it glued it
-        names = [f.name for f in fields(values) if f.name in glued]     # (an older run glued fewer keys)
+        names = [f.name for f in fields(values) if f.name in glued and f.name != "harness_text"]
         assert {k: _glued_text(getattr(values, k)) for k in names} == {k: glued[k] for k in names}
     dec = copies.decode_message_sizes().size_bytes.tolist()
     assert ch.variants(coll, dec, True, gpus, label).text == glued["variant_text"]
     assert ch.fit_text(fits, suite.recorded_fit().iloc[0]) == glued["fit_text"]
     assert ch.collective_text(True, coll, label) == glued["coll_text"]
     assert repr(big.big_bw) == glued["big_bw"] and big.big_path == glued["big_path"] and len(table)
+
+
+def _numbers(text: str) -> set[str]:
+    """The figures a sentence states (to check a reworded sentence keeps every figure an older run glued)."""
+    import re
+    return set(re.findall(r"\d+(?:\.\d+)?", str(text)))
+
+
+def test_the_same_device_copy_is_no_floor_where_a_cheaper_eager_copy_exists():
+    """Site read 3, M-7: the H100 run's eager one-token copies GPU to host (3.96 us) and host to GPU (4.28 us) cost less
+    than the copy within one GPU (6.6 us): the page calls that copy's cost an issue cost and an upper estimate of the
+    harness's share, and gives the lower end from the cheapest copy."""
+    cs = pd.read_csv(Path(__file__).parent / "fixtures" / "copies" / "h100_one_gpu_copy_sweep.csv")
+    small = suite.recorded_copy_sweep().sort_values("size_bytes").iloc[0]
+    h = ch.harness_floor(cs, small, "1x NVIDIA H100")
+    e = cs[(cs.harness == "eager") & (cs.size_bytes == int(small.size_bytes))]
+    low = float(e.time_us.min())
+    assert h.cheapest_eager_us == low < h.floor_eager_us
+    lo_pct, hi_pct = 100 * low / float(small.time_us), 100 * h.floor_eager_us / float(small.time_us)
+    assert f"between {lo_pct:.0f} %, the cheapest copy's, and {hi_pct:.0f} %" in h.harness_text
+    assert "harness floor" not in h.harness_text and "upper estimate" in ch.harness_rule(h)
 
 
 def test_a_peer_copy_the_harness_text_cites_that_is_missing_is_named():
@@ -183,7 +208,7 @@ def test_the_latency_regime_and_an_outlier_copy_are_said_from_the_numbers():
     cs = pd.read_csv(Path(__file__).parent / "fixtures" / "copies" / "h100_one_gpu_copy_sweep.csv")
     small = suite.recorded_copy_sweep().sort_values("size_bytes").iloc[0]
     text = ch.harness_floor(cs, small, "1x NVIDIA H100").harness_text
-    assert "us in a graph (an outlier: 1.7 times the 8.1 us of a larger copy, at 32 KiB) here." in text, text
+    assert "us in a graph (an outlier: 1.65 times the 8.05 us of a larger copy, at 32 KiB) here." in text, text
     assert "eager (an outlier" not in text
 
 
@@ -390,7 +415,8 @@ def test_the_answer_cites_nccl_tests_with_and_without_p2p(fid):
 
 def test_the_answers_p2p_sentence_counts_pairs():
     rec = [["X", "NS", "NS"], ["NS", "X", "NS"], ["NS", "NS", "X"]]
-    lead = "P2P: the original VM allowed it on 0 of its 6 ordered GPU pairs (recorded, `nvidia-smi topo -p2p r`)"
+    lead = ("P2P: the original VM allowed it on 0 of its 6 ordered GPU pairs (its `nvidia-smi topo -p2p r` matrix "
+            "recorded, the pairs counted from it: derived)")
     assert ch.p2p_answer(rec, ch.p2p_panel(None, False, 0)) == lead + "; recorded mode, nothing measured here."
     two = ch.p2p_panel({"p2p_read": [["X", "OK"], ["NS", "X"]]}, True, 2)
     assert ch.p2p_answer(rec, two) == lead + "; this machine allows it on 1 of 2 (environment probe)."
@@ -423,8 +449,10 @@ def test_the_pages_sentences_without_nan():
     # with the committed one-GPU run's copies: its numbers, and the sentences its page glued, word for word
     cs, _, _, glued = _run("h200-20261202f")
     rule = ch.harness_rule(ch.harness_floor(cs, rec_small, "1x"))
-    assert rule.endswith("(10.4 us here for one token issued from Python, 1.09 us in a CUDA graph).")
-    assert str(ch.md(rule)) == glued["harness_rule"]
+    assert rule.endswith("(10.4 us here for one token issued from Python, 1.09 us in a CUDA graph; a copy GPU to host "
+                         "issued the same way takes 7.46 us, so that issue cost is an upper estimate of the harness's "
+                         "part, not a floor for every path).")
+    assert _numbers(glued["harness_rule"]) <= _numbers(str(ch.md(rule)))   # reworded since (M-7); its figures kept
     big = ch.largest_copy_text(ch.largest_copy(cs)[0])
     assert big == ("The largest copy measured here, 256 MiB, reached 2077.7 GB/s on the same device path "
                    "(measured).") == glued["big_text"]

@@ -340,7 +340,7 @@ def _clean_output(o: dict, ctx: RunContext) -> dict | None:
 
 #: the MyST substitutions a page can use to name the run the site shows ({{ site_run }}, ...); the
 #: repository's _config.yml holds neutral defaults for a build outside the runbook
-SUBSTITUTION_KEYS = ("site_run", "site_target", "site_machine", "site_date", "site_commit")
+SUBSTITUTION_KEYS = ("site_run", "site_target", "site_machine", "site_date", "site_commit", "site_presented")
 
 
 def run_substitutions(manifest: Manifest) -> dict[str, str]:
@@ -367,7 +367,21 @@ def run_substitutions(manifest: Manifest) -> dict[str, str]:
             " (named by the sender)" if "BOOK_COMMIT" in commit else "")
     return {"site_run": str(manifest.run_id), "site_target": str(manifest.target),
             "site_machine": machine, "site_date": str(manifest.started or "")[:10] or "an unknown date",
-            "site_commit": commit_text}
+            "site_commit": commit_text, "site_presented": presented_text(manifest)}
+
+
+def presented_text(manifest: Manifest) -> str:
+    """Where a replay presented the run again: the commit whose code re-executed its chapters (their derived figures
+    were computed there, not at the run's own commit); '' for a run shown as it was made."""
+    rep = manifest.replayed or {}
+    commit = str(rep.get("book_commit") or "").split()[0] if rep else ""
+    if not rep:
+        return ""
+    n = len(rep.get("chapters") or [])
+    when = str(rep.get("started") or "")[:10]
+    return (f"; presented again by {'commit ' + commit.replace('+dirty', ' with local changes') if commit else 'an unrecorded commit'}"
+            + (f" on {when}" if when else "")
+            + f", which re-executed {n} chapter{'s' if n != 1 else ''} (their derived figures were computed there)")
 
 
 #: where the staging puts every chapter's glued figures, for pages that show another page's figure

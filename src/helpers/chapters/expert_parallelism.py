@@ -272,6 +272,24 @@ def p2p_timed(local: list[dict], mode: str) -> str:
     return f"times one small message between two of this run's {n} GPUs where that chapter runs live"
 
 
+def diagnosis_compares(local: list[dict], mode: str) -> str:
+    """Whether the diagnosis sets the VM/P2P chapter's all-to-all against this chapter's arithmetic, said of this run's
+    machine as p2p_timed says it: only where that chapter times collectives between two GPUs or more (the diagnosis
+    sets a sweep between CPU processes or on one rank beside nothing)."""
+    n = _gpu_count(local)
+    if n is None:
+        if mode == "auto":
+            return ("the diagnosis chapter compares it with the arithmetic here only where it was timed between two "
+                    "GPUs or more, and this machine has no NVIDIA GPU that NVML can see: not compared in this run")
+        return ("the diagnosis chapter compares it with the arithmetic here where a run timed it between two GPUs or "
+                "more (this chapter read no machine)")
+    if n < 2:
+        return ("the diagnosis chapter compares it with the arithmetic here only where it was timed between two GPUs "
+                "or more: this run's machine has one GPU, so it is not compared in this run")
+    return (f"the diagnosis chapter compares it with the arithmetic here where that chapter timed it between this "
+            f"run's {n} GPUs")
+
+
 def collective_facts(m: ma.ModelConfig, claims: pd.DataFrame) -> CollectiveFacts:
     """The collectives per decode step and the layers (derived), and a source's count (recorded)."""
     return CollectiveFacts(n_coll=ma.collectives_per_step(m), n_layers=m.layers,

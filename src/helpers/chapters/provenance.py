@@ -90,7 +90,9 @@ def sources_table(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Every source with its kind, what it is and how many rows of data/ cite it (`source` holds the id,
     which the table helper links to the source's url)."""
     cited = _cited(tables)
-    return pd.DataFrame([{"source": k, "kind": v["kind"], "what it is": v["title"],
+    # `shown_kind`: what a reader should call the source where its registry kind says where it lives, not what it is
+    # (a study under data/measured/ that computed numbers rather than timed anything is derived)
+    return pd.DataFrame([{"source": k, "kind": v.get("shown_kind", v["kind"]), "what it is": v["title"],
                           "rows citing it": int(cited.get(k, 0))} for k, v in recorded.sources().items()])
 
 

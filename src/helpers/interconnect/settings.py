@@ -92,8 +92,8 @@ def _tuning(name: str, what: str, **kw) -> NcclSetting:
 _SETTINGS = (
     NcclSetting("default", (), (VARIANT_SWEEP, HOSTPATH),
                 what="the GPU-to-GPU path with NCCL's defaults, on a machine with two GPUs or more (NVLink on a "
-                     "two-H200 host); no eight-rank host-path study (section 5) is committed; two-rank P2P-off "
-                     "sweeps are"),
+                     "two-H200 host); for the host-path study no eight-rank run is committed, only "
+                     "two-rank sweeps with P2P off (the committed run h200x2-20261129f)"),
     # the NCCL variants the investigation listed as next steps and never ran (chapter 06's variant sweep)
     _variant("P2P_DISABLE=1", P2P_DISABLE=1),
     _variant("P2P_LEVEL=LOC", P2P_LEVEL="LOC"),

@@ -85,6 +85,8 @@ def fusion_values(tab: pd.DataFrame, fs: mb.FusionStudy, batch_max: int) -> dict
                         f"fus_x_{prec}_{key}": pick(prec, b, "speedup")})
         out[f"k_fus_{prec}_1"] = int(pick(prec, 1, "fused_kernels"))
         out[f"k_unf_{prec}_1"] = int(pick(prec, 1, "unfused_kernels"))
+        if prec == "bf16":
+            out["k_fus_bf16_64"] = int(pick(prec, batch_max, "fused_kernels"))
         m = fs.sweep_meta(prec, "fused")
         out[f"compile_s_{prec}"] = float(m.get("compile_s", float("nan")))
     out["fp8_vs_bf16_1"] = out["fus_fp8_1"] / out["fus_bf16_1"]
@@ -144,11 +146,14 @@ def engine_values(tab: pd.DataFrame, batch_max: int, tol: float = mb.FIDELITY_TO
     return out
 
 
-def kernel_values(tab: pd.DataFrame) -> dict:
+def kernel_values(tab: pd.DataFrame, fused_at_max: float = float("nan")) -> dict:
     """The kernel comparison's whole-step figures: the op list's kernels on one GPU and its collectives, the
-    fused step's kernels over the op list's, and the share of the unfused step's kernels fusion removed."""
+    fused step's kernels over the op list's (the table's batch, one sequence; and `fused_at_max`, the fused step's
+    kernels at the largest batch, over the same op list, which does not depend on the batch), and the share of
+    the unfused step's kernels fusion removed."""
     st = one(tab, "the kernel comparison", component="step")
     coll = one(tab, "the kernel comparison", component="collectives (not on one GPU)")
     return {"k_sglang": int(st["sglang_op_list"]), "k_sglang_coll": int(coll["sglang_op_list"]),
             "k_vs_sglang": float(st["fused"]) / float(st["sglang_op_list"]),
+            "k_vs_sglang_64": float(fused_at_max) / float(st["sglang_op_list"]),
             "k_removed_pct": 100 * (1 - float(st["fused"]) / float(st["unfused"]))}

@@ -306,6 +306,7 @@ def split_values(table: pd.DataFrame, batch_max: int, step_1_ms: float, step_max
     out.update({"floor_share_1": 100 * float(s1["launch_floor_us"].sum()) / (1e3 * step_1_ms),
                 "moe_GBps_64": float(sx.loc["moe", "achieved_GBps"]), "moe_peak_64": 100 * float(sx.loc["moe", "share_of_peak"]),
                 "lm_GBps": float(sx.loc["lm_head", "achieved_GBps"]),
+                "lm_peak_64": 100 * float(sx.loc["lm_head", "share_of_peak"]),
                 "sum_vs_step_1": float(s1["time_us"].sum()) / 1e3 / step_1_ms,
                 "sum_vs_step_64": float(sx["time_us"].sum()) / 1e3 / step_max_ms})
     return out

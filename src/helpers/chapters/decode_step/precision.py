@@ -106,7 +106,8 @@ def saved_numerics(run) -> tuple[fp8numerics.Fp8Numerics, Fp8NumericsValues]:
     by a replay without computing anything."""
     num = fp8numerics.Fp8Numerics(run.load("fp8_check"), run.load("fp8_products"),
                                   "computed in the run on its machine's CPU, presented again from what it saved",
-                                  "the run's machine's CPU path (not recorded in the run)")
+                                  "that machine's CPU: whether by torch._scaled_mm or emulated in float32 from the "
+                                  "same E4M3 values and scales, the run did not save")
     return num, Fp8NumericsValues(fp8_numerics_where=num.where, fp8_cpu_products=num.cpu_products)
 
 
@@ -177,7 +178,14 @@ def precision_steps(ps: mb.PrecisionStudy, context: int, mode: str = "graph") ->
 def overlap_steps(ps: mb.PrecisionStudy, context: int, mode: str = "graph") -> pd.DataFrame:
     """Per precision and batch: the whole step on one stream and with the shared expert on a second, what
     the overlap saved, and the shared/dense MLP component alone (its upper bound: the shared expert of
-    every MoE layer, plus the dense layers' MLP, which nothing overlaps)."""
+    every MoE layer, plus the dense layers' MLP, which nothing overlaps); and, where the study timed the shared
+    expert's own operations, the share it hid as the diagnosis defines it (helpers.model.verdict.overlap_fractions:
+    saved over those operations alone; blank elsewhere), so the two pages can be checked against each other."""
+    from helpers.model.verdict.ranges import VerdictInputError, overlap_fractions   # the diagnosis's definition
+    try:
+        hid = overlap_fractions(ps).set_index(["dtype", "batch", "context"])["hidden_fraction"]
+    except VerdictInputError:   # a study without the shared expert's own operations has no such point: blank
+        hid = pd.Series(dtype=float)
     out = []
     for prec in ps.precisions():
         t = ps.timings
@@ -191,7 +199,8 @@ def overlap_steps(ps: mb.PrecisionStudy, context: int, mode: str = "graph") -> p
             o, w = float(one_s["median_us"]) / 1e3, float(two_s["median_us"]) / 1e3
             out.append({"precision": prec, "batch": int(b), "one_stream_ms": o, "two_streams_ms": w,
                         "saved_ms": o - w, "saved_share": (o - w) / o,
-                        "shared_dense_alone_ms": float(shared["median_us"]) / 1e3})
+                        "shared_dense_alone_ms": float(shared["median_us"]) / 1e3,
+                        "hidden_share": float(hid.get((prec, int(b), int(context)), float("nan")))})
     return pd.DataFrame(out)
 
 

@@ -81,8 +81,8 @@ def fusion_section(meas: mb.StepMeasurement, m: ma.ModelConfig, context: int, ba
                    summary="the whole step fused and unfused, bf16 and FP8, graphs and eager: ms and speed-up")),
              (kernels, dict(fold_after=0, rename={"sglang_op_list": "SGLang op list (assumed)"},
                             summary="kernels per step by component: fused, unfused, SGLang's op list (whole step: the last row)")))
-    return Part(values=(va.FusionValues(**fu.fusion_values(tab, fs, batch_max)),
-                        va.KernelValues(**fu.kernel_values(kernels))),
+    fv = fu.fusion_values(tab, fs, batch_max)
+    return Part(values=(va.FusionValues(**fv), va.KernelValues(**fu.kernel_values(kernels, fv["k_fus_bf16_64"]))),
                 tables={"kernels": kernels}, shown=shown, data={"fusion_study": fs})
 
 

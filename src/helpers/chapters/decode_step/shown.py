@@ -108,7 +108,8 @@ HEADERS = {"bf16_ms": "bf16", "fp8_ms": "FP8", "bf16_GiB": "bf16", "fp8_GiB": "F
            "fp8_speedup": "FP8 speed-up (x)", "fp8_vs_bf16": "FP8 / bf16 (x)", "held_in": "held in",
            "per_rank_shape": "per-rank shape", "rel_l2": "relative L2 error", "routing_flips": "routing flips",
            "token_agreement": "same greedy token", "one_stream_ms": "one stream", "two_streams_ms": "two streams",
-           "saved_ms": "saved", "saved_share": "saved (share)", "shared_dense_alone_ms": "shared/dense MLP alone"}
+           "saved_ms": "saved", "saved_share": "saved (share)", "shared_dense_alone_ms": "shared/dense MLP alone",
+           "hidden_share": "shared expert hidden (share)"}
 
 
 def headers(df: pd.DataFrame) -> dict[str, str]:

@@ -76,6 +76,7 @@ class SplitValues:
     moe_GBps_64: float
     moe_peak_64: float
     lm_GBps: float
+    lm_peak_64: float          # lm_head's achieved bandwidth at the largest batch as a share of the datasheet's
     sum_vs_step_1: float
     sum_vs_step_64: float
 
@@ -94,6 +95,7 @@ class FusionValues:
     fus_x_bf16_64: float
     k_fus_bf16_1: int
     k_unf_bf16_1: int
+    k_fus_bf16_64: int         # the fused bf16 step's kernels at the largest batch (the kernel table is at one)
     compile_s_bf16: float
     fus_fp8_1: float
     unf_fp8_1: float
@@ -116,7 +118,8 @@ class KernelValues:
 
     k_sglang: int
     k_sglang_coll: int
-    k_vs_sglang: float
+    k_vs_sglang: float         # at one sequence, as the kernel table
+    k_vs_sglang_64: float      # the fused bf16 step's kernels at the largest batch over the op list's
     k_removed_pct: float
 
 

@@ -46,7 +46,7 @@ def answer(d: Diagnosis) -> Part:
 # ------------------------------------------------------------------------------------------ the page's tables
 #: fractions shown as percent wherever a table has them
 _PERCENT = ("rel_err", "share_memory", "share_launch", "share_comm", "share_explained", "share_low", "share_high",
-            "share_mid", "fraction_of_ceiling", "book_rel_err")
+            "share_mid", "fraction_of_ceiling", "book_rel_err", "hidden_fraction")
 
 SHOWN = {
     "inputs": {"input": "input", "value": "value", "unit": "unit", "kind": "kind", "source": "source"},
@@ -60,7 +60,7 @@ SHOWN = {
                       "observed_step_ms": "observed step (ms)", "predicted_step_ms": "predicted step (ms)",
                       "missing_ms": "missing (ms)", "missing_us_per_collective": "missing per collective (µs)"},
     "observations": {"system": "system", "kind": "kind", "experiment": "experiment", "concurrency": "concurrency",
-                     "value": "tokens/s", "approx": "approximate", "source": "source"},
+                     "tok_s_shown": "tokens/s", "approx": "approximate", "source": "source"},
     "budgets": {"system": "system", "concurrency": "concurrency", "budget": "budget", "step_ms": "step (ms)",
                 "predicted_tok_s": "predicted (tokens/s)", "observed_tok_s": "observed (tokens/s)",
                 "rel_err": "error (%)"},
@@ -68,8 +68,8 @@ SHOWN = {
              "largest": "largest term", "largest_ms": "largest (ms)", "second": "second term",
              "second_ms": "second (ms)"},
     "projection_check": {"batch": "batch", "op": "operation", "ours_us": "this step, the GPU it was timed on (µs)",
-                         "projected_us": "projected (µs)", "aic_target_us": "measured there (µs)",
-                         "ratio_projected": "projected / measured", "ratio_here": "this step / SGLang"},
+                         "projected_us": "projected (µs)", "aic_target_us": "aiconfigurator there (µs)",
+                         "ratio_projected": "projected / aiconfigurator", "ratio_here": "this step / SGLang"},
     "verdict_inputs": {"input": "input", "system": "system", "low": "low", "mid": "mid", "high": "high",
                        "unit": "unit", "why": "why"},
     "bare_metal_band": {"concurrency": "concurrency", "observed_tok_s": "observed (tokens/s)",
@@ -80,6 +80,8 @@ SHOWN = {
                  "point": "predicted (tokens/s)", "rel_err": "error (%)", "percentile": "observation's percentile",
                  "inside": "inside 5-95 %"},
     "left_out": {"what": "observations", "system": "machine", "why": "why left out"},
+    "hidden_points": {"dtype": "precision", "batch": "batch", "context": "context (tokens)", "saved_us": "saved (µs)",
+                      "shared_us": "shared expert's own operations (µs)", "hidden_fraction": "hidden (%)"},
     "peer": {"concurrency": "concurrency", "observed_tok_s": "observed (tokens/s)",
              "this_book_tok_s": "this book (tokens/s)", "predicted_tok_s": "aiconfigurator, GLM-5 graph (tokens/s)",
              "book_rel_err": "this book's error (%)", "rel_err": "aiconfigurator's error (%)"},

@@ -19,7 +19,8 @@ def inputs(d: Diagnosis) -> Part:
     """The budget's inputs, each labelled measured, derived, assumed or reference, with its source."""
     base, m = d.base, d.model
     link, ref_ar = base.link, bd.reference_allreduce_link(base.tp)
-    qs = [base.mem_bw, base.launch_graph, base.launch_eager, base.context, bd.workload_prefill_ratio()]
+    qs = [base.mem_bw, base.launch_graph, base.launch_eager, base.context, bd.workload_prefill_ratio(),
+          bd.recorded_prefill_ratio()]
     tab = [{"input": q.name, "value": q.value, "unit": q.unit, "kind": q.kind, "source": q.source} for q in qs]
     tab += [{"input": f"{lk.name}: alpha", "value": lk.alpha_us, "unit": "us", "kind": lk.kind, "source": lk.source}
             for lk in (link, ref_ar)]
@@ -115,8 +116,11 @@ def check(d: Diagnosis) -> Part:
     values = {"sat_lo": float(vm64["observed_min"]), "sat_hi": float(vm64["observed_max"]),
               "sat_primary": float(vm64["observed"]), "n_sat": int(vm64["n_figures"])}
     cmp = bd.compare(d.pred, model=d.model.key, tolerance=d.tolerance).assign(steps="decode only")
-    mixed = bd.compare(d.pred, model=d.model.key, prefill_ratio=bd.workload_prefill_ratio().value,
-                       tolerance=d.tolerance).assign(steps="decode + prompt tokens")
+    nominal, rec = bd.workload_prefill_ratio(), bd.recorded_prefill_ratio()
+    mixed = bd.compare(d.pred, model=d.model.key, prefill_ratio=nominal.value,
+                       tolerance=d.tolerance).assign(steps="decode + prompt tokens (nominal ratio)")
+    mixed_rec = bd.compare(d.pred, model=d.model.key, prefill_ratio=rec.value,
+                           tolerance=d.tolerance).assign(steps="decode + prompt tokens (recorded ratio)")
     values.update({"tol_pct": 100 * d.tolerance, "n_ok": int(cmp.within_tolerance.sum())})
     ok = {}
     for key, (system, conc) in POINTS.items():
@@ -130,14 +134,34 @@ def check(d: Diagnosis) -> Part:
     mixed64 = one(mixed, "the mixed comparison", system=VM, concurrency=64)
     values["pred_mixed_vm_64"] = float(mixed64["predicted_tok_s"])
     values["err_mixed_vm_64"] = 100 * float(mixed64["rel_err"])
+    rec64 = one(mixed_rec, "the mixed comparison at the recorded ratio", system=VM, concurrency=64)
+    values.update(prompt_ratio_values(nominal.value, rec.value, d.context))
+    values["pred_mixed_rec_vm_64"] = float(rec64["predicted_tok_s"])
+    values["err_mixed_rec_vm_64"] = 100 * float(rec64["rel_err"])
     mem = one(recorded.load("recorded/gpu_profile.csv"), "data/recorded/gpu_profile.csv",
               metric="memory_bandwidth_utilization")
     b64 = one(d.baseline_table(), "the VM baseline", batch=64)
     vm_step = one(cmp, "the comparison", system=VM, concurrency=64)["observed_step_ms"]
     values.update({"membusy_lo": float(mem["value_low"]), "membusy_hi": float(mem["value_high"]),
                    "pred_membusy": 100 * float(b64.memory_us / 1e3 / vm_step)})
-    both = pd.concat([cmp, mixed], ignore_index=True)
-    return Part(values, {"comparison": both}, {"observations": obs})
+    both = pd.concat([cmp, mixed, mixed_rec], ignore_index=True)
+    shown = obs.copy()   # a figure stated as a range shows its range, not "n/a" (the saturated point's ends use it)
+    shown["tok_s_shown"] = [f"{v:g}" if pd.notna(v) else (f"{lo:g}-{hi:g}" if pd.notna(lo) and pd.notna(hi) else "")
+                            for v, lo, hi in zip(obs["value"], obs["value_low"], obs["value_high"])]
+    return Part(values, {"comparison": both}, {"observations": shown})
+
+
+def prompt_ratio_values(nominal: float, recorded_ratio: float, context: int) -> dict:
+    """The workload's prompt tokens per output token two ways (the nominal lengths' ratio, which the first budget's
+    mixed row and the registered context use, and the ratio the recorded totals give), and the decode context each
+    reading of the gap implies (derived): the prompts as nominal and the outputs shorter, or the outputs as nominal
+    and the prompts longer. The registered context is kept either way (a registered input is not refitted after an
+    observation); the page shows these beside it."""
+    inp, out = context * nominal / (nominal + 0.5), context / (nominal + 0.5)
+    short_out = inp / recorded_ratio                    # prompts nominal, outputs shorter
+    long_in = out * recorded_ratio                      # outputs nominal, prompts longer
+    return {"prompt_ratio_nominal": nominal, "prompt_ratio_recorded": recorded_ratio,
+            "ctx_short_out": inp + short_out / 2, "ctx_long_in": long_in + out / 2}
 
 
 # ------------------------------------------------------------------------------------------ 5. measured compute
@@ -157,8 +181,8 @@ def _projected_split(d: Diagnosis, batch: int, tolerance: float | None = mb.FIDE
 PJ_VERDICT = {(False, False): "is far off", (True, False): "is within the tolerance for one stream but not at 64",
               (False, True): "is outside the tolerance for one stream and within it at 64",
               (True, True): "is within the tolerance at both ends"}
-PJ_TABLES_NONE = ("aiconfigurator has no SGLang kernels for {device}, so no component's fidelity can be checked "
-                  "there and every component is projected.")
+PJ_TABLES_NONE = ("aiconfigurator has no SGLang kernels for {device}, so no component can be checked against an "
+                  "engine on that GPU: every component goes through the projection's check above as it stands.")
 PJ_TABLES_ALL_KEPT = ("On {device} itself every component of the {precision} step ({where}) is within {tol:g} times the "
                       "engine composite for the same operations, a faithful stand-in there (the decode-step chapter "
                       "names any component of its committed studies, FP8 among them, that is not); whether it also "
@@ -190,9 +214,10 @@ def projection_tables_text(pjs: dict[int, pd.DataFrame], device: str, tol: float
 #: the projection's checks (issue 35): the bf16 and FP8 sweeps of one checkpoint project within this factor of
 #: each other, and every component within FIDELITY_TOLERANCE of aiconfigurator's kernels on the recorded GPU, both ways
 PJ_PRECISION_TOL = 1.15
-PJ_KEPT_TEXT = ("The projection passes both checks: the bf16 and FP8 sweeps of the committed fused study {fs} project "
-                "within {prec:.2f}x of each other (at most {ptol:.2f}x) and every component of {meas} within {clo:.2f} "
-                "to {chi:.2f} times the recorded GPU's kernels (at most {ctol:g}x either way).")
+PJ_KEPT_TEXT = ("The projection passes both checks: every component of {meas} projects within {clo:.2f} to {chi:.2f} "
+                "times the kernels aiconfigurator timed on the recorded GPU (reference; at most {ctol:g}x either way), "
+                "and the bf16 and FP8 sweeps of the committed fused study {fs} project within {prec:.2f}x of each "
+                "other (at most {ptol:.2f}x).")
 PJ_GONE_TEXT = ("The projection of {meas} to the recorded GPU by bandwidth is not used: {why}.")
 
 
@@ -242,18 +267,20 @@ def projection_validity(d: Diagnosis) -> dict:
     prec_ok = worst_prec == worst_prec and worst_prec <= PJ_PRECISION_TOL
     comp_ok = lo[0] >= 1 / tol and hi[0] <= tol
     why = []
+    if not comp_ok:    # the check on the step this chapter reads (d.meas) leads; the fused study's supports it
+        why.append(f"its components take {lo[0]:.2f} ({lo[1]}, batch {lo[2]}) to {hi[0]:.2f} ({hi[1]}, batch {hi[2]}) "
+                   f"times the kernels aiconfigurator timed on the recorded GPU (reference; allowed 1/{tol:g} to "
+                   f"{tol:g})")
     if not prec_ok:
         # the precision check projects the committed fused study's two sweeps (the only measurement that holds both
         # precisions of one checkpoint), whatever step the chapter reads; the component check projects that step
         # (d.meas): each clause names the measurement it projected (issue 47)
-        why.append("projecting the bf16 and the FP8 sweep of one checkpoint "
+        why.append(("as supporting evidence from another GPU, " if why else "")
+                   + "projecting the bf16 and the FP8 sweep of one checkpoint "
                    + (f"(both from the committed fused study {fs.where}, on {fs.device}) gives steps "
                       f"{prec[1]:.2f}x apart at one stream and {prec[64]:.2f}x at 64 (the check allows "
                       f"{PJ_PRECISION_TOL:.2f}x)" if worst_prec == worst_prec else "cannot be checked (no committed "
                       "study holds both sweeps)"))
-    if not comp_ok:
-        why.append(f"its components take {lo[0]:.2f} ({lo[1]}, batch {lo[2]}) to {hi[0]:.2f} ({hi[1]}, batch {hi[2]}) "
-                   f"times aiconfigurator's kernels measured there (allowed 1/{tol:g} to {tol:g})")
     kept = prec_ok and comp_ok
     text = (PJ_KEPT_TEXT.format(fs=fs.where if fs is not None else "", prec=worst_prec, ptol=PJ_PRECISION_TOL,
                                 meas=_measurement_words(d.meas), clo=lo[0], chi=hi[0], ctol=tol) if kept
@@ -273,6 +300,31 @@ def aiconfigurator_outcome() -> dict:
     return {"aic_stock": str(stock["note"]).split(" (first:")[0], "aic_sub": str(sub["substitution"])}
 
 
+#: the component no aiconfigurator table covers: priced at a launch floor per kernel (helpers.model.measured)
+SMALL_OPS = "norms and small ops"
+
+
+def small_ops_floor(d: Diagnosis, terms_1: pd.DataFrame) -> dict:
+    """Where the one input of the kernel-table budget that is not aiconfigurator's comes from: the small operations
+    no table covers, priced at the CUDA-graph launch floor of the decode-step measurement (measured, on that
+    measurement's GPU, not the recorded one); their share of the one-stream budget, and the step at the first
+    budget's assumed floor instead (derived), so a reader sees how much the headline moves with the rendering run."""
+    meas, floor = d.meas, d.meas.floor_us()
+    comp = mb.components(terms_1).set_index("component")["us"]
+    if SMALL_OPS not in comp.index:
+        raise FindingError(f"the kernel-table budget at batch 1 has no '{SMALL_OPS}' component; it has {list(comp.index)}")
+    total, small = float(comp.sum()), float(comp[SMALL_OPS])
+    assumed = float(d.base.launch_graph.value)
+    alt = float(mb.components(mb.with_indexer(mb.kernel_terms(d.model, 1, d.context, assumed),
+                                              d.verdict.inputs.get("indexer", BARE).mid))["us"].sum())
+    who = ("this site's run" if meas.where == "this run" else f"the committed study {meas.where}")
+    return {"small_floor_us": floor, "small_ms_1": small / 1e3, "small_share_1": 100 * small / total,
+            "small_alt_floor_us": assumed, "small_alt_ms_1": alt / 1e3,
+            "small_ops_text": (f"the small operations no table covers at {floor:.2f} µs a kernel, the CUDA-graph launch "
+                               f"floor {who} measured on {meas.device} (measured, not on the recorded GPU; "
+                               f"{100 * small / total:.0f} % of the one-stream budget)")}
+
+
 def measured_compute(d: Diagnosis) -> Part:
     """The budget on measured kernels and on the projection of the decode-step measurement, per component
     at 1 and 64, every budget against the observations, and the goal."""
@@ -283,7 +335,7 @@ def measured_compute(d: Diagnosis) -> Part:
     pjs = {b: mb.projected_terms(meas, m, b, ctx) for b in ENDS}
     split_kt = pd.concat([mb.components(t).assign(batch=b) for b, t in kts.items()])
     split_pj = pd.concat([_projected_split(d, b).assign(batch=b) for b in ENDS])
-    comp = (split_kt.assign(budget="measured kernels (ms)").pivot_table(index="component", columns=["budget", "batch"],
+    comp = (split_kt.assign(budget="reference kernels (ms)").pivot_table(index="component", columns=["budget", "batch"],
             values="us", sort=False) / 1e3).join(split_pj.assign(budget="projection (ms)").pivot_table(
             index="component", columns=["budget", "batch"], values="us", sort=False) / 1e3)
     bud = mb.budgets_table(m, d.pred, meas, ctx, d.tolerance, bare_indexer=bare_idx)
@@ -312,6 +364,7 @@ def measured_compute(d: Diagnosis) -> Part:
     if values["pj_kept"] != "kept":      # the projection failed its checks: no budget, column or row of it is shown
         comp = comp.drop(columns=[c for c in comp.columns if c[0] == "projection (ms)"])
         bud = bud[~bud["budget"].astype(str).str.startswith("projection")].reset_index(drop=True)
+    values.update(small_ops_floor(d, kts[1]))
     values.update({"aic_dist": kt.AIC_DISTRIBUTION, "msg_kib_64": float(ma.allreduce_bytes(m, 64)) / 1024,
                    "bw_here": meas.peak().value, "bw_rtx": mb.gpu_bandwidth(kt.RTX).value,
                    "meas_device": meas.device, "meas_where": meas.where, **aiconfigurator_outcome()})
@@ -420,6 +473,14 @@ def collective_points(sweep: pd.DataFrame) -> pd.DataFrame:
     return s.pivot_table(index=["backend", "world_size", "size_bytes"], columns="op", values="time_us").reset_index()
 
 
+def _sizes_words(sizes: pd.Series) -> str:
+    """'median of the 14 sizes from 1 KiB to 768 KiB': which of the sweep's sizes a median is over, by count and
+    ends (the sweep's sizes around the decode messages, not the decode sizes themselves)."""
+    n, lo, hi = len(sizes), float(sizes.min()), float(sizes.max())
+    kib = lambda b: f"{b / 1024:.0f} KiB" if b >= 1024 else f"{b:.0f} B"   # noqa: E731
+    return f"the one size, {kib(lo)}" if n == 1 else f"median of the {n} sizes from {kib(lo)} to {kib(hi)}"
+
+
 def collectives(d: Diagnosis) -> Part:
     """This run's all-to-all against its all-reduce at decode sizes (`coll_text`), where it measured both."""
     if not d.live or d.sweep is None or not len(d.sweep):
@@ -439,8 +500,8 @@ def collectives(d: Diagnosis) -> Part:
         return Part({"coll_text": COLL_TEXT_NO_RANKS}, shown={"collective_points": piv})
     cpu = set(d.sweep.loc[d.sweep["device"].astype(str).str.lower() == "cpu", "backend"]) if "device" in d.sweep else set()
     per = {b: f"{b} over {int(g.world_size.max())} {'CPU processes' if b in cpu else 'ranks'}: all-to-all takes "
-              f"{(g.all_to_all / g.all_reduce).median():.2f}x the all-reduce's time (median of {len(g)} decode-size "
-              f"point{'s' if len(g) != 1 else ''})" for b, g in dec.groupby("backend")}
+              f"{(g.all_to_all / g.all_reduce).median():.2f}x the all-reduce's time ({_sizes_words(g.size_bytes)})"
+              for b, g in dec.groupby("backend")}
     gpu = [t for b, t in per.items() if b not in cpu]
     text = (COLL_TEXT_RATIO.format(ratios="; ".join(gpu)) if gpu
             else COLL_TEXT_CPU_ONLY.format(ratios="; ".join(per.values())))

@@ -79,6 +79,7 @@ class Diagnosis:
     pred: pd.DataFrame
     prim: pd.DataFrame
     verdict: vd.Verdict             # every prediction with its band (helpers.model.verdict)
+    study: mb.PrecisionStudy | None = None   # the study the shared expert's hidden fraction was measured in
 
     @classmethod
     def build(cls, model: str, tolerance: float, meas: mb.StepMeasurement, live: bool,
@@ -98,7 +99,7 @@ class Diagnosis:
         v = vd.Verdict.build(model, int(base.context.value), meas.floor_us(), study, hostpath, vm_allreduce_us)
         return cls(m, tolerance, live, fits, sweep, meas, base,
                    bd.select_run_link(fits) if fits is not None else None, bd.predict_all(m, fits),
-                   bd.primary_observations(), v)
+                   bd.primary_observations(), v, study)
 
     @property
     def context(self) -> int:

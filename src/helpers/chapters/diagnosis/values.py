@@ -78,6 +78,12 @@ class CheckValues:
     goal_text: str
     pred_mixed_vm_64: float    # the budget's prediction at 64 with the workload's prompt tokens in each step (no observation)
     err_mixed_vm_64: float     # that prediction against the same observation (c_obs_vm_64), %
+    prompt_ratio_nominal: float    # prompt tokens per output token from the nominal lengths (input_len / output_len)
+    prompt_ratio_recorded: float   # the same from the recorded totals (total / output - 1), derived
+    ctx_short_out: float       # the decode context if the prompts were nominal and the outputs shorter (derived)
+    ctx_long_in: float         # the decode context if the outputs were nominal and the prompts longer (derived)
+    pred_mixed_rec_vm_64: float    # the mixed prediction at 64 at the recorded ratio (no observation)
+    err_mixed_rec_vm_64: float     # that prediction against c_obs_vm_64, %
     membusy_lo: float
     membusy_hi: float
     pred_membusy: float
@@ -134,6 +140,12 @@ class MeasuredComputeValues:
     pj_comp_lo: float
     pj_comp_hi: float
     pj_validity_text: str
+    small_floor_us: float      # the graph launch floor the small operations are priced at (measured, the step's GPU)
+    small_ms_1: float          # those operations in the one-stream kernel-table budget (ms, derived)
+    small_share_1: float       # their share of it (%)
+    small_alt_floor_us: float  # the first budget's assumed floor for the recorded GPU
+    small_alt_ms_1: float      # the one-stream kernel-table budget at that floor instead (ms, derived)
+    small_ops_text: str        # the clause page 1 gives for that input
     aic_dist: str
     msg_kib_64: float
     bw_here: float
@@ -189,6 +201,11 @@ class BareMetalBandValues:
     bmf_hi_64: float
     bmf_pctile_64: float
     bmf_inside_64: str
+    hidden_n: int              # the points the hidden fraction's range is taken over
+    hidden_def: str            # what the fraction is (saved over the shared expert's own operations)
+    eager_assumed_us: float    # the eager launch cost the band assumes (book-assumptions)
+    eager_meas_us: float       # what the decode-step measurement timed eagerly (measured, its own GPU; NaN: none)
+    eager_text: str
     hidden_where: str
     split_attention_what: str
     bm_where_1: str

@@ -177,6 +177,7 @@ class Values:
     tm_system: str
     tm_pred_how: str
     tm_ar_timed: str    # section 2's opening: timed by the decisive recipe, or not timed and why (ar_timed)
+    tm_ar_reference: str   # what the timing is set beside: aiconfigurator's table for this GPU kind, or none (ar_reference)
 
 
 def ar_timed(v: MachineVerdict) -> str:
@@ -188,10 +189,23 @@ def ar_timed(v: MachineVerdict) -> str:
     return f"Not timed in this run ({why}); the decisive recipe times it so"
 
 
+def ar_reference(v: MachineVerdict) -> str:
+    """Section 2's reference clause: aiconfigurator's NCCL table for this GPU kind where it ships one, else that it
+    ships none for it (the answer names the kinds it has), so the clause never promises a table that is absent."""
+    from helpers.model import thismachine as tm
+
+    system = str(v.values.get("system", "none"))
+    if system in tm.REFERENCE_HOSTS:
+        return f"beside aiconfigurator's NCCL table for {system} over as many GPUs (reference)"
+    return (f"beside aiconfigurator's NCCL table for the GPU kind where it ships one (reference; none for "
+            f"{system if system not in ('none', 'no GPU') else 'this run, which read no GPU'})")
+
+
 def answer_values(v: MachineVerdict) -> Values:
     return Values(v.lines["vm"], v.lines["p2p"], v.lines["allreduce"], v.lines["predicted"], v.lines["observed"],
                   v.lines.get("thresholds", v.lines["observed"]), v.lines["remedy"], v.values["chk1"],
-                  v.values["system"], v.values.get("pred_how", "no prediction in this run"), ar_timed(v))
+                  v.values["system"], v.values.get("pred_how", "no prediction in this run"), ar_timed(v),
+                  ar_reference(v))
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from helpers.chapters.vm_p2p.figures import copy_figure, fidelity_ratio_figure  
 from helpers.chapters.vm_p2p.hostpath import (  # noqa: F401
     HOSTPATH_NEEDS, HostpathExpectation, hostpath_decode_table, hostpath_findings, hostpath_summary, hostpath_text)
 from helpers.chapters.vm_p2p.link import (  # noqa: F401
-    HarnessFloor, LargestCopy, decode_sizes_text, P2PPanel, RecordedLink, decode_copy_table, harness_floor, harness_rule, largest_copy,
+    HarnessFloor, LargestCopy, decode_sizes_text, P2PPanel, RecordedLink, decode_copy_table, diagnosis_fits_text, harness_floor, harness_rule, largest_copy,
     largest_copy_text, p2p_answer,
     p2p_panel, recorded_link, where_measured)
 from helpers.chapters.vm_p2p.replay import SavedSuite, cuda_p2p, measure, saved_hostpath, saved_suite  # noqa: F401

@@ -24,7 +24,8 @@ from __future__ import annotations
 from .inputs import (BAREMETAL_SCENARIO, COMPARED, FITS_READER, GRAPHS_OFF_SCENARIO, PP_SCENARIO, RUN_SCENARIO,
                      TP4_SCENARIO, VM_SCENARIO, assumed_launch, baseline_scenario, mem_bandwidth, predict_all,
                      predict_from_run, read_fits, recorded_context, reference_allreduce_link, reference_p2p_link,
-                     scenarios, select_run_link, tokens_of_copy_sweep, vm_copy_link, workload_prefill_ratio)
+                     scenarios, select_run_link, tokens_of_copy_sweep, vm_copy_link, workload_prefill_ratio,
+                     recorded_prefill_ratio)
 from .observed import (NEXT_STEP_MODEL, compare, observations, primary_observations, rank_next_steps)
 from .terms import (ALGORITHMS, ATTENTION_OPS, DEFAULT_BATCHES, DENSE_MLP_OPS, FITS_RELPATH, HEAD_OPS, INDEXER_OPS,
                     KINDS, MOE_OPS, TERM_NAMES, TERMS, BudgetError, collective_time_us, dominant_term, kernel_table,
@@ -34,7 +35,7 @@ __all__ = [
     "KINDS", "ALGORITHMS", "TERMS", "TERM_NAMES", "DEFAULT_BATCHES", "FITS_RELPATH", "BudgetError", "Quantity",
     "Link", "collective_time_us", "ATTENTION_OPS", "INDEXER_OPS", "DENSE_MLP_OPS", "MOE_OPS", "HEAD_OPS",
     "kernel_table", "kernels_per_step", "Scenario", "step_terms", "predict", "dominant_term", "verdict",
-    "mem_bandwidth", "assumed_launch", "workload_prefill_ratio", "recorded_context", "tokens_of_copy_sweep",
+    "mem_bandwidth", "assumed_launch", "workload_prefill_ratio", "recorded_prefill_ratio", "recorded_context", "tokens_of_copy_sweep",
     "vm_copy_link", "reference_allreduce_link", "reference_p2p_link", "read_fits", "select_run_link",
     "VM_SCENARIO", "BAREMETAL_SCENARIO", "PP_SCENARIO", "TP4_SCENARIO", "GRAPHS_OFF_SCENARIO", "RUN_SCENARIO",
     "COMPARED", "baseline_scenario", "scenarios", "predict_all", "predict_from_run", "FITS_READER",
