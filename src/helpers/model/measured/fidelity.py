@@ -75,7 +75,6 @@ def op_fidelity(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: i
              + stp.head_specs(m)}
     prec = str(meas.timings["dtype"].iloc[0])
     nb = stp.BYTES[prec]
-    fusion = meas.fusion
     rows = []
 
     def op_time(name):
@@ -86,7 +85,7 @@ def op_fidelity(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: i
         launch = (kernels / layers) * floor if np.isfinite(kernels) else 0.0
         return launch + max(0.0, t - launch) * (ckpt_bytes / emul_bytes) * bw
 
-    for name, layers, n, k, group, wnames in _gemm_ops(m, fusion, prec):
+    for name, layers, n, k, group, wnames in _gemm_ops(m, meas.fusion, prec):
         t, kern = op_time(name)
         t /= layers
         vals = sum(float(np.prod(stp.local_shape(specs[w], TP))) for w in wnames)
