@@ -39,16 +39,32 @@ def test_no_seed_figure_typed_into_src():
             assert not m, f"{py}:{i}: typed figure {m.group(1)}"
 
 
+@pytest.fixture(scope="session")
+def one_kernel():
+    """A kernel manager whose one kernel every chapter's bad-parameter execution below shares (papermill starts
+    it at the first execution and leaves it running: nbclient keeps a kernel it was handed), shut down at the
+    end of the session: each chapter's own kernel was about 2 s of CPU (4 where the chapter imports torch), and
+    what these tests check is the chapter's first cells, which assign every name they read. Session-scoped, so
+    that it is never torn down inside a unit-tier test (tests/conftest.py's guard) and the module's tests still
+    spread across workers (one kernel per worker that runs one of them)."""
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name="python3")
+    yield km
+    if km.has_kernel:
+        km.shutdown_kernel(now=True)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("doc", CHAPTERS, ids=STEMS)
-def test_bad_parameter_fails_at_once_naming_it(doc, tmp_path):
+def test_bad_parameter_fails_at_once_naming_it(doc, tmp_path, one_kernel):
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
     with pytest.raises(PapermillExecutionError) as ei:
         papermill.execute_notebook(str(ROOT / f"{doc}.ipynb"), str(tmp_path / "out.ipynb"),
                                    parameters={"mode": "bogus", "run_dir": str(tmp_path)},
-                                   progress_bar=False, kernel_name="python3", cwd=str(ROOT))
+                                   progress_bar=False, kernel_name="python3", cwd=str(ROOT), km=one_kernel)
     assert ei.value.ename == "ParameterError"
     assert "parameter 'mode' = 'bogus'" in ei.value.evalue and "recorded" in ei.value.evalue
 

@@ -171,20 +171,39 @@ ORDER_PLUGIN = textwrap.dedent('''
 ''')
 
 
+def _this_workers_order(request, tests: Path):
+    """[(path, key)] in the order this process holds its collection, where it is a worker of `make test`
+    (--dist loadgroup: tests/conftest.py ordered it with scheduler.order_items, as the ORDER_PLUGIN below does) that
+    collected every test module with nothing deselected; None elsewhere (one process, or a run that selects tests),
+    where the suite is collected anew in a subprocess. Collecting the suite costs about 10 s of CPU, and `make test`'s
+    workers have just done it."""
+    config = request.config
+    if getattr(config, "workerinput", {}).get("dist") != "loadgroup":
+        return None
+    if config.option.keyword or config.option.markexpr or config.getoption("deselect"):
+        return None
+    items = request.session.items
+    if {i.path.name for i in items} != {p.name for p in tests.glob("test_*.py")}:
+        return None
+    return [(i.nodeid.split("::")[0], scheduler.cost_key(i, 600)) for i in items]
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(300)
-def test_the_suites_costliest_tests_are_handed_out_first(tmp_path):
+def test_the_suites_costliest_tests_are_handed_out_first(tmp_path, request):
     """The real suite, collected as a worker collects it: the minutes-long tests (the cpu-demo chapters, the
     readers' commands) come before every other test, and the unit tier after every integration test."""
     tests = Path(scheduler.__file__).parent
-    (tmp_path / "order_plugin.py").write_text(ORDER_PLUGIN)
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{tests}"}
-    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "order_plugin",
-                        "-p", "no:cacheprovider", str(tests)], capture_output=True, text=True, timeout=280,
-                       cwd=tests.parent, env=env)
-    line = next((x for x in r.stdout.splitlines() if x.startswith("ORDER ")), None)
-    assert line, r.stdout[-2000:] + r.stderr[-2000:]
-    order = ast.literal_eval(line[len("ORDER "):])          # [(path, (rank, -limit)), ...] as the plugin printed
+    order = _this_workers_order(request, tests)
+    if order is None:
+        (tmp_path / "order_plugin.py").write_text(ORDER_PLUGIN)
+        env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{tests}"}
+        r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "order_plugin",
+                            "-p", "no:cacheprovider", str(tests)], capture_output=True, text=True, timeout=280,
+                           cwd=tests.parent, env=env)
+        line = next((x for x in r.stdout.splitlines() if x.startswith("ORDER ")), None)
+        assert line, r.stdout[-2000:] + r.stderr[-2000:]
+        order = ast.literal_eval(line[len("ORDER "):])      # [(path, (rank, -limit)), ...] as the plugin printed
     longest = {"test_cpu_demo_nan_crash.py", "test_cpu_demo_baselines.py", "test_cpu_demo_moe_runners.py",
                "test_readers_commands.py"}
     n = sum(path.split("/")[-1] in longest for path, _ in order)

@@ -16,8 +16,13 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
+
+# pandas is imported where a table is read (load_table), not here: a torchrun worker appends its points through
+# append_row and reads no table, and pandas' import was about 0.5 s of CPU in each sweep's rank 0.
 
 
 class WriteError(OSError):
@@ -128,6 +133,8 @@ def load_table(folder: Path, name: str) -> pd.DataFrame:
     path = Path(folder) / f"{name}.csv"
     if not path.exists():
         raise FileNotFoundError(f"result table {path} does not exist; run the chapter that writes it first")
+    import pandas as pd
+
     return pd.read_csv(path)
 
 

@@ -9,14 +9,19 @@ import pandas as pd
 
 from helpers.model import arith as ma
 from helpers.model import kernels as kt
-from helpers.model import step as stp
 
 from .studies import TP, MeasuredBudgetError, StepMeasurement, gpu_bandwidth, spec_name
+
+# helpers.model.step (which imports torch) is imported inside the functions that use it, not at the top: the chapter
+# modules that read measured studies import this module, and a recorded-mode kernel of chapter 08 (and any process
+# that imports it for its tables) otherwise paid torch's import, about 2 s of CPU, for shapes it never computes.
+
 
 def _gemm_ops(m: ma.ModelConfig, fusion: str = "unfused", precision: str = "bf16") -> list[tuple]:
     """(op name in helpers.model.step, layers it runs in, n, k, precision group, step weight names). The fused
     path's q_a + kv_a product also carries the indexer's wk and, where it is held in the same format (not
     in fp8), its weights_proj (helpers.model.step.x_projection): n and the weights grow by theirs."""
+    from helpers.model import step as stp   # not at the top: see the note under the imports
     sh = stp.shard_sizes(m, TP)
     h = m.hidden
     xn, xw = m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim, ["qkv_a"]
@@ -65,11 +70,11 @@ def op_fidelity(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: i
     here_sys = spec_name(meas.device)
     aic_here = kt.H200 if here_sys == kt.H200 else None
     bw = gpu_bandwidth(here_sys).value / gpu_bandwidth(target).value
+    from helpers.model import step as stp   # not at the top: see the note under the imports
     specs = {s.name: s for s in stp.attention_specs(m) + stp.mlp_specs(m, True) + stp.mlp_specs(m, False)
              + stp.head_specs(m)}
     prec = str(meas.timings["dtype"].iloc[0])
     nb = stp.BYTES[prec]
-    fusion = meas.fusion
     rows = []
 
     def op_time(name):
@@ -80,7 +85,7 @@ def op_fidelity(meas: StepMeasurement, m: ma.ModelConfig, batch: int, context: i
         launch = (kernels / layers) * floor if np.isfinite(kernels) else 0.0
         return launch + max(0.0, t - launch) * (ckpt_bytes / emul_bytes) * bw
 
-    for name, layers, n, k, group, wnames in _gemm_ops(m, fusion, prec):
+    for name, layers, n, k, group, wnames in _gemm_ops(m, meas.fusion, prec):
         t, kern = op_time(name)
         t /= layers
         vals = sum(float(np.prod(stp.local_shape(specs[w], TP))) for w in wnames)
@@ -188,6 +193,7 @@ def engine_composite(m: ma.ModelConfig, batch: int, context: int, precision: str
     fp8_block fused MoE; the bmms, router, weights_proj and lm_head stay bf16 as in the step). Derived."""
     if precision not in ("bf16", "fp8"):
         raise MeasuredBudgetError(f"precision {precision!r}: the engine composite prices 'bf16' or 'fp8'")
+    from helpers.model import step as stp   # not at the top: see the note under the imports
     sh = stp.shard_sizes(m, TP)
     b, h, L, Lm, Ld = int(batch), m.hidden, m.layers, m.moe_layers, m.dense_layers
     g = "fp8" if precision == "fp8" else "bf16"

@@ -9,10 +9,13 @@ import pandas as pd
 from helpers.model import arith as ma
 from helpers.model import budget as bd
 from helpers.model import kernels as kt
-from helpers.model import step as stp
 
 from .fidelity import engine_fidelity
 from .studies import TP, MeasuredBudgetError, StepMeasurement, gpu_bandwidth, spec_name
+
+# helpers.model.step (which imports torch) is imported inside the functions that use it, not at the top: the chapter
+# modules that read measured studies import this module, and a recorded-mode kernel of chapter 08 (and any process
+# that imports it for its tables) otherwise paid torch's import, about 2 s of CPU, for shapes it never computes.
 
 # --------------------------------------------------------------------------------------------------
 # What SGLang runs per decode step on one rank, and the kernel each op is priced with
@@ -75,6 +78,7 @@ def kernel_terms(m: ma.ModelConfig, batch: int, context: int, floor_us: float, s
     fused-MoE kernel where the table times several for the routed experts' precision (None: every row)."""
     if attention not in ATTENTION_PATHS:
         raise MeasuredBudgetError(f"attention path {attention!r} is not one of {ATTENTION_PATHS}")
+    from helpers.model import step as stp   # not at the top: see the note under the imports
     sh = stp.shard_sizes(m, TP)
     b, h = int(batch), m.hidden
     att_fmt = m.fmt("attention")
