@@ -450,7 +450,7 @@ def test_the_pages_sentences_without_nan():
     cs, _, _, glued = _run("h200-20261202f")
     rule = ch.harness_rule(ch.harness_floor(cs, rec_small, "1x"))
     assert rule.endswith("(10.4 us here for one token issued from Python, 1.09 us in a CUDA graph; a copy GPU to host "
-                         "issued the same way takes 7.46 us, so that issue cost is an upper estimate of the harness's "
+                         "issued the same way takes 7.46 us, so that whole eager time is an upper estimate of the harness's "
                          "part, not a floor for every path).")
     assert _numbers(glued["harness_rule"]) <= _numbers(str(ch.md(rule)))   # reworded since (M-7); its figures kept
     big = ch.largest_copy_text(ch.largest_copy(cs)[0])
