@@ -150,7 +150,7 @@ def test_a_gpu_runs_sentences_come_back_word_for_word_from_its_tables(run, label
     # floor for every path); every figure the run glued in it comes back from the same tables, and the new clause
     # names the cheaper eager copies those tables hold
     assert _numbers(glued["harness_text"]) <= _numbers(h.harness_text) and repr(h.floor_eager_us) == glued["floor_eager_us"]
-    assert "not a floor for every path" in h.harness_text
+    assert "Neither is a floor for every path" in h.harness_text
     big, table = ch.largest_copy(cs)
     for values in (h, big):   # every field of the two sections' dataclasses that the run glued, as it glued it
         names = [f.name for f in fields(values) if f.name in glued and f.name != "harness_text"]
