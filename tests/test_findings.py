@@ -150,7 +150,7 @@ def test_a_gpu_runs_sentences_come_back_word_for_word_from_its_tables(run, label
     # floor for every path); every figure the run glued in it comes back from the same tables, and the new clause
     # names the cheaper eager copies those tables hold
     assert _numbers(glued["harness_text"]) <= _numbers(h.harness_text) and repr(h.floor_eager_us) == glued["floor_eager_us"]
-    assert "not a floor for every path" in h.harness_text
+    assert "Neither is a floor for every path" in h.harness_text
     big, table = ch.largest_copy(cs)
     for values in (h, big):   # every field of the two sections' dataclasses that the run glued, as it glued it
         names = [f.name for f in fields(values) if f.name in glued and f.name != "harness_text"]
@@ -450,7 +450,7 @@ def test_the_pages_sentences_without_nan():
     cs, _, _, glued = _run("h200-20261202f")
     rule = ch.harness_rule(ch.harness_floor(cs, rec_small, "1x"))
     assert rule.endswith("(10.4 us here for one token issued from Python, 1.09 us in a CUDA graph; a copy GPU to host "
-                         "issued the same way takes 7.46 us, so that issue cost is an upper estimate of the harness's "
+                         "issued the same way takes 7.46 us, so that whole eager time is an upper estimate of the harness's "
                          "part, not a floor for every path).")
     assert _numbers(glued["harness_rule"]) <= _numbers(str(ch.md(rule)))   # reworded since (M-7); its figures kept
     big = ch.largest_copy_text(ch.largest_copy(cs)[0])

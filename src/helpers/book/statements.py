@@ -39,11 +39,11 @@ STATEMENTS = (
     Statement(DIAG, ("bm_pt_1", "bm_pt_64"), r"predicts {n} and {n} tokens/s, the one bare-metal prediction"),
     # the one-stream step and its split
     Statement(INTRO, ("step_mid_1", "split_experts_1", "split_ar_1", "split_attention_1", "split_rest_1"),
-              r"every input at its middle value, its one-stream step of {n} ms is experts {n} %, all-reduces {n} %, the attention core[^%]*? {n} %, "
+              r"every input at its middle value, its one-stream step of {n} ms is experts {n} %, all-reduces {n} %(?: \([^)]*\))?, the attention core[^%]*? {n} %, "
               r"the rest \(the attention's projections among it\) {n} %"),
     Statement(DIAG, ("step_1", "step_mid_1", "split_experts_1", "split_ar_1", "split_attention_1", "split_rest_1"),
               r"The one-stream step, {n} ms \(the band's median; the shares are of the step at every input's middle "
-              r"value, {n} ms\), is experts {n} %, all-reduces {n} %, the attention core[^%]*? {n} % and the rest {n} %"),
+              r"value, {n} ms\), is experts {n} %, all-reduces {n} %(?: \([^)]*\))?, the attention core[^%]*? {n} % and the rest {n} %"),
     Statement(DIAG, ("step_1",), r"a bare-metal step is {n} ms for one stream"),
     Statement(DIAG, ("step_1",), r"a bare-metal GLM-5 step on these GPUs should take {n} ms for one stream"),
     # the VM's loss and the host path's share of it

@@ -341,7 +341,7 @@ def fidelity_values(fid: pd.DataFrame, batch_max: int, moe_impl: str | None = No
 
 def fidelity_texts(fid: pd.DataFrame, batch_max: int, moe_impl: str | None, device: str) -> dict:
     """The page's two sentences on this step against SGLang's kernels on the same GPU class: the ratios
-    (fidelity_values) where aiconfigurator measured this GPU, else what is not compared and why."""
+    (fidelity_values) where aiconfigurator's kernel tables cover this GPU, else what is not compared and why."""
     v = fidelity_values(fid, batch_max, moe_impl) if fid["ratio_here"].notna().any() else None
     impl = experts_impl_words(moe_impl)
     if v is None:

@@ -53,7 +53,8 @@ def mapping(d: Diagnosis) -> Part:
         tab[f"VM {alg} (us)"] = [bd.collective_time_us(link, "all_reduce", s, tp, alg) for s in sizes]
     tab["bare metal NCCL, reference (us)"] = [bd.collective_time_us(ref_ar, "all_reduce", s, tp) for s in sizes]
     # the community measured 256 B to 32 KiB only; the first budget extrapolates it flat. aiconfigurator's table,
-    # which sections 2 to 5 use, measured every size: both are shown, each named (issue 35)
+    # which section 2, section 4's set-aside tests and section 5's thresholds use (section 3's middle values take the
+    # community's tuned curve), timed every size: both are shown, each named (issue 35)
     tab["bare metal NCCL, aiconfigurator's table (us)"] = [kt.comm_us(kt.RTX, "all_reduce", tp, float(s)) for s in sizes]
     _, pts = bd.vm_copy_link(m)
     xs = np.geomspace(pts.size_bytes.min() / 2, pts.size_bytes.max() * 2, 40)
@@ -67,6 +68,10 @@ def mapping(d: Diagnosis) -> Part:
     first = one(tab, "the collective mapping", tokens=1)
     values = {"ring_1": float(first["VM ring (us)"]), "tree_1": float(first["VM tree (us)"]),
               "oneshot_1": float(first["VM one_shot (us)"]), "ref_1": float(first["bare metal NCCL, reference (us)"])}
+    # the sizes the community's PCIe-switch page timed its 8-GPU all-reduce at (data/reference/baremetal.csv)
+    ref = recorded.load("reference/baremetal.csv")
+    ref = ref[(ref["metric"] == "allreduce_time") & (ref["gpus"] == tp)]["message_bytes"].astype(float)
+    values.update({"ref_lo_b": float(ref.min()), "ref_hi_kib": float(ref.max()) / 1024})
     return Part(values, {"collective_mapping": tab},
                 figure={"points": pts, "curves": long, "points_label": "recorded: original VM copy"})
 

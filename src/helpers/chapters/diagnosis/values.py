@@ -36,6 +36,8 @@ class MappingValues:
     tree_1: float
     oneshot_1: float
     ref_1: float
+    ref_lo_b: float     # the smallest and largest sizes the PCIe-switch page timed its all-reduce at (reference)
+    ref_hi_kib: float
 
 
 @dataclass(frozen=True)
@@ -333,6 +335,7 @@ class DecisionValues:
     t25_64: float
     kib_64: float
     bare_ar_64: float
+    tuned_curve_text: str
     seed_ring_pct: float
     middle_means: str
     trace_cmd: str

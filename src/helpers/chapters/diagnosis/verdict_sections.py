@@ -375,6 +375,7 @@ def decision(d: Diagnosis) -> Part:
         c = int(t.concurrency)
         values.update({f"t80_{c}": t.explains_80_us, f"t25_{c}": t.explains_25_us, f"kib_{c}": t.message_bytes / 1024,
                        f"bare_ar_{c}": t.bare_metal_us})
+    values["tuned_curve_text"] = tuned_curve_words([float(t.message_bytes) for t in th.itertuples()])
     ring = ev[(ev["scenario_key"] == "copy_ring") & (ev["concurrency"] == 1)]
     if len(ring):
         values["seed_ring_pct"] = 100 * float(ring["share_mid"].iloc[0])
@@ -388,6 +389,32 @@ def decision(d: Diagnosis) -> Part:
                    "trace_what": str(trace["note"])})
     return Part(values, {"decision_thresholds": th, "decision_evidence": ev, "decision_outcomes": outcomes},
                 {"thresholds": th, "evidence": shown, "outcomes": outcomes})
+
+
+def tuned_curve_words(sizes: list[float]) -> str:
+    """Which community all-reduce figure the bare-metal middle values take at each message size, and from what part
+    of data/reference/nccl_community.csv (helpers.model.verdict.collectives.community): the tuned points where
+    the size lies among them, the smallest tuned point held flat below them (assumed), the tuner page's
+    baseline (derived from its bus bandwidth) above them."""
+    from helpers.model.verdict import collectives as cl
+
+    c = cl.community()
+    c = c[(c["system"] == kt.RTX) & (c["gpus"] == cl.TP) & (c["op"] == "all_reduce")]
+    tuned = c[c["curve"] == "tuned"]["message_bytes"].astype(float)
+    lo, hi = float(tuned.min()), float(tuned.max())
+    words = []
+    for size in sizes:
+        us = cl.community_us(kt.RTX, "all_reduce", size)
+        if us is None:
+            raise FindingError(f"the community's all-reduce curve has no point at or above {size:.0f} B; "
+                               "extend data/reference/nccl_community.csv or drop the size")
+        where = (f"the tuned curve's smallest point, at {lo / 1024:.0f} KiB, held flat below it: assumed" if size < lo
+                 else f"the tuned curve, timed from {lo / 1024:.0f} to {hi / 1024:.0f} KiB: reference" if size <= hi
+                 else (f"above the tuned curve's largest size, {hi / 1024:.0f} KiB, the same community's tuner-page "
+                       f"baseline, a second run without the tuner plugin, derived from its bus bandwidth and read "
+                       f"between its points: reference, not extrapolated"))
+        words.append(f"{us:.0f} µs at {size / 1024:.0f} KiB ({where})")
+    return "; ".join(words)
 
 
 # ------------------------------------------------------------------------------------------ 10. ceilings

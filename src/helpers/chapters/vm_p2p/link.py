@@ -174,7 +174,8 @@ def _gpu_floor_text(cs, one_token: int, eager: float, graph: float, share: float
     hb_h = "graph" if np.isfinite(_copy_time(cs, "host_bounce", "graph", one_token)) else "queued"
     hb_e, hb_x = _copy_time(cs, "host_bounce", "eager", one_token), _copy_time(cs, "host_bounce", hb_h, one_token)
     text = (f"On this machine ({machine_label}; measured) a one-token copy within one GPU costs {eager:.1f} us issued "
-            f"from Python and {graph:.2f} us inside a CUDA graph, so issuing that copy costs about {eager - graph:.1f} us. "
+            f"from Python and {graph:.2f} us inside a CUDA graph, so issuing that copy costs about {eager - graph:.1f} us "
+            f"(its issue cost: eager minus graph time). "
             + _issue_cost_words(cs, one_token, eager, share, rec) + ". "
             f"Through host memory the same copy takes {hb_e:.1f} us eager{_outlier(cs, 'host_bounce', 'eager', one_token)} "
             f"and {hb_x:.1f} us {'in a graph' if hb_h == 'graph' else 'queued'}"
@@ -194,14 +195,19 @@ def _issue_cost_words(cs, one_token: int, eager: float, share: float, rec: float
     e = cs[(cs.harness == "eager") & (cs.size_bytes == one_token) & (cs.path != "same_device")].dropna(subset=["time_us"])
     cheaper = e[e.time_us < eager].sort_values("time_us")
     if not len(cheaper):
-        return (f"No other path's one-token copy issued the same way is cheaper here, so that cost is "
+        return (f"No other path's one-token copy issued the same way is cheaper here; its whole eager time is "
                 f"{100 * share:.0f} % of the recorded {rec:.1f} us ({DERIVED_SHARE})")
     named = and_list(f"{r.time_us:.2f} us {PATH_WORDS.get(r.path, r.path)}" for r in cheaper.itertuples())
-    low = float(cheaper.time_us.iloc[0])
-    return (f"That is the same-device copy's issue cost, not a floor for every path: one-token copies issued the same "
-            f"way take {named} here. The Python harness's share of the recorded {rec:.1f} us is therefore between "
+    low, low_path = float(cheaper.time_us.iloc[0]), str(cheaper.path.iloc[0])
+    low_graph = _copy_time(cs, low_path, "graph", one_token)
+    issue = (f"; by the issue cost (eager minus graph) it is {100 * (low - low_graph) / rec:.0f} % for the "
+             f"{PATH_WORDS.get(low_path, low_path)} copy and {100 * (eager - _copy_time(cs, 'same_device', 'graph', one_token)) / rec:.0f} % "
+             f"for the copy within one GPU" if np.isfinite(low_graph) else "")
+    return (f"Neither is a floor for every path: one-token copies issued the same "
+            f"way take {named} here. Taking whole eager copy times as bounds (the definition the takeaway's rule uses), "
+            f"the Python harness's share of the recorded {rec:.1f} us is between "
             f"{100 * low / rec:.0f} %, the cheapest copy's, and {100 * share:.0f} %, the copy within one GPU's, an "
-            f"upper estimate ({DERIVED_SHARE})")
+            f"upper estimate{issue} ({DERIVED_SHARE})")
 
 
 #: how the harness's share of the recorded copy is known
@@ -283,7 +289,7 @@ def harness_rule(h: HarnessFloor) -> str:
         return rule[0].upper() + rule[1:] + " (this run measured no copy: a GPU run gives the floor)."
     graph = f", {h.floor_graph_us:.2f} us in a CUDA graph" if np.isfinite(h.floor_graph_us) else ""
     cheaper = (f"; a copy {PATH_WORDS.get(h.cheapest_path, h.cheapest_path)} issued the same way takes "
-               f"{h.cheapest_eager_us:.2f} us, so that issue cost is an upper estimate of the harness's part, not "
+               f"{h.cheapest_eager_us:.2f} us, so that whole eager time is an upper estimate of the harness's part, not "
                f"a floor for every path" if np.isfinite(h.cheapest_eager_us) and h.cheapest_eager_us < h.floor_eager_us
                else "")
     return (rule[0].upper() + rule[1:] + f" ({h.floor_eager_us:.1f} us here for one token issued from Python"

@@ -50,8 +50,8 @@ def _gemm_ops(m: ma.ModelConfig, fusion: str = "unfused", precision: str = "bf16
 
 def no_engine_here(device: str) -> str:
     """Why a measurement on `device` is set beside no SGLang kernel of its own GPU class, in words."""
-    return (f"aiconfigurator measured SGLang's kernels on {', '.join(sorted(kt.SYSTEMS.values()))}, not on {device}: "
-            "not compared here")
+    return (f"aiconfigurator's kernel tables, reference timings of SGLang's kernels on aiconfigurator's own collection "
+            f"hosts and not this book's, cover {', '.join(sorted(kt.SYSTEMS.values()))}, not {device}: not compared here")
 
 
 EXPERT_OPS = ("permute", "grouped gemm 1", "expert activation", "grouped gemm 2", "combine")

@@ -280,7 +280,7 @@ class Verdict:
                 mid = float(np.ravel(hp.time("all_reduce", t.message_bytes, TP)[1])[0])
                 if mid < t.bare_metal_us and hp.kind != "measured":
                     why.append(f"{mid:.0f} µs at {t.message_bytes / 1024:.0f} KiB against bare metal's "
-                               f"{t.bare_metal_us:.0f} µs over P2P")
+                               f"{t.bare_metal_us:.0f} µs over P2P (aiconfigurator's NCCL table, reference)")
                     faster.append(int(t.concurrency))
             # `faster_at`: the concurrencies (the rule's message sizes) where it beats P2P; one is enough to set it
             # aside at both, and the page says at which (a reason true at one stream only is said so: issue 47)

@@ -170,19 +170,20 @@ def overlap_range(study: mb.PrecisionStudy | None) -> Range:
 
 
 def collective_range() -> Range:
-    """Bare-metal collectives between two measured curves, as a factor on aiconfigurator's NCCL table (1, the
-    point estimate, measured on its collection host) down to the community's measured 8-GPU all-reduce over the
-    table at the largest size the community measured (`_first_collective_factor`); the same factor is assumed at
+    """Bare-metal collectives between two reference curves, as a factor on aiconfigurator's NCCL table (1, the
+    point estimate, timed by aiconfigurator on its collection host) down to the PCIe-switch page's 8-GPU all-reduce
+    over the table at the largest size that page timed (`_first_collective_factor`); the same factor is assumed at
     larger messages, which only the table measured. This is the range as first registered (commit 4483241): it
     was widened at 9f00641 to a physics bound below the table, after a comparison, and put back (issue 35)."""
     f = _first_collective_factor()
     lat, _ = _bare_evidence()
     return Range("collective_spread", "bare metal", 1.0, 1.0, 1.0, FACTOR_UNIT, "fixed", "reference",
                  "rtx6kpro-pcie",
-                 f"NCCL over 8 GPUs with P2P, between two measured curves: aiconfigurator's table (1, measured on its "
-                 f"collection host, the point estimate) and the community's {lat:.0f} us 8-GPU all-reduce over the "
-                 f"table at the largest size the community measured ({f:.2f}); the same factor is assumed at larger "
-                 f"messages, which only the table measured. History: widened at commit 9f00641, seven minutes after "
+                 f"Superseded (issue 45): fixed at 1. As first registered: NCCL over 8 GPUs with P2P, between "
+                 f"aiconfigurator's table (1, timed by aiconfigurator on its collection host, reference, the point "
+                 f"estimate) and the community's {lat:.0f} us 8-GPU all-reduce from its PCIe-switch page (reference) over "
+                 f"the table at the largest size that page timed ({f:.2f}); the same factor was assumed at larger "
+                 f"messages, which only the table timed. History: widened at commit 9f00641, seven minutes after "
                  f"the first comparison, to a bound of latency plus bytes at the one-way P2P bandwidth (a physics "
                  f"bound, not a measurement, below the table at every size and toward the observation); put back to "
                  f"this first registration after a review (issue 35)", "commit 4483241", (f, 1.0, 1.0, FACTOR_UNIT),
