@@ -109,7 +109,7 @@ def test_a_gpu_without_engine_tables_is_said_not_compared(meas, glm5):
     fid = mb.op_fidelity_table(h100, glm5, (1, 64), 384)
     assert fid.ratio_here.isna().all() and fid.ratio_projected.notna().all()
     t = sr.fidelity_texts(fid, 64, "triton", h100.device)
-    assert "not on NVIDIA H100 80GB HBM3" in t["experts_vs"] and "not compared" in t["gemm_vs"]
+    assert "not NVIDIA H100 80GB HBM3: not compared here" in t["experts_vs"] and "not compared" in t["gemm_vs"]
     assert sr.fidelity_summary(fid, h100.device) == sr.FIDELITY_SUMMARY_NONE.format(device=h100.device)
     here = sr.fidelity_texts(mb.op_fidelity_table(meas, glm5, (1, 64), 384), 64, "triton", meas.device)
     assert here["experts_vs"].startswith("take ") and "median" in here["gemm_vs"]
