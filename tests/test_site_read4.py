@@ -1,4 +1,4 @@
-"""Site read 4 (run h100-20261206c): the wording disagreements it found stay fixed.
+"""Site read 4 (of the site published after issue 44's fifth reading): the wording disagreements it found stay fixed.
 
 M1/M2: 07_diagnosis says which all-reduce figure each section uses, per message size, as the code computes it.
 M3: 06's harness share names both of its definitions, each computed from the same copies.
