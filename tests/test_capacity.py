@@ -200,3 +200,10 @@ def test_points_that_held_above_the_first_failure_are_named_and_the_capacity_sta
     m, _ = planted(3)
     monotonic = search(m, 1, 0.9, limit=64)
     assert monotonic["held_above_failure"] == [] and monotonic["capacity"] == 3
+
+
+def test_a_rate_ramp_ends_at_a_limit_with_more_decimals_than_its_keys():
+    """The ramp keys rates to 6 decimals; a limit with more (2 x 7.298552... in CI's hang) must still end it."""
+    from helpers.serving.capacity import search
+    res = search(lambda x: {"good_share": 1.0}, 7.298552, 0.9, limit=14.597103141081133, integer=False, rel_tol=0.15)
+    assert res is not None

@@ -90,7 +90,7 @@ def search(measure: Callable[[float], dict], start: float, good_share: float, li
             failed = x
             break
         passed = x
-        if x >= limit:
+        if x >= norm(limit):   # norm rounds: a limit above its own rounding is otherwise never reached
             break
         # a point already known (measured by a sweep, or before a resume): the ramp moves to the highest known
         # pass below the first known failure above x without measuring, and never doubles past that failure
