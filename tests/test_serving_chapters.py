@@ -174,7 +174,16 @@ def test_a_slow_request_that_pulls_a_point_down_is_named_with_the_medians_throug
 def test_the_growth_rule_names_its_reference_and_labels_the_steps_derived():
     said = bt.step_growth_rule(3.3, 3.2, 64, 91.0, 19.8, bt.bare_metal_name())
     assert "(8x RTX PRO 6000 bare metal P2P on TP8 MTP off, a community figure)" in said
-    assert "19.8 ms on bare metal (both derived: 1000 / one-stream tokens/s)" in said and "cannot tell" in said
+    assert "19.8 ms on bare metal (both derived as 1000 / one-stream tokens/s" in said and "cannot tell" in said
+    assert "the VM's from its recorded 11.0, bare metal's from the reference 50.5)" in said   # 1000/91, 1000/19.8
+
+
+def test_the_achieved_concurrency_growth_takes_the_first_baselines_own_output():
+    """site-read4 L3: 34.89 in flight belongs to the first baseline (205 tokens/s), not to the sweep's 211."""
+    f = bt.sweep_facts(bt.recorded_serving())
+    assert f.rec_first_out == 205.0
+    assert abs(f.rec_step_growth_achieved - f.rec_single / (205.0 / f.rec_achieved_conc)) < 1e-9
+    assert round(f.rec_step_growth_achieved, 1) == 1.9
 
 
 def test_glued_values_are_dataclasses_named_by_their_glue_keys():

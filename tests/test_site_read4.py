@@ -74,3 +74,48 @@ def test_aiconfigurator_is_not_said_to_have_measured_for_the_book():
         for phrase in ("aiconfigurator measured SGLang", "two measured curves", "measured stand-in",
                        "measured on aiconfigurator's collection host"):
             assert phrase not in s, f"{path}: {phrase!r}"
+
+
+# --- site-read4's items on pages 02-04 (a GPU run presents them; these guard the code that writes them) ---
+
+def test_the_drift_change_never_reads_minus_zero():
+    """L6: 51.2 ms then 51.1 ms printed "-0 %"."""
+    from helpers.chapters.serving_load import drift_phrase
+
+    d = {"flagged": False, "metric": "ttft", "first_ms": 51.2, "again_ms": 51.1, "change_pct": -0.2,
+         "interval_ms": (50.0, 52.0)}
+    said = drift_phrase(d)
+    assert "-0 %" not in said and "+0 %" not in said and "-0.2 %" in said
+    assert "no change to 0.1 %" in drift_phrase({**d, "again_ms": 51.2, "change_pct": -0.01})
+    assert "+12 %" in drift_phrase({**d, "change_pct": 12.3})
+
+
+def test_the_harness_checks_length_is_given_by_its_bounds_not_as_about_a_minute():
+    """L5: the prerequisites said "about a minute", section 4 "26 s" and the target "40 s": the page now says the
+    check is bounded by load_time_s and its own 60 s, and section 4 gives the time measured with the bound."""
+    from types import SimpleNamespace
+
+    from helpers.chapters.serving_load import status
+    from helpers.serving.loadstudy import CHECK
+
+    nb = _source("notebooks/03_baselines_tuning.ipynb")
+    assert "about a minute" not in nb
+    assert f"by its own {CHECK['time_s']:g} s" in nb
+    study = SimpleNamespace(failed="", kind="check", points=[{"point_s": 12.0}, {"point_s": 14.0}], time_limit_s=40.0)
+    assert status(study, True) == "run as a harness check, 26 s of measuring its load points within its bound of 40 s"
+
+
+def test_a_run_that_chose_recorded_figures_says_so_not_that_a_package_is_missing():
+    """L12: the h200 target shows chapter 04's recorded investigation by choice; the page gave "sglang is not
+    installed" as the reason, and "this GPU generation" meant the original SM120, not the run's GPU."""
+    import yaml
+
+    from helpers.serving.config import ServerChoice
+    from helpers.serving.experiments import RECORDED_WHY, runner_plan
+
+    plan = runner_plan(ServerChoice(mode="recorded", engine="sglang"), ("flashinfer_cutlass",))
+    assert not plan.live and plan.why == RECORDED_WHY and "not installed" not in plan.why
+    target = yaml.safe_load(_source("targets/h200.yaml"))
+    assert target["chapters"]["04_moe_runners"]["mode"] == "recorded"
+    nb = _source("notebooks/04_moe_runners.ipynb")
+    assert "this GPU generation" not in nb and "(SM120)" in nb

@@ -66,7 +66,8 @@ class RecordedSweep:
     rec_scaling_256: float      # rec_sat_256 / rec_single (derived)
     rec_per_stream_64: float    # rec_sat_256 / 64 (derived)
     rec_step_growth: float      # rec_single / rec_per_stream_64 (derived)
-    rec_step_growth_achieved: float  # the same at the first baseline's achieved concurrency (derived)
+    rec_step_growth_achieved: float  # the same from the first baseline's own output and achieved concurrency (derived)
+    rec_first_out: float        # the first baseline's output tok/s (64 requests in flight, 256/256; recorded)
     rec_sat_c: int              # the concurrency of the saturated figures (requests in flight)
     bm_single: float            # the bare-metal reference, one stream (reference)
     bm_sat: float               # the same at 64 in flight (reference)
@@ -82,7 +83,8 @@ GROWTH_RULE = {
     "both": ("The step of a healthy bare-metal reference ({ref}) grew {bm:.1f}x over the same range (derived from "
              "its reference figures): by this measure the two machines look alike, so step growth alone cannot "
              "tell a fixed per-step cost from healthy decode. What differs is the step itself: {vm_ms:.0f} ms for "
-             "one stream on the VM against {bm_ms:.1f} ms on bare metal (both derived: 1000 / one-stream tokens/s)."),
+             "one stream on the VM against {bm_ms:.1f} ms on bare metal (both derived as 1000 / one-stream tokens/s: the "
+             "VM's from its recorded {vm_tok:.1f}, bare metal's from the reference {bm_tok:.1f})."),
     "vm": ("The step of a healthy bare-metal reference ({ref}) grew {bm:.1f}x over the same range (derived from its "
            "reference figures), close to the batch: the VM's far smaller growth points to a fixed per-step cost there."),
     "neither": ("Both steps grew close to the batch (the VM {vm:.1f}x, bare metal {bm:.1f}x, derived; {ref}): no "
@@ -104,7 +106,8 @@ def step_growth_rule(vm_growth: float, bm_growth: float, batch: int, vm_ms: floa
     and what it then says: where it flags both, it cannot tell them apart and the page says so."""
     key = {(True, True): "both", (True, False): "vm", (False, False): "neither", (False, True): "bm"}[
         (growth_flagged(vm_growth, batch), growth_flagged(bm_growth, batch))]
-    return GROWTH_RULE[key].format(vm=vm_growth, bm=bm_growth, vm_ms=vm_ms, bm_ms=bm_ms, ref=ref)
+    return GROWTH_RULE[key].format(vm=vm_growth, bm=bm_growth, vm_ms=vm_ms, bm_ms=bm_ms, ref=ref,
+                                   vm_tok=1e3 / vm_ms, bm_tok=1e3 / bm_ms)
 
 
 def bare_metal_reference() -> tuple[float, float]:
@@ -258,11 +261,13 @@ def sweep_facts(df: pd.DataFrame) -> RecordedSweep:
     bm1, bm64 = bare_metal_reference()
     growth, bm_growth = single / (sat / SAT_C), bm1 / (bm64 / SAT_C)
     achieved = float(value(df, experiment="first_baseline", metric="achieved_concurrency"))
+    # the achieved concurrency belongs to the first baseline's run, so its step growth takes that run's own output
+    first_out = float(value(df, experiment="first_baseline", metric="output_throughput", concurrency=SAT_C))
     return RecordedSweep(
-        rec_achieved_conc=achieved,
+        rec_achieved_conc=achieved, rec_first_out=first_out,
         rec_single=single, rec_sat_256=sat, rec_log_conc=log["concurrency"], rec_log_tok_s=log["value"],
         rec_scaling_256=sat / single, rec_per_stream_64=sat / SAT_C, rec_step_growth=growth,
-        rec_step_growth_achieved=single / (sat / achieved),
+        rec_step_growth_achieved=single / (first_out / achieved),
         rec_sat_c=SAT_C, bm_single=bm1, bm_sat=bm64, bm_step_growth=bm_growth, rec_step_1_ms=1e3 / single,
         bm_step_1_ms=1e3 / bm1, growth_rule_text=step_growth_rule(growth, bm_growth, SAT_C, 1e3 / single, 1e3 / bm1,
                                                                   bare_metal_name()))

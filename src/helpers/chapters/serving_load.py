@@ -97,7 +97,9 @@ def status(study, live: bool) -> str:
         return f"run, and ended early: {study.failed[:200]}"
     kind = "in full" if study.kind == "full" else "as a harness check"
     spent = sum(float(p.get("point_s") or 0) for p in study.points)
-    return f"run {kind}, {spent:.0f} s of measuring"
+    bound = getattr(study, "time_limit_s", None)
+    within = f" within its bound of {bound:.0f} s" if bound else ""
+    return f"run {kind}, {spent:.0f} s of measuring its load points{within}"
 
 
 #: what each kind of study can and cannot show (the section's first sentence names what it measured)
@@ -224,7 +226,14 @@ def drift_phrase(d: dict | None) -> str:
     said = "flagged: the server changed during the study" if d["flagged"] else "not flagged"
     lo, hi = d["interval_ms"]
     return (f"{said} (the first point's median {d['metric'].upper()} {d['first_ms']:.1f} ms, again at the end "
-            f"{d['again_ms']:.1f} ms, {d['change_pct']:+.0f} %; its first 90 % interval {lo:.1f}-{hi:.1f} ms)")
+            f"{d['again_ms']:.1f} ms, {signed_pct(d['change_pct'])}; its first 90 % interval {lo:.1f}-{hi:.1f} ms)")
+
+
+def signed_pct(x: float) -> str:
+    """A change in per cent with its sign, to one decimal below 1 % (never "-0 %"; site-read4 L6)."""
+    if abs(x) < 0.05:
+        return "no change to 0.1 %"
+    return f"{x:+.1f} %" if abs(x) < 1 else f"{x:+.0f} %"
 
 
 def vs_sweep(study, sweep: pd.DataFrame | None) -> str:

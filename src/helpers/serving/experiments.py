@@ -53,7 +53,14 @@ def _plan(s: ServerChoice, ready: bool, why: str, auto_runs: bool) -> Plan:
     if s.mode == "live" and not ready:
         raise params.ParameterError(f"mode='live' with engine={s.engine!r} cannot run here: {why}. Use "
                                     "mode='auto' (recorded where it cannot run) or engine='transformers'")
+    if s.mode == "recorded":   # chosen, whatever could run here (site-read4 L12: not "sglang is not installed")
+        return Plan(False, RECORDED_WHY)
     return Plan(s.mode == "live" or (s.mode == "auto" and ready and auto_runs), why)
+
+
+#: why nothing ran live where the run chose mode "recorded" (a target's choice, or the reader's)
+RECORDED_WHY = ('mode = "recorded" was chosen for this run (recorded figures only; the `cpu-demo` target runs '
+                "the live demo)")
 
 
 def nan_plan(s: ServerChoice) -> Plan:
