@@ -12,7 +12,29 @@
 # The whole run is bounded: PARITY_LIMIT_S (default 480 s) for everything, the benchmark starting no point that
 # would end past it (--time-limit-s), `timeout` stopping it 20 s later whatever happens. Variables for a try on
 # another machine: PY (python3), PARTOOLS (.partools), TARGETS (/tmp/partools), TRACE_PATH (a folder put after each
-# tool's own on its path).
+# tool's own on its path). PARITY_ARGS: more bench_parity.py options, split at spaces, before those on the command line
+# (--points, --resume: a run split over bounded calls).
+#
+# The full run in two device calls of at most 560 s each (issue 46; run from the repository root with .partools
+# carried; the device sets OUT). The 2026-12-06 run's parity.log recorded each point's wall time with all three tools
+# and the book (seconds, the longest of its repeats; per tool: book / inference-perf / guidellm / aiperf):
+#   c=1 79 (10.8/20.4/21.2/25.9), c=4 47 (2.7/12.4/13.2/18.0), c=16 40 (0.7/11.6/11.4/16.3),
+#   r=8 52 (4.2/14.6/12.6/19.7), r=24 42 (1.6/11.5/11.6/17.1)   -> 260 s a repeat, 780 s for 3: not one call.
+# The book with a tool's start pattern adds one book run where the spread rule applies (on 2026-12-06: c=4 against
+# inference-perf, c=16 against inference-perf and guidellm): some 3 s at c=4 (2.7 s + a 0.1 s spread) and 2 x 1.2 s
+# at c=16 (0.7 s + up to 0.5 s). Setup before the benchmark took some 15 s (PARITY_LIMIT_S 530 left it 515 s).
+# Split by point, 3 repeats each, so that every point's repeats come from one call and one machine state:
+#   call 1: c=1 and r=8:          3 x (79 + 52)                 = 393 s + setup 15 s
+#   call 2: c=4, c=16 and r=24:   3 x (47 + 3 + 40 + 2.5 + 42)  = 404 s + setup 15 s
+# each under PARITY_LIMIT_S=500 (the benchmark gets ~485 s; `timeout` ends it by 525 s, the device call's 560 s after):
+#
+#   1) PARITY_LIMIT_S=500 PARITY_ARGS="--points c1,r8" scripts/parity-remote.sh
+#   (here: cp FILES_AT_OF_CALL_1/parity.csv .partools/parity-part1.csv, so that it travels with .partools)
+#   2) PARITY_LIMIT_S=500 PARITY_ARGS="--points c4,c16,r24 --resume .partools/parity-part1.csv" scripts/parity-remote.sh
+#
+# Call 2's parity.csv then holds both calls' rows and its parity.log the whole table (`bench_parity.py --report
+# CSV` prints it again from the CSV alone). Should a call stop short (its log says "not run"), a third call with
+# PARITY_ARGS="--resume .partools/parity-part2.csv" (call 2's CSV copied there) runs only the rows still missing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -21,6 +43,7 @@ PY=${PY:-python3}
 PARTOOLS=${PARTOOLS:-.partools}
 TARGETS=${TARGETS:-/tmp/partools}
 LIMIT=${PARITY_LIMIT_S:-480}
+read -r -a extra <<<"${PARITY_ARGS:-}"
 mkdir -p "$OUT" "$TARGETS/bin"
 exec 3>&1
 exec >"$OUT/setup.log" 2>&1
@@ -79,11 +102,11 @@ fi
 
 [ ${#args[@]} -gt 0 ] || { echo "no tool to compare with" | tee /dev/fd/3; exit 1; }
 left=$(( LIMIT - ($(date +%s) - start) ))
-echo "benchmark: $left s left of $LIMIT" | tee /dev/fd/3
+echo "benchmark: $left s left of $LIMIT; options ${extra[*]:-none} $*" | tee /dev/fd/3
 exec >&3 2>&1
 PYTHONUNBUFFERED=1 PYTHONPATH=src timeout -k 5 $(( left + 20 )) "$PY" benchmarks/bench_parity.py "${args[@]}" \
     --tokenizer "$tok" --keep-going --time-limit-s "$left" --tool-timeout-s 120 --work "$TARGETS/work" \
-    --out "$OUT/parity.csv" "$@" 2>&1 | tee "$OUT/parity.log"
+    --out "$OUT/parity.csv" "${extra[@]}" "$@" 2>&1 | tee "$OUT/parity.log"
 rc=${PIPESTATUS[0]}
 tar -czf "$OUT/raw.tar.gz" -C "$TARGETS" work 2>/dev/null
 echo "exit $rc after $(( $(date +%s) - start )) s"

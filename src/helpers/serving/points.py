@@ -5,7 +5,9 @@ and counted, and its summary over the measured requests only.
     measure(url, model, Load.closed(4), LoadPlan(...)) -> row   (row["records"]: one dict per request)
 
 A closed-loop point at concurrency c starts its c slots one after another over `ramp_s` (the ramp) and
-excludes the first wave, c requests, from its figures; an open-loop point sends its first `ramp_s` seconds of
+excludes the first wave, c requests, from its figures (with `count_ramp`, issue 46: the first wave is part of the
+point's requests and counted in its figures, as a tool that counts every request it sends - for a like-for-like
+run beside a tool whose own first wave is spread out); an open-loop point sends its first `ramp_s` seconds of
 arrivals at a rate growing linearly from zero to the nominal one and excludes them; a trace replays its
 arrivals as they are (the study's warm-up runs before its first point). Each request's record keeps its
 phases: connect (start to connection set up), send (to the request written), wait (to the reply's first byte),
@@ -20,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .client import (Deadlines, Endpoint, RequestResult, Window, Workload, make_prompts, one_request, run_sync,
-                     summarize)
+from .client import (BenchmarkError, Deadlines, Endpoint, RequestResult, Window, Workload, make_prompts, one_request,
+                     run_sync, summarize)
 from .loadspec import SLO, OpenLoop, achieved_rate, arrival_schedule, goodput, meets, rate_short, tpot_s
 from .openloop import extra_stats
 
@@ -76,6 +78,7 @@ class LoadPlan:
     tokenizer: object = None
     chat: bool = False
     until: float | None = None      # a time.monotonic() instant no request starts or runs past (the study's end)
+    count_ramp: bool = False        # closed loop only: the first wave is among `requests` and counted, not excluded
 
 
 def ramp_offsets(rate: float, ramp_s: float) -> np.ndarray:
@@ -170,9 +173,12 @@ def _summary(load: Load, results: list[RequestResult], n_ramp: int, plan: LoadPl
 def measure(url: str, model: str, load: Load, plan: LoadPlan, trace=None) -> dict:
     """Measure one point (see the module docstring) and return its row, its requests' records included."""
     w, rng_seed = plan.workload, plan.seed
+    if plan.count_ramp and load.kind != "closed":
+        raise BenchmarkError(f"LoadPlan.count_ramp with the {load.kind} load {load.key}: counting the first wave is "
+                             "for a closed loop only (its ramp is the first c requests); leave count_ramp False")
     if load.kind == "closed":
         c = int(load.value)
-        n_ramp, n = c, c + plan.requests
+        n_ramp, n = (0, plan.requests) if plan.count_ramp else (c, c + plan.requests)
         prompts = make_prompts(n, w.input_len, plan.tokenizer, rng_seed)
         results = _send(url, model, prompts, [w.output_len] * n, plan, closed=c)
     elif load.kind == "open":
