@@ -37,7 +37,7 @@ def test_the_facts_say_what_was_measured_the_counts_and_the_rule():
     assert f["ld_what"].startswith("the server at http://h:1") and "Its figures are that server's" in f["ld_can"]
     assert f["ld_counts"] == "4 points, 40 requests measured and 7 ramp requests excluded"
     assert "at least 10 so that 90 % inside allows one request outside" in f["ld_rule"]
-    assert f["ld_cap_c"] == "4 in flight (90 % interval 4-4; it held at the search's top)"
+    assert f["ld_cap_c"] == "4 in flight (90 % interval 4-4, bootstrapped over each load's requests; it held at the search's top)"
     assert f["ld_warm"] == "a warm-up wave of 5 requests (5 completed), not counted"
     check = sl.facts(study("check"))
     assert check["ld_can"].startswith("Section 3 launched only a tiny random-weight model") and "harness" in check["ld_slo"]
