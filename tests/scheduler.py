@@ -5,7 +5,10 @@ Two parts, each through a public interface:
 - In every process that collects (each worker), `order_items` (tests/conftest.py's pytest_collection_modifyitems)
   sorts the collected tests costliest first by their marks as pytest resolves them (`item.get_closest_marker`:
   slow, then integration, then the unit tier; within a tier the highest `pytest.mark.timeout` first). The sort is
-  stable and the same in every worker, so the workers' collections stay identical, as xdist requires.
+  stable and the same in every worker, so the workers' collections stay identical, as xdist requires. Before
+  them all goes one test per shared session result (SESSION_RESULTS: the book executed per target), the first
+  that asks for it: it makes the result at the start, beside the minutes-long tests, where its other tests would
+  otherwise reach it together later and wait, idle, on the one worker making it (tests/onceper.py).
 - In the controlling process, `CostliestFirst` is the scheduler that xdist's hook `pytest_xdist_make_scheduler`
   returns. It implements xdist's scheduling protocol (`xdist.scheduler.protocol.Scheduling`) itself, subclassing
   nothing and reading no private attribute: units are single tests, or a whole module where `keeps_together`
@@ -31,6 +34,11 @@ TIER_RANK = {"slow": 0, "integration": 1}
 UNIT_TIER_RANK = 2
 #: a worker holds this many tests (the one it runs and the next it must know before it runs it)
 HOLD = 2
+#: session fixtures made once for all workers (tests/conftest.py, tests/onceper.py) that many tests wait on: one test
+#: asking for each goes first. The whole suite at accd3e4 on the 2-core machine: the recorded book (32 s of CPU) was
+#: made from 220 s on, two workers waiting 22-29 s on it, then the auto book (47 s of CPU) from 252 s on, three
+#: workers waiting 43-57 s on it, one core idle the while (fixtures asked for by tests sorted side by side)
+SESSION_RESULTS = ("recorded_run", "auto_run")
 
 
 def keeps_together(module_path) -> bool:
@@ -68,6 +76,19 @@ def order_items(items: list, default_timeout: float, together=keeps_together) ->
             if together(path):
                 module_key[path] = min(keys[id(i)] for i in items if i.path == path)
     items.sort(key=lambda item: module_key[item.path] or keys[id(item)])
+    makers = session_makers(items, together)
+    items[:] = makers + [item for item in items if item not in makers]
+
+
+def session_makers(items: list, together=keeps_together, results=SESSION_RESULTS) -> list:
+    """For each of `results` (fixture names), the first of `items` that asks for it (directly or through another
+    fixture), of a module that does not keep together: the tests that make the shared session results."""
+    makers = []
+    for name in results:
+        item = next((i for i in items if name in getattr(i, "fixturenames", ()) and not together(i.path)), None)
+        if item is not None and item not in makers:
+            makers.append(item)
+    return makers
 
 
 def split_units(collection: list[str], together) -> list[list[int]]:

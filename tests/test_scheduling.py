@@ -90,6 +90,54 @@ def test_a_module_that_keeps_together_keeps_its_own_order_at_its_costliest_tests
     assert first < names.index(("test_other", "test_plain"))                            # slow tier's place
 
 
+SESSION = textwrap.dedent('''
+    import pytest
+
+    @pytest.fixture(scope="session")
+    def recorded_run():
+        return 1
+
+    @pytest.fixture
+    def through(recorded_run):
+        return recorded_run
+
+    @pytest.mark.slow
+    @pytest.mark.timeout(1800)
+    def test_minutes():
+        pass
+
+    def test_unit(recorded_run):
+        pass
+
+    @pytest.mark.slow
+    def test_reads_it(recorded_run):
+        pass
+
+    @pytest.mark.slow
+    def test_reads_it_too(through):
+        pass
+''')
+
+
+def test_one_test_per_shared_session_result_goes_first_to_make_it(pytester):
+    """The first test (in cost order) that asks for a shared session result, directly or through a fixture, goes
+    before the minutes-long tests, so the result is made at the start rather than when its other tests reach the
+    workers side by side (the whole suite at accd3e4: three workers waiting 43-57 s on the one making the auto
+    book); the others keep their places, as does every test where no test asks for a session result."""
+    pytester.makepyfile(test_session=SESSION, test_other=SOURCE)
+    items, _ = pytester.inline_genitems()
+    scheduler.order_items(items, 600, together=lambda path: False)
+    names = [i.name for i in items]
+    assert names[:2] == ["test_reads_it", "test_minutes"]
+    assert names.index("test_reads_it_too") < names.index("test_unit")          # its own place, by its marks
+    assert [i.name for i in scheduler.session_makers(items, lambda path: False, ("auto_run",))] == []
+    assert [i.name for i in scheduler.session_makers(items[1:], lambda path: False)] == ["test_reads_it_too"]
+    only_other = [i for i in items if i.module.__name__ == "test_other"]
+    before = [i.name for i in only_other]
+    scheduler.order_items(only_other, 600, together=lambda path: False)
+    assert [i.name for i in only_other] == before
+
+
 def test_a_module_with_a_module_fixture_keeps_together_unless_it_says_spread(tmp_path):
     path = tmp_path / "test_mod.py"
     path.write_text(SOURCE)
@@ -192,7 +240,8 @@ def _this_workers_order(request, tests: Path):
 @pytest.mark.timeout(300)
 def test_the_suites_costliest_tests_are_handed_out_first(tmp_path, request):
     """The real suite, collected as a worker collects it: the minutes-long tests (the cpu-demo chapters, the
-    readers' commands) come before every other test, and the unit tier after every integration test."""
+    readers' commands) come before every other test but the one test per shared session result that makes it
+    (scheduler.SESSION_RESULTS), and the unit tier after every integration test."""
     tests = Path(scheduler.__file__).parent
     order = _this_workers_order(request, tests)
     if order is None:
@@ -207,6 +256,8 @@ def test_the_suites_costliest_tests_are_handed_out_first(tmp_path, request):
     longest = {"test_cpu_demo_nan_crash.py", "test_cpu_demo_baselines.py", "test_cpu_demo_moe_runners.py",
                "test_readers_commands.py"}
     n = sum(path.split("/")[-1] in longest for path, _ in order)
-    assert {path.split("/")[-1] for path, _ in order[:n]} == longest, order[:n + 3]
+    lead = next(i for i, (path, _) in enumerate(order) if path.split("/")[-1] in longest)
+    assert 0 < lead <= len(scheduler.SESSION_RESULTS), order[:lead + 1]     # the session results' makers first
+    assert {path.split("/")[-1] for path, _ in order[lead:lead + n]} == longest, order[:lead + n + 3]
     ranks = [key[0] for path, key in order if not scheduler.keeps_together(tests.parent / path)]
     assert ranks == sorted(ranks) and ranks.count(2) > 500      # (a module kept together keeps its own order)
