@@ -13,7 +13,7 @@ WHEELS   ?=
 # The committed run the published site shows (make site, .github/workflows/pages.yml): the h200 target on
 # the lent H200, made from a clean commit whose chapters are today's (helpers.book.publish checks it; a test
 # holds it). Change it here to publish another one.
-SITE_RUN ?= runs/h100-20261206c
+SITE_RUN ?= runs/h100-20261206d
 PYTEST_ARGS ?=
 export PY VENV ENV_KIND WHEELS
 # Bytecode is written (beside each module, in __pycache__/, which git ignores). A machine that sets
