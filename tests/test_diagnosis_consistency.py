@@ -135,7 +135,7 @@ def test_a_range_changed_after_a_comparison_is_shown_with_the_band_as_first_regi
     assert vals["bm_where_64"].startswith("above it")
     assert vals["bm_where_64"].endswith("at concurrency 64 this band's draws lean slow against its own middle-value prediction")
     assert "inputs in hand" not in vals["bm_where_64"]
-    assert vals["mid_vs_budget"].startswith("the all-reduces from the community's tuned NCCL curve and ")
+    assert vals["mid_vs_budget"].startswith("the all-reduces from the community's curves (section 5: which run at which size) and ")
     assert vals["bm_where_1"].startswith("inside it") and "774-890 at 64, the observation outside" in vals["bm_history"]
     assert "48.4-55.1 at one stream, the observation inside it" in vals["bm_history"]
     assert vals["bm_history"].startswith("8 input ranges changed after a comparison")

@@ -108,13 +108,16 @@ def test_published_one_gpu_run_prices_nothing_from_a_one_rank_link():
     assert v.lines["allreduce"].startswith("not measured here: one GPU has no collective")
     assert "multi-gpu" in v.lines["allreduce"] and v.allreduce is None
     # the fake predictor prices only the RTX PRO 6000; the published run's GPU (an H100 since issue 48's run) is none
-    assert v.lines["predicted"] == f"not predicted: no prediction for {tm.reference_system(inp.device)}"
+    # ... and points to the decode-step chapter's emulated rank timed on it (site-read5 N13)
+    assert v.lines["predicted"].startswith(f"not predicted: no prediction for {tm.reference_system(inp.device)} (the "
+                                           "decode-step chapter timed one emulated TP8 rank here")
     # the published run's chapter 03 served a stand-in live: its record names it, and a stand-in is no observation
     assert v.lines["observed"].startswith("nothing observed (chapter 03 served transformers")
     assert "a stand-in, not GLM-5" in v.lines["observed"]
     assert v.loss is None and v.lines["remedy"].startswith("none called for")
     # section 2 does not claim a timing the run did not make (reading item: "Timed as the recipe times it" on one GPU)
-    assert ch.answer_values(v).tm_ar_timed == "Not timed in this run (1 GPU); the decisive recipe times it so"
+    assert ch.answer_values(v).tm_ar_timed == ("Not timed in this run (1 GPU: no collective between GPUs to time); "
+                                               "the decisive recipe times it so")
 
 
 def test_two_gpu_study_renders_its_pair_and_pair_all_reduce():

@@ -49,7 +49,8 @@ STATEMENTS = (
     # the VM's loss and the host path's share of it
     Statement(INTRO, ("loss_1",), r"The VM lost {n} ms per token against bare metal as observed"),
     Statement(DIAG, ("loss_1",), r"of the {n} ms lost per token"),
-    Statement(INTRO, ("share_lo_1", "share_hi_1"), r"the host-memory all-reduce causes: {n} % to {n} % for one"),
+    Statement(INTRO, ("share_lo_1", "share_hi_1"), (r"the host-memory all-reduce causes \(the cost of a step's \d+ all-reduces above "
+                                                 r"bare metal's, over the loss\): {n} % to {n} % for one")),
     Statement(DIAG, ("share_lo_1", "share_hi_1"), r"the VM's host path explains {n} % to {n} % of the"),
     # the original VM's decision rule (explains, cannot explain), stated at both sizes wherever it is stated; page 1
     # states no threshold since issue 44 (another machine's come from its own loss: chapter 08)

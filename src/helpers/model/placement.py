@@ -54,12 +54,16 @@ def systems(hw: dict, specs: pd.DataFrame, local: list[dict]) -> list[dict]:
     """The machines of the memory-fit table: the recorded one, eight H200s (reference, where the specs
     have them) and this machine's GPUs (`local`, from ma.local_gpus(); may be empty)."""
     n, model = int(hw["gpu_count"].value), hw["gpu_model"].value
-    out = [{"system": f"recorded: {n}x {model}", "count": n, "memory_bytes": float(hw["gpu_memory"].value) * ma.GiB,
+    # each row says how its capacity was read (site-read5 N8): the recorded "96 GB" as GiB (the budget the recorded
+    # deployment was priced with), the H200 datasheet's GB as 10^9 bytes
+    mem = float(hw["gpu_memory"].value)
+    out = [{"system": f"recorded: {n}x {model} ({mem:g} GB read as GiB)", "count": n, "memory_bytes": mem * ma.GiB,
             "kind": "recorded"}]
     h200 = specs[(specs.system == "NVIDIA H200") & (specs.metric == "memory_capacity")]
     if len(h200):
-        out.append({"system": "reference: 8x NVIDIA H200", "count": 8, "memory_bytes": float(h200.value.iloc[0]) * ma.GB,
-                    "kind": "reference"})
+        cap = float(h200.value.iloc[0])
+        out.append({"system": f"reference: 8x NVIDIA H200 ({cap:g} GB read as GB, 10^9 B)", "count": 8,
+                    "memory_bytes": cap * ma.GB, "kind": "reference"})
     return out + list(local)
 
 

@@ -94,6 +94,19 @@ def measured_allreduce(run_pairs: pd.DataFrame | None, sweep: pd.DataFrame | Non
     return None, "not measured here: no all-reduce over two GPUs or more in this run"
 
 
+def one_rank_floor_us(sweep: pd.DataFrame | None, size: float) -> float | None:
+    """Chapter 06's NCCL all-reduce on one rank (default settings, eager) at `size` bytes, measured: the library's
+    own per-call floor, which moves nothing between GPUs (site-read5 N10); None where the sweep has no such row."""
+    if sweep is None or not len(sweep):
+        return None
+    s = sweep[(sweep["op"] == "all_reduce") & (sweep["backend"] == "nccl") & (sweep["variant"] == "default")
+              & (sweep["harness"] == "eager") & (pd.to_numeric(sweep["world_size"]) == 1)]
+    if not len(s):
+        return None
+    at = float(at_sizes(s.groupby("size_bytes", as_index=False)["time_us"].median(), [size])[0])
+    return at if np.isfinite(at) else None
+
+
 def at_sizes(t: pd.DataFrame, sizes) -> np.ndarray:
     """A measured curve at `sizes`, log-log interpolated between its points; NaN outside them."""
     t = t.sort_values("size_bytes")

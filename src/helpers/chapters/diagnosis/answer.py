@@ -89,7 +89,7 @@ SHOWN = {
                   "predicted_tok_s": "predicted (tokens/s)", "band_low_tok_s": "band low (tokens/s)",
                   "band_high_tok_s": "band high (tokens/s)", "observed_percentile": "observation's percentile"},
     "attribution": {"concurrency": "concurrency", "scenario": "host-path model", "lost_ms_per_step": "lost (ms)",
-                    "host_path_excess_ms": "host path above bare metal (ms)", "share_low": "explained, low (%)",
+                    "host_path_excess_ms": "all-reduces above bare metal (ms)", "share_low": "explained, low (%)",
                     "share_explained": "explained (%)", "share_high": "explained, high (%)"},
     "residuals": {"observation": "observation", "batch": "batch", "observed_step_ms": "observed step (ms)",
                   "predicted_with_bare_metal_collectives_ms": "predicted, bare-metal collectives (ms)",

@@ -336,7 +336,12 @@ class DecisionValues:
     kib_64: float
     bare_ar_64: float
     tuned_curve_text: str
+    curve_source_text: str
     seed_ring_pct: float
+    seed_once_net_text: str
+    seed_ring_steps: int
+    seed_ring_gross_pct: float
+    seed_ring_net_pct: float
     middle_means: str
     trace_cmd: str
     trace_what: str

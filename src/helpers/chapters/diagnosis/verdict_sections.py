@@ -71,8 +71,9 @@ def mid_against_budget(v) -> str:
     words = []
     u = v.inputs.get("collective_curve", BARE).mid
     if u < 1:
-        words.append("the all-reduces from the community's tuned NCCL curve" if u == 0 else
-                     f"the all-reduces {u:.0%} of the way from the community's tuned NCCL curve to aiconfigurator's table")
+        words.append("the all-reduces from the community's curves (section 5: which run at which size)" if u == 0 else
+                     f"the all-reduces {u:.0%} of the way from the community's curves (section 5: which run at which "
+                     "size) to aiconfigurator's table")
     h = v.inputs.get("shared_hidden", BARE).mid
     if h < 1:
         words.append(f"{100 * h:.0f} % of the shared expert hidden")
@@ -376,9 +377,12 @@ def decision(d: Diagnosis) -> Part:
         values.update({f"t80_{c}": t.explains_80_us, f"t25_{c}": t.explains_25_us, f"kib_{c}": t.message_bytes / 1024,
                        f"bare_ar_{c}": t.bare_metal_us})
     values["tuned_curve_text"] = tuned_curve_words([float(t.message_bytes) for t in th.itertuples()])
+    values["curve_source_text"] = tuned_curve_words([float(t.message_bytes) for t in th.itertuples()], short=True)
     ring = ev[(ev["scenario_key"] == "copy_ring") & (ev["concurrency"] == 1)]
     if len(ring):
         values["seed_ring_pct"] = 100 * float(ring["share_mid"].iloc[0])
+    values.update(seed_claim_shares(values["copy_one_us"], int(t1["all_reduces_per_step"]), float(t1["bare_metal_us"]),
+                                    float(t1["lost_ms_per_step"])))
     # the shares are section 4's (the attribution, over the whole step), not restated here at the rule's sizes,
     # where a linear share per all-reduce gives another figure for the same scenario (issue 35)
     shown = ev[["scenario", "concurrency", "message_bytes", "low_us", "mid_us", "high_us"]]
@@ -391,11 +395,25 @@ def decision(d: Diagnosis) -> Part:
                 {"thresholds": th, "evidence": shown, "outcomes": outcomes})
 
 
-def tuned_curve_words(sizes: list[float]) -> str:
+def seed_claim_shares(copy_us: float, n_ar: int, bare_us: float, loss_ms: float, ranks: int = vd.TP) -> dict:
+    """The seeds' claim (the one-token copy) as a share of the one-stream loss on both bases, each said (site-read5
+    N3): gross (the copy's whole time) and net of bare metal's all-reduce (what the thresholds and section 4 count),
+    paid once per all-reduce and at each of a ring's 2(n-1) steps. A net share at or below 0 is said in words."""
+    steps = 2 * (ranks - 1)
+    pct = lambda us: 100 * us * n_ar / 1e3 / loss_ms  # noqa: E731
+    net_once = pct(copy_us - bare_us)
+    once = (f"{net_once:.0f} % net of bare metal's {bare_us:.0f} µs all-reduce" if net_once > 0 else
+            f"nothing net of bare metal's {bare_us:.0f} µs all-reduce, which costs more than the copy")
+    return {"seed_once_net_text": once, "seed_ring_steps": steps, "seed_ring_gross_pct": pct(steps * copy_us),
+            "seed_ring_net_pct": pct(steps * copy_us - bare_us)}
+
+
+def tuned_curve_words(sizes: list[float], short: bool = False) -> str:
     """Which community all-reduce figure the bare-metal middle values take at each message size, and from what part
     of data/reference/nccl_community.csv (helpers.model.verdict.collectives.community): the tuned points where
     the size lies among them, the smallest tuned point held flat below them (assumed), the tuner page's
-    baseline (derived from its bus bandwidth) above them."""
+    baseline (derived from its bus bandwidth) above them. `short`: the same per size in a clause page 1 and
+    section 3 give beside the all-reduces' share (site-read5 N2)."""
     from helpers.model.verdict import collectives as cl
 
     c = cl.community()
@@ -408,6 +426,12 @@ def tuned_curve_words(sizes: list[float]) -> str:
         if us is None:
             raise FindingError(f"the community's all-reduce curve has no point at or above {size:.0f} B; "
                                "extend data/reference/nccl_community.csv or drop the size")
+        if short:
+            where = (f"the tuned curve's {lo / 1024:.0f} KiB point held flat, assumed" if size < lo
+                     else "the community's tuned curve, reference" if size <= hi
+                     else "the community's tuner-page baseline, a second run without the tuner plugin, reference")
+            words.append(f"{size / 1024:.0f} KiB: {us:.0f} µs, {where}")
+            continue
         where = (f"the tuned curve's smallest point, at {lo / 1024:.0f} KiB, held flat below it: assumed" if size < lo
                  else f"the tuned curve, timed from {lo / 1024:.0f} to {hi / 1024:.0f} KiB: reference" if size <= hi
                  else (f"above the tuned curve's largest size, {hi / 1024:.0f} KiB, the same community's tuner-page "

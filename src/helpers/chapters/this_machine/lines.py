@@ -73,9 +73,15 @@ def _ref_words(system, gpus, t) -> str:
 def allreduce_part(v: MachineVerdict, inp: Inputs, m: ma.ModelConfig) -> None:
     """Part 2: the all-reduce at the decode sizes over this run's GPUs, beside the healthy reference."""
     if inp.gpus < 2:
-        v.values["ar_untimed"] = "no GPU" if inp.gpus < 1 else "1 GPU"
-        v.lines["allreduce"] = ("not measured here: one GPU has no collective to time (a one-rank all-reduce moves "
-                                f"nothing between GPUs, so nothing is priced from it); {FILL['pairs']} fills this part")
+        v.values["ar_untimed"] = "no GPU" if inp.gpus < 1 else "1 GPU: no collective between GPUs to time"
+        size = float(ma.allreduce_bytes(m, [1])[0])
+        floor = tm.one_rank_floor_us(inp.sweep, size) if inp.gpus == 1 else None
+        timed = ("" if floor is None else
+                 f"; chapter 06 timed NCCL on one rank, {floor:.1f} µs at {size / 1024:.0f} KiB (measured, eager), as the "
+                 "library's own floor only")
+        v.lines["allreduce"] = ("not measured here: one GPU has no collective between GPUs to time (a one-rank "
+                                f"all-reduce moves nothing between GPUs, so nothing is priced from it{timed}); "
+                                f"{FILL['pairs']} fills this part")
         return
     meas, how = tm.measured_allreduce(inp.recipe, inp.sweep)
     if meas is None:
@@ -96,6 +102,17 @@ def allreduce_part(v: MachineVerdict, inp: Inputs, m: ma.ModelConfig) -> None:
     v.lines["allreduce"] = line
 
 
+def emulated_step_words(step: dict | None) -> str:
+    """Where the decode-step chapter timed an emulated TP8 rank on this run's GPU, what it measured, and that it is
+    no prediction of the served model (site-read5 N13); '' where it did not time the real shapes here."""
+    if not step:
+        return ""
+    (b1, ms1), (bn, msn) = min(step.items()), max(step.items())
+    return (f" (the decode-step chapter timed one emulated TP{TP} rank here: {ms1:.1f} ms for {b1} sequence"
+            f"{'s' if b1 != 1 else ''} and {msn:.1f} ms for {bn}, measured with CUDA graphs, random bf16 weights and no "
+            "all-reduces; it is not a prediction of the served model)")
+
+
 def predicted_part(v: MachineVerdict, inp: Inputs, m: ma.ModelConfig, predictor) -> None:
     """Part 3: GLM-5 at TP8 on eight GPUs of this kind, with its band, at one stream and 64."""
     v.values["predictor"] = predictor
@@ -106,7 +123,8 @@ def predicted_part(v: MachineVerdict, inp: Inputs, m: ma.ModelConfig, predictor)
         return
     got = {c: predictor(system, c) for c in (1, 64)}
     if any(isinstance(p, str) for p in got.values()):
-        v.lines["predicted"] = "not predicted: " + next(p for p in got.values() if isinstance(p, str))
+        v.lines["predicted"] = ("not predicted: " + next(p for p in got.values() if isinstance(p, str))
+                                + emulated_step_words(inp.emulated_step))
         return
     v.prediction = got
     p1, p64 = got[1], got[64]

@@ -41,6 +41,9 @@ class Inputs:
     served: dict | None = None
     typed: tm.Observation | None = None
     floor_us: float | None = None       # the graph floor 07_decode_step measured on this run's GPU (None: not here)
+    #: 07_decode_step's emulated TP8 rank on this run's GPU (graphs, its first context): {batch: step ms} at one
+    #: sequence and its largest batch; None where it did not time the real shapes here (site-read5 N13)
+    emulated_step: dict | None = None
 
 
 def _copies_from_06(cs: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -78,7 +81,23 @@ def inputs(run: layout.Run, mode: str, typed: tm.Observation | None = None, chec
         copies, how = _copies_from_06(run.need("06_vm_p2p", "copy_sweep")), "chapter 06's copy sweep (GPU 0 to GPU 1)"
     return Inputs(mode, probe, gpus, device, grant, copies, how, checked.get("writes"), checked.get("log"),
                   checked.get("allreduce"), run.need("06_vm_p2p", "collective_sweep", adapt=recorded_labels.from_tidy),
-                  run.need("03_baselines_tuning", "served"), typed, _run_floor(run))
+                  run.need("03_baselines_tuning", "served"), typed, _run_floor(run), _run_step(run))
+
+
+def _run_step(run: layout.Run) -> dict | None:
+    """The decode-step chapter's emulated TP8 rank timed on this run's GPU with CUDA graphs: {batch: step ms} at one
+    sequence and at its largest batch, at its first context, as that chapter's answer states them (the same rows)."""
+    from helpers.model import measured as mb
+
+    meas = mb.step_measurement(run.root, reader=CHAPTER)
+    if meas.where != "this run":
+        return None
+    cfg = meas.meta.get("config") or {}
+    batches, contexts = cfg.get("batches") or [], cfg.get("contexts") or []
+    if not batches or not contexts:
+        return None
+    return {b: float(meas.row(b, int(contexts[0]), "step", "graph")["median_us"]) / 1e3
+            for b in sorted({min(batches), max(batches)})}
 
 
 def _run_floor(run: layout.Run) -> float | None:
@@ -111,6 +130,17 @@ def typed_observation(tok_1: float, tok_max: float, conc_max: int) -> tm.Observa
     return tm.Observation(float(tok_1), float(tok_max), float(conc_max), "typed as this chapter's parameters")
 
 
+def stand_in_words(served: dict, probe: dict | None) -> str:
+    """What chapter 03 served, the engine named once with its version as the run's environment probe recorded it
+    (site-read5 N11): 'transformers 5.17.0 (the environment probe's record)', or 'X through vllm 0.9 (...)' where
+    the model is not named for its engine."""
+    engine, name = str(served.get("engine") or "an unnamed engine"), served.get("served_model")
+    version = ((probe or {}).get("software") or {}).get(engine)
+    what = (f"{engine} {version} (the environment probe's record)" if version
+            else f"{engine} (its version not recorded)")
+    return what if not name or name == engine else f"{name} through {what}"
+
+
 def observation(inp: Inputs) -> tuple[tm.Observation | None, str]:
     """The observation the verdict compares with, and why it is that one: typed parameters win; else chapter
     03's record where it served a real model (a given server, or SGLang on a checkpoint), never a stand-in."""
@@ -122,7 +152,7 @@ def observation(inp: Inputs) -> tuple[tm.Observation | None, str]:
         # chapter 03 swept a stand-in model live) has none either
         return None, "this run holds no serving record of chapter 03's: it served nothing live, or predates the record"
     if not s.get("is_model"):
-        return None, (f"chapter 03 served {s.get('served_model')} ({s.get('engine')}), a stand-in, not GLM-5: "
+        return None, (f"chapter 03 served {stand_in_words(s, inp.probe)}, a stand-in, not GLM-5: "
                       "its speed is no observation of the model")
     if not s.get("single_stream_tok_s"):
         return None, "chapter 03's sweep has no one-stream point"

@@ -59,8 +59,8 @@ def fidelity_section(fid) -> Part:
              (fi.allreduce_ratio_table(fid), dict(digits=2, fold_after=0,
                                                   summary="All-reduce time per call against nccl-tests', by size and method")),
              (fi.copy_table(fid), dict(fold_after=0, summary="Copies against p2pBandwidthLatencyTest")),
-             (fi.gap_table(gap), dict(fold_after=0, summary="Where the small-message gap goes: the legacy-stream study")),
-             (fi.gap_table(idle), dict(fold_after=0, summary="The aligned start's idle wait: the idle-lead study")))
+             (fi.gap_shown(gap), dict(fold_after=0, summary="Where the small-message gap goes: the legacy-stream study")),
+             (fi.gap_shown(idle), dict(fold_after=0, summary="The aligned start's idle wait: the idle-lead study")))
     return Part(values=(fi.fidelity_findings(fid, gap, idle),), shown=shown,
                 figure={"fig_fidelity": {"table": fid[fid.setup == fi.largest_setup(fid)],
                                          "tolerance": ifid.TOLERANCES["all_reduce_time"]}})

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from .inputs import (BAREMETAL_SCENARIO, COMPARED, FITS_READER, GRAPHS_OFF_SCENARIO, PP_SCENARIO, RUN_SCENARIO,
                      TP4_SCENARIO, VM_SCENARIO, assumed_launch, baseline_scenario, mem_bandwidth, predict_all,
-                     predict_from_run, read_fits, recorded_context, reference_allreduce_link, reference_p2p_link,
+                     predict_from_run, read_fits, recorded_context, held_flat, reference_allreduce_link, reference_p2p_link,
                      scenarios, select_run_link, tokens_of_copy_sweep, vm_copy_link, workload_prefill_ratio,
                      recorded_prefill_ratio)
 from .observed import (NEXT_STEP_MODEL, compare, observations, primary_observations, rank_next_steps)
@@ -36,7 +36,7 @@ __all__ = [
     "Link", "collective_time_us", "ATTENTION_OPS", "INDEXER_OPS", "DENSE_MLP_OPS", "MOE_OPS", "HEAD_OPS",
     "kernel_table", "kernels_per_step", "Scenario", "step_terms", "predict", "dominant_term", "verdict",
     "mem_bandwidth", "assumed_launch", "workload_prefill_ratio", "recorded_prefill_ratio", "recorded_context", "tokens_of_copy_sweep",
-    "vm_copy_link", "reference_allreduce_link", "reference_p2p_link", "read_fits", "select_run_link",
+    "vm_copy_link", "held_flat", "reference_allreduce_link", "reference_p2p_link", "read_fits", "select_run_link",
     "VM_SCENARIO", "BAREMETAL_SCENARIO", "PP_SCENARIO", "TP4_SCENARIO", "GRAPHS_OFF_SCENARIO", "RUN_SCENARIO",
     "COMPARED", "baseline_scenario", "scenarios", "predict_all", "predict_from_run", "FITS_READER",
     "observations", "primary_observations", "compare", "NEXT_STEP_MODEL", "rank_next_steps",

@@ -102,6 +102,12 @@ def vm_copy_link(m: ma.ModelConfig) -> tuple[Link, pd.DataFrame]:
     return link, pts
 
 
+def held_flat(alpha_us: float, beta_GBps: float) -> bool:
+    """Whether an alpha-beta fit is flat: its size term adds under 1 % of alpha even at 1 GiB (a fit to equal times
+    gives a bandwidth that is infinite, or finite only by rounding). Beyond its points such a fit is held flat."""
+    return math.isinf(beta_GBps) or 2 ** 30 / (beta_GBps * 1e3) < 0.01 * alpha_us
+
+
 def reference_allreduce_link(gpus: int) -> Link:
     """A fit of the bare-metal NCCL all-reduce reference for `gpus` GPUs (data/reference/baremetal.csv)."""
     df = recorded.load("reference/baremetal.csv")
@@ -112,7 +118,8 @@ def reference_allreduce_link(gpus: int) -> Link:
     f = alphabeta.fit(rows["message_bytes"].astype(float), rows["value"].astype(float))
     return Link.from_fit(f"NCCL all-reduce, {gpus} GPUs, P2P (reference)", f, "reference",
                          f"{rows['source'].iloc[0]}: {rows['system'].iloc[0]}; fitted "
-                         f"{int(f.min_bytes)}-{int(f.max_bytes)} B, extrapolated beyond",
+                         f"{int(f.min_bytes)}-{int(f.max_bytes)} B, "
+                         f"{'held flat' if held_flat(f.alpha_us, f.beta_GBps) else 'extrapolated'} beyond (assumed)",
                          collective=True, world_size=gpus)
 
 

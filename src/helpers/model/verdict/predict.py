@@ -4,7 +4,7 @@ the decision rule's thresholds and evidence."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -211,16 +211,27 @@ class Verdict:
         r = self.inputs.get("batch_at_nominal_64", VM)
         return per_tok * r.low * c / 64, per_tok * r.mid * c / 64, per_tok * r.high * c / 64
 
-    def excess_ms(self, c: int, hp: HostPath, q: float, batch: float | None = None) -> float:
-        """The scenario's collectives minus bare metal's (mid factor) per step at batch c, in ms."""
+    def excess_ms(self, c: int, hp: HostPath, q: float, batch: float | None = None,
+                  all_reduces_only: bool = True) -> float:
+        """The scenario's collectives minus bare metal's (mid factor) per step at batch c, in ms. By default the
+        step's all-reduces only, the logits all-gather left at bare metal's cost: the basis of the decision rule's
+        thresholds (thresholds: t = r + s x loss / n) and of page 08's formula, so a share here and a share from
+        a threshold are one computation (site-read5 N1). `all_reduces_only=False`: every collective of the step
+        (what restoring P2P would save: the remedies' gains)."""
         b = int(round(batch if batch is not None else c))
         p = parts(self.model.key, b, self.context, self.floor_us)
+        if all_reduces_only:
+            keep = [i for i, x in enumerate(p.collectives) if x[1] == "all_reduce"]
+            p = replace(p, collectives=tuple(p.collectives[i] for i in keep),
+                        curves=tuple(p.curves[i] for i in keep) if p.curves else ())
         bare = sum(n * us for _, _, n, _, us in p.collectives)
         return float((vm_collectives_us(p, hp, np.array([q]))[0] - bare) / 1e3)
 
     def attribution(self) -> pd.DataFrame:
-        """Per scenario and end (1, 64): the share of the VM's lost time per step its host path explains,
-        with its band (scenario low/high; at 64 also the decode batch) and what is left unexplained."""
+        """Per scenario and end (1, 64): the share of the VM's lost time per step its host path explains through
+        the step's all-reduces (excess_ms: the thresholds' basis; the logits all-gather at bare metal's cost), with
+        its band (scenario low/high; at 64 also the decode batch) and what is left unexplained. `step_excess_ms`
+        keeps every collective's excess (the all-gather's included) for the remedies' gains."""
         rows = []
         adm = {r.scenario_key: (r.admissible, r.why_not) for r in self.admissibility().itertuples()}
         for c in (1, 64):
@@ -237,6 +248,7 @@ class Verdict:
                 rows.append({"concurrency": c, "scenario": hp.label, "scenario_key": hp.key, "kind": hp.kind,
                              "lost_ms_per_step": mid_l, "lost_ms_low": lo_l, "lost_ms_high": hi_l,
                              "host_path_excess_ms": self.excess_ms(c, hp, 0.5),
+                             "step_excess_ms": self.excess_ms(c, hp, 0.5, all_reduces_only=False),
                              "share_explained": mid, "share_low": min(ends), "share_high": max(ends),
                              "unexplained": 1 - mid, "admissible": adm[hp.key][0], "why_not": adm[hp.key][1]})
         return pd.DataFrame(rows)

@@ -179,14 +179,16 @@ def collective_range() -> Range:
     lat, _ = _bare_evidence()
     return Range("collective_spread", "bare metal", 1.0, 1.0, 1.0, FACTOR_UNIT, "fixed", "reference",
                  "rtx6kpro-pcie",
-                 f"Superseded (issue 45): fixed at 1. As first registered: NCCL over 8 GPUs with P2P, between "
+                 f"Superseded (issue 45): fixed at 1. As first registered (commit 4483241): NCCL over 8 GPUs with P2P, between "
                  f"aiconfigurator's table (1, timed by aiconfigurator on its collection host, reference, the point "
                  f"estimate) and the community's {lat:.0f} us 8-GPU all-reduce from its PCIe-switch page (reference) over "
                  f"the table at the largest size that page timed ({f:.2f}); the same factor was assumed at larger "
                  f"messages, which only the table timed. History: widened at commit 9f00641, seven minutes after "
                  f"the first comparison, to a bound of latency plus bytes at the one-way P2P bandwidth (a physics "
                  f"bound, not a measurement, below the table at every size and toward the observation); put back to "
-                 f"this first registration after a review (issue 35)", "commit 4483241", (f, 1.0, 1.0, FACTOR_UNIT),
+                 f"this first registration after a review (issue 35)",
+                 # the present range (1 / 1 / 1) was set when issue 45 superseded the factor (site-read5 N6)
+                 "commit b1dea57 (2026-12-06)", (f, 1.0, 1.0, FACTOR_UNIT),
                  "Superseded by issue 45 (commit b1dea57), after the bare-metal comparison: the all-reduce is now drawn "
                  "between the community's tuned curve and the table (collective_curve) with the table's protocol "
                  "switch as a range (protocol_switch); this factor stays at 1")

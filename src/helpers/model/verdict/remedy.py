@@ -70,15 +70,15 @@ def _remedy_gains(v, mech: str, c: int, step_ms: float, att: pd.DataFrame, fits_
         return None
     a = att[(att["concurrency"] == c) & att["admissible"]]   # a scenario faster than P2P sets no bound
     if mech == "nccl_tuning":   # each other scenario's host path replaced by the tuned arm's (none where it costs more)
-        tuned = att[(att["concurrency"] == c) & (att["scenario_key"] == "nccl_tuned_p2p_off")]["host_path_excess_ms"]
+        tuned = att[(att["concurrency"] == c) & (att["scenario_key"] == "nccl_tuned_p2p_off")]["step_excess_ms"]
         if not len(tuned):
             return None
-        saved = np.clip(a[a["scenario_key"] != "nccl_tuned_p2p_off"]["host_path_excess_ms"].to_numpy()
+        saved = np.clip(a[a["scenario_key"] != "nccl_tuned_p2p_off"]["step_excess_ms"].to_numpy()
                         - float(tuned.iloc[0]), 0, None)
         f = lambda s: step_ms / max(step_ms - s, 1e-9)  # noqa: E731
         return f(float(saved.min())), f(float(np.median(saved))), f(float(saved.max()))
     if mech == "p2p_in_vm":
-        saved = a["host_path_excess_ms"].to_numpy()
+        saved = a["step_excess_ms"].to_numpy()
         lo_s, hi_s = float(np.clip(saved.min(), 0, None)), float(np.clip(saved.max(), 0, None))
         mid_s = float(np.clip(np.median(saved), 0, None))
         f = lambda s: step_ms / max(step_ms - s, 1e-9)  # noqa: E731
