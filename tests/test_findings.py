@@ -157,7 +157,11 @@ def test_a_gpu_runs_sentences_come_back_word_for_word_from_its_tables(run, label
         assert {k: _glued_text(getattr(values, k)) for k in names} == {k: glued[k] for k in names}
     dec = copies.decode_message_sizes().size_bytes.tolist()
     assert ch.variants(coll, dec, True, gpus, label).text == glued["variant_text"]
-    assert ch.fit_text(fits, suite.recorded_fit().iloc[0]) == glued["fit_text"]
+    # the fits' labels were reworded after these runs (site-read6 R7: a fit is derived); the rest comes back word for word
+    from helpers.chapters.vm_p2p.sweeps import FIT_MEASURED, FIT_RECORDED
+    assert ch.fit_text(fits, suite.recorded_fit().iloc[0]) == (glued["fit_text"]
+                                                               .replace("(measured, fitted)", f"({FIT_MEASURED})")
+                                                               .replace("(recorded, fitted)", f"({FIT_RECORDED})"))
     assert ch.collective_text(True, coll, label) == glued["coll_text"]
     assert repr(big.big_bw) == glued["big_bw"] and big.big_path == glued["big_path"] and len(table)
 

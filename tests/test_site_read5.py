@@ -85,7 +85,7 @@ def test_each_size_names_its_community_run_and_label_in_the_short_form():
     one, many = tuned_curve_words([12288.0, 786432.0], short=True).split("; ")
     assert one.startswith("12 KiB:") and "held flat, assumed" in one
     assert f"{cl.community_us(kt.RTX, 'all_reduce', 12288.0):.0f} µs" in one
-    assert many.startswith("768 KiB:") and "tuner-page baseline, a second run without the tuner plugin, reference" in many
+    assert many.startswith("768 KiB:") and "derived from the reference bus bandwidth of the community's tuner-page baseline, a second run without the tuner plugin" in many
     intro = _source("intro.md")
     assert "tuned NCCL curve, reference" not in intro and "07_diagnosis.ipynb::curve_source_text:s" in intro
     nb = _markdown("notebooks/07_diagnosis.ipynb")

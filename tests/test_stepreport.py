@@ -119,7 +119,7 @@ def test_a_gpu_without_engine_tables_is_said_not_compared(meas, glm5):
 def test_tuning_values(meas, glm5):
     tab, v = sr.tuning(meas, glm5, 384)
     assert math.isclose(v["moe_gain"], v["vm_step_ms"] / (v["vm_step_ms"] - v["moe_ms"]))
-    assert set(tab.tuning) == {"MoE runner", "CUDA graphs", "--mem-fraction-static"}
+    assert set(tab.tuning) == {"MoE runner", sr.GRAPHS_HERE, sr.GRAPHS_ASSUMED, "--mem-fraction-static"}
 
 
 def test_check_text_variants():

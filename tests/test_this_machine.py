@@ -138,7 +138,7 @@ def test_synthetic_8_gpu_vm_without_p2p_line_by_line():
     obs = tm.Observation(11.0, 210.9, 64, "a test's observation")
     v = ch.verdict(synthetic(typed=obs), predictor=fake_predictor())
     assert v.lines["vm"] == ("check 1 fails: VM (kvm, QEMU): found by CPUID hypervisor bit, DMI vendor and product, "
-                             "systemd-detect-virt, systemd-detect-virt --vm")
+                             f"systemd-detect-virt, systemd-detect-virt --vm ({virt.CHECK1_RULE})")
     assert v.lines["p2p"].startswith("28 GPU pairs: driver grant ok on 0 of 28, failing on 28; bandwidth ok on 0 of 28, "
                                      "failing on 28; owner-side write not measured; NCCL transport ok on 0 of 28, "
                                      "failing on 8, not measured on 20")

@@ -150,7 +150,9 @@ def _chapter_modes(target, root: Path) -> dict[str, str]:
 
 
 def _span(nums: list[str]) -> str:
-    """["02", "03", "04"] -> "Chapters 02-04"; otherwise the list."""
+    """["02", "03", "04"] -> "Chapters 02-04"; ["04"] -> "Chapter 04"; otherwise the list."""
+    if len(nums) == 1:
+        return f"Chapter {nums[0]}"
     ints = [int(n) for n in nums if n.isdigit()]
     if len(ints) == len(nums) > 2 and ints == list(range(ints[0], ints[0] + len(ints))):
         return f"Chapters {nums[0]}-{nums[-1]}"
@@ -174,8 +176,16 @@ def without_hardware(target, root: Path) -> str:
         return "The same pages: nothing is measured"
     rest = [_short(s) for s, m in modes.items() if m not in ("auto", "live")]
     if rest:
-        return f"{_span(rest)} show the recorded investigation; the others measure what is there and say what they skipped"
+        # a chapter the target runs in a recorded mode shows the recorded investigation on every machine, its own
+        # hardware included: the target's choice, not a lack of hardware (site-read6 R9)
+        verb = "shows" if len(rest) == 1 else "show"
+        return (f"{_span(rest)} {verb} the recorded investigation {BY_CHOICE}; without that hardware the others "
+                f"measure what is there and say what they skipped")
     return "Each chapter measures what is there and says what it skipped"
+
+
+#: what a chapter in a recorded mode is on the rerun page: the target's choice, on any machine (site-read6 R9)
+BY_CHOICE = "by the target's choice, on any machine"
 
 
 _LIVE = ("auto", "live")
@@ -235,7 +245,8 @@ def table(root: Path | None = None, run_ids: list[str] | None = None) -> str:
     machine without that hardware and which parts of This machine (chapter 08) it fills."""
     def item(name, hw, time, without, parts):
         lower = lambda t: t[:1].lower() + t[1:]  # noqa: E731
-        then = f"{without}." if hw == "Any machine" else f"Without that hardware: {lower(without)}."
+        then = (f"{without}." if hw == "Any machine" or BY_CHOICE in without else
+                f"Without that hardware: {lower(without)}.")
         then = then.replace("Without that hardware: nothing: ", "Without that hardware nothing runs: ")
         return f"- {name}: {lower(hw)}; {time}. {then} {parts}."
     items = [item(*r) for r in rows(root, run_ids)]

@@ -185,7 +185,8 @@ def _virtualization(res: dict, gpus: list[dict], n: int) -> Verdict:
         dmi = f"; DMI '{v['dmi_product_name']}'" if v.get("dmi_product_name") else ""
         return Verdict("virtualization", "warn",
                        f"virtual machine ({what}{dmi}): passed-through GPUs often lose P2P and NUMA "
-                       "affinity unless the hypervisor exposes them; see the P2P and NUMA checks")
+                       "affinity unless the hypervisor exposes them; see the P2P and NUMA checks (page 1's "
+                       "check 1 fails on any VM: it asks only whether a hypervisor sits between the GPUs)")
     elif kind == "container":
         return Verdict("virtualization", "ok", "container on bare metal: the GPUs are the host's own "
                                                 "devices, no hypervisor between them")

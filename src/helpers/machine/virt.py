@@ -72,8 +72,18 @@ class VirtVerdict:
             said = [s.what for s in self.signals if s.says in (NO_VM, NO_CONTAINER, NO_BOTH)]
             return f"{self.kind}: no signal names a hypervisor ({', '.join(said)} say so)"
         named = f" ({self.hypervisor})" if self.hypervisor else ""
+        # every signal that found the verdict: the VM's and, in a container, the container's (site-read6 R10)
+        boxed = [s.what for s in self.signals if s.says == CONTAINER]
+        if boxed:
+            return (f"{self.kind}{named}: found by {', '.join(self.vm_signals)} (VM) and {', '.join(boxed)} "
+                    f"(container)")
         return f"{self.kind}{named}: found by {', '.join(self.vm_signals)}"
 
+
+#: check 1's rule beside chapter 01's verdict on the same signals (site-read6 R5): two rules, both named where
+#: either is stated
+CHECK1_RULE = ("check 1 fails on any hypervisor between the GPUs; chapter 01's verdict grades the same VM warn, not "
+               "problem, because a VM can still pass its GPUs' P2P through, which checks 2 and 3 decide")
 
 #: what the page says where systemd-detect-virt gave no answer (absent, or it failed): never "none", which is the
 #: tool's own answer for bare metal

@@ -21,7 +21,7 @@ from helpers.chapters.decode_step.measurement import (BYTES_BATCHES, CHAPTER, CH
                                                       dense_bytes, fidelity_texts, fidelity_values, graphs_vs_eager,
                                                       measurement_values, shape_values, sparse_text, split, split_by_batch,
                                                       split_table, split_values, step_ms, steps, sweep_config, tuning,
-                                                      tuning_bounds)
+                                                      tuning_bounds, GRAPHS_ASSUMED, GRAPHS_HERE)
 from helpers.chapters.decode_step.precision import (FP8_VERDICTS, PRECISION_KEYS, fp8_accuracy_values,
                                                     fp8_numerics, fp8_verdict, fp8_weight_table, has_overlap_pair, overlap_label,
                                                     overlap_steps, precision_bytes, precision_configs,
@@ -105,4 +105,5 @@ __all__ = ["replayable", "Part", "bytes_section", "fidelity_section", "fp8_bytes
            "kernel_compare", "kernel_values", "measurement_values", "overlap_label", "overlap_steps",
            "precision_bytes", "precision_configs", "precision_experts_impl", "precision_source", "precision_split", "precision_steps",
            "precision_values", "shape_values", "sglang_kernels", "split", "split_by_batch", "split_table",
-           "split_values", "step_ms", "steps", "sweep_config", "time_precisions", "tuning", "tuning_bounds"]
+           "split_values", "step_ms", "steps", "sweep_config", "time_precisions", "tuning", "tuning_bounds",
+           "GRAPHS_ASSUMED", "GRAPHS_HERE"]

@@ -79,12 +79,20 @@ def graphs_vs_eager(meas: mb.StepMeasurement, context: int) -> pd.DataFrame:
     return out
 
 
-def tuning_bounds(meas: mb.StepMeasurement, moe_ms: float, kernels_per_step: int, observed_step_ms: float
-                  ) -> pd.DataFrame:
+#: the CUDA-graph bound's row at the launch costs the diagnosis assumes for the recorded host (site-read6 R2)
+GRAPHS_ASSUMED = "CUDA graphs (assumed launch costs)"
+#: the same bound at the launch costs measured on this run's host (the decode-step measurement's)
+GRAPHS_HERE = "CUDA graphs (this host's launch costs)"
+
+
+def tuning_bounds(meas: mb.StepMeasurement, moe_ms: float, kernels_per_step: int, observed_step_ms: float,
+                  assumed_launch_us: tuple[float, float] | None = None) -> pd.DataFrame:
     """The most each tuning the investigation tried could have sped up a step of `observed_step_ms` (the
     recorded VM's), derived: the MoE runner acts on the MoE block only (`moe_ms`, its time on the
     recorded GPU); CUDA graphs on launch costs only (`kernels_per_step` x the eager-minus-graph cost per
-    kernel measured here); the memory fraction on none of a step's work (it sizes the KV cache)."""
+    kernel measured here, this host's); the memory fraction on none of a step's work (it sizes the KV cache).
+    `assumed_launch_us` (eager, graph): the per-kernel costs the diagnosis assumes for the recorded host; the same
+    bound at those is a row of its own (site-read6 R2: the diagnosis does not put this host's in)."""
     if observed_step_ms <= 0:
         raise mb.MeasuredBudgetError(f"observed step {observed_step_ms} ms: expected a positive time")
     eager = meas.meta.get("eager_us_per_kernel")
@@ -94,11 +102,17 @@ def tuning_bounds(meas: mb.StepMeasurement, moe_ms: float, kernels_per_step: int
     rows = [
         {"tuning": "MoE runner", "acts_on": "the MoE block", "removable_ms": moe_ms,
          "basis": "the MoE block's time on the recorded GPU (measured kernels)"},
-        {"tuning": "CUDA graphs", "acts_on": "kernel launch costs", "removable_ms": launch_ms,
-         "basis": "kernels per step x (eager - graph) cost per kernel measured here"},
+        {"tuning": GRAPHS_HERE, "acts_on": "kernel launch costs", "removable_ms": launch_ms,
+         "basis": "kernels per step x (eager - graph) cost per kernel measured here (this host's)"},
         {"tuning": "--mem-fraction-static", "acts_on": "KV-cache capacity, not a step's work", "removable_ms": 0.0,
          "basis": "no term of the step depends on it"},
     ]
+    if assumed_launch_us is not None:
+        eager_a, graph_a = assumed_launch_us
+        rows.insert(2, {"tuning": GRAPHS_ASSUMED, "acts_on": "kernel launch costs",
+                        "removable_ms": kernels_per_step * (eager_a - graph_a) / 1e3,
+                        "basis": "kernels per step x (eager - graph) cost per kernel the diagnosis assumes for the "
+                                 "recorded host"})
     df = pd.DataFrame(rows)
     left = (observed_step_ms - df["removable_ms"]).clip(lower=1e-9)
     df["max_speedup"] = observed_step_ms / left
@@ -363,8 +377,14 @@ def tuning(meas: mb.StepMeasurement, m: ma.ModelConfig, context: int) -> tuple[p
     vm_step_ms = 1e3 / float(one(prim, "the primary observations", system="original VM", concurrency=1)["observed"])
     kt1 = mb.kernel_terms(m, 1, context, meas.floor_us(), collectives=False)
     moe_ms = float(rows(kt1, "the measured-kernel terms", component="moe")["us_step"].sum()) / 1e3
-    tab = tuning_bounds(meas, moe_ms, bd.kernels_per_step(m), vm_step_ms)
+    # the diagnosis's first budget prices the recorded host's launches at these assumed costs (its section 1 and 3)
+    base = bd.baseline_scenario(m)
+    assumed = (float(base.launch_eager.value), float(base.launch_graph.value))
+    tab = tuning_bounds(meas, moe_ms, bd.kernels_per_step(m), vm_step_ms, assumed_launch_us=assumed)
     t = lambda tn, col: float(one(tab, "the tuning bounds", tuning=tn)[col])  # noqa: E731
     return tab, {"vm_step_ms": vm_step_ms, "moe_ms": moe_ms, "moe_gain": t("MoE runner", "max_speedup"),
-                 "graph_ms": t("CUDA graphs", "removable_ms"), "graph_gain": t("CUDA graphs", "max_speedup"),
+                 "graph_ms": t(GRAPHS_HERE, "removable_ms"), "graph_gain": t(GRAPHS_HERE, "max_speedup"),
+                 "graph_assumed_ms": t(GRAPHS_ASSUMED, "removable_ms"),
+                 "graph_assumed_gain": t(GRAPHS_ASSUMED, "max_speedup"),
+                 "eager_assumed_us": assumed[0], "graph_floor_assumed_us": assumed[1],
                  "n_kernels_engine": bd.kernels_per_step(m)}

@@ -61,8 +61,9 @@ def split_section(meas: mb.StepMeasurement, context: int, batch_max: int) -> Par
     """Section 3: each component alone at 1 and the largest batch."""
     split = me.split_table(meas, (1, batch_max), context)
     shown = ((sh.human(split, sh.SPLIT_SHOWN_HUMAN),
-              dict(fold_after=0, digits={"share (%)": 0, "of datasheet (%)": 0},
-                   summary="each component alone at 1 and 64 sequences: µs, share, kernels, achieved GB/s")),)
+              dict(fold_after=0, digits={sh.SPLIT_SHOWN_HUMAN["share"]: 0, "of datasheet (%)": 0},
+                   summary="each component alone at 1 and 64 sequences: µs, share of the components' sum, kernels, "
+                           "achieved GB/s")),)
     return Part(values=(va.SplitValues(**me.split_values(split, batch_max, me.step_ms(meas, 1, context),
                                                                   me.step_ms(meas, batch_max, context))),
                         va.SplitTexts(me.SPLIT_TAKEAWAY[meas.fusion])),

@@ -16,7 +16,7 @@ from helpers.model import arith as ma
 STEPS_SHOWN = {"batch": "batch", "context": "context (tokens)", "mode": "mode", "step_ms": "step (ms)",
                "p90_ms": "p90 (ms)", "tok_s": "tokens/s", "tok_s_per_stream": "tokens/s per stream"}
 #: the split table the page shows (shares and the fraction of the datasheet as percent)
-SPLIT_SHOWN_HUMAN = {"batch": "batch", "component": "component", "time_us": "time (µs)", "share": "share (%)",
+SPLIT_SHOWN_HUMAN = {"batch": "batch", "component": "component", "time_us": "time (µs)", "share": "share of the components' sum (%)",
                      "kernels": "kernels", "achieved_GBps": "achieved (GB/s)", "share_of_peak": "of datasheet (%)"}
 #: the per-operation fidelity table (section 7)
 FIDELITY_SHOWN = {"batch": "batch", "op": "operation", "ours_us": "this step (µs)", "aic_here_us": "SGLang (µs)",

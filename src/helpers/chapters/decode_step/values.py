@@ -214,6 +214,10 @@ class TuningValues:
     moe_gain: float
     graph_ms: float
     graph_gain: float
+    graph_assumed_ms: float        # the same bound at the diagnosis's assumed launch costs for the recorded host
+    graph_assumed_gain: float
+    eager_assumed_us: float        # assumed (the diagnosis's first budget, section 1)
+    graph_floor_assumed_us: float  # assumed (the same)
     n_kernels_engine: int
 
 

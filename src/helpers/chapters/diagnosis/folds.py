@@ -47,12 +47,12 @@ def band_fold(band: Part, ceil: Part) -> Folded:
         ("each unmeasured input: its low, mid and high value and why",
          _t(human(band.tables["verdict_inputs"], "verdict_inputs"))),
         ("bare metal predicted with its 5-95 % band",
-         _t(human(band.shown["bare_metal_band"], "bare_metal_band"), digits={"error (%)": 0, **OBS})),
+         _t(human(band.shown["bare_metal_band"], "bare_metal_band"), digits={"error (%)": 1, **OBS})),   # one decimal: site-read6 R11
         ("the shared expert's hidden fraction at each point it was measured (its input's low, median and high)",
          _t(human(band.shown["hidden_points"], "hidden_points"), digits={"hidden (%)": 0, "saved (µs)": 0,
                                                                           "shared expert's own operations (µs)": 0})),
         ("aiconfigurator's own estimator on GLM-5's graph (its DSA op as dense MLA; section 2: on DeepSeek-V3's)",
-         _t(human(band.shown["peer"], "peer"), digits={"this book's error (%)": 0, "aiconfigurator's error (%)": 0, **OBS})),
+         _t(human(band.shown["peer"], "peer"), digits={"this book's error (%)": 1, "aiconfigurator's error (%)": 1, **OBS})),
         ("every observed and predicted point as a fraction of the physical ceiling",
          _t(human(ceil.tables["ceilings"], "ceilings"), digits={"of the ceiling (%)": 0, "tokens/s": 1}))])
 
@@ -76,7 +76,8 @@ def vm_predicted_fold(s: Part) -> Folded:
 def attribution_fold(s: Part) -> Folded:
     """Section 4: each host-path model's share of the VM's lost time, and what is left."""
     return folded("each host-path model's share of the VM's lost time, and what is left", [
-        ("each model's share of the lost time, with its band", _t(human(s.shown["attribution"], "attribution"), digits=0)),
+        (f"each model's share of the lost time, with its band ({s.values['band_basis_64']}: the lost column "
+         "gives the middle)", _t(human(s.shown["attribution"], "attribution"), digits=0)),
         ("what is left beyond predicted compute with bare metal's collectives",
          _t(human(s.shown["residuals"], "residuals")))])
 
@@ -86,7 +87,8 @@ def decision_fold(s: Part) -> Folded:
     return folded("the thresholds, each host-path model's all-reduce at those sizes, and what each outcome means", [
         ("what an 8-rank all-reduce must cost to explain 80 % or 25 % of the loss",
          _t(human(s.shown["thresholds"], "thresholds"), units={"message": "bytes"}, digits=0)),
-        ("each model's all-reduce at those sizes (its share of the loss: section 4)",
+        ("each model's all-reduce at those sizes (the middle column's share of the loss is section 4's middle "
+         "value; section 4's bands at 64 also take the decode batch)",
          _t(human(s.shown["evidence"], "evidence"), units={"message": "bytes"}, digits=0)),
         ("what the decisive measurement's two figures mean, and what to run next", _t(s.shown["outcomes"]))])
 

@@ -301,6 +301,8 @@ class AttributionValues:
     share_lo_64: float
     share_hi_64: float
     share_range_64: str
+    band_basis_64: str   # what the 64-stream bands draw: the decode batch's two ends, their messages and losses
+    band_ends_64: str    # which model and batch give the 64-stream range's two ends
     left_1: float
     step_obs_1: float
     left_17: float

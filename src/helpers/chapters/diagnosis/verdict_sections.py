@@ -333,6 +333,8 @@ def attribution(d: Diagnosis) -> Part:
     for r in res.itertuples():
         values[f"left_{r.batch}"] = float(r.left_over_ms)
         values[f"step_obs_{r.batch}"] = float(r.observed_step_ms)
+    values["band_basis_64"] = band_basis_words(v)
+    values["band_ends_64"] = envelope_end_words(v, a)
     values["left_relation"] = vd.relation_words(values["left_17"], values["left_1"])
     for c in ENDS:
         values[f"slow_{c}"] = d.observed(BARE, c) / d.observed(VM, c)
@@ -355,6 +357,37 @@ def attribution(d: Diagnosis) -> Part:
     return Part(values, {"attribution": a}, {"attribution": shown, "residuals": res})
 
 
+def band_basis_words(v, short: bool = False) -> str:
+    """What the 64-stream share bands draw, said where a band or its range is shown (site-read6 R1): the decode
+    batch's two ends (Verdict.share_band_basis, one computation with the attribution). `short`: the clause the
+    conclusion gives beside its 64-stream range."""
+    b = v.share_band_basis()
+    if short:
+        return (f"each band's ends over the decode batch from the achieved {b['batch_lo']:g} to {b['batch_hi']:g} in "
+                f"flight, so over a loss of {b['loss_lo_ms']:.0f}-{b['loss_hi_ms']:.0f} ms")
+    return (f"at 64 each band's ends take the model's low and high all-reduce at both ends of the decode batch, from "
+            f"the achieved {b['batch_lo']:g} to {b['batch_hi']:g} in flight ({b['message_lo_bytes'] / 1024:.0f}-"
+            f"{b['message_hi_bytes'] / 1024:.0f} KiB), so over a loss of {b['loss_lo_ms']:.0f}-{b['loss_hi_ms']:.0f} ms; "
+            f"its middle value is at {b['batch_mid']:g} in flight and {b['loss_mid_ms']:.0f} ms")
+
+
+def envelope_end_words(v, a: pd.DataFrame, c: int = 64) -> str:
+    """Where the range's two ends at `c` come from: the admissible model and the decode batch each was drawn at,
+    with that batch's message and loss (site-read6 R1: a band end below its middle with one all-reduce at 768 KiB
+    is the achieved batch's)."""
+    b = v.share_band_basis()
+    g = a[(a["concurrency"] == c) & a["admissible"]]
+    words = []
+    for col, batch_col, pick in (("share_low", "share_low_batch", "idxmin"), ("share_high", "share_high_batch", "idxmax")):
+        r = g.loc[getattr(g[col], pick)()]
+        at = float(r[batch_col])
+        lo = at == b["batch_lo"]
+        msg, loss = ((b["message_lo_bytes"], b["loss_lo_ms"]) if lo else (b["message_hi_bytes"], b["loss_hi_ms"]))
+        words.append(f"{100 * float(r[col]):.0f} % at {at:g} in flight ({msg / 1024:.0f} KiB over {loss:.0f} ms): "
+                     f"{r['scenario']}")
+    return "the range's ends: " + "; ".join(words)
+
+
 # ------------------------------------------------------------------------------------------ 9. the decision rule
 def decision(d: Diagnosis) -> Part:
     """What an 8-rank all-reduce on the VM must cost for the host path to explain at least 80 % (at most
@@ -362,7 +395,7 @@ def decision(d: Diagnosis) -> Part:
     seeds' claim (a copy's latency per all-reduce) in the same terms."""
     v = d.verdict
     th, ev = v.thresholds(), v.evidence()
-    case, text = vd.conclusion(ev, th, v.share_envelope())
+    case, text = vd.conclusion(ev, th, v.share_envelope(), basis={64: band_basis_words(v, short=True)})
     t1 = one(th, "the thresholds", concurrency=1)
     # the seeds' claim as the expert-parallelism chapter prices it (one computation): every all-reduce pays the
     # recorded one-token copy once
@@ -413,7 +446,8 @@ def tuned_curve_words(sizes: list[float], short: bool = False) -> str:
     of data/reference/nccl_community.csv (helpers.model.verdict.collectives.community): the tuned points where
     the size lies among them, the smallest tuned point held flat below them (assumed), the tuner page's
     baseline (derived from its bus bandwidth) above them. `short`: the same per size in a clause page 1 and
-    section 3 give beside the all-reduces' share (site-read5 N2)."""
+    section 3 give beside the all-reduces' share (site-read5 N2). Above the tuned points the time is derived from the
+    baseline's bus bandwidth (reference), in both forms and as the collective_curve row says (site-read6 R4)."""
     from helpers.model.verdict import collectives as cl
 
     c = cl.community()
@@ -429,14 +463,15 @@ def tuned_curve_words(sizes: list[float], short: bool = False) -> str:
         if short:
             where = (f"the tuned curve's {lo / 1024:.0f} KiB point held flat, assumed" if size < lo
                      else "the community's tuned curve, reference" if size <= hi
-                     else "the community's tuner-page baseline, a second run without the tuner plugin, reference")
+                     else ("derived from the reference bus bandwidth of the community's tuner-page baseline, a "
+                           "second run without the tuner plugin"))
             words.append(f"{size / 1024:.0f} KiB: {us:.0f} µs, {where}")
             continue
         where = (f"the tuned curve's smallest point, at {lo / 1024:.0f} KiB, held flat below it: assumed" if size < lo
                  else f"the tuned curve, timed from {lo / 1024:.0f} to {hi / 1024:.0f} KiB: reference" if size <= hi
                  else (f"above the tuned curve's largest size, {hi / 1024:.0f} KiB, the same community's tuner-page "
-                       f"baseline, a second run without the tuner plugin, derived from its bus bandwidth and read "
-                       f"between its points: reference, not extrapolated"))
+                       f"baseline (reference), a second run without the tuner plugin: derived from its bus bandwidth "
+                       f"and read between its points, not extrapolated"))
         words.append(f"{us:.0f} µs at {size / 1024:.0f} KiB ({where})")
     return "; ".join(words)
 

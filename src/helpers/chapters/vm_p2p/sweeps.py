@@ -34,11 +34,14 @@ def plan_text(live: bool, statements) -> str:
 
 
 def decode_collectives(coll: pd.DataFrame | None, decode_sizes) -> pd.DataFrame | None:
+    """Every default collective at the decode sizes, unrounded: the table helper rounds once, as the diagnosis's
+    table of this run's collectives does from the same saved value (site-read6 R6: rounding to 3 decimals first
+    made 24.8496 µs read 24.9 here and 24.8 there)."""
     if coll is None or not len(coll):
         return None
     d = coll[coll.size_bytes.isin(list(decode_sizes)) & (coll.variant == "default")]
     return d[["op", "backend", "world_size", "method", "size_bytes", "time_us", "time_us_p10", "time_us_p90",
-              "algbw_GBps", "busbw_GBps"]].round(3)
+              "algbw_GBps", "busbw_GBps"]]
 
 
 # ------------------------------------------------------------------------------------------ 3. NCCL variants
@@ -129,6 +132,10 @@ def fits_table(fits: pd.DataFrame) -> pd.DataFrame:
                  "median_rel_err", "max_rel_err", "n_points", "kind"]].round(3)
 
 
+#: the fits' label in the prose, as the fit table's kind column gives it (site-read6 R7): a fit is derived
+FIT_MEASURED, FIT_RECORDED = "derived: fitted to measured copies", "derived: fitted to recorded copies"
+
+
 def fit_text(fits: pd.DataFrame, recorded_fit: pd.Series) -> str:
     """This machine's host-bounce fit beside the recorded VM's, or why there is none."""
     hb = fits[(fits.path == "host_bounce") & (fits.harness == "eager")]
@@ -136,9 +143,9 @@ def fit_text(fits: pd.DataFrame, recorded_fit: pd.Series) -> str:
         return ("This run has no host-bounce measurement (it needs a GPU), so only the recorded fit can be "
                 "compared with later chapters.")
     return (f"Through host memory, issued from Python, this machine's copies fit alpha = {hb.alpha_us.iloc[0]:.1f} us "
-            f"and beta = {hb.beta_GBps.iloc[0]:.1f} GB/s (measured, fitted), against alpha = "
+            f"and beta = {hb.beta_GBps.iloc[0]:.1f} GB/s ({FIT_MEASURED}), against alpha = "
             f"{recorded_fit.alpha_us:.1f} us and beta = {recorded_fit.beta_GBps:.1f} GB/s for the original VM's "
-            "GPU-to-GPU copies (recorded, fitted).")
+            f"GPU-to-GPU copies ({FIT_RECORDED}).")
 
 
 def variant_figure_rows(v: Variants, most: int = 5) -> pd.DataFrame | None:

@@ -21,28 +21,31 @@ CONCLUSIONS = {
                "{share_1:.0f} % for one stream and {share_64:.0f} % at concurrency 64: a real part of the loss, "
                "not all of it."),
     "unsettled": ("Unsettled: the admissible scenarios put the host path's share of the lost time at "
-                  "{range_1} for one stream and {range_64} at concurrency 64, across the {explain_lo:.0f} % and "
+                  "{range_1} for one stream and {range_64} at concurrency 64{basis_64}, across the {explain_lo:.0f} % and "
                   "{explain_hi:.0f} % marks; an 8-rank all-reduce timed on that VM, set against the rule's two "
                   "thresholds, decides it."),
     "settled_low": ("Every admissible scenario puts the host path's share of the lost time at {hi_1:.0f} % or "
-                    "less for one stream and {hi_64:.0f} % or less at concurrency 64: on this evidence the seeds' "
+                    "less for one stream and {hi_64:.0f} % or less at concurrency 64{basis_64}: on this evidence the seeds' "
                     "claim fails."),
     "settled_high": ("Every admissible scenario puts the host path's share of the lost time at {lo_1:.0f} % or "
-                     "more for one stream and {lo_64:.0f} % or more at concurrency 64: on this evidence the seeds' "
+                     "more for one stream and {lo_64:.0f} % or more at concurrency 64{basis_64}: on this evidence the seeds' "
                      "claim holds."),
 }
 
 
 def decide(evidence: pd.DataFrame, thresholds: pd.DataFrame,
-           envelope: dict[int, tuple[float, float]] | None = None) -> tuple[str, dict]:
+           envelope: dict[int, tuple[float, float]] | None = None,
+           basis: dict[int, str] | None = None) -> tuple[str, dict]:
     """The chapter's conclusion, chosen from data: a measured scenario (kind 'measured') decides where
     there is one; otherwise the envelope of the admissible derived scenarios, against EXPLAINS and CANNOT.
     `envelope` (Verdict.share_envelope: per end, the lowest and highest share) is the range the rest of the
-    site states; without it, the evidence's shares at the rule's message sizes."""
+    site states; without it, the evidence's shares at the rule's message sizes. `basis`: per end, what the envelope's
+    bands draw (at 64 the decode batch too, site-read6 R1), said beside that end's range."""
     if not len(evidence):
         raise VerdictInputError("no host-path evidence to decide from")
     th = {int(t.concurrency): t for t in thresholds.itertuples()}
-    vals = {"explain_hi": 100 * EXPLAINS, "explain_lo": 100 * CANNOT}
+    vals = {"explain_hi": 100 * EXPLAINS, "explain_lo": 100 * CANNOT,
+            "basis_64": f" ({basis[64]})" if envelope and basis and basis.get(64) else ""}
     for c in (1, 64):
         vals.update({f"t80_{c}": th[c].explains_80_us, f"t25_{c}": th[c].explains_25_us,
                      f"kib_{c}": th[c].message_bytes / 1024})
@@ -114,9 +117,10 @@ STATUS = {
 
 
 def conclusion(evidence: pd.DataFrame, thresholds: pd.DataFrame,
-               envelope: dict[int, tuple[float, float]] | None = None) -> tuple[str, str]:
+               envelope: dict[int, tuple[float, float]] | None = None,
+               basis: dict[int, str] | None = None) -> tuple[str, str]:
     """(case, sentence) of the decision rule."""
-    case, vals = decide(evidence, thresholds, envelope)
+    case, vals = decide(evidence, thresholds, envelope, basis)
     return case, CONCLUSIONS[case].format(**vals)
 
 

@@ -240,18 +240,37 @@ class Verdict:
             batches = (1,) if c == 1 else (rng.low, rng.high)
             for hp in self.scenarios:
                 mid = self.excess_ms(c, hp, 0.5) / mid_l
-                ends = []
+                ends, at = [], []
                 for b in batches:
                     loss = mid_l * (b / c) if c != 1 else mid_l
                     for q in (0.0, 1.0):
                         ends.append(self.excess_ms(c, hp, q, b if c != 1 else None) / loss)
+                        at.append(float(b))
                 rows.append({"concurrency": c, "scenario": hp.label, "scenario_key": hp.key, "kind": hp.kind,
                              "lost_ms_per_step": mid_l, "lost_ms_low": lo_l, "lost_ms_high": hi_l,
                              "host_path_excess_ms": self.excess_ms(c, hp, 0.5),
                              "step_excess_ms": self.excess_ms(c, hp, 0.5, all_reduces_only=False),
                              "share_explained": mid, "share_low": min(ends), "share_high": max(ends),
+                             # the decode batch each band end was drawn at (site-read6 R1: at 64 not only 64)
+                             "share_low_batch": at[int(np.argmin(ends))], "share_high_batch": at[int(np.argmax(ends))],
                              "unexplained": 1 - mid, "admissible": adm[hp.key][0], "why_not": adm[hp.key][1]})
         return pd.DataFrame(rows)
+
+    def share_band_basis(self) -> dict:
+        """What the 64-stream share bands draw (site-read6 R1): each end takes the scenario's low and high all-reduce
+        at both ends of the decode batch (`batch_at_nominal_64`: the achieved concurrency to the nominal 64), its
+        message at that batch (the batch rounded to whole sequences) and the loss over that batch; the middle value
+        is at the range's middle batch. One computation with attribution()."""
+        r = self.inputs.get("batch_at_nominal_64", VM)
+        lo_l, mid_l, hi_l = self.loss_ms(64)
+
+        def message(b: float) -> float:
+            p = parts(self.model.key, int(round(b)), self.context, self.floor_us)
+            return float(next(m for _, kind, _, m, _ in p.collectives if kind == "all_reduce"))
+
+        return {"batch_lo": float(r.low), "batch_mid": float(r.mid), "batch_hi": float(r.high),
+                "loss_lo_ms": lo_l, "loss_mid_ms": mid_l, "loss_hi_ms": hi_l,
+                "message_lo_bytes": message(r.low), "message_hi_bytes": message(r.high)}
 
     def share_envelope(self) -> dict[int, tuple[float, float]]:
         """Per end (1, 64): the lowest and highest share of the lost time the admissible scenarios explain
