@@ -1,4 +1,4 @@
-"""Site read 6 (run h100-20261206d, presented by fe1109c): the statements that disagreed stay in agreement.
+"""Site read 6 (of the published run presented by fe1109c): the statements that disagreed stay in agreement.
 
 R1: the 64-stream share bands say what they draw (the decode batch's two ends, so two losses) where a band or the
 range is shown. R2: the CUDA-graph bound on the original VM is given at this host's launch costs and at the ones
