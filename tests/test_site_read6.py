@@ -75,8 +75,8 @@ def test_the_pages_say_what_the_64_stream_bands_draw(v):
     nb = _markdown("notebooks/07_diagnosis.ipynb")
     four = nb[nb.index("## 4. The VM predicted"):nb.index("## 5. The decision rule")]
     assert "{glue:text}`share_range_64` at 64 over the admissible scenarios ({glue:text}`band_basis_64`; " \
-           "the range's ends: the fold below)" in four
-    assert ":::{dropdown} The scenarios set aside, and the models at the range's ends" in four
+           "the 64-stream range's ends: the next fold)" in four
+    assert ":::{dropdown} The scenarios set aside, and the models at the 64-stream range's ends" in four
     assert "At 64 streams, {glue:text}`band_ends_64`." in four
     folds = _source("src/helpers/chapters/diagnosis/folds.py")
     assert "s.values['band_basis_64']" in folds and "(its share of the loss: section 4)" not in folds
