@@ -246,3 +246,18 @@ def test_the_bare_metal_error_is_shown_to_one_decimal():
     folds = _source("src/helpers/chapters/diagnosis/folds.py")
     assert 'digits={"error (%)": 1' in folds
     assert '"this book\'s error (%)": 1, "aiconfigurator\'s error (%)": 1' in folds
+
+
+def test_check_1s_columns_cover_a_container_on_bare_metal_as_the_code_judges_it():
+    """site-read7 S5: page 1's check-1 row made "no container marker" a condition to pass while failing only on a
+    hypervisor or a sandbox; the code passes a container on bare metal (helpers.machine.virt.judge), and so must
+    the row."""
+    from helpers.machine import virt
+
+    row = next(line for line in _source("intro.md").splitlines() if line.startswith("| 1 |"))
+    assert "no container marker" not in row and "a container marker alone passes" in row
+    bare_container = {"container": "docker", "container_hints": ["/.dockerenv exists"],
+                      "cpuinfo_hypervisor_flag": False, "dmi_sys_vendor": "Supermicro", "dmi_product_name": "SYS-4029GP",
+                      "hypervisor": None, "kernel_hints": [], "systemd_detect_virt": "docker", "vm": "none"}
+    v = virt.judge(bare_container)
+    assert (v.kind, v.passes) == ("container on bare metal", True)
