@@ -6,37 +6,23 @@ N3-N14: the low items, each guarded where the code or the notebook writes the st
 """
 from __future__ import annotations
 
-import json
 import math
 import re
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import repo_root
 from helpers.core import recorded
 
-ROOT = Path(repo_root())
+import sitereads
 
-
-def _source(path: str) -> str:
-    return (ROOT / path).read_text()
-
-
-def _markdown(nb: str) -> str:
-    cells = json.loads(_source(nb))["cells"]
-    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+ROOT, _source, _markdown = sitereads.ROOT, sitereads.source, sitereads.markdown
 
 
 @pytest.fixture(scope="module")
 def v():
-    from helpers.model import measured as mb
-    from helpers.model import verdict as vd
-
-    meas = mb.step_measurement(None)
-    return vd.Verdict.build("glm5", 384, meas.floor_us(), mb.precision_study(None))
+    return sitereads.verdict()
 
 
 # --- N1 -------------------------------------------------------------------------------------------------------------
