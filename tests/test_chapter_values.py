@@ -278,13 +278,14 @@ def test_this_machine_says_what_recorded_mode_cannot_measure(recorded_run):
 @pytest.mark.slow
 def test_this_machines_verdict_is_this_runs_probe_and_prices_nothing_between_gpus_it_lacks(auto_run):
     """The auto run on this machine: check 1's verdict is helpers.machine.virt's on the probe the run saved (read
-    back independently of the chapter), and with fewer than two GPUs no pair or all-reduce is stated."""
+    back independently of the chapter, with check 1's rule beside a failing verdict), and with fewer than two GPUs no pair or all-reduce is stated."""
     from helpers.machine import virt
 
     g = glued(auto_run, "08_this_machine")
     probe = json.loads((auto_run[2] / "results" / "01_environment" / "probe.json").read_text())
     v = virt.judge(probe["virtualization"])
-    assert g["tm_vm"] == f"check 1 {v.outcome}: {v.line()}" and g["chk1"] == f"{v.outcome}: {v.line()}"
+    rule = f" ({virt.CHECK1_RULE})" if v.passes is False else ""
+    assert g["tm_vm"] == f"check 1 {v.outcome}: {v.line()}{rule}" and g["chk1"] == f"{v.outcome}: {v.line()}"
     if len(probe["gpus"]) < 2:
         assert g["tm_p2p"].startswith("not measured here") and g["tm_allreduce"].startswith("not measured here")
     verdict = pd.read_csv(auto_run[2] / "results" / "08_this_machine" / "verdict.csv")
