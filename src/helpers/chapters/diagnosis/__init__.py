@@ -45,7 +45,7 @@ from helpers.chapters.diagnosis.values import (AnswerValues, AttributionValues, 
                                                CheckValues, CollectivesValues, DecisionValues, HeldOutValues, InputsValues,
                                                MappingValues, MeasuredComputeValues, OverviewValues,
                                                ProjectionCheckValues, RemedyValues, RunLinkValues, VmPredictedValues)
-from helpers.chapters.diagnosis.verdict_sections import (BAND_COLUMNS, BAND_TEXT, CEILING_TAKEAWAY, REMEDY_COLUMNS,
+from helpers.chapters.diagnosis.verdict_sections import (BAND_COLUMNS, CEILING_TAKEAWAY, REMEDY_COLUMNS,
                                                          VM_COLUMNS, VM_TAKEAWAY_NONE, VM_TAKEAWAY_SOME, attribution,
                                                          bare_metal_band, ceilings, decision, guest_context, peer_on_glm5_graph,
                                                          remedies, vm_predicted)
@@ -70,7 +70,7 @@ PARAMS = {"mode": params.choice("recorded", "auto"), "run_dir": params.string(),
           "vm_allreduce_768k_us": params.depends(params.number(0.0, 1e6), "vm_allreduce_12k_us", _both_or_neither)}
 
 __all__ = ["held_out", "held_out_fold", "HeldOutValues", "attribution_fold", "band_fold", "decision_fold", "first_budget_fold", "measured_compute_fold",
-           "remedies_fold", "run_fold", "vm_predicted_fold", "AnswerValues", "Folded", "HEADERS", "SHOWN", "answer", "folded", "headers", "human", "AttributionValues", "BAND_COLUMNS", "BAND_TEXT", "BARE", "BASELINE_COLUMNS", "BUDGET_COLUMNS",
+           "remedies_fold", "run_fold", "vm_predicted_fold", "AnswerValues", "Folded", "HEADERS", "SHOWN", "answer", "folded", "headers", "human", "AttributionValues", "BAND_COLUMNS", "BARE", "BASELINE_COLUMNS", "BUDGET_COLUMNS",
            "BUDGET_KEYS", "BareMetalBandValues", "BaselineValues", "CEILING_TAKEAWAY", "CHAPTER", "COLL_TEXT_CPU_ONLY", "COLL_TEXT_NONE",
            "COLL_TEXT_ONE_OP", "COLL_TEXT_RATIO", "COMPARISON_COLUMNS", "CeilingValues", "CheckValues",
            "CollectivesValues", "DecisionValues", "Diagnosis", "DiagnosisError", "ENDS", "FALLBACK_STEP_TEXT",

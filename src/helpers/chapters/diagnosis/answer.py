@@ -99,6 +99,8 @@ SHOWN = {
                    "explains_80_us": "explains 80 % at (µs)", "explains_25_us": "explains 25 % at (µs)"},
     "evidence": {"scenario": "host-path model", "concurrency": "concurrency", "message_bytes": "message",
                  "low_us": "low (µs)", "mid_us": "mid (µs)", "high_us": "high (µs)"},
+    "achieved": {"scenario": "host-path model", "low_us": "low (µs)", "mid_us": "mid (µs)", "high_us": "high (µs)",
+                 "share_low": "explained, low (%)", "share_high": "explained, high (%)"},
     "ceilings": {"concurrency": "concurrency", "point": "point", "tok_s": "tokens/s",
                  "ceiling_tok_s": "ceiling (tokens/s)", "fraction_of_ceiling": "of the ceiling (%)"},
     "remedies": {"rank": "rank", "remedy": "remedy", "tried": "tried", "tok_s_low @1": "one stream, low (tokens/s)",

@@ -90,6 +90,10 @@ def decision_fold(s: Part) -> Folded:
         ("each model's all-reduce at those sizes (the middle column's share of the loss is section 4's middle "
          "value; section 4's bands at 64 also take the decode batch)",
          _t(human(s.shown["evidence"], "evidence"), units={"message": "bytes"}, digits=0)),
+        (f"at the achieved decode batch, the 64-stream bands' other end: each model's all-reduce at "
+         f"{s.values['ach_kib']:.0f} KiB and its share of the {s.values['ach_loss']:.0f} ms lost over "
+         f"{s.values['ach_batch']:g} in flight, against bare metal's {s.values['ach_bare']:.0f} µs (reference)",
+         _t(human(s.shown["achieved"], "achieved"), digits=0)),
         ("what the decisive measurement's two figures mean, and what to run next", _t(s.shown["outcomes"]))])
 
 

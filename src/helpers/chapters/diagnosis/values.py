@@ -192,7 +192,6 @@ class BareMetalBandValues:
     bmb_inside_64: str
     bmb_pctile_64: float
     bmb_atmid_64: float
-    band_text: str
     bmf_lo_1: float
     bmf_med_1: float
     bmf_hi_1: float
@@ -347,6 +346,12 @@ class DecisionValues:
     middle_means: str
     trace_cmd: str
     trace_what: str
+    ach_batch: float
+    ach_kib: float
+    ach_loss: float
+    ach_t80: float
+    ach_t25: float
+    ach_bare: float
 
 
 @dataclass(frozen=True)

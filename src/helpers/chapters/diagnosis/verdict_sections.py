@@ -18,12 +18,6 @@ from helpers.model import placement as pl
 from helpers.model import verdict as vd
 
 # ------------------------------------------------------------------------------------------ 6. bands
-BAND_TEXT = {
-    (True, True): "The observed point falls inside the band at both ends.",
-    (True, False): "The observed point falls inside the band for one stream and outside it at concurrency 64.",
-    (False, True): "The observed point falls outside the band for one stream and inside it at concurrency 64.",
-    (False, False): "The observed point falls outside the band at both ends.",
-}
 FIRST_BAND_TEXT = {
     (False, True): ("As first registered, the band at 64 did not contain the observation; the ranges were widened "
                     "after that comparison, toward it. Read the band at 64 as fitted to the observation, not as "
@@ -145,7 +139,7 @@ def bare_metal_band(d: Diagnosis) -> Part:
         columns=["dtype", "batch", "context", "saved_us", "shared_us", "hidden_fraction"])
     values.update(eager_launch_note(d))
     values.update({"hidden_n": len(hidden), "hidden_def": HIDDEN_DEF})
-    values.update({"band_text": BAND_TEXT[(inside[1], inside[64])], "n_samples": v.samples, "band_seed": v.seed,
+    values.update({"n_samples": v.samples, "band_seed": v.seed,
                    "hidden_mid_pct": 100 * v.inputs.get("shared_hidden", BARE).mid,
                    "hidden_where": v.inputs.get("shared_hidden", BARE).source})
     for c in ENDS:
@@ -409,6 +403,15 @@ def decision(d: Diagnosis) -> Part:
         c = int(t.concurrency)
         values.update({f"t80_{c}": t.explains_80_us, f"t25_{c}": t.explains_25_us, f"kib_{c}": t.message_bytes / 1024,
                        f"bare_ar_{c}": t.bare_metal_us})
+    # the rule at the 64-stream bands' other end, the achieved decode batch (site-read7 S3, S6): its thresholds and
+    # each model's all-reduce at its message, so the bands' ends drawn there can be recomputed from the page
+    ach, ach_ev = v.achieved_batch_rule()
+    values.update({"ach_batch": ach["batch"], "ach_kib": ach["message_bytes"] / 1024, "ach_loss": ach["lost_ms_per_step"],
+                   "ach_t80": ach["explains_80_us"], "ach_t25": ach["explains_25_us"], "ach_bare": ach["bare_metal_us"]})
+    th_shown = pd.concat([th, pd.DataFrame([ach])], ignore_index=True)
+    th_shown["concurrency"] = [f"{c:g}" if c == 1 else f"{c:g} ({b:g} in flight)"
+                               for c, b in zip(th_shown["concurrency"], th_shown["batch"].fillna(64))]
+    th_shown = th_shown.drop(columns="batch")
     values["tuned_curve_text"] = tuned_curve_words([float(t.message_bytes) for t in th.itertuples()])
     values["curve_source_text"] = tuned_curve_words([float(t.message_bytes) for t in th.itertuples()], short=True)
     ring = ev[(ev["scenario_key"] == "copy_ring") & (ev["concurrency"] == 1)]
@@ -424,8 +427,13 @@ def decision(d: Diagnosis) -> Part:
     # the page names the outcome ("Between the two thresholds"): glue what it means, not the name again
     values.update({"middle_means": vd.OUTCOMES["middle"].split(": ", 1)[1], "trace_cmd": str(trace["command"]),
                    "trace_what": str(trace["note"])})
-    return Part(values, {"decision_thresholds": th, "decision_evidence": ev, "decision_outcomes": outcomes},
-                {"thresholds": th, "evidence": shown, "outcomes": outcomes})
+    return Part(values, {"decision_thresholds": th, "decision_evidence": ev, "decision_outcomes": outcomes,
+                         "decision_achieved_batch": ach_ev.assign(**{k: ach[k] for k in ("batch", "lost_ms_per_step",
+                                                                                           "bare_metal_us")})},
+                {"thresholds": th_shown, "evidence": shown, "outcomes": outcomes,
+                 "achieved": ach_ev.assign(scenario=[s_ if ok else f"{s_} (set aside: section 4)" for s_, ok in
+                                                     zip(ach_ev["scenario"], ach_ev["admissible"])])[
+                     ["scenario", "low_us", "mid_us", "high_us", "share_low", "share_high"]]})
 
 
 def seed_claim_shares(copy_us: float, n_ar: int, bare_us: float, loss_ms: float, ranks: int = vd.TP) -> dict:

@@ -347,6 +347,31 @@ class Verdict:
                          "explains_25_us": bare + CANNOT * loss * 1e3 / n_ar})
         return pd.DataFrame(rows)
 
+    def achieved_batch_rule(self) -> tuple[dict, pd.DataFrame]:
+        """The decision rule at the other end of the 64-stream bands (site-read7 S3, S6): the decode batch at the
+        achieved concurrency (`batch_at_nominal_64`'s low, rounded to whole sequences for the message), its
+        message, bare metal's all-reduce there and the loss over that batch, with the thresholds t = r + s x L / n
+        as thresholds() computes them at the nominal 64; and each scenario's all-reduce at that message (low, mid,
+        high) with the share of that loss its low and high explain: the ends of attribution()'s 64-stream bands
+        drawn at that batch, one computation with them."""
+        b = self.share_band_basis()
+        batch, loss = b["batch_lo"], b["loss_lo_ms"]
+        p = parts(self.model.key, int(round(batch)), self.context, self.floor_us)
+        n_ar = sum(n for _, kind, n, _, _ in p.collectives if kind == "all_reduce")
+        size, bare = next((m, us) for _, kind, _, m, us in p.collectives if kind == "all_reduce")
+        rule = {"concurrency": 64, "batch": batch, "message_bytes": float(size), "all_reduces_per_step": n_ar,
+                "bare_metal_us": float(bare), "lost_ms_per_step": loss,
+                "explains_80_us": bare + EXPLAINS * loss * 1e3 / n_ar, "explains_25_us": bare + CANNOT * loss * 1e3 / n_ar}
+        adm = {r.scenario_key: r.admissible for r in self.admissibility().itertuples()}
+        rows = []
+        for hp in self.scenarios:
+            lo, mid, hi = (float(np.ravel(v)[0]) for v in hp.time("all_reduce", size, TP))
+            share = lambda us: (us - bare) * n_ar / 1e3 / loss  # noqa: E731
+            rows.append({"scenario": hp.label, "scenario_key": hp.key, "message_bytes": float(size), "low_us": lo,
+                         "mid_us": mid, "high_us": hi, "share_low": share(lo), "share_high": share(hi),
+                         "admissible": adm[hp.key]})
+        return rule, pd.DataFrame(rows)
+
     def evidence(self) -> pd.DataFrame:
         """Each scenario's 8-rank all-reduce at the rule's two sizes (low, mid, high) and the share of the
         loss it would explain there."""
