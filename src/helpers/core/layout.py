@@ -242,6 +242,11 @@ RESULTS: dict[tuple[str, str], Result] = {
                "what an 8-rank all-reduce on the VM must cost for the host path to explain 80 % or 25 % of the loss"),
         Result("07_diagnosis", "decision_evidence", "decision_evidence.csv",
                "each scenario's 8-rank all-reduce at the rule's sizes and the share it would explain"),
+        Result("07_diagnosis", "decision_achieved_batch", "decision_achieved_batch.csv",
+               "the rule at the 64-stream bands' other end, the achieved decode batch: each scenario's 8-rank "
+               "all-reduce at that batch's message and the share of that batch's loss its low and high explain",
+               ("scenario_key", "message_bytes", "low_us", "high_us", "share_low", "share_high", "batch",
+                "lost_ms_per_step", "bare_metal_us")),
         Result("07_diagnosis", "decision_outcomes", "decision_outcomes.csv",
                "each outcome of the decisive measurement: its range at both sizes, what it means, the next command",
                ("outcome", "means", "next")),
