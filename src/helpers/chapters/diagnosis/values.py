@@ -211,6 +211,8 @@ class BareMetalBandValues:
     split_attention_what: str
     bm_where_1: str
     bm_where_64: str
+    bm_where_short_1: str
+    bm_where_short_64: str
     bm_history: str
     bm_takeaway: str
     changed_inputs: str

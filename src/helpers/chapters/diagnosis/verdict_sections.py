@@ -166,6 +166,8 @@ def bare_metal_band(d: Diagnosis) -> Part:
         values[f"bm_where_{c}"] = where_in_band(values[f"bmb_pctile_{c}"], inside[c], c,
                                                 (values[f"bmb_lo_{c}"], values[f"bmb_hi_{c}"]), values[f"bmb_obs_{c}"],
                                                 values[f"bmb_atmid_{c}"])
+        # the summary's short form: where the observation sits, without section 3's account of why
+        values[f"bm_where_short_{c}"] = where_in_band(values[f"bmb_pctile_{c}"], inside[c], c)
     values["mid_vs_budget"] = mid_against_budget(v)
     step_obs_1 = 1e3 / values["bmb_obs_1"]
     values["bm_takeaway"] = ("a deployment slower than the band's end is losing time outside the kernels" if inside[1] else
