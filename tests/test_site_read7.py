@@ -1,4 +1,4 @@
-"""Site read 7 (run h100-20261206d presented by 6713a3c): the statements that disagreed stay in agreement.
+"""Site read 7 (the published run presented by 6713a3c): the statements that disagreed stay in agreement.
 
 S3: the 64-stream share bands' ends drawn at the achieved decode batch could not be recomputed from the page, which
 gave each model's all-reduce at 12 and 768 KiB only. S6: section 5's rule at 64 assumed a decode batch of 64 without

@@ -34,6 +34,7 @@ from pathlib import Path
 import yaml
 
 from helpers.book.manifest import Manifest
+from helpers.core.layout import REPLAY_MODE
 from helpers.book.planning import stem, toc_entries
 from helpers.book.statuspage import problem_page, status_page  # noqa: F401 (status_page: runbook imports it here)
 from helpers.book.targets import TARGETS_DIR
@@ -206,9 +207,14 @@ def parameters_box(defaults_src: str, injected_src: str | None, ctx: RunContext)
     given = _assignments(injected_src) if injected_src else {}
     names = list(defaults) + [n for n in given if n not in defaults]
     run = f"Run `{ctx.run_id}`" + (f" (target `{ctx.target}`)" if ctx.target else "") if ctx.run_id else "This run"
+    # a chapter presented again by `runbook --replay` runs in mode replay; the run measured it in its own mode (the
+    # status page names both): say so here, not that the run executed it in mode replay (site-read8 T8)
+    replayed = given.get("mode", (None,))[0] == REPLAY_MODE
+    did = (f"{run} measured this chapter; a replay presented it again with these values (mode `replay`: what the "
+           "run's execution saved, measuring nothing; the status page names the run's own mode)" if replayed else
+           f"{run} executed this chapter with these values")
     lines = [":::{dropdown} Parameters of this run", ":class-container: book-params", "",
-             f"{run} executed this chapter with these values. The chapter's parameters cell declares them, with "
-             "the defaults and allowed values below.", "",
+             f"{did}. The chapter's parameters cell declares them, with the defaults and allowed values below.", "",
              "| parameter | this run | default; allowed |", "| --- | --- | --- |"]
     for n in names:
         d_val, _, comment = defaults.get(n, (None, "", ""))

@@ -354,6 +354,10 @@ class DecisionValues:
     ach_t80: float
     ach_t25: float
     ach_bare: float
+    ach_vm_step: float
+    ach_bm_step: float
+    ach_loss_prop: float
+    ach_bytes: int
 
 
 @dataclass(frozen=True)

@@ -241,10 +241,13 @@ def set_aside_label(key: str, c: int, faster_at: tuple, th: pd.DataFrame) -> str
     this row's message, or (set aside by the other size) faster at another concurrency's message only."""
     if key in vd.REMEDY_ARMS:
         return "set aside: a remedy arm, sets no bound"
+    here = _size(c, th)
     if c in tuple(faster_at):
-        return "set aside: faster than P2P at this size, sets no bound"
+        return f"set aside: faster than P2P at {here}, sets no bound"
     other = " and ".join(_size(o, th) for o in faster_at)
-    return f"set aside: faster than P2P at {other}, not at this size; sets no bound"
+    # the row's size named, not "this size": a 64-stream band also draws the achieved batch's smaller message,
+    # where a model set aside may be faster than P2P too (site-read8 T4)
+    return f"set aside: faster than P2P at {other}, not at {here}; sets no bound"
 
 
 VM_TAKEAWAY_NONE = ("No host-path model with evidence behind it reproduces the VM's one-stream speed on its own: "
@@ -409,8 +412,11 @@ def decision(d: Diagnosis) -> Part:
     # each model's all-reduce at its message, so the bands' ends drawn there can be recomputed from the page
     ach, ach_ev = v.achieved_batch_rule()
     values.update({"ach_batch": ach["batch"], "ach_kib": ach["message_bytes"] / 1024, "ach_loss": ach["lost_ms_per_step"],
-                   "ach_t80": ach["explains_80_us"], "ach_t25": ach["explains_25_us"], "ach_bare": ach["bare_metal_us"]})
-    th_shown = pd.concat([th, pd.DataFrame([ach])], ignore_index=True)
+                   "ach_t80": ach["explains_80_us"], "ach_t25": ach["explains_25_us"], "ach_bare": ach["bare_metal_us"],
+                   "ach_vm_step": ach["vm_step_ms"], "ach_bm_step": ach["bm_step_ms"],
+                   "ach_loss_prop": ach["loss_proportional_ms"], "ach_bytes": int(ach["message_bytes"])})
+    th_shown = pd.concat([th, pd.DataFrame([{k: x for k, x in ach.items() if k in th.columns or k == "batch"}])],
+                         ignore_index=True)
     th_shown["concurrency"] = [f"{c:g}" if c == 1 else f"{c:g} ({b:g} in flight)"
                                for c, b in zip(th_shown["concurrency"], th_shown["batch"].fillna(64))]
     th_shown = th_shown.drop(columns="batch")
@@ -481,9 +487,19 @@ def tuned_curve_words(sizes: list[float], short: bool = False) -> str:
                  else f"the tuned curve, timed from {lo / 1024:.0f} to {hi / 1024:.0f} KiB: reference" if size <= hi
                  else (f"above the tuned curve's largest size, {hi / 1024:.0f} KiB, the same community's tuner-page "
                        f"baseline (reference), a second run without the tuner plugin: derived from its bus bandwidth "
-                       f"and read between its points, not extrapolated"))
+                       f"and read between its points, not extrapolated: {_baseline_points(c, size)}"))
         words.append(f"{us:.0f} µs at {size / 1024:.0f} KiB ({where})")
     return "; ".join(words)
+
+
+def _baseline_points(c: pd.DataFrame, size: float) -> str:
+    """The tuner-page baseline's two points around `size`, each with its bus bandwidth (reference) and the time it
+    gives (derived), so the figure read between them recomputes from the page (site-read8 T10)."""
+    b = c[c["curve"] == "tuner page baseline"].sort_values("message_bytes")
+    below, above = b[b["message_bytes"] <= size].tail(1), b[b["message_bytes"] >= size].head(1)
+    pts = [f"{int(r.message_bytes) / 1024:.0f} KiB at {r.busbw_gbs:.2f} GB/s, {r.latency_us:.1f} µs"
+           for r in pd.concat([below, above]).drop_duplicates("message_bytes").itertuples()]
+    return " and ".join(pts) + " (time = bytes x 2(n-1)/n / bus bandwidth)"
 
 
 # ------------------------------------------------------------------------------------------ 10. ceilings

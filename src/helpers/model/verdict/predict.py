@@ -34,6 +34,8 @@ class Verdict:
     samples: int = SAMPLES
     seed: int = SEED
     _draws: dict = field(default_factory=dict)
+    #: bare metal's predicted step ratio (batch b against c) per (c, b), for step_pair_ms
+    _bm_ratio: dict = field(default_factory=dict)
     #: every range as first registered, priced as it was then (before issue 45: no model error, the collective
     #: factor on the table, the step formula of commit 4483241); set by as_first_registered
     first_registered: bool = False
@@ -203,13 +205,37 @@ class Verdict:
     # -- attribution
     def loss_ms(self, c: int) -> tuple[float, float, float]:
         """The VM's lost time per step against bare metal at nominal concurrency c (both observed):
-        c/observed_vm - c/observed_bm; at 64 its band follows the decode batch (low: the achieved)."""
-        prim = {(o.system, o.concurrency): o for o in observations() if o.key in ("bm_1", "bm_64", "vm_1", "vm_64")}
-        per_tok = 1e3 / prim[(VM, c)].observed_tok_s - 1e3 / prim[(BARE, c)].observed_tok_s
+        c/observed_vm - c/observed_bm; at 64 its band follows the decode batch (low: the achieved), each end
+        priced at its own batch (loss_at_batch_ms)."""
         if c == 1:
-            return per_tok, per_tok, per_tok
+            x = self.loss_at_batch_ms(1, 1.0)
+            return x, x, x
         r = self.inputs.get("batch_at_nominal_64", VM)
-        return per_tok * r.low * c / 64, per_tok * r.mid * c / 64, per_tok * r.high * c / 64
+        return tuple(self.loss_at_batch_ms(c, float(b) * c / 64) for b in (r.low, r.mid, r.high))
+
+    def step_pair_ms(self, c: int, b: float) -> tuple[float, float]:
+        """(the VM's step, bare metal's step) in ms at nominal concurrency c when the decode batch was b: the VM's is
+        b over its observed tokens/s at c; bare metal's is its observed step at c, c/observed_bm, and at another
+        batch that step scaled by the predicted bare-metal step's ratio at b against c (middle values; derived),
+        since a decode step does not grow in proportion to its batch (site-read8 T1: the batch-proportional
+        scaling priced bare metal at 34.89 in flight as 34.5 ms, where its own prediction gives 46.8)."""
+        prim = {(o.system, o.concurrency): o for o in observations() if o.key in ("bm_1", "bm_64", "vm_1", "vm_64")}
+        vm_step = b * 1e3 / prim[(VM, c)].observed_tok_s
+        bm_step = c * 1e3 / prim[(BARE, c)].observed_tok_s
+        if b != c:
+            key = (c, round(float(b), 6))
+            if key not in self._bm_ratio:
+                mid = self.mids(BARE)
+                self._bm_ratio[key] = float(self.step_us(BARE, np.array([float(b)]), mid)[0]
+                                            / self.step_us(BARE, np.array([float(c)]), mid)[0])
+            bm_step *= self._bm_ratio[key]
+        return vm_step, bm_step
+
+    def loss_at_batch_ms(self, c: int, b: float) -> float:
+        """The VM's lost time per step at nominal concurrency c with a decode batch of b: its step less bare
+        metal's at the same batch (step_pair_ms)."""
+        vm_step, bm_step = self.step_pair_ms(c, b)
+        return vm_step - bm_step
 
     def excess_ms(self, c: int, hp: HostPath, q: float, batch: float | None = None,
                   all_reduces_only: bool = True) -> float:
@@ -242,7 +268,7 @@ class Verdict:
                 mid = self.excess_ms(c, hp, 0.5) / mid_l
                 ends, at = [], []
                 for b in batches:
-                    loss = mid_l * (b / c) if c != 1 else mid_l
+                    loss = self.loss_at_batch_ms(c, b) if c != 1 else mid_l
                     for q in (0.0, 1.0):
                         ends.append(self.excess_ms(c, hp, q, b if c != 1 else None) / loss)
                         at.append(float(b))
@@ -359,7 +385,12 @@ class Verdict:
         p = parts(self.model.key, int(round(batch)), self.context, self.floor_us)
         n_ar = sum(n for _, kind, n, _, _ in p.collectives if kind == "all_reduce")
         size, bare = next((m, us) for _, kind, _, m, us in p.collectives if kind == "all_reduce")
+        vm_step, bm_step = self.step_pair_ms(64, batch)
         rule = {"concurrency": 64, "batch": batch, "message_bytes": float(size), "all_reduces_per_step": n_ar,
+                "vm_step_ms": vm_step, "bm_step_ms": bm_step,
+                # the loss as priced before site-read8 T1 (bare metal's step in proportion to the batch), shown beside
+                "loss_proportional_ms": vm_step - batch * 1e3 / next(o.observed_tok_s for o in observations()
+                                                                       if o.key == "bm_64"),
                 "bare_metal_us": float(bare), "lost_ms_per_step": loss,
                 "explains_80_us": bare + EXPLAINS * loss * 1e3 / n_ar, "explains_25_us": bare + CANNOT * loss * 1e3 / n_ar}
         adm = {r.scenario_key: r.admissible for r in self.admissibility().itertuples()}
