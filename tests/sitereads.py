@@ -26,3 +26,10 @@ def verdict():
 
     meas = mb.step_measurement(None)
     return vd.Verdict.build("glm5", 384, meas.floor_us(), mb.precision_study(None))
+
+
+def observations():
+    """The observations the verdict scores (helpers.model.verdict.ranges.observations)."""
+    from helpers.model.verdict.ranges import observations as obs
+
+    return obs()

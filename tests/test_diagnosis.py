@@ -384,9 +384,9 @@ def test_a_set_aside_reason_says_at_which_message_it_holds(rec):
         if key in vd.REMEDY_ARMS:
             continue
         if at == (1,):                                       # the one-shot mapping: faster at 12 KiB only
-            assert f"{label} at one stream's 12 KiB only, not at concurrency 64's 768 KiB" in words
+            assert f"{label} at one stream's 12 KiB of the rule's two sizes, not at concurrency 64's 768 KiB" in words
             assert "faster than P2P at one stream's 12 KiB, not at concurrency 64's 768 KiB" in rows64.scenario.iloc[0]
         elif at == (1, 64):
-            assert f"{label} at both sizes" in words
+            assert f"{label} at both of the rule's sizes" in words
             assert "faster than P2P at concurrency 64's 768 KiB, sets no bound" in rows64.scenario.iloc[0]
     assert faster.get("copy_one_shot") == (1,) and faster.get("nccl_model") == (1, 64)

@@ -61,6 +61,8 @@ class RunContext:
     roots: list[str] = field(default_factory=list)
     hostnames: list[str] = field(default_factory=list)
     run_dirs: list[str] = field(default_factory=list)
+    #: the chapters a replay presented again: stem -> (the presenting commit, the mode it re-executed them in)
+    replayed: dict = field(default_factory=dict)
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, local_root=None, local_run_dir=None) -> "RunContext":
@@ -93,8 +95,10 @@ class RunContext:
         def clean(xs):
             return sorted((x for x in xs if x not in ("", "/")), key=len, reverse=True)
 
+        rep = manifest.replayed or {}
+        replayed = {stem: (str(rep.get("book_commit") or ""), str(mode)) for stem, mode in (rep.get("modes") or {}).items()}
         return cls(run_id, manifest.target, clean(roots),
-                   sorted(h for h in hosts if h and len(h) >= 2), clean(run_dirs))
+                   sorted(h for h in hosts if h and len(h) >= 2), clean(run_dirs), replayed)
 
 
 _SITE_PACKAGES = re.compile(r"(?<![\w:/.])(?:/[\w.+@-]+)+/((?:site|dist)-packages)(?=/|\b)")
@@ -200,19 +204,27 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def parameters_box(defaults_src: str, injected_src: str | None, ctx: RunContext) -> str:
+def parameters_box(defaults_src: str, injected_src: str | None, ctx: RunContext, stem: str = "") -> str:
     """The MyST text of the "Parameters of this run" box: a dropdown, closed until a reader opens it
-    (`clean_notebook` puts it at the end of the chapter, after everything the chapter says)."""
+    (`clean_notebook` puts it at the end of the chapter, after everything the chapter says). A chapter a replay
+    presented again (ctx.replayed, by `stem`) says so: the replay re-executed it with these values, in the mode the
+    box shows, and the status page names the run's own (site-read8 T8, site-read9 U5)."""
     defaults = _assignments(defaults_src)
     given = _assignments(injected_src) if injected_src else {}
     names = list(defaults) + [n for n in given if n not in defaults]
     run = f"Run `{ctx.run_id}`" + (f" (target `{ctx.target}`)" if ctx.target else "") if ctx.run_id else "This run"
-    # a chapter presented again by `runbook --replay` runs in mode replay; the run measured it in its own mode (the
-    # status page names both): say so here, not that the run executed it in mode replay (site-read8 T8)
-    replayed = given.get("mode", (None,))[0] == REPLAY_MODE
-    did = (f"{run} measured this chapter; a replay presented it again with these values (mode `replay`: what the "
-           "run's execution saved, measuring nothing; the status page names the run's own mode)" if replayed else
-           f"{run} executed this chapter with these values")
+    commit, _ = ctx.replayed.get(stem, (None, None))
+    replay_mode = given.get("mode", (None,))[0] == REPLAY_MODE
+    if commit is not None:
+        did = (f"{run} ran this chapter; a replay at commit `{commit}` re-executed it with these values"
+               + (" (mode `replay`: it presents what the run's execution saved, measuring nothing)" if replay_mode else
+                  " (measuring nothing)") + "; the status page gives the run's own mode")
+    elif replay_mode:
+        did = (f"{run} ran this chapter; a replay presented it again with these values (mode `replay`: what the "
+               "run's execution saved, measuring nothing)")
+    else:
+        did = f"{run} executed this chapter with these values"
+    set_by = "(set by the replay)" if commit is not None else "(set by the run)"
     lines = [":::{dropdown} Parameters of this run", ":class-container: book-params", "",
              f"{did}. The chapter's parameters cell declares them, with the defaults and allowed values below.", "",
              "| parameter | this run | default; allowed |", "| --- | --- | --- |"]
@@ -225,7 +237,7 @@ def parameters_box(defaults_src: str, injected_src: str | None, ctx: RunContext)
         else:
             shown = f"`{_md_cell(_literal(v))}`"
         if n in given and n != "run_dir" and given[n][0] != d_val:
-            shown = f"{shown} (set by the run)"
+            shown = f"{shown} {set_by}"
         allowed = re.sub(r"^allowed:\s*", "", comment)
         default = f"`{_md_cell(_literal(d_val))}`" if n in defaults else "(not declared)"
         lines.append(f"| `{n}` | {shown} | {default}{'; ' + _md_cell(allowed) if allowed else ''} |")
@@ -281,8 +293,9 @@ def add_figure_alts(markdown: str, alts: dict[str, str]) -> str:
     return _GLUE_FIGURE.sub(fix, markdown)
 
 
-def clean_notebook(nb: dict, ctx: RunContext) -> dict:
-    """Clean an executed notebook (a dict, changed in place and returned) for the site."""
+def clean_notebook(nb: dict, ctx: RunContext, stem: str = "") -> dict:
+    """Clean an executed notebook (a dict, changed in place and returned) for the site; `stem`: its chapter, for
+    the parameters box of a chapter a replay presented again."""
     cells = nb.get("cells", [])
     alts = figure_alts(nb)
     for cell in cells:
@@ -302,7 +315,7 @@ def clean_notebook(nb: dict, ctx: RunContext) -> dict:
     if defaults_src is not None:  # the box closes the page, folded (no injected cell: the defaults ran)
         new_cells.append({"cell_type": "markdown", "id": "parameters-of-this-run",
                           "metadata": {"tags": ["parameters-box"]},
-                          "source": parameters_box(defaults_src, injected, ctx)})
+                          "source": parameters_box(defaults_src, injected, ctx, stem)})
     nb["cells"] = new_cells
     return nb
 
@@ -474,7 +487,7 @@ def _stage_notebook(src: Path, dst: Path, ctx=None) -> None:
     parameters cell itself is not shown twice; nothing of the machines that ran or built it stays on the page
     (helpers.book.staging)."""
     nb = json.loads(Path(src).read_text())
-    clean_notebook(nb, ctx or RunContext())
+    clean_notebook(nb, ctx or RunContext(), Path(src).stem)
     # another page can show this chapter's figures: _glued/<stem>/<key>.png in the staged book
     stage_root = next((p for p in Path(dst).parents if (p / "_config.yml").exists()), Path(dst).parent)
     export_glued_figures(nb, stage_root / GLUED_DIR / Path(src).stem)

@@ -93,9 +93,9 @@ def decision_fold(s: Part) -> Folded:
         (f"at the achieved decode batch, the 64-stream bands' other end: each model's all-reduce at "
          f"{s.values['ach_kib']:.0f} KiB (the batch in whole sequences) and its share of the {s.values['ach_loss']:.0f} ms lost over "
          f"{s.values['ach_batch']:g} in flight (the VM's step there, {s.values['ach_vm_step']:.0f} ms, its batch over its "
-         f"recorded tokens/s at 64, less bare metal's at the same batch, {s.values['ach_bm_step']:.1f} ms: the community's "
-         f"64-stream step scaled by the predicted step's ratio, derived; until site-read8 the loss took bare metal's "
-         f"step in proportion to the batch, {s.values['ach_loss_prop']:.0f} ms), against bare metal's "
+         f"recorded tokens/s at 64, less bare metal's at the same batch, {s.values['ach_bm_step']:.1f} ms, "
+         f"{s.values['ach_bm_from']}; bare metal's step taken in proportion to the batch instead would give "
+         f"{s.values['ach_loss_prop']:.0f} ms, but a step does not shrink with its batch so), against bare metal's "
          f"{s.values['ach_bare']:.0f} µs (aiconfigurator's table, read between its points: derived)",
          _t(human(s.shown["achieved"], "achieved"), digits=0)),
         ("what the decisive measurement's two figures mean, and what to run next", _t(s.shown["outcomes"]))])

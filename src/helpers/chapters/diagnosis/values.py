@@ -358,6 +358,7 @@ class DecisionValues:
     ach_bm_step: float
     ach_loss_prop: float
     ach_bytes: int
+    ach_bm_from: str
 
 
 @dataclass(frozen=True)

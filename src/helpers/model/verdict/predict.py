@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from helpers.core import recorded
 from helpers.model import arith as ma
 from helpers.model import kernels as kt
 from helpers.model import measured as mb
@@ -34,8 +35,6 @@ class Verdict:
     samples: int = SAMPLES
     seed: int = SEED
     _draws: dict = field(default_factory=dict)
-    #: bare metal's predicted step ratio (batch b against c) per (c, b), for step_pair_ms
-    _bm_ratio: dict = field(default_factory=dict)
     #: every range as first registered, priced as it was then (before issue 45: no model error, the collective
     #: factor on the table, the step formula of commit 4483241); set by as_first_registered
     first_registered: bool = False
@@ -215,21 +214,40 @@ class Verdict:
 
     def step_pair_ms(self, c: int, b: float) -> tuple[float, float]:
         """(the VM's step, bare metal's step) in ms at nominal concurrency c when the decode batch was b: the VM's is
-        b over its observed tokens/s at c; bare metal's is its observed step at c, c/observed_bm, and at another
-        batch that step scaled by the predicted bare-metal step's ratio at b against c (middle values; derived),
-        since a decode step does not grow in proportion to its batch (site-read8 T1: the batch-proportional
-        scaling priced bare metal at 34.89 in flight as 34.5 ms, where its own prediction gives 46.8)."""
+        b over its observed tokens/s at c; bare metal's is its observed step at c, c/observed_bm, and at another batch
+        the community's observed steps read between the two batches around it (bare_metal_step_at: derived). A
+        decode step does not grow in proportion to its batch (site-read8 T1: that scaling priced bare metal at 34.89
+        in flight as 34.5 ms, below its own observed 48.5 ms at 32 streams)."""
         prim = {(o.system, o.concurrency): o for o in observations() if o.key in ("bm_1", "bm_64", "vm_1", "vm_64")}
         vm_step = b * 1e3 / prim[(VM, c)].observed_tok_s
-        bm_step = c * 1e3 / prim[(BARE, c)].observed_tok_s
-        if b != c:
-            key = (c, round(float(b), 6))
-            if key not in self._bm_ratio:
-                mid = self.mids(BARE)
-                self._bm_ratio[key] = float(self.step_us(BARE, np.array([float(b)]), mid)[0]
-                                            / self.step_us(BARE, np.array([float(c)]), mid)[0])
-            bm_step *= self._bm_ratio[key]
+        bm_step = c * 1e3 / prim[(BARE, c)].observed_tok_s if b == c else self.bare_metal_step_at(b)[0]
         return vm_step, bm_step
+
+    @staticmethod
+    def bare_metal_steps() -> pd.DataFrame:
+        """Bare metal's observed decode steps by batch (ms = batch / tokens/s): the community reference's one stream
+        and 64 (the primary observations) and the same community's decode benchmark on the recorded GPU at context 0
+        (data/reference/holdouts.csv: observations the predictor's bands were not built beside; reading a step
+        between them fits nothing to them)."""
+        rows = [{"batch": float(o.concurrency), "step_ms": o.concurrency * 1e3 / o.observed_tok_s, "source": o.source}
+                for o in observations() if o.key in ("bm_1", "bm_64")]
+        h = recorded.load("reference/holdouts.csv")
+        h = h[(h["system"] == kt.RTX) & (h["deployment"] == "bare-metal reference") & (h["context_label"].astype(str) == "0")
+              & (h["metric"] == "aggregate output tok/s")]
+        rows += [{"batch": float(r.concurrency), "step_ms": r.concurrency * 1e3 / float(r.observed), "source": r.source}
+                 for r in h.itertuples() if float(r.concurrency) not in (1.0, 64.0)]
+        return pd.DataFrame(rows).sort_values("batch").reset_index(drop=True)
+
+    def bare_metal_step_at(self, b: float) -> tuple[float, dict, dict]:
+        """Bare metal's step (ms) at batch b, read linearly between its two observed steps around b
+        (bare_metal_steps), with those two points."""
+        s = self.bare_metal_steps()
+        lo = s[s["batch"] <= b].iloc[-1]
+        hi = s[s["batch"] >= b].iloc[0]
+        if hi["batch"] == lo["batch"]:
+            return float(lo["step_ms"]), lo.to_dict(), hi.to_dict()
+        f = (b - lo["batch"]) / (hi["batch"] - lo["batch"])
+        return float(lo["step_ms"] + f * (hi["step_ms"] - lo["step_ms"])), lo.to_dict(), hi.to_dict()
 
     def loss_at_batch_ms(self, c: int, b: float) -> float:
         """The VM's lost time per step at nominal concurrency c with a decode batch of b: its step less bare
@@ -337,7 +355,7 @@ class Verdict:
                 mid = float(np.ravel(hp.time("all_reduce", t.message_bytes, TP)[1])[0])
                 if mid < t.bare_metal_us and hp.kind != "measured":
                     why.append(f"{mid:.0f} µs at {t.message_bytes / 1024:.0f} KiB against bare metal's "
-                               f"{t.bare_metal_us:.0f} µs over P2P (aiconfigurator's NCCL table, reference)")
+                               f"{t.bare_metal_us:.0f} µs over P2P (aiconfigurator's NCCL table, read between its points: derived)")
                     faster.append(int(t.concurrency))
             # `faster_at`: the concurrencies (the rule's message sizes) where it beats P2P; one is enough to set it
             # aside at both, and the page says at which (a reason true at one stream only is said so: issue 47)
@@ -386,8 +404,9 @@ class Verdict:
         n_ar = sum(n for _, kind, n, _, _ in p.collectives if kind == "all_reduce")
         size, bare = next((m, us) for _, kind, _, m, us in p.collectives if kind == "all_reduce")
         vm_step, bm_step = self.step_pair_ms(64, batch)
+        _, p_lo, p_hi = self.bare_metal_step_at(batch)
         rule = {"concurrency": 64, "batch": batch, "message_bytes": float(size), "all_reduces_per_step": n_ar,
-                "vm_step_ms": vm_step, "bm_step_ms": bm_step,
+                "vm_step_ms": vm_step, "bm_step_ms": bm_step, "bm_point_lo": p_lo, "bm_point_hi": p_hi,
                 # the loss as priced before site-read8 T1 (bare metal's step in proportion to the batch), shown beside
                 "loss_proportional_ms": vm_step - batch * 1e3 / next(o.observed_tok_s for o in observations()
                                                                        if o.key == "bm_64"),
