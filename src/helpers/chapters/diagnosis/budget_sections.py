@@ -411,7 +411,7 @@ RUN_TEXT_RECORDED = "In recorded mode this chapter ignores the run's own measure
 RUN_TEXT_NO_FITS = ("This run has no `06_vm_p2p/fits.csv` (the VM/P2P chapter did not measure), so only the "
                     "recorded and reference links are used.")
 RUN_TEXT_NO_LINK = ("This run measured no link between two GPUs (one GPU, or no measured fit), so nothing of it is "
-                    "priced as GLM-5 here; the This machine chapter (08) says what the run could and could not measure.")
+                    "priced as GLM-5 here; the This machine chapter says what the run could and could not measure.")
 RUN_TEXT_LINK = ("This run measured a link: {name} ({source}), alpha {alpha:.1f} µs, beta {beta:.1f} GB/s, {used}. "
                  "With it in place of the VM's, the budget predicts {tok_1:.1f} tokens/s for one stream and "
                  "{tok_max:.0f} in aggregate at batch {bmax}. That machine is not the original VM: this is a "

@@ -359,6 +359,7 @@ class DecisionValues:
     ach_loss_prop: float
     ach_bytes: int
     ach_bm_from: str
+    bare_ar_1_points: str
 
 
 @dataclass(frozen=True)

@@ -418,9 +418,11 @@ def decision(d: Diagnosis) -> Part:
                    "ach_vm_step": ach["vm_step_ms"], "ach_bm_step": ach["bm_step_ms"],
                    "ach_loss_prop": ach["loss_proportional_ms"], "ach_bytes": int(ach["message_bytes"]),
                    "ach_bm_from": (f"read between the community's observed steps at {ach['bm_point_lo']['batch']:g} "
-                                   f"({ach['bm_point_lo']['step_ms']:.1f} ms, {SOURCE_WORDS[ach['bm_point_lo']['source']]}) "
-                                   f"and {ach['bm_point_hi']['batch']:g} in flight ({ach['bm_point_hi']['step_ms']:.1f} ms, "
-                                   f"{SOURCE_WORDS[ach['bm_point_hi']['source']]}), derived")})
+                                   f"({ach['bm_point_lo']['step_ms']:.1f} ms{SOURCE_WORDS[ach['bm_point_lo']['source']]}) "
+                                   f"and {ach['bm_point_hi']['batch']:g} in flight ({ach['bm_point_hi']['step_ms']:.1f} ms"
+                                   f"{SOURCE_WORDS[ach['bm_point_hi']['source']]}), both of its MTP-off cutlass decode "
+                                   f"table at context 0, derived")})
+    values["bare_ar_1_points"] = table_points_words(float(t1["message_bytes"]))
     th_shown = pd.concat([th, pd.DataFrame([{k: x for k, x in ach.items() if k in th.columns or k == "batch"}])],
                          ignore_index=True)
     th_shown["concurrency"] = [f"{c:g}" if c == 1 else f"{c:g} ({b:g} in flight)"
@@ -498,8 +500,22 @@ def tuned_curve_words(sizes: list[float], short: bool = False) -> str:
     return "; ".join(words)
 
 
-#: the community sources a bare-metal step is read from, in words (Verdict.bare_metal_steps)
-SOURCE_WORDS = {"rtx6kpro-glm5": "its serving reference", "rtx6kpro-glm5-bench": "its decode benchmark, held out"}
+#: what a bare-metal step read by Verdict.bare_metal_steps adds in words, by its source: one decode table of the
+#: community's, its 1- and 64-stream points the reference, the others held out (site-read10 V1)
+SOURCE_WORDS = {"rtx6kpro-glm5": "", "rtx6kpro-glm5-bench": ", held out"}
+
+
+def table_points_words(size: float) -> str:
+    """aiconfigurator's two NCCL all-reduce points (8 RTX PRO 6000s) around `size` bytes, so a figure read between
+    them recomputes from the page (site-read10 V5)."""
+    d = kt.table("comm")
+    d = d[d["library"].str.startswith("nccl") & (d["system"] == kt.RTX) & (d["op"] == "all_reduce")
+          & (d["num_gpus"] == vd.TP)]
+    d = d[~d["kernel_source"].astype(str).str.endswith("_eager")].sort_values("message_bytes")
+    lo, hi = d[d["message_bytes"] <= size].tail(1), d[d["message_bytes"] >= size].head(1)
+    pts = [f"{float(r.message_bytes) / 1024:.0f} KiB: {float(r.latency_us):.1f} µs"
+           for r in pd.concat([lo, hi]).drop_duplicates("message_bytes").itertuples()]
+    return "between its points at " + " and ".join(pts)
 
 
 def _baseline_points(c: pd.DataFrame, size: float) -> str:
