@@ -105,8 +105,8 @@ check-site: install-site
 # The whole suite in TEST_WORKERS processes (pytest-xdist, the `test` extra): many tests wait on processes,
 # kernels, servers and sleeps, so 4 workers keep 2 cores busy, each process with one OpenMP thread
 # (tests/conftest.py; before that, 4 workers put two wall-clock-limited tests over their limits under load).
-# On the 2-core machine, fresh clones after `make book`: 4 workers 509-616 s wall (873-1,058 s of CPU), 3 workers
-# 678-712 s; the floor is the CPU (about 900-1,000 s on 2 cores).
+# On the 2-core machine, a fresh clone after `make book` (`.ci/run`, quiet): 4 workers 538 s wall (870 s of CPU, at
+# a038835); 6 workers took 625 s (1,108 s of CPU: contention), 3 workers 678-712 s before; the floor is the CPU.
 # --dist loadgroup (tests/scheduler.py, through xdist's scheduler hook) runs a module with a module fixture whole in one worker and
 # hands out the costliest tests first; the costly session results (the book executed per target, each committed
 # run built) are made once for all workers (tests/onceper.py). TEST_WORKERS=0 runs it in this one process.
