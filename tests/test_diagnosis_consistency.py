@@ -218,7 +218,7 @@ def test_each_outcome_of_the_decisive_measurement_has_a_meaning_and_a_next_comma
         vd.classify({12288: 400.0}, th)
     t = vd.outcomes_table(th).set_index("outcome")
     assert list(t.index) == ["host path", "middle", "not the host path"]
-    assert t.loc["middle", "at 12 KiB"] == "140 to 389 µs" and t.loc["host path", "at 768 KiB"] == "1367 µs or more"
+    assert t.loc["middle", "at 12 KiB"] == "over 140 and under 389 µs" and t.loc["host path", "at 768 KiB"] == "1367 µs or more"
     assert t.loc["middle", "next"].startswith("nsys profile") and "P2P check" in t.loc["host path", "next"]
 
 

@@ -152,7 +152,8 @@ def outcomes_table(thresholds: pd.DataFrame) -> pd.DataFrame:
     trace = p2p_checks("trace").iloc[0]
     th = thresholds.sort_values("message_bytes")
     span = {"host path": lambda t: f"{t.explains_80_us:.0f} µs or more",
-            "middle": lambda t: f"{t.explains_25_us:.0f} to {t.explains_80_us:.0f} µs",
+            # open at both ends: a time at a mark belongs to the outcome that names the mark (classify: >= and <=)
+            "middle": lambda t: f"over {t.explains_25_us:.0f} and under {t.explains_80_us:.0f} µs",
             "not the host path": lambda t: f"{t.explains_25_us:.0f} µs or less"}
     rows = []
     for key, meaning in OUTCOMES.items():
