@@ -316,6 +316,9 @@ def test_the_prompt_token_figure_is_a_prediction_against_the_same_observation(re
     q = mixed[(mixed.steps == "decode + prompt tokens (recorded ratio)") & (mixed.system == dg.VM)
               & (mixed.concurrency == 64)].iloc[0]
     assert c["pred_mixed_rec_vm_64"] == q.predicted_tok_s and q.observed_tok_s == c["c_obs_vm_64"]
+    # bare metal's reference decoded after a cached prefill: no prompt-token reading of it (site-read11 W1)
+    assert set(mixed[mixed.steps != "decode only"].system) == {dg.VM}
+    assert set(mixed[mixed.steps == "decode only"].system) == {dg.VM, dg.BARE}
     md = " ".join(_markdown("07_diagnosis").split())
     assert "the budget predicts {glue:text}`pred_mixed_vm_64:.0f` at the nominal lengths'" in md
     assert "{glue:text}`err_mixed_vm_64:+.0f` %" in md and "{glue:text}`err_mixed_rec_vm_64:+.0f` %" in md

@@ -155,7 +155,9 @@ def check(d: Diagnosis) -> Part:
     vm_step = one(cmp, "the comparison", system=VM, concurrency=64)["observed_step_ms"]
     values.update({"membusy_lo": float(mem["value_low"]), "membusy_hi": float(mem["value_high"]),
                    "pred_membusy": 100 * float(b64.memory_us / 1e3 / vm_step)})
-    both = pd.concat([cmp, mixed, mixed_rec], ignore_index=True)
+    # the prompt-token readings are the VM's only: the bare-metal reference decoded after a cached prefill (context
+    # 0), so no prompt tokens sit in its step (section 2 says so; site-read11 W1)
+    both = pd.concat([cmp, mixed[mixed["system"] == VM], mixed_rec[mixed_rec["system"] == VM]], ignore_index=True)
     shown = obs.copy()   # a figure stated as a range shows its range, not "n/a" (the saturated point's ends use it)
     shown["tok_s_shown"] = [f"{v:g}" if pd.notna(v) else (f"{lo:g}-{hi:g}" if pd.notna(lo) and pd.notna(hi) else "")
                             for v, lo, hi in zip(obs["value"], obs["value_low"], obs["value_high"])]
