@@ -103,10 +103,12 @@ def eager_launch_note(d: Diagnosis) -> dict:
             f"and host), shown here, not put in" if meas else
             "the decode-step measurement timed no eager launch")
     return {"eager_assumed_us": assumed, "eager_meas_us": float(meas) if meas else float("nan"),
-            "eager_text": (f"The eager launch cost (input eager_launch) stays the book's assumed {assumed:.0f} µs a "
-                           f"kernel: a CPU cost of the recorded host, which no one measured, registered with the band "
-                           f"and not refitted; {seen}. It applies only to a batch above the CUDA-graph cap, and its "
-                           f"middle value pays none of it. The graph floor is the decode-step measurement's because "
+            # the cost per kernel was never refitted; the input eager_launch (the share of it a step pays) was added
+            # after the bare-metal comparison, as the changed ranges say (site-read12 X1)
+            "eager_text": (f"The eager launch cost stays the book's assumed {assumed:.0f} µs a kernel: a CPU cost of "
+                           f"the recorded host, which no one measured, never refitted; {seen}. The share of it a step "
+                           f"pays (input eager_launch, added after the bare-metal comparison: the changed ranges) "
+                           f"applies only to a batch above the CUDA-graph cap, and its middle value pays none of it. The graph floor is the decode-step measurement's because "
                            f"no figure for the recorded GPU exists (section 2).")}
 
 
