@@ -379,17 +379,18 @@ class Verdict:
         (and at most CANNOT) of the lost time: at one token (c=1) and at 64 tokens (c=64). Counted: the
         step's all-reduces; the logits all-gather (one a step) is left at bare metal's cost."""
         s1, s64 = rule_sizes(self.model)
-        rows = []
-        for c, size in ((1, s1), (64, s64)):
-            p = parts(self.model.key, c, self.context, self.floor_us)
-            n_ar = sum(n for _, kind, n, _, _ in p.collectives if kind == "all_reduce")
-            bare = next(us for _, kind, _, _, us in p.collectives if kind == "all_reduce")
-            _, loss, _ = self.loss_ms(c)
-            rows.append({"concurrency": c, "message_bytes": size, "all_reduces_per_step": n_ar,
-                         "bare_metal_us": bare, "lost_ms_per_step": loss,
-                         "explains_80_us": bare + EXPLAINS * loss * 1e3 / n_ar,
-                         "explains_25_us": bare + CANNOT * loss * 1e3 / n_ar})
-        return pd.DataFrame(rows)
+        return pd.DataFrame([{"concurrency": c, **self._rule_at(c, self.loss_ms(c)[1]), "message_bytes": size}
+                             for c, size in ((1, s1), (64, s64))])
+
+    def _rule_at(self, batch: float, loss: float) -> dict:
+        """The rule at a decode batch (rounded to whole sequences) and its loss per step: the step's all-reduces, the
+        message and bare metal's all-reduce there, and t = r + s x L / n at EXPLAINS and CANNOT."""
+        p = parts(self.model.key, int(round(batch)), self.context, self.floor_us)
+        n_ar = sum(n for _, kind, n, _, _ in p.collectives if kind == "all_reduce")
+        size, bare = next((m, us) for _, kind, _, m, us in p.collectives if kind == "all_reduce")
+        return {"message_bytes": float(size), "all_reduces_per_step": n_ar, "bare_metal_us": float(bare),
+                "lost_ms_per_step": loss, "explains_80_us": bare + EXPLAINS * loss * 1e3 / n_ar,
+                "explains_25_us": bare + CANNOT * loss * 1e3 / n_ar}
 
     def achieved_batch_rule(self) -> tuple[dict, pd.DataFrame]:
         """The decision rule at the other end of the 64-stream bands (site-read7 S3, S6): the decode batch at the
@@ -400,18 +401,15 @@ class Verdict:
         drawn at that batch, one computation with them."""
         b = self.share_band_basis()
         batch, loss = b["batch_lo"], b["loss_lo_ms"]
-        p = parts(self.model.key, int(round(batch)), self.context, self.floor_us)
-        n_ar = sum(n for _, kind, n, _, _ in p.collectives if kind == "all_reduce")
-        size, bare = next((m, us) for _, kind, _, m, us in p.collectives if kind == "all_reduce")
         vm_step, bm_step = self.step_pair_ms(64, batch)
         _, p_lo, p_hi = self.bare_metal_step_at(batch)
-        rule = {"concurrency": 64, "batch": batch, "message_bytes": float(size), "all_reduces_per_step": n_ar,
+        rule = {"concurrency": 64, "batch": batch, **self._rule_at(batch, loss),
                 "vm_step_ms": vm_step, "bm_step_ms": bm_step, "bm_point_lo": p_lo, "bm_point_hi": p_hi,
                 # the loss as priced before site-read8 T1 (bare metal's step in proportion to the batch), shown beside
                 "loss_proportional_ms": vm_step - batch * 1e3 / next(o.observed_tok_s for o in observations()
-                                                                       if o.key == "bm_64"),
-                "bare_metal_us": float(bare), "lost_ms_per_step": loss,
-                "explains_80_us": bare + EXPLAINS * loss * 1e3 / n_ar, "explains_25_us": bare + CANNOT * loss * 1e3 / n_ar}
+                                                                       if o.key == "bm_64")}
+        size, bare = rule["message_bytes"], rule["bare_metal_us"]
+        n_ar = rule["all_reduces_per_step"]
         adm = {r.scenario_key: r.admissible for r in self.admissibility().itertuples()}
         rows = []
         for hp in self.scenarios:
